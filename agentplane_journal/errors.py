@@ -1,0 +1,148 @@
+"""The store's error vocabulary.
+
+Every error derives from :class:`StoreError` and carries its fields as attributes, so a
+caller branches on the type and reads ``err.current`` instead of parsing a message. The
+messages are sentences a person can act on. Bad arguments are *not* here: they are
+``ValueError``/``TypeError`` raised before anything touches the database.
+
+The distinctions matter more than the wording: a ``FencedError`` tells a stale writer to
+drop the run, a ``LeaseHeldError`` tells an early one to wait; ``CommitUnknownError`` means
+"may have landed", ``BackendError`` means "refused and rolled back".
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BackendError",
+    "CommitUnknownError",
+    "CorruptRecordError",
+    "DuplicateEffectError",
+    "FencedError",
+    "LeaseHeldError",
+    "RecordTooLargeError",
+    "RunSealedError",
+    "SchemaOutOfDateError",
+    "SecretUnavailableError",
+    "StoreError",
+]
+
+
+class StoreError(Exception):
+    """Base of every error the journal and push stores raise on purpose."""
+
+
+class FencedError(StoreError):
+    """A writer's epoch is not the run's current lease epoch: it was displaced."""
+
+    def __init__(self, run: str, held: int, current: int) -> None:
+        self.run = str(run)
+        self.held = held
+        self.current = current
+        super().__init__(
+            f"fenced at run {self.run}: held epoch {held}, store is at {current}; "
+            "this writer was displaced and must stop working on the run"
+        )
+
+
+class LeaseHeldError(StoreError):
+    """Another owner holds a live lease on the run."""
+
+    def __init__(self, run: str, owner: str, epoch: int, remaining_secs: int) -> None:
+        self.run = str(run)
+        self.owner = owner
+        self.epoch = epoch
+        self.remaining_secs = remaining_secs
+        super().__init__(
+            f"run {self.run} is leased by {owner!r} at epoch {epoch} for another "
+            f"{remaining_secs}s; retry after it lapses or is released"
+        )
+
+
+class DuplicateEffectError(StoreError):
+    """A second ``EffectStarted`` for one effect key in one run: exactly-once holding."""
+
+    def __init__(self, effect_key: object) -> None:
+        self.effect_key = effect_key
+        hex_ = effect_key.hex() if hasattr(effect_key, "hex") else str(effect_key)
+        super().__init__(
+            f"effect ek:{hex_} has already started in this run; it must not run twice "
+            "(reconcile it instead of starting it again)"
+        )
+
+
+class RunSealedError(StoreError):
+    """The run is sealed into the log and accepts no more appends."""
+
+    def __init__(self, run: str, outcome: str) -> None:
+        self.run = str(run)
+        self.outcome = outcome
+        super().__init__(
+            f"run {self.run} is sealed as {outcome!r}; a sealed journal accepts no appends"
+        )
+
+
+class RecordTooLargeError(StoreError):
+    """A record body's canonical bytes exceed the limit; nothing of its batch was written."""
+
+    def __init__(self, size: int, limit: int) -> None:
+        self.size = size
+        self.limit = limit
+        super().__init__(
+            f"record body is {size} bytes, over the {limit}-byte limit; store large "
+            "payloads elsewhere and journal a reference to them"
+        )
+
+
+class CorruptRecordError(StoreError):
+    """A stored record does not verify: edited bytes, a gap, a broken link or a bad signature."""
+
+    def __init__(self, seq: int, detail: str) -> None:
+        self.seq = seq
+        self.detail = detail
+        super().__init__(f"corrupt record at seq {seq}: {detail}")
+
+
+class CommitUnknownError(StoreError):
+    """The connection was lost during COMMIT: the transaction may or may not have landed."""
+
+    def __init__(self, detail: str) -> None:
+        self.detail = detail
+        super().__init__(
+            "the transaction's outcome is unknown: COMMIT may or may not have been applied "
+            f"({detail}); read the journal back before retrying"
+        )
+
+
+class SchemaOutOfDateError(StoreError):
+    """The database is not at the schema revision this package version expects."""
+
+    def __init__(self, current: str | None, expected: str) -> None:
+        self.current = current
+        self.expected = expected
+        where = "has never been migrated" if current is None else f"is at revision {current}"
+        super().__init__(
+            f"the database {where}, but this version of agentplane_journal needs revision "
+            f"{expected}; run `agentplane-journal upgrade` (or `alembic upgrade head`) first"
+        )
+
+
+class BackendError(StoreError):
+    """The database refused or failed a statement for a reason the contract does not name."""
+
+    def __init__(self, detail: str) -> None:
+        self.detail = detail
+        super().__init__(f"backend: {detail}")
+
+
+class SecretUnavailableError(StoreError):
+    """A sealed push secret cannot be opened: no key, wrong key, or a tampered/moved value.
+
+    The message names the key id and the column, never the secret.
+    """
+
+    def __init__(self, key_id: str | None, column: str, detail: str) -> None:
+        self.key_id = key_id
+        self.column = column
+        self.detail = detail
+        key = "no key id" if key_id is None else f"key id {key_id!r}"
+        super().__init__(f"cannot open the sealed {column} ({key}): {detail}")
