@@ -1,0 +1,285 @@
+"""What both stores share: the engine, the schema check, units of work, and error translation.
+
+One choke point (:meth:`Repository._unit`) opens the session, commits, rolls back and turns
+driver errors into the contract's errors, keeping the driver's exception as ``__cause__``.
+A connection lost during COMMIT is :class:`CommitUnknownError` (it may have landed); any
+other driver error is :class:`BackendError` unless the caller names a constraint it expects.
+
+The argument checks live here too: bad input is refused with ``ValueError``/``TypeError``
+before a connection is taken.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, Self, TypeVar
+
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import (
+    AsyncEngine,
+    AsyncSession,
+    async_sessionmaker,
+    create_async_engine,
+)
+
+from .dialect import READ_ONLY, Dialect, dialect_for
+from .errors import BackendError, CommitUnknownError, StoreError
+from .ids import DEFAULT_TENANT, RunId, validate_tenant
+from .migrate import check_revision
+
+__all__ = ["Repository", "check_int", "check_run", "check_text", "check_ttl"]
+
+log = logging.getLogger("agentplane_journal.repository")
+
+T = TypeVar("T")
+
+MAX_I64 = 2**63 - 1
+
+
+# -- argument checks (bad input never reaches the database) ----------------------------
+
+
+def check_int(value: object, name: str, *, minimum: int = 0, maximum: int = MAX_I64) -> int:
+    """An integer in ``[minimum, maximum]`` (bools refused), or a clear error naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an integer, not {type(value).__name__}")
+    if not minimum <= value <= maximum:
+        raise ValueError(f"{name} must be between {minimum} and {maximum}, got {value}")
+    return value
+
+
+def check_text(
+    value: object, name: str, *, allow_empty: bool = False, max_len: int | None = None
+) -> str:
+    """A string without NUL (empty only if allowed), or a clear error naming ``name``."""
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a string, not {type(value).__name__}")
+    if not allow_empty and not value.strip():
+        raise ValueError(f"{name} must not be empty")
+    if "\x00" in value:
+        raise ValueError(f"{name} must not contain NUL characters")
+    if max_len is not None and len(value) > max_len:
+        raise ValueError(f"{name} is {len(value)} characters long; the limit is {max_len}")
+    return value
+
+
+def check_run(value: object, name: str = "run") -> RunId:
+    """A :class:`RunId` from a ``RunId`` or its text form."""
+    if isinstance(value, RunId):
+        return value
+    if isinstance(value, str):
+        return RunId.parse(value)
+    raise TypeError(f"{name} must be a RunId or its text form, not {type(value).__name__}")
+
+
+def check_ttl(value: object) -> int:
+    """A lease TTL in whole seconds, at least 1 (an int, an integral float or a timedelta)."""
+    if isinstance(value, timedelta):
+        value = value.total_seconds()
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return check_int(value, "ttl (whole seconds)", minimum=1)
+
+
+# -- the shared repository -----------------------------------------------------------
+
+
+@dataclass
+class _Shared:
+    """State shared by every tenant handle of one store: the engine and the schema check."""
+
+    engine: AsyncEngine
+    dialect: Dialect
+    sessions: async_sessionmaker[AsyncSession]
+    owns_engine: bool
+    schema_checked: bool = False
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+
+class _Rollback(Exception):
+    """Internal: end a unit of work without committing, returning ``value``."""
+
+    def __init__(self, value: object) -> None:
+        self.value = value
+
+
+class _Passthrough(Exception):
+    """Internal: carries a caller's exception (``append_atomic``'s work) to re-raise as is."""
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
+class Repository:
+    """Base of the stores: one engine, tenant handles, and the unit-of-work choke point."""
+
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        *,
+        tenant: str | None = None,
+        clock: Callable[[], float] | None = None,
+        _shared: _Shared | None = None,
+    ) -> None:
+        if not isinstance(engine, AsyncEngine):
+            raise TypeError(
+                f"{type(self).__name__} needs an sqlalchemy AsyncEngine, not "
+                f"{type(engine).__name__}; use `await {type(self).__name__}.connect(url)` "
+                "to open one from a URL"
+            )
+        if clock is not None and not callable(clock):
+            raise TypeError("clock must be a zero-argument callable returning seconds")
+        if _shared is None:
+            dialect = dialect_for(engine)
+            dialect.configure(engine)
+            _shared = _Shared(
+                engine=engine,
+                dialect=dialect,
+                sessions=async_sessionmaker(engine, expire_on_commit=False, autoflush=True),
+                owns_engine=False,
+            )
+        self._shared = _shared
+        self._clock = clock or time.time
+        #: The tenant this handle serves; every statement carries it.
+        self.tenant: str = DEFAULT_TENANT if tenant is None else validate_tenant(tenant)
+
+    @classmethod
+    async def _open(cls, url: str, engine_options: dict[str, Any] | None, **kw: Any) -> Self:
+        engine = _create_engine(url, engine_options)
+        try:
+            store = cls(engine, **kw)
+            store._shared.owns_engine = True
+            await store._ready()
+        except BaseException:
+            await engine.dispose()
+            raise
+        return store
+
+    async def close(self) -> None:
+        """Dispose of the engine if this store opened it (a caller's engine stays open)."""
+        if self._shared.owns_engine:
+            await self._shared.engine.dispose()
+
+    async def __aenter__(self) -> Self:
+        await self._ready()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    @property
+    def engine(self) -> AsyncEngine:
+        """The engine this store runs on."""
+        return self._shared.engine
+
+    def __repr__(self) -> str:
+        url = self._shared.engine.url.render_as_string(hide_password=True)
+        return f"{type(self).__name__}({url!r}, tenant={self.tenant!r})"
+
+    @property
+    def _dialect(self) -> Dialect:
+        return self._shared.dialect
+
+    def _now(self) -> int:
+        return math.floor(self._clock())
+
+    async def _ready(self) -> None:
+        """Check the schema revision once, before the first statement."""
+        shared = self._shared
+        if shared.schema_checked:
+            return
+        async with shared.lock:
+            if shared.schema_checked:
+                return
+            try:
+                async with shared.engine.connect() as conn:
+                    conn = await conn.execution_options(**{READ_ONLY: True})
+                    await check_revision(conn)
+            except DBAPIError as exc:
+                raise BackendError(f"cannot read the schema revision: {describe(exc)}") from exc
+            except OSError as exc:
+                raise BackendError(f"cannot connect to the database: {exc}") from exc
+            shared.schema_checked = True
+
+    async def _unit(
+        self,
+        fn: Callable[[AsyncSession], Awaitable[T]],
+        *,
+        read_only: bool = False,
+        translate: Callable[[DBAPIError], StoreError | None] | None = None,
+    ) -> T:
+        """Run ``fn`` in one transaction and commit it, translating driver errors once, here.
+
+        ``fn`` may raise ``_Rollback(value)`` to end without committing and return ``value``.
+        """
+        await self._ready()
+        session = self._shared.sessions()
+        stage = "statement"
+        try:
+            if read_only:
+                await session.connection(execution_options={READ_ONLY: True})
+            try:
+                result = await fn(session)
+            except _Rollback as rollback:
+                await session.rollback()
+                return rollback.value  # type: ignore[return-value]
+            stage = "commit"
+            await session.commit()
+            return result
+        except _Passthrough as passthrough:
+            await _quiet_rollback(session)
+            raise passthrough.error from None
+        except DBAPIError as exc:
+            await _quiet_rollback(session)
+            if stage == "commit" and self._shared.dialect.connection_lost(exc):
+                raise CommitUnknownError(describe(exc)) from exc
+            mapped = translate(exc) if translate else None
+            if mapped is not None:
+                raise mapped from exc
+            raise BackendError(describe(exc)) from exc
+        except OSError as exc:
+            await _quiet_rollback(session)
+            raise BackendError(f"cannot reach the database: {exc}") from exc
+        except BaseException:
+            await _quiet_rollback(session)
+            raise
+        finally:
+            await session.close()
+
+
+def describe(exc: DBAPIError) -> str:
+    """One line naming the driver error and its SQLSTATE, for error messages."""
+    driver = getattr(exc, "orig", None) or exc
+    code = getattr(getattr(exc, "driver_exception", None), "sqlstate", None)
+    text = str(driver).strip().splitlines()[0] if str(driver).strip() else type(driver).__name__
+    return f"{type(driver).__name__}{f' [{code}]' if code else ''}: {text}"
+
+
+async def _quiet_rollback(session: AsyncSession) -> None:
+    try:
+        await session.rollback()
+    except Exception:  # the connection may already be gone; the pool discards it
+        log.debug("rollback after a failed unit of work failed", exc_info=True)
+
+
+def _create_engine(url: str, options: dict[str, Any] | None) -> AsyncEngine:
+    if not isinstance(url, str) or "://" not in url:
+        raise ValueError(
+            "url must be a database URL such as postgresql+asyncpg://user@host/db or "
+            "sqlite+aiosqlite:///path/to/journal.db"
+        )
+    opts: dict[str, Any] = {}
+    if url.startswith("postgresql"):
+        # Enough connections for a runtime's concurrent appends without queueing on the pool.
+        opts.update(pool_size=10, max_overflow=40)
+    opts.update(options or {})
+    try:
+        return create_async_engine(url, **opts)
+    except Exception as exc:  # an unknown driver or a malformed URL
+        raise ValueError(f"cannot open a {url.split('://')[0]}:// database: {exc}") from exc

@@ -1,0 +1,782 @@
+"""The journal store: agentplane's store contract over one AsyncSession, on PostgreSQL or SQLite.
+
+This module is the repository: the only code that builds statements. It is dialect-agnostic;
+the few backend differences live in :mod:`agentplane_journal.dialect`.
+
+How the concurrency guarantees are made (each is a storage invariant, not a code path):
+
+* **The run mutex.** Every transaction that changes a run (append, append_atomic, seal)
+  starts by upserting the run's ``run_activity`` row. The upsert takes that row's lock and
+  holds it to COMMIT, so a run's writers queue, leased or not, and each reads the chain head
+  only *after* it holds the lock (in a later statement, hence a fresh snapshot at READ
+  COMMITTED). Without it, two unleased appenders read one head and the loser collides on the
+  primary key, and a seal can record a head that an append is about to move past.
+* **Fencing under the lease row's lock.** The fence reads ``run_lease`` ``FOR UPDATE`` after the
+  run mutex, so an ``acquire`` that takes over waits for an in-flight append to finish, and an
+  append that starts after the takeover sees the new epoch. Lock order is always
+  activity row, then lease row, then the tenant's log counter: no cycles, no deadlocks.
+* **Exactly-once** is the partial unique index ``journal_effect_started``; only that
+  constraint becomes :class:`DuplicateEffectError`.
+* **A fresh lease** is one ``INSERT .. ON CONFLICT DO UPDATE .. WHERE`` statement: a
+  concurrent first acquire waits on the unique index and re-evaluates the predicate against
+  the winner's row, so exactly one owner gets epoch 1 (0.4.0's read-then-upsert handed two
+  owners epoch 1).
+* **Dense, commit-ordered Merkle positions.** A seal takes the next position from the
+  tenant's ``journal_counter`` row, whose lock it holds until COMMIT: the next sealer of that
+  tenant waits, so positions are handed out in commit order and every snapshot of the log is
+  a prefix of every later one. (A sequence hands out values in allocation order; a seal that
+  commits late then lands *before* leaves a checkpoint has already committed to.)
+* **Proofs from one snapshot.** ``checkpoint``, ``inclusion_proof`` and ``consistency_proof``
+  read the log with a single statement.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Protocol, runtime_checkable
+
+from sqlalchemy import and_, case, func, literal, or_, select, tuple_, update
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
+
+from . import merkle
+from .checkpoint import Checkpoint, Inclusion
+from .dialect import READ_ONLY, counter_next
+from .errors import (
+    BackendError,
+    CorruptRecordError,
+    DuplicateEffectError,
+    FencedError,
+    LeaseHeldError,
+    RunSealedError,
+)
+from .ids import CaseId, Digest, EffectKey, RunId, validate_tenant
+from .models import Journal, RunActivity, RunCancel, RunLease, RunOutcome, RunSeal
+from .record import Append, Attestation, Record, verify_attested, verify_chain
+from .repository import (
+    Repository,
+    _Passthrough,
+    _Rollback,
+    check_int,
+    check_run,
+    check_text,
+    check_ttl,
+)
+from .signing import Signer, Verifier
+from .values import Cancellation, Head, Lease
+
+__all__ = ["MAX_INSERT_ROWS", "JournalStore", "SqlJournalStore"]
+
+log = logging.getLogger("agentplane_journal.store")
+
+#: Records per multi-row INSERT. Far under both backends' bound-parameter limits
+#: (12 parameters a row); a batch larger than this costs one more statement per chunk.
+MAX_INSERT_ROWS = 1000
+
+_RELEASED_OWNER = ""  # 0.4.0 marks a released lease with an empty owner and expires_at = 0
+_EFFECT_STARTED = "EffectStarted"
+_RUN_SEALED = "RunSealed"
+_LOG_POSITION = "log_position/"
+
+
+# -- the contract ----------------------------------------------------------------------
+
+
+@runtime_checkable
+class JournalStore(Protocol):
+    """agentplane's journal store contract (see the README and ``store-contract.md``)."""
+
+    tenant: str
+
+    def for_tenant(self, name: str) -> JournalStore: ...
+    async def append(self, epoch: int, batch: Sequence[Append]) -> list[Record]: ...
+    async def append_atomic(
+        self,
+        run: RunId,
+        epoch: int,
+        work: Callable[[AsyncSession], Awaitable[Iterable[Append]]],
+    ) -> list[Record]: ...
+    async def read(self, run: RunId, from_seq: int = 1) -> list[Record]: ...
+    async def head(self, run: RunId) -> Head: ...
+    async def acquire(self, run: RunId, owner: str, ttl: int) -> Lease: ...
+    async def release_lease(self, run: RunId, epoch: int) -> None: ...
+    async def seal(self, run: RunId, epoch: int, outcome: str) -> Digest: ...
+    async def checkpoint(self) -> Checkpoint: ...
+    async def consistency_proof(self, old_size: int) -> list[Digest]: ...
+    async def inclusion_proof(self, run: RunId) -> Inclusion | None: ...
+    async def runs_by_outcome(self, outcome: str, limit: int) -> list[RunId]: ...
+    async def recent_runs(
+        self, after: tuple[RunId, int] | None = None, limit: int = 100
+    ) -> list[tuple[RunId, int]]: ...
+    async def case_history(self, case: CaseId, limit: int) -> list[Record]: ...
+    async def request_cancel(self, run: RunId, actor: str, reason: str) -> bool: ...
+    async def cancellation(self, run: RunId) -> Cancellation | None: ...
+    async def verify(
+        self, run: RunId, verifier: Verifier | None = None, require_signature: bool = False
+    ) -> Digest: ...
+
+
+@dataclass(frozen=True, slots=True)
+class _RunState:
+    """What a run-changing transaction learns once it holds the run mutex."""
+
+    lease_epoch: int | None
+    lease_owner: str | None
+    sealed_outcome: str | None
+    sealed_head: bytes | None
+    head_seq: int
+    head_hash: Digest
+
+
+class SqlJournalStore(Repository):
+    """agentplane's journal store over SQLAlchemy's async engine (PostgreSQL or SQLite).
+
+    Build it over an existing ``AsyncEngine`` (a host application's own works; SQLite's
+    write serialisation is installed on it) or open one with :meth:`connect`. The store
+    never creates or alters tables: run ``agentplane-journal upgrade`` (or
+    ``alembic upgrade head``) first; an out-of-date database is refused with
+    :class:`SchemaOutOfDateError` before the first statement.
+
+    A handle made with an explicit tenant (here or by :meth:`for_tenant`) names its log
+    ``{origin}/{tenant}``; the default handle's log is plain ``origin``.
+    """
+
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        *,
+        tenant: str | None = None,
+        origin: str = "agentplane",
+        signer: Signer | None = None,
+        clock: Callable[[], float] | None = None,
+        _shared: Any = None,
+    ) -> None:
+        origin = check_text(origin, "origin")
+        if "\n" in origin:
+            raise ValueError("origin must be one line (it is the checkpoint note's first line)")
+        if signer is not None and not (hasattr(signer, "key_id") and hasattr(signer, "sign")):
+            raise TypeError("signer must have a key_id and a sign(message) method")
+        super().__init__(engine, tenant=tenant, clock=clock, _shared=_shared)
+        self._base_origin = origin
+        self._signer = signer
+        #: The name of this tenant's log in checkpoint notes.
+        self.origin: str = origin if tenant is None else f"{origin}/{self.tenant}"
+
+    @classmethod
+    async def connect(
+        cls,
+        url: str,
+        *,
+        tenant: str | None = None,
+        origin: str = "agentplane",
+        signer: Signer | None = None,
+        clock: Callable[[], float] | None = None,
+        engine_options: dict[str, Any] | None = None,
+    ) -> SqlJournalStore:
+        """Open a store from a URL (``postgresql+asyncpg://…`` or ``sqlite+aiosqlite:///…``).
+
+        The engine is the store's own and :meth:`close` disposes of it. The schema revision
+        is checked here, so a database that needs ``upgrade`` fails now, not mid-run.
+        """
+        return await cls._open(
+            url, engine_options, tenant=tenant, origin=origin, signer=signer, clock=clock
+        )
+
+    def for_tenant(self, name: str) -> SqlJournalStore:
+        """A handle whose every statement carries ``name``; its log is ``{origin}/{name}``."""
+        return SqlJournalStore(
+            self._shared.engine,
+            tenant=validate_tenant(name),
+            origin=self._base_origin,
+            signer=self._signer,
+            clock=self._clock,
+            _shared=self._shared,
+        )
+
+    def _key(self, run: RunId) -> Any:
+        return and_(Journal.tenant == self.tenant, Journal.run_id == str(run))
+
+    # -- the run mutex, the fence and the head ----------------------------------------
+
+    async def _lock_run(self, session: AsyncSession, run: RunId, epoch: int) -> _RunState:
+        """Take the run mutex, then fence; return what the transaction needs to know."""
+        d = self._dialect
+        tenant, run_id, now = self.tenant, str(run), self._now()
+        upsert = d.insert(RunActivity).values(tenant=tenant, run_id=run_id, updated_at=now)
+        await session.execute(
+            upsert.on_conflict_do_update(
+                index_elements=[RunActivity.tenant, RunActivity.run_id],
+                set_={"updated_at": d.greatest(RunActivity.updated_at, upsert.excluded.updated_at)},
+            )
+        )
+        # A later statement than the lock: a fresh snapshot that sees the previous writer's
+        # commit. One round trip for the lease (locked), the seal and the head.
+        lease = (
+            select(RunLease.epoch, RunLease.owner)
+            .where(RunLease.tenant == tenant, RunLease.run_id == run_id)
+            .with_for_update()
+        )
+        lease_row = (await session.execute(lease)).one_or_none()
+        if lease_row is not None:
+            current, owner = int(lease_row.epoch), lease_row.owner
+            if epoch != current or owner == _RELEASED_OWNER:
+                raise FencedError(run_id, epoch, current)
+        head = (
+            select(Journal.seq, Journal.hash)
+            .where(Journal.tenant == tenant, Journal.run_id == run_id)
+            .order_by(Journal.seq.desc())
+            .limit(1)
+            .subquery()
+        )
+        seal = (
+            select(RunSeal.outcome, RunSeal.chain_head)
+            .where(RunSeal.tenant == tenant, RunSeal.run_id == run_id)
+            .subquery()
+        )
+        row = (
+            await session.execute(
+                select(
+                    select(seal.c.outcome).scalar_subquery(),
+                    select(seal.c.chain_head).scalar_subquery(),
+                    select(head.c.seq).scalar_subquery(),
+                    select(head.c.hash).scalar_subquery(),
+                )
+            )
+        ).one()
+        head_hash = Digest.ZERO if row[3] is None else _digest(row[3], int(row[2]))
+        return _RunState(
+            lease_epoch=None if lease_row is None else int(lease_row.epoch),
+            lease_owner=None if lease_row is None else lease_row.owner,
+            sealed_outcome=row[0],
+            sealed_head=row[1],
+            head_seq=0 if row[2] is None else int(row[2]),
+            head_hash=head_hash,
+        )
+
+    # -- appending ---------------------------------------------------------------------
+
+    def _check_batch(self, batch: Iterable[Append]) -> tuple[list[Append], RunId | None]:
+        items = list(batch)
+        for i, item in enumerate(items):
+            if not isinstance(item, Append):
+                raise TypeError(f"batch[{i}] must be an Append, not {type(item).__name__}")
+            if item.kind == _RUN_SEALED:
+                outcome = item.payload.get("outcome")
+                if not isinstance(outcome, str) or not outcome:
+                    raise ValueError(
+                        f"batch[{i}] is a RunSealed record without a non-empty string 'outcome'"
+                    )
+        if not items:
+            return items, None
+        run = items[0].run
+        for i, item in enumerate(items[1:], start=1):
+            if item.run != run:
+                raise ValueError(
+                    f"batch spans runs {run} and {item.run} (batch[{i}]); "
+                    "a batch is one run's atomic unit"
+                )
+        return items, run
+
+    async def _write_batch(
+        self, session: AsyncSession, run: RunId, epoch: int, state: _RunState, batch: list[Append]
+    ) -> list[Record]:
+        """Seal, sign and insert ``batch`` after the fence, under the run mutex."""
+        if state.sealed_outcome is not None:
+            raise RunSealedError(str(run), state.sealed_outcome)
+        if not batch:
+            return []
+        seen: set[EffectKey] = set()
+        for item in batch:
+            if item.kind == _EFFECT_STARTED and item.effect_key is not None:
+                if item.effect_key in seen:
+                    raise DuplicateEffectError(item.effect_key)
+                seen.add(item.effect_key)
+
+        records: list[Record] = []
+        rows: list[dict[str, Any]] = []
+        prev, seq, conclusion = state.head_hash, state.head_seq, None
+        tenant, run_id, signer = self.tenant, str(run), self._signer
+        for item in batch:
+            seq += 1
+            record = Record.seal(item.body(seq, epoch), prev, signer)
+            prev = record.hash
+            records.append(record)
+            att = record.attestation
+            rows.append(
+                {
+                    "tenant": tenant,
+                    "run_id": run_id,
+                    "seq": seq,
+                    "epoch": epoch,
+                    "kind": item.kind,
+                    "effect_key": None if item.effect_key is None else item.effect_key.hex(),
+                    "prev_hash": bytes(record.prev_hash),
+                    "hash": bytes(record.hash),
+                    "raw": record.raw,
+                    "key_id": None if att is None else att.key_id,
+                    "signature": None if att is None else att.signature,
+                    "case_id": None if item.case is None else str(item.case),
+                }
+            )
+            if item.kind == _RUN_SEALED:
+                conclusion = item.payload["outcome"]
+
+        for start in range(0, len(rows), MAX_INSERT_ROWS):
+            chunk = rows[start : start + MAX_INSERT_ROWS]
+            try:
+                await session.execute(Journal.__table__.insert().values(chunk))
+            except DBAPIError as exc:
+                table = Journal.__table__
+                if self._dialect.constraint(exc, table) == "journal_effect_started":
+                    raise DuplicateEffectError(
+                        await self._which_started(run, [k for k in seen])
+                    ) from exc
+                raise
+
+        if conclusion is not None:
+            d = self._dialect
+            ordinal = await d.conclusion_ordinal(await session.connection())
+            stmt = d.insert(RunOutcome).values(
+                tenant=tenant, run_id=run_id, outcome=conclusion, ordinal=ordinal
+            )
+            await session.execute(
+                stmt.on_conflict_do_update(
+                    index_elements=[RunOutcome.tenant, RunOutcome.run_id],
+                    set_={"outcome": stmt.excluded.outcome, "ordinal": stmt.excluded.ordinal},
+                )
+            )
+        return records
+
+    async def _which_started(self, run: RunId, keys: list[EffectKey]) -> EffectKey:
+        """Which of ``keys`` had already started (only asked after the index refused one)."""
+        if len(keys) == 1:
+            return keys[0]
+        try:
+            async with self._shared.engine.connect() as conn:
+                conn = await conn.execution_options(**{READ_ONLY: True})
+                found = (
+                    (
+                        await conn.execute(
+                            select(Journal.effect_key).where(
+                                self._key(run),
+                                Journal.kind == _EFFECT_STARTED,
+                                Journal.effect_key.in_([k.hex() for k in keys]),
+                            )
+                        )
+                    )
+                    .scalars()
+                    .first()
+                )
+        except DBAPIError:
+            found = None
+        return EffectKey.from_hex(found) if found else keys[0]
+
+    async def append(self, epoch: int, batch: Sequence[Append]) -> list[Record]:
+        """Write a batch of one run's records in one transaction: all or nothing.
+
+        Fence first (a run with a lease row accepts only its current epoch, and a released
+        lease none), then sealed, then the writes. Returns the written records.
+        """
+        epoch = check_int(epoch, "epoch")
+        items, run = self._check_batch(batch)
+        if run is None:
+            return []
+
+        async def work(session: AsyncSession) -> list[Record]:
+            state = await self._lock_run(session, run, epoch)
+            return await self._write_batch(session, run, epoch, state, items)
+
+        return await self._unit(work)
+
+    async def append_atomic(
+        self,
+        run: RunId,
+        epoch: int,
+        work: Callable[[AsyncSession], Awaitable[Iterable[Append]]],
+    ) -> list[Record]:
+        """Run ``work(session)`` inside the append's transaction, then append what it returns.
+
+        Fenced first, so a displaced writer's ``work`` never runs. ``work`` may use the
+        host's ORM models or Core through the session; its changes commit with the records
+        or not at all. An exception from ``work`` rolls back and propagates unchanged. A
+        connection lost during COMMIT is :class:`CommitUnknownError`.
+        """
+        run = check_run(run)
+        epoch = check_int(epoch, "epoch")
+        if not callable(work):
+            raise TypeError("work must be an async callable taking the AsyncSession")
+
+        async def unit(session: AsyncSession) -> list[Record]:
+            state = await self._lock_run(session, run, epoch)
+            if state.sealed_outcome is not None:
+                raise RunSealedError(str(run), state.sealed_outcome)
+            try:
+                returned = await work(session)
+                items, batch_run = self._check_batch(returned if returned is not None else [])
+            except Exception as error:
+                raise _Passthrough(error) from None
+            if batch_run is not None and batch_run != run:
+                raise _Passthrough(
+                    ValueError(f"work returned appends for {batch_run}, but the unit is for {run}")
+                )
+            await session.flush()
+            return await self._write_batch(session, run, epoch, state, items)
+
+        return await self._unit(unit)
+
+    # -- reading -----------------------------------------------------------------------
+
+    async def read(self, run: RunId, from_seq: int = 1) -> list[Record]:
+        """The run's records from ``from_seq`` (inclusive; 0 reads like 1), hash-checked."""
+        run = check_run(run)
+        from_seq = check_int(from_seq, "from_seq")
+        stmt = (
+            select(*_RECORD_COLUMNS)
+            .where(self._key(run), Journal.seq >= from_seq)
+            .order_by(Journal.seq)
+        )
+
+        async def unit(session: AsyncSession) -> list[Record]:
+            return [_record(row) for row in await session.execute(stmt)]
+
+        return await self._unit(unit, read_only=True)
+
+    async def head(self, run: RunId) -> Head:
+        """``Head(seq, hash)``; an unwritten run is ``Head(0, Digest.ZERO)``."""
+        run = check_run(run)
+        stmt = (
+            select(Journal.seq, Journal.hash)
+            .where(self._key(run))
+            .order_by(Journal.seq.desc())
+            .limit(1)
+        )
+
+        async def unit(session: AsyncSession) -> Head:
+            row = (await session.execute(stmt)).one_or_none()
+            if row is None:
+                return Head(0, Digest.ZERO)
+            return Head(int(row.seq), _digest(row.hash, int(row.seq)))
+
+        return await self._unit(unit, read_only=True)
+
+    async def case_history(self, case: CaseId, limit: int) -> list[Record]:
+        """Every record naming ``case``, from any run, by run id then seq, hash-checked."""
+        if isinstance(case, str):
+            case = CaseId.parse(case)
+        if not isinstance(case, CaseId):
+            raise TypeError(f"case must be a CaseId, not {type(case).__name__}")
+        limit = check_int(limit, "limit")
+        stmt = (
+            select(*_RECORD_COLUMNS)
+            .where(Journal.tenant == self.tenant, Journal.case_id == str(case))
+            .order_by(Journal.run_id, Journal.seq)
+            .limit(limit)
+        )
+
+        async def unit(session: AsyncSession) -> list[Record]:
+            return [_record(row) for row in await session.execute(stmt)]
+
+        return await self._unit(unit, read_only=True)
+
+    async def verify(
+        self, run: RunId, verifier: Verifier | None = None, require_signature: bool = False
+    ) -> Digest:
+        """Check the whole run (contiguity from seq 1, links, hashes, and signatures when a
+        verifier is given); return its head digest. The first bad seq is named."""
+        records = await self.read(run, 1)
+        if records and records[0].seq != 1:
+            raise CorruptRecordError(
+                records[0].seq, f"sequence gap: expected 1, found {records[0].seq}"
+            )
+        if verifier is not None:
+            return verify_attested(records, verifier, require_signature=require_signature)
+        if require_signature:
+            raise ValueError("require_signature needs a verifier that trusts the signers' keys")
+        return verify_chain(records)
+
+    # -- leases ------------------------------------------------------------------------
+
+    async def acquire(self, run: RunId, owner: str, ttl: int | timedelta) -> Lease:
+        """Take, renew or take over the run's lease; ``ttl`` in whole seconds (at least 1).
+
+        No lease: epoch 1. Expired or released: epoch + 1, for the same owner too. Live and
+        ours: renewal, same epoch. Live and another's: :class:`LeaseHeldError`.
+        """
+        run = check_run(run)
+        owner = check_text(owner, "owner")
+        ttl = check_ttl(ttl)
+        d = self._dialect
+
+        async def unit(session: AsyncSession) -> Lease:
+            for _ in range(8):
+                now = self._now()
+                stmt = d.insert(RunLease).values(
+                    tenant=self.tenant,
+                    run_id=str(run),
+                    owner=owner,
+                    epoch=1,
+                    expires_at=now + ttl,
+                )
+                lapsed = RunLease.expires_at <= now
+                stmt = stmt.on_conflict_do_update(
+                    index_elements=[RunLease.tenant, RunLease.run_id],
+                    set_={
+                        "owner": stmt.excluded.owner,
+                        "epoch": case((lapsed, RunLease.epoch + 1), else_=RunLease.epoch),
+                        "expires_at": stmt.excluded.expires_at,
+                    },
+                    where=or_(lapsed, RunLease.owner == owner),
+                ).returning(RunLease.epoch)
+                epoch = (await session.execute(stmt)).scalar_one_or_none()
+                if epoch is not None:
+                    return Lease(run, owner, int(epoch))
+                held = (
+                    await session.execute(
+                        select(RunLease.owner, RunLease.epoch, RunLease.expires_at).where(
+                            RunLease.tenant == self.tenant, RunLease.run_id == str(run)
+                        )
+                    )
+                ).one_or_none()
+                if held is not None and held.expires_at > now and held.owner != owner:
+                    raise LeaseHeldError(
+                        str(run), held.owner, int(held.epoch), held.expires_at - now
+                    )
+            raise BackendError(f"the lease of {run} kept changing while acquiring it; retry")
+
+        return await self._unit(unit)
+
+    async def release_lease(self, run: RunId, epoch: int) -> None:
+        """Free the lease now if ``epoch`` is current; otherwise a silent no-op. Idempotent.
+
+        An update, never a delete: the epoch stays in the row, so the next acquire gets
+        epoch + 1 and the released epoch stays fenced.
+        """
+        run = check_run(run)
+        epoch = check_int(epoch, "epoch")
+        stmt = (
+            update(RunLease)
+            .where(
+                RunLease.tenant == self.tenant,
+                RunLease.run_id == str(run),
+                RunLease.epoch == epoch,
+            )
+            .values(owner=_RELEASED_OWNER, expires_at=0)
+        )
+
+        async def unit(session: AsyncSession) -> None:
+            await session.execute(stmt)
+
+        await self._unit(unit)
+
+    # -- sealing and the log -----------------------------------------------------------
+
+    async def seal(self, run: RunId, epoch: int, outcome: str) -> Digest:
+        """Freeze the run into this tenant's Merkle log at its current head; return the head.
+
+        Fenced like an append, and atomic with its head read under the run mutex. First seal
+        wins: a re-seal changes nothing and returns the sealed head.
+        """
+        run = check_run(run)
+        epoch = check_int(epoch, "epoch")
+        outcome = check_text(outcome, "outcome")
+        d = self._dialect
+
+        async def unit(session: AsyncSession) -> Digest:
+            state = await self._lock_run(session, run, epoch)
+            if state.sealed_head is not None:
+                raise _Rollback(_digest(state.sealed_head, state.head_seq))
+            name = _LOG_POSITION + self.tenant
+            first = (
+                select(func.coalesce(func.max(RunSeal.log_index), -1) + 1)
+                .where(RunSeal.tenant == self.tenant)
+                .scalar_subquery()
+            )
+            position = (await session.execute(counter_next(d, name, first))).scalar_one()
+            await session.execute(
+                RunSeal.__table__.insert().values(
+                    tenant=self.tenant,
+                    run_id=str(run),
+                    chain_head=bytes(state.head_hash),
+                    log_index=position,
+                    sealed_at=self._now(),
+                    outcome=outcome,
+                )
+            )
+            return state.head_hash
+
+        return await self._unit(unit)
+
+    async def _leaves(self, session: AsyncSession) -> list[tuple[str, bytes]]:
+        rows = await session.execute(
+            select(RunSeal.run_id, RunSeal.chain_head)
+            .where(RunSeal.tenant == self.tenant)
+            .order_by(RunSeal.log_index)
+        )
+        return [(r[0], r[1]) for r in rows]
+
+    async def checkpoint(self) -> Checkpoint:
+        """``Checkpoint(origin, size, root)`` over this tenant's sealed runs in log order."""
+
+        async def unit(session: AsyncSession) -> Checkpoint:
+            leaves = [merkle.leaf_hash(_digest(h, 0)) for _, h in await self._leaves(session)]
+            return Checkpoint(self.origin, len(leaves), merkle.root(leaves))
+
+        return await self._unit(unit, read_only=True)
+
+    async def consistency_proof(self, old_size: int) -> list[Digest]:
+        """RFC 6962 proof that the log of ``old_size`` is a prefix of the current one."""
+        old_size = check_int(old_size, "old_size")
+
+        async def unit(session: AsyncSession) -> list[Digest]:
+            leaves = [merkle.leaf_hash(_digest(h, 0)) for _, h in await self._leaves(session)]
+            if old_size > len(leaves):
+                raise BackendError(
+                    f"a checkpoint of size {old_size} is larger than this log ({len(leaves)}): "
+                    "either it belongs to another log (check the origin), or runs were removed"
+                )
+            return list(merkle.consistency_proof(leaves, old_size))
+
+        return await self._unit(unit, read_only=True)
+
+    async def inclusion_proof(self, run: RunId) -> Inclusion | None:
+        """``Inclusion`` for a sealed run from one snapshot of the log; ``None`` if never sealed."""
+        run = check_run(run)
+        run_id = str(run)
+
+        async def unit(session: AsyncSession) -> Inclusion | None:
+            rows = await self._leaves(session)
+            index = next((i for i, (rid, _) in enumerate(rows) if rid == run_id), None)
+            if index is None:
+                return None
+            leaves = [merkle.leaf_hash(_digest(h, 0)) for _, h in rows]
+            return Inclusion(
+                index=index,
+                size=len(leaves),
+                seal=_digest(rows[index][1], 0),
+                proof=tuple(merkle.inclusion_proof(leaves, index)),
+            )
+
+        return await self._unit(unit, read_only=True)
+
+    # -- indexes -----------------------------------------------------------------------
+
+    async def runs_by_outcome(self, outcome: str, limit: int) -> list[RunId]:
+        """Runs whose latest ``RunSealed`` record says ``outcome``, newest conclusion first."""
+        outcome = check_text(outcome, "outcome")
+        limit = check_int(limit, "limit")
+        stmt = (
+            select(RunOutcome.run_id)
+            .where(RunOutcome.tenant == self.tenant, RunOutcome.outcome == outcome)
+            .order_by(RunOutcome.ordinal.desc())
+            .limit(limit)
+        )
+
+        async def unit(session: AsyncSession) -> list[RunId]:
+            return [RunId.parse(r) for r in (await session.execute(stmt)).scalars()]
+
+        return await self._unit(unit, read_only=True)
+
+    async def recent_runs(
+        self, after: tuple[RunId, int] | None = None, limit: int = 100
+    ) -> list[tuple[RunId, int]]:
+        """``(run, updated_at)`` newest first, ties by run id descending; ``after`` pages."""
+        limit = check_int(limit, "limit")
+        where = [RunActivity.tenant == self.tenant]
+        if after is not None:
+            if not isinstance(after, tuple) or len(after) != 2:
+                raise TypeError("after must be a (run, updated_at) pair as recent_runs returns")
+            after_run, after_at = check_run(after[0]), check_int(after[1], "after's updated_at")
+            where.append(
+                tuple_(RunActivity.updated_at, RunActivity.run_id)
+                < tuple_(literal(after_at), literal(str(after_run)))
+            )
+        stmt = (
+            select(RunActivity.run_id, RunActivity.updated_at)
+            .where(*where)
+            .order_by(RunActivity.updated_at.desc(), RunActivity.run_id.desc())
+            .limit(limit)
+        )
+
+        async def unit(session: AsyncSession) -> list[tuple[RunId, int]]:
+            return [(RunId.parse(r[0]), int(r[1])) for r in await session.execute(stmt)]
+
+        return await self._unit(unit, read_only=True)
+
+    # -- cancellation ------------------------------------------------------------------
+
+    async def request_cancel(self, run: RunId, actor: str, reason: str) -> bool:
+        """Record a stop request (no lease needed); ``True`` if recorded, ``False`` if one was."""
+        run = check_run(run)
+        actor = check_text(actor, "actor")
+        reason = check_text(reason, "reason", allow_empty=True)
+        d = self._dialect
+
+        async def unit(session: AsyncSession) -> bool:
+            stmt = (
+                d.insert(RunCancel)
+                .values(
+                    tenant=self.tenant,
+                    run_id=str(run),
+                    actor=actor,
+                    reason=reason,
+                    requested_at=self._now(),
+                )
+                .on_conflict_do_nothing(index_elements=[RunCancel.tenant, RunCancel.run_id])
+                .returning(RunCancel.run_id)
+            )
+            return (await session.execute(stmt)).first() is not None
+
+        return await self._unit(unit)
+
+    async def cancellation(self, run: RunId) -> Cancellation | None:
+        """The recorded stop request, or ``None``."""
+        run = check_run(run)
+        stmt = select(RunCancel.actor, RunCancel.reason).where(
+            RunCancel.tenant == self.tenant, RunCancel.run_id == str(run)
+        )
+
+        async def unit(session: AsyncSession) -> Cancellation | None:
+            row = (await session.execute(stmt)).one_or_none()
+            return None if row is None else Cancellation(row.actor, row.reason)
+
+        return await self._unit(unit, read_only=True)
+
+
+# -- rows to values --------------------------------------------------------------------
+
+_RECORD_COLUMNS = (
+    Journal.seq,
+    Journal.prev_hash,
+    Journal.hash,
+    Journal.raw,
+    Journal.key_id,
+    Journal.signature,
+)
+
+
+def _digest(value: bytes | None, seq: int) -> Digest:
+    if value is None or len(value) != 32:
+        size = "NULL" if value is None else f"{len(value)} bytes"
+        raise CorruptRecordError(seq, f"a hash column holds {size}, not 32 bytes")
+    return Digest(bytes(value))
+
+
+def _record(row: Any) -> Record:
+    seq = int(row[0])
+    key_id, signature = row[4], row[5]
+    if (key_id is None) != (signature is None):
+        raise CorruptRecordError(
+            seq, "only one of key_id and signature is set: a half-written attestation"
+        )
+    attestation = None if key_id is None else Attestation(key_id, bytes(signature))
+    record = Record.from_stored(
+        bytes(row[3]), _digest(row[1], seq), _digest(row[2], seq), attestation
+    )
+    if record.seq != seq:
+        raise CorruptRecordError(
+            seq, f"the row's seq column says {seq}, its body says {record.seq}"
+        )
+    return record
