@@ -123,8 +123,6 @@ class JournalStore(Protocol):
 class _RunState:
     """What a run-changing transaction learns once it holds the run mutex."""
 
-    lease_epoch: int | None
-    lease_owner: str | None
     sealed_outcome: str | None
     sealed_head: bytes | None
     head_seq: int
@@ -212,48 +210,39 @@ class SqlJournalStore(Repository):
                 set_={"updated_at": d.greatest(RunActivity.updated_at, upsert.excluded.updated_at)},
             )
         )
-        # A later statement than the lock: a fresh snapshot that sees the previous writer's
-        # commit. One round trip for the lease (locked), the seal and the head.
-        lease = (
-            select(RunLease.epoch, RunLease.owner)
-            .where(RunLease.tenant == tenant, RunLease.run_id == run_id)
-            .with_for_update()
-        )
-        lease_row = (await session.execute(lease)).one_or_none()
-        if lease_row is not None:
-            current, owner = int(lease_row.epoch), lease_row.owner
-            if epoch != current or owner == _RELEASED_OWNER:
-                raise FencedError(run_id, epoch, current)
-        head = (
-            select(Journal.seq, Journal.hash)
-            .where(Journal.tenant == tenant, Journal.run_id == run_id)
-            .order_by(Journal.seq.desc())
-            .limit(1)
-            .subquery()
-        )
-        seal = (
-            select(RunSeal.outcome, RunSeal.chain_head)
-            .where(RunSeal.tenant == tenant, RunSeal.run_id == run_id)
-            .subquery()
-        )
+        # A later statement than the lock, so a fresh snapshot that sees the previous
+        # writer's commit; one round trip for the lease, the seal and the head. The lease
+        # row is read FOR UPDATE (a takeover waits for this transaction, and a takeover that
+        # committed first is seen at its latest version); the seal and the head cannot move
+        # while this transaction holds the run mutex.
+        where_lease = (RunLease.tenant == tenant, RunLease.run_id == run_id)
+        where_run = (Journal.tenant == tenant, Journal.run_id == run_id)
+        where_seal = (RunSeal.tenant == tenant, RunSeal.run_id == run_id)
+        last = select(Journal.seq).where(*where_run).order_by(Journal.seq.desc()).limit(1)
         row = (
             await session.execute(
                 select(
-                    select(seal.c.outcome).scalar_subquery(),
-                    select(seal.c.chain_head).scalar_subquery(),
-                    select(head.c.seq).scalar_subquery(),
-                    select(head.c.hash).scalar_subquery(),
+                    select(RunLease.epoch).where(*where_lease).with_for_update().scalar_subquery(),
+                    select(RunLease.owner).where(*where_lease).with_for_update().scalar_subquery(),
+                    select(RunSeal.outcome).where(*where_seal).scalar_subquery(),
+                    select(RunSeal.chain_head).where(*where_seal).scalar_subquery(),
+                    last.scalar_subquery(),
+                    select(Journal.hash)
+                    .where(*where_run, Journal.seq == last.scalar_subquery())
+                    .scalar_subquery(),
                 )
             )
         ).one()
-        head_hash = Digest.ZERO if row[3] is None else _digest(row[3], int(row[2]))
+        lease_epoch, lease_owner, sealed_outcome, sealed_head, head_seq, head_hash = row
+        if lease_epoch is not None and (epoch != lease_epoch or lease_owner == _RELEASED_OWNER):
+            # A released lease fences every epoch until someone acquires it again.
+            raise FencedError(run_id, epoch, int(lease_epoch))
+        head_seq = 0 if head_seq is None else int(head_seq)
         return _RunState(
-            lease_epoch=None if lease_row is None else int(lease_row.epoch),
-            lease_owner=None if lease_row is None else lease_row.owner,
-            sealed_outcome=row[0],
-            sealed_head=row[1],
-            head_seq=0 if row[2] is None else int(row[2]),
-            head_hash=head_hash,
+            sealed_outcome=sealed_outcome,
+            sealed_head=sealed_head,
+            head_seq=head_seq,
+            head_hash=Digest.ZERO if head_seq == 0 else _digest(head_hash, head_seq),
         )
 
     # -- appending ---------------------------------------------------------------------

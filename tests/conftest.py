@@ -23,11 +23,11 @@ from pathlib import Path
 
 import asyncpg
 import pytest
+from pgcluster import Cluster
 from sqlalchemy.engine import make_url
 
 from agentplane_journal import SqlJournalStore
 from agentplane_journal.migrate import upgrade
-from pgcluster import Cluster
 
 DIALECTS = ["sqlite", "postgresql"]
 
