@@ -1,0 +1,309 @@
+"""Canonical JSON: the bytes a record's hash and signature commit to.
+
+The store keeps these bytes verbatim and verification never re-serialises, so this module
+only has to agree with agentplane (Rust, serde_json + ryu) at write time — but it must agree
+byte for byte, forever: a different key order, escape or float layout is a different hash,
+and a journal written that way never verifies under agentplane. The rules (wire-format.md):
+
+* no whitespace; arrays keep their order; object keys sorted by UTF-16 code unit;
+* strings escape ``"`` ``\\`` and ``\\b \\f \\n \\r \\t``, other C0 controls as ``\\u00xx``,
+  everything else (DEL, U+2028, non-ASCII) as raw UTF-8; lone surrogates are refused;
+* integers must fit i64 or u64 (serde_json would silently turn anything wider into a float);
+* floats use the shortest round-trip digits in ryu's layout (``1e16``, ``1e-7``, ``-0.0``).
+
+Refusals are ``ValueError`` / ``TypeError`` naming the offending path (``payload.items[3]``)
+so a caller can find the bad field in a large payload.
+
+This is on the append hot path: one pass, appending string parts to a list joined once,
+with the exact-type checks first and the path only assembled when something is refused.
+"""
+
+from __future__ import annotations
+
+import math
+from json.encoder import encode_basestring
+from typing import Any
+
+__all__ = ["MAX_DEPTH", "canonical_bytes", "format_float"]
+
+MAX_DEPTH = 127
+"""Deepest container nesting accepted (the root counts as 1).
+
+serde_json, which agentplane reads records with, refuses input nested deeper than this
+(its default recursion limit of 128); a record it cannot decode is one we must not write.
+The limit also turns a self-referencing dict into a clear error instead of a crash."""
+
+_I64_MIN = -(2**63)
+_U64_MAX = 2**64 - 1
+
+# encode_basestring is json's C-accelerated escaper for ensure_ascii=False. Its escapes are
+# exactly serde_json's: `"` and `\`, the five short forms, other C0 as \u00xx in lower-case
+# hex, and nothing else (DEL, U+2028/2029 and non-ASCII stay raw). Pinned by known-answer
+# tests, so a change in a future Python would be caught.
+_encode_str = encode_basestring
+
+
+class _Refusal(Exception):
+    """Internal: carries a refusal up the recursion, collecting the path on the way."""
+
+    def __init__(self, error: type[Exception], detail: str) -> None:
+        super().__init__(detail)
+        self.error = error
+        self.detail = detail
+        self.segments: list[str] = []
+
+
+def canonical_bytes(value: object, *, path: str = "value") -> bytes:
+    """The canonical JSON of ``value`` as UTF-8 bytes.
+
+    ``path`` names the root in error messages, so the store can say ``payload.x`` or
+    ``body.x`` rather than ``value.x``.
+    """
+    out: list[str] = []
+    try:
+        _write(value, out, 1)
+    except _Refusal as refusal:
+        where = path + "".join(reversed(refusal.segments))
+        raise refusal.error(f"{where}: {refusal.detail}") from None
+    text = "".join(out)
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        # Only a lone surrogate in a string value can get here (keys are checked while
+        # sorting); finding which one is slow, but only happens when refusing.
+        where = _find_surrogate(value, path) or path
+        raise ValueError(
+            f"{where}: string contains a lone surrogate, which is not valid Unicode "
+            "and cannot be written as UTF-8"
+        ) from None
+
+
+def format_float(x: float) -> str:
+    """``x`` as ryu (serde_json) writes it, from Python's shortest round-trip digits.
+
+    With digits ``d`` and point position ``k`` (value = 0.d * 10^k): plain decimal when
+    0 < k ≤ 16 (``.0`` if integral), ``0.000ddd`` when -5 < k ≤ 0, otherwise
+    ``d.ddde<k-1>`` with no ``+`` and no exponent padding — where Python's repr would say
+    ``1e+16`` or ``1e-07``.
+    """
+    if math.isnan(x):
+        raise ValueError("NaN is not JSON; canonical JSON has no NaN or infinity")
+    if math.isinf(x):
+        raise ValueError(
+            f"{'-' if x < 0 else ''}Infinity is not JSON; canonical JSON has no NaN or infinity"
+        )
+    text = float.__repr__(x)
+    if "e" not in text:
+        # repr writes plain decimal exactly when 1e-4 <= |x| < 1e16 (and for zero), a
+        # range inside ryu's plain-decimal one, and then the two texts are identical.
+        return text
+    sign = ""
+    if text[0] == "-":
+        sign = "-"
+        text = text[1:]
+    mantissa, _, exponent = text.partition("e")
+    whole, _, fraction = mantissa.partition(".")
+    digits = whole + fraction
+    point = len(whole) + (int(exponent) if exponent else 0)
+    significant = digits.lstrip("0")
+    point -= len(digits) - len(significant)
+    digits = significant.rstrip("0")
+    n = len(digits)
+    if 0 < point <= 16:
+        if n <= point:
+            body = digits + "0" * (point - n) + ".0"
+        else:
+            body = digits[:point] + "." + digits[point:]
+    elif -5 < point <= 0:
+        body = "0." + "0" * -point + digits
+    elif n == 1:
+        body = f"{digits}e{point - 1}"
+    else:
+        body = f"{digits[0]}.{digits[1:]}e{point - 1}"
+    return sign + body
+
+
+def _utf16_key(key: str) -> bytes:
+    return key.encode("utf-16-be")
+
+
+def _sorted_keys(obj: dict[Any, Any]) -> list[str]:
+    keys = list(obj)
+    try:
+        joined = "".join(keys)  # also the type check: join refuses anything but str
+    except TypeError:
+        bad = next(k for k in keys if not isinstance(k, str))
+        raise _Refusal(
+            TypeError,
+            f"object keys must be strings, found {type(bad).__name__} {bad!r}",
+        ) from None
+    # Code-point order equals UTF-16 order unless a key holds a character at or above
+    # U+D800 (surrogates, U+E000..U+FFFF vs astral); only then pay for the encoding sort.
+    if joined.isascii() or max(joined) < "\ud800":
+        return sorted(keys)
+    try:
+        return sorted(keys, key=_utf16_key)
+    except UnicodeEncodeError:
+        bad = next(k for k in keys if _has_surrogate(k))
+        raise _Refusal(
+            ValueError, f"object key {bad!r} contains a lone surrogate, which is not valid Unicode"
+        ) from None
+
+
+def _write(value: object, out: list[str], depth: int) -> None:
+    # Exact-type checks first (the common case, and cheap); bool before int because
+    # True is an int in Python but `true` in JSON. Containers write their scalar members
+    # inline (see _scalar) and only recurse here for nested containers and rare types.
+    t = type(value)
+    if t is dict:
+        _write_object(value, out, depth)  # type: ignore[arg-type]
+    elif t is list or t is tuple:
+        _write_array(value, out, depth)  # type: ignore[arg-type]
+    else:
+        text = _scalar(value, t)
+        if text is None:
+            _write_other(value, out, depth)
+        else:
+            out.append(text)
+
+
+def _scalar(value: Any, t: type) -> str | None:
+    """The JSON text of an exact-type scalar, or None for anything else."""
+    if t is str:
+        return _encode_str(value)  # type: ignore[no-any-return]
+    if t is int:
+        if _I64_MIN <= value <= _U64_MAX:
+            return repr(value)
+        raise _Refusal(ValueError, _int_range(value))
+    if value is None:
+        return "null"
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if t is float:
+        try:
+            return format_float(value)
+        except ValueError as exc:
+            raise _Refusal(ValueError, str(exc)) from None
+    return None
+
+
+def _write_other(value: object, out: list[str], depth: int) -> None:
+    # Subclasses (StrEnum, IntEnum, OrderedDict, ...) are written as their base type.
+    if isinstance(value, str):
+        out.append(_encode_str(value))
+    elif isinstance(value, int):
+        out.append(_scalar(int(value), int))  # type: ignore[arg-type]
+    elif isinstance(value, float):
+        out.append(_scalar(float(value), float))  # type: ignore[arg-type]
+    elif isinstance(value, dict):
+        _write_object(value, out, depth)
+    elif isinstance(value, list | tuple):
+        _write_array(value, out, depth)
+    else:
+        raise _Refusal(
+            TypeError,
+            f"{type(value).__name__} is not JSON; use dict, list, tuple, str, int, float, "
+            "bool or None",
+        )
+
+
+def _int_range(value: int) -> str:
+    return (
+        f"integer {value} does not fit a 64-bit integer ({_I64_MIN}..{_U64_MAX}); "
+        "write it as a string"
+    )
+
+
+def _too_deep() -> _Refusal:
+    return _Refusal(
+        ValueError,
+        f"nested more than {MAX_DEPTH} levels deep (or refers to itself); "
+        "agentplane's reader cannot decode such a record",
+    )
+
+
+def _write_object(obj: dict[Any, Any], out: list[str], depth: int) -> None:
+    # serde_json counts an empty container against its depth limit too.
+    if depth > MAX_DEPTH:
+        raise _too_deep()
+    if not obj:
+        out.append("{}")
+        return
+    depth += 1
+    append = out.append
+    sep = "{"
+    for key in _sorted_keys(obj):
+        value = obj[key]
+        try:
+            t = type(value)
+            if t is str:
+                append(sep + _encode_str(key) + ":" + _encode_str(value))
+                sep = ","
+                continue
+            text = None if t is dict or t is list else _scalar(value, t)
+            if text is None:
+                append(sep + _encode_str(key) + ":")
+                _write(value, out, depth)
+            else:
+                append(sep + _encode_str(key) + ":" + text)
+        except _Refusal as refusal:
+            refusal.segments.append("." + key)
+            raise
+        sep = ","
+    append("}")
+
+
+def _write_array(items: list[Any] | tuple[Any, ...], out: list[str], depth: int) -> None:
+    if depth > MAX_DEPTH:
+        raise _too_deep()
+    if not items:
+        out.append("[]")
+        return
+    depth += 1
+    append = out.append
+    sep = "["
+    for index, item in enumerate(items):
+        try:
+            t = type(item)
+            if t is str:
+                append(sep + _encode_str(item))
+                sep = ","
+                continue
+            text = None if t is dict or t is list else _scalar(item, t)
+            if text is None:
+                append(sep)
+                _write(item, out, depth)
+            else:
+                append(sep + text)
+        except _Refusal as refusal:
+            refusal.segments.append(f"[{index}]")
+            raise
+        sep = ","
+    append("]")
+
+
+def _has_surrogate(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def _find_surrogate(value: object, path: str) -> str | None:
+    """The path of the first string holding a lone surrogate, in canonical order."""
+    if isinstance(value, str):
+        return path if _has_surrogate(value) else None
+    if isinstance(value, dict):
+        for key in sorted(value, key=_utf16_key):
+            found = _find_surrogate(value[key], f"{path}.{key}")
+            if found:
+                return found
+    elif isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            found = _find_surrogate(item, f"{path}[{index}]")
+            if found:
+                return found
+    return None

@@ -1,0 +1,136 @@
+"""Checkpoints and inclusion proofs: what a log publishes and what a reader keeps.
+
+A checkpoint note is the body of a C2SP tlog-checkpoint, ``{origin}\\n{size}\\n{root}\\n``
+with the root in padded standard base64, so witnesses and other transparency tooling can
+read it. Parsing is strict and refuses anything ``to_note`` would not have produced: a
+checkpoint is evidence, and a parser that guesses is a parser that can be fooled.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+import unicodedata
+from dataclasses import dataclass
+
+from .ids import Digest
+from .merkle import leaf_hash, verify_inclusion
+
+__all__ = ["Checkpoint", "Inclusion"]
+
+_U64_MAX = 2**64 - 1
+# ASCII digits only (str.isdigit would take other scripts' digits), no sign, and no
+# leading zeros: the one spelling to_note produces.
+_SIZE = re.compile(r"0|[1-9][0-9]*")
+
+
+def _origin_problem(origin: str) -> str | None:
+    if not origin:
+        return "the origin line is empty"
+    for ch in origin:
+        if unicodedata.category(ch) == "Cc":
+            return f"the origin {origin!r} contains the control character U+{ord(ch):04X}"
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """The log's signed-able state: its name, its size and its RFC 6962 root."""
+
+    origin: str
+    size: int
+    root: Digest
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.origin, str):
+            raise TypeError(f"origin must be a str, not {type(self.origin).__name__}")
+        problem = _origin_problem(self.origin)
+        if problem:
+            raise ValueError(f"checkpoint origin: {problem}")
+        if isinstance(self.size, bool) or not isinstance(self.size, int):
+            raise TypeError(f"size must be an int, not {type(self.size).__name__}")
+        if not 0 <= self.size <= _U64_MAX:
+            raise ValueError(f"checkpoint size {self.size} is outside 0..{_U64_MAX}")
+        if not isinstance(self.root, Digest):
+            raise TypeError(f"root must be a Digest, not {type(self.root).__name__}")
+
+    def to_note(self) -> str:
+        """The C2SP checkpoint body: three lines, each ending in a newline."""
+        root = base64.b64encode(bytes(self.root)).decode("ascii")
+        return f"{self.origin}\n{self.size}\n{root}\n"
+
+    @classmethod
+    def from_note(cls, text: str) -> Checkpoint:
+        """Parse exactly what :meth:`to_note` writes; anything else is a ``ValueError``.
+
+        Stricter than agentplane 0.4.0, which ignored trailing lines and accepted a
+        trimmed or unpadded root: extension lines and signatures must be split off by the
+        caller, so nothing unverified rides along with a checkpoint.
+        """
+        if not isinstance(text, str):
+            raise TypeError(f"a checkpoint note is a str, not {type(text).__name__}")
+        if not text.endswith("\n"):
+            raise ValueError("checkpoint note: it must end with a newline after the root line")
+        lines = text[:-1].split("\n")
+        if len(lines) != 3:
+            raise ValueError(
+                f"checkpoint note: expected exactly 3 lines (origin, size, root), "
+                f"found {len(lines)}"
+            )
+        origin, size_text, root_text = lines
+        problem = _origin_problem(origin)
+        if problem:
+            raise ValueError(f"checkpoint note: {problem}")
+        if not _SIZE.fullmatch(size_text):
+            raise ValueError(
+                f"checkpoint note: size {size_text!r} is not a non-negative decimal integer"
+            )
+        size = int(size_text)
+        if size > _U64_MAX:
+            raise ValueError(f"checkpoint note: size {size} does not fit 64 bits")
+        try:
+            root = base64.b64decode(root_text, validate=True)
+        except (binascii.Error, ValueError):
+            raise ValueError(
+                f"checkpoint note: root {root_text!r} is not standard padded base64"
+            ) from None
+        if len(root) != 32:
+            raise ValueError(f"checkpoint note: root decodes to {len(root)} bytes, not 32")
+        if base64.b64encode(root).decode("ascii") != root_text:
+            # Non-zero padding bits: a second spelling of the same root.
+            raise ValueError(f"checkpoint note: root {root_text!r} is not canonical base64")
+        return cls(origin, size, Digest(root))
+
+
+@dataclass(frozen=True, slots=True)
+class Inclusion:
+    """Proof that a sealed run is leaf ``index`` of the log of ``size`` leaves.
+
+    ``seal`` is the run's raw chain head (what a reader of the run computes itself), not
+    the leaf hash; :meth:`verify` applies ``leaf_hash``.
+    """
+
+    index: int
+    size: int
+    seal: Digest
+    proof: tuple[Digest, ...]
+
+    def __post_init__(self) -> None:
+        for name in ("index", "size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+            if value < 0:
+                raise ValueError(f"{name} {value} is negative")
+        if not isinstance(self.seal, Digest):
+            raise TypeError(f"seal must be a Digest, not {type(self.seal).__name__}")
+        proof = tuple(self.proof)
+        for item in proof:
+            if not isinstance(item, Digest):
+                raise TypeError(f"proof holds Digests, not {type(item).__name__}")
+        object.__setattr__(self, "proof", proof)
+
+    def verify(self, root: Digest) -> bool:
+        """Does this proof place the run's seal in the tree with ``root``?"""
+        return verify_inclusion(leaf_hash(self.seal), self.index, self.size, self.proof, root)

@@ -1,0 +1,404 @@
+"""Records: what a caller appends, what the store seals, and how a chain is checked.
+
+An :class:`Append` is a caller's intent (run, kind, the kind's fields); the store assigns
+``seq`` and ``epoch`` and :meth:`Record.seal` turns the resulting body into canonical
+bytes, a chained hash and, optionally, a signature. From then on ``raw`` is the truth:
+it is stored verbatim, re-hashed on every read (:meth:`Record.from_stored`), and never
+re-serialised, so a record written by agentplane verifies here and the other way round.
+
+Checks happen in layers, each catching what the previous cannot:
+
+* reading: the stored hash covers the stored bytes (an edited row);
+* :func:`verify_chain`: seqs are contiguous and each record links to its predecessor
+  (a deleted, duplicated or reordered row, which per-row hashing cannot see);
+* :func:`verify_attested`: each hash was signed by a trusted key (a chain rebuilt from
+  scratch by someone who can write the table but does not hold the key).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable
+from dataclasses import KW_ONLY, dataclass, field
+from typing import Any
+
+from .canon import canonical_bytes
+from .errors import CorruptRecordError, RecordTooLargeError
+from .ids import PHASES, CaseId, Digest, EffectKey, RunId, validate_step
+from .signing import DOMAIN_RECORD, Signer, Verifier, signing_hash
+
+__all__ = [
+    "MAX_RECORD_BYTES",
+    "PHASES",
+    "RECORD_VERSION",
+    "RESERVED_MEMBERS",
+    "Append",
+    "Attestation",
+    "Record",
+    "verify_attested",
+    "verify_chain",
+]
+
+MAX_RECORD_BYTES = 1_048_576
+"""Largest accepted canonical body (1 MiB, inclusive), agentplane's limit."""
+
+RECORD_VERSION = 4
+"""Schema version (``v``) of every agentplane 0.4.0 record kind."""
+
+RESERVED_MEMBERS = frozenset(
+    {"seq", "run", "case", "step", "phase", "epoch", "v", "effect_key", "kind"}
+)
+"""Body members the record owns; a kind's fields are flattened beside them, so a field
+with one of these names would silently overwrite (or be overwritten by) the envelope."""
+
+_U16_MAX = 0xFFFF
+_I64_MAX = 2**63 - 1
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+# One decoder, built once: json.loads(..., parse_constant=...) would build a new one per
+# call. Refusing NaN/Infinity keeps a stored body within what canonical JSON can express.
+_DECODER = json.JSONDecoder(parse_constant=_refuse_constant)
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+@dataclass(frozen=True, slots=True)
+class Attestation:
+    """Who vouches for a record: the signer's ``key_id`` and its signature over the hash.
+
+    Not part of the body or the hash; a record's bytes are the same signed or not.
+    """
+
+    key_id: str
+    signature: bytes
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.key_id, str):
+            raise TypeError(f"key_id must be a str, not {type(self.key_id).__name__}")
+        if not isinstance(self.signature, bytes | bytearray | memoryview):
+            raise TypeError(f"signature must be bytes, not {type(self.signature).__name__}")
+        object.__setattr__(self, "signature", bytes(self.signature))
+
+    def __repr__(self) -> str:
+        return (
+            f"Attestation(key_id={self.key_id!r}, "
+            f"signature={self.signature[:4].hex()}…({len(self.signature)} bytes))"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Append:
+    """One record a caller asks the store to write: run, kind and the kind's fields.
+
+    Everything is checked here, at construction, so a bad append fails in the caller's
+    code with a ``ValueError``/``TypeError`` naming the field, before any transaction
+    starts. ``run`` and ``case`` also accept their text forms, ``effect_key`` its 64 hex
+    digits. ``seq`` and ``epoch`` are not the caller's: the store assigns them.
+    """
+
+    run: RunId
+    kind: str
+    payload: dict[str, Any] = field(default=None, hash=False)  # type: ignore[assignment]
+    _: KW_ONLY
+    case: CaseId | None = None
+    step: int | None = None
+    phase: str = "forward"
+    effect_key: EffectKey | None = None
+    v: int = RECORD_VERSION
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__
+        set_(self, "run", RunId.parse(self.run))
+        kind = self.kind
+        if not isinstance(kind, str):
+            raise TypeError(f"kind must be a str, not {type(kind).__name__}")
+        if not kind:
+            raise ValueError("kind must not be empty; it is the record's discriminator")
+        canonical_bytes(kind, path="kind")  # refuses a lone surrogate with a clear message
+
+        payload = self.payload
+        if payload is None:
+            payload = {}
+        elif not isinstance(payload, dict):
+            raise TypeError(
+                f"payload must be a dict of the kind's fields, not {type(payload).__name__}"
+            )
+        else:
+            payload = dict(payload)  # the caller's later edits must not reach the record
+        for key in payload:
+            if key in RESERVED_MEMBERS:
+                raise ValueError(
+                    f"payload field {key!r} collides with the record body's own member "
+                    f"{key!r}; rename the field (reserved: {', '.join(sorted(RESERVED_MEMBERS))})"
+                )
+        canonical_bytes(payload, path="payload")
+        set_(self, "payload", payload)
+
+        if self.case is not None:
+            set_(self, "case", CaseId.parse(self.case))
+        if self.step is not None:
+            set_(self, "step", validate_step(self.step))
+        if not isinstance(self.phase, str) or self.phase not in PHASES:
+            raise ValueError(f"unknown phase {self.phase!r}; expected one of {', '.join(PHASES)}")
+        key = self.effect_key
+        if isinstance(key, str):
+            set_(self, "effect_key", EffectKey.from_hex(key))
+        elif key is not None and not isinstance(key, EffectKey):
+            raise TypeError(
+                f"effect_key must be an EffectKey or 64 hex digits, not {type(key).__name__}"
+            )
+        if not _is_int(self.v):
+            raise TypeError(f"v must be an int, not {type(self.v).__name__}")
+        if not 0 <= self.v <= _U16_MAX:
+            raise ValueError(f"v {self.v} is outside 0..{_U16_MAX} (an unsigned 16-bit integer)")
+
+    def body(self, seq: int, epoch: int) -> dict[str, Any]:
+        """The record body at ``seq`` written under ``epoch``: the envelope members plus
+        the payload's fields flattened beside them. Optional members are *omitted* when
+        unset (not null), exactly as agentplane does, since presence changes the hash."""
+        if not _is_int(seq):
+            raise TypeError(f"seq must be an int, not {type(seq).__name__}")
+        if not 1 <= seq <= _I64_MAX:
+            raise ValueError(f"seq {seq} is outside 1..{_I64_MAX}")
+        if not _is_int(epoch):
+            raise TypeError(f"epoch must be an int, not {type(epoch).__name__}")
+        if not 0 <= epoch <= _I64_MAX:
+            raise ValueError(f"epoch {epoch} is outside 0..{_I64_MAX}")
+        body = dict(self.payload)
+        body["seq"] = seq
+        body["run"] = self.run.ulid
+        if self.case is not None:
+            body["case"] = self.case.ulid
+        if self.step is not None:
+            body["step"] = self.step
+        if self.phase != "forward":
+            body["phase"] = self.phase
+        body["epoch"] = epoch
+        body["v"] = self.v
+        if self.effect_key is not None:
+            body["effect_key"] = self.effect_key.hex()
+        body["kind"] = self.kind
+        return body
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """A sealed record: its body, the exact bytes hashed, its link and its hash.
+
+    Build one with :meth:`seal` (writing) or :meth:`from_stored` (reading). ``body`` is a
+    decoded view of ``raw`` and takes no part in equality: two records are equal when
+    their bytes, links, hashes and attestations are, so a record read back equals the
+    one that was written even if the payload held tuples that came back as lists.
+    """
+
+    body: dict[str, Any] = field(compare=False)
+    raw: bytes
+    prev_hash: Digest
+    hash: Digest
+    attestation: Attestation | None = None
+
+    @classmethod
+    def seal(cls, body: dict[str, Any], prev_hash: Digest, signer: Signer | None = None) -> Record:
+        """Canonicalise ``body``, chain it to ``prev_hash`` and sign it if asked.
+
+        Raises ``RecordTooLargeError`` (with the real size) above ``MAX_RECORD_BYTES``.
+        """
+        if not isinstance(body, dict):
+            raise TypeError(f"a record body is a dict, not {type(body).__name__}")
+        if not isinstance(prev_hash, Digest):
+            raise TypeError(f"prev_hash must be a Digest, not {type(prev_hash).__name__}")
+        seq = body.get("seq")
+        if not _is_int(seq) or seq < 1:
+            raise ValueError(f"body.seq must be a positive int, got {seq!r}")
+        for member in ("run", "kind"):
+            if not isinstance(body.get(member), str):
+                raise ValueError(f"body.{member} must be a str, got {body.get(member)!r}")
+        raw = canonical_bytes(body, path="body")
+        if len(raw) > MAX_RECORD_BYTES:
+            raise RecordTooLargeError(len(raw), MAX_RECORD_BYTES)
+        hash_ = Digest.chain(prev_hash, raw)
+        attestation = None
+        if signer is not None:
+            signature = signer.sign(signing_hash(DOMAIN_RECORD, hash_))
+            attestation = Attestation(signer.key_id, signature)
+        return cls(body, raw, prev_hash, hash_, attestation)
+
+    @classmethod
+    def from_stored(
+        cls,
+        raw: bytes,
+        prev_hash: Digest,
+        hash: Digest,
+        attestation: Attestation | None = None,
+        *,
+        seq: int | None = None,
+    ) -> Record:
+        """Rebuild a stored row, refusing it unless its hash covers its bytes.
+
+        ``seq`` is the row's seq column, if the caller has it: a corrupt row is then named
+        by where it sits rather than by whatever its (possibly edited) bytes claim; without
+        it, the error names the ``seq`` parsed from ``raw``, or 0, as agentplane does.
+        """
+        if type(raw) is not bytes:
+            if not isinstance(raw, bytes | bytearray | memoryview):
+                raise TypeError(f"raw must be bytes, not {type(raw).__name__}")
+            raw = bytes(raw)
+        if type(prev_hash) is not Digest or type(hash) is not Digest:
+            raise TypeError("prev_hash and hash must be Digests (see Digest(...) for raw bytes)")
+        h = hashlib.sha256(bytes(prev_hash))
+        h.update(raw)
+        computed = h.digest()
+        if computed != bytes(hash):
+            raise CorruptRecordError(
+                seq if seq is not None else _seq_of(raw),
+                f"hash mismatch: stored {hash.hex()[:8]}…, recomputed {computed.hex()[:8]}… "
+                "— record was altered after it was written",
+            )
+        try:
+            body = _DECODER.decode(raw.decode("utf-8"))
+        except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError included
+            raise CorruptRecordError(
+                seq if seq is not None else 0,
+                f"stored bytes are not a JSON record body ({exc})",
+            ) from None
+        if type(body) is not dict:
+            raise CorruptRecordError(
+                seq if seq is not None else 0,
+                f"stored bytes hold a JSON {type(body).__name__}, not a record body object",
+            )
+        body_seq = body.get("seq")
+        if not _is_int(body_seq):
+            raise CorruptRecordError(
+                seq if seq is not None else 0, "record body has no integer 'seq' member"
+            )
+        for member in ("run", "kind"):
+            if type(body.get(member)) is not str:
+                raise CorruptRecordError(
+                    seq if seq is not None else body_seq,
+                    f"record body has no string {member!r} member",
+                )
+        return cls(body, raw, prev_hash, hash, attestation)
+
+    @property
+    def seq(self) -> int:
+        """Position in the run's chain, 1-based."""
+        return self.body["seq"]  # type: ignore[no-any-return]
+
+    @property
+    def epoch(self) -> int:
+        """The fencing epoch the record was written under."""
+        return self.body["epoch"]  # type: ignore[no-any-return]
+
+    @property
+    def run(self) -> RunId:
+        """The run, parsed from the body's bare ULID."""
+        return RunId.parse(self.body["run"])
+
+    @property
+    def kind(self) -> str:
+        """The discriminator, e.g. ``EffectStarted``."""
+        return self.body["kind"]  # type: ignore[no-any-return]
+
+    @property
+    def case(self) -> CaseId | None:
+        """The case the record names, if any."""
+        case = self.body.get("case")
+        return None if case is None else CaseId.parse(case)
+
+    @property
+    def effect_key(self) -> EffectKey | None:
+        """The effect key the record names, if any."""
+        key = self.body.get("effect_key")
+        return None if key is None else EffectKey.from_hex(key)
+
+    @property
+    def step(self) -> int | None:
+        """The step id, if the record names one."""
+        return self.body.get("step")
+
+    @property
+    def phase(self) -> str:
+        """``forward`` unless the body says ``compensating`` (forward is omitted)."""
+        return self.body.get("phase", "forward")  # type: ignore[no-any-return]
+
+    def __repr__(self) -> str:
+        signed = "" if self.attestation is None else f", signed by {self.attestation.key_id!r}"
+        return (
+            f"Record(seq={self.body.get('seq')}, run={self.body.get('run')}, "
+            f"kind={self.body.get('kind')!r}, hash={self.hash!r}{signed})"
+        )
+
+
+def _seq_of(raw: bytes) -> int:
+    """Best-effort seq of a corrupt row, for the error message only (0 if unreadable)."""
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        return 0
+    if isinstance(body, dict):
+        seq = body.get("seq")
+        if _is_int(seq) and seq >= 0:
+            return seq  # type: ignore[no-any-return]
+    return 0
+
+
+def verify_chain(records: Iterable[Record], start: Digest = Digest.ZERO) -> Digest:
+    """Check seq contiguity, links and hashes; return the last hash (``start`` if none).
+
+    Contiguity is counted from the first record's own seq, so a slice read from the
+    middle of a run verifies when ``start`` is its predecessor's hash.
+    """
+    prev = start
+    expected: int | None = None
+    for record in records:
+        seq = record.seq
+        if expected is not None and seq != expected:
+            raise CorruptRecordError(seq, f"sequence gap: expected {expected}, found {seq}")
+        if record.prev_hash != prev:
+            raise CorruptRecordError(seq, "broken link: prev_hash does not match predecessor")
+        if Digest.chain(record.prev_hash, record.raw) != record.hash:
+            raise CorruptRecordError(seq, "hash does not cover the stored bytes")
+        prev = record.hash
+        expected = seq + 1
+    return prev
+
+
+def verify_attested(
+    records: Iterable[Record],
+    verifier: Verifier,
+    require_signature: bool = False,
+    *,
+    start: Digest = Digest.ZERO,
+) -> Digest:
+    """:func:`verify_chain`, then every signature; return the head.
+
+    An unsigned record fails only when ``require_signature``; a signature by an unknown
+    key fails like a forged one, since either way nobody trusted vouches for the record.
+    """
+    records = list(records)
+    head = verify_chain(records, start)
+    for record in records:
+        attestation = record.attestation
+        if attestation is None:
+            if require_signature:
+                raise CorruptRecordError(
+                    record.seq,
+                    f"record {record.seq} carries no signature, and this verification required one",
+                )
+            continue
+        message = signing_hash(DOMAIN_RECORD, record.hash)
+        if not verifier.verify(attestation.key_id, message, attestation.signature):
+            raise CorruptRecordError(
+                record.seq,
+                f"record {record.seq} has a signature that '{attestation.key_id}' did not "
+                "make — the record was rewritten after signing, or that key is not trusted "
+                "by this verifier",
+            )
+    return head

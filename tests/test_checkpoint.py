@@ -1,0 +1,126 @@
+"""Checkpoint notes (C2SP tlog-checkpoint bodies) and inclusion values."""
+
+from __future__ import annotations
+
+import base64
+
+import pytest
+
+from agentplane_journal.checkpoint import Checkpoint, Inclusion
+from agentplane_journal.ids import Digest
+from agentplane_journal.merkle import EMPTY_ROOT, inclusion_proof, leaf_hash, root
+
+HASH1 = Digest.from_hex("2895d2438a27e13c3d825753bf22466bf517515edd723caf8c879e35e051a31b")
+HASH2 = Digest.from_hex("5d865793cc141aa089f1fabd4315b643a6fcadce797d687c75406bf935f19174")
+ROOT = Digest.of(b"root")
+ROOT_B64 = base64.b64encode(bytes(ROOT)).decode()
+
+
+def test_the_empty_log_note_uses_the_rfc_empty_root() -> None:
+    note = Checkpoint("agentplane", 0, EMPTY_ROOT).to_note()
+    assert note == "agentplane\n0\n47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU=\n"
+    assert Checkpoint.from_note(note) == Checkpoint("agentplane", 0, EMPTY_ROOT)
+
+
+def test_a_note_round_trips_with_a_size_beyond_32_bits_and_a_tenant_origin() -> None:
+    checkpoint = Checkpoint("example.org/plane-a", 4294967296, ROOT)
+    note = checkpoint.to_note()
+    assert note == f"example.org/plane-a\n4294967296\n{ROOT_B64}\n"
+    assert len(ROOT_B64) == 44 and ROOT_B64.endswith("=")
+    assert Checkpoint.from_note(note) == checkpoint
+
+
+def test_the_root_is_standard_base64_with_padding() -> None:
+    awkward = Digest(bytes([0xFB, 0xFF, 0xBF] * 10 + [0xFF, 0xFE]))
+    line = Checkpoint("o", 1, awkward).to_note().split("\n")[2]
+    assert "+" in line and "/" in line and line.endswith("=")
+    assert Checkpoint.from_note(f"o\n1\n{line}\n").root == awkward
+
+
+@pytest.mark.parametrize(
+    ("note", "problem"),
+    [
+        ("", "end with a newline"),
+        ("only-origin\n", "exactly 3 lines"),
+        ("origin\nnotanumber\nAAAA\n", "not a non-negative decimal integer"),
+        ("origin\n1\n!!!\n", "not standard padded base64"),
+        (f"origin\n1\n{ROOT_B64}", "end with a newline"),
+        (f"origin\n1\n{ROOT_B64}\n\n", "exactly 3 lines"),
+        (f"origin\n1\n{ROOT_B64}\nextension\n", "exactly 3 lines"),
+        (f"origin\n1\n\n{ROOT_B64}\n", "exactly 3 lines"),
+        (f"\n1\n{ROOT_B64}\n", "origin line is empty"),
+        (f"ori\tgin\n1\n{ROOT_B64}\n", "control character"),
+        (f"origin\r\n1\r\n{ROOT_B64}\r\n", "control character"),
+        (f"origin\n-1\n{ROOT_B64}\n", "not a non-negative decimal integer"),
+        (f"origin\n+1\n{ROOT_B64}\n", "not a non-negative decimal integer"),
+        (f"origin\n01\n{ROOT_B64}\n", "not a non-negative decimal integer"),
+        (f"origin\n 1\n{ROOT_B64}\n", "not a non-negative decimal integer"),
+        (f"origin\n1.0\n{ROOT_B64}\n", "not a non-negative decimal integer"),
+        (f"origin\n\u0661\n{ROOT_B64}\n", "not a non-negative decimal integer"),
+        (f"origin\n{2**64}\n{ROOT_B64}\n", "does not fit 64 bits"),
+        ("origin\n1\nAAAA\n", "decodes to 3 bytes, not 32"),
+        ("origin\n1\n" + base64.b64encode(bytes(33)).decode() + "\n", "not 32"),
+        (f"origin\n1\n{ROOT_B64.rstrip('=')}\n", "not standard padded base64"),
+        (f"origin\n1\n {ROOT_B64}\n", "not standard padded base64"),
+        (f"origin\n1\n{ROOT_B64.replace('+', '-').replace('/', '_')}x\n", "base64"),
+        ("origin\n1\n" + "A" * 42 + "B=\n", "not canonical base64"),
+    ],
+)
+def test_malformed_notes_are_refused_saying_what_is_wrong(note: str, problem: str) -> None:
+    with pytest.raises(ValueError, match=problem):
+        Checkpoint.from_note(note)
+
+
+def test_a_note_must_be_text() -> None:
+    with pytest.raises(TypeError):
+        Checkpoint.from_note(b"agentplane\n0\n")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        (("", 0, ROOT), ValueError),
+        (("a\nb", 0, ROOT), ValueError),
+        (("a", -1, ROOT), ValueError),
+        (("a", 2**64, ROOT), ValueError),
+        (("a", True, ROOT), TypeError),
+        (("a", 1.0, ROOT), TypeError),
+        (("a", 0, bytes(ROOT)), TypeError),
+        ((None, 0, ROOT), TypeError),
+    ],
+)
+def test_checkpoint_values_are_validated(args: tuple[object, ...], error: type[Exception]) -> None:
+    with pytest.raises(error):
+        Checkpoint(*args)  # type: ignore[arg-type]
+
+
+def test_checkpoints_are_frozen_values() -> None:
+    a, b = Checkpoint("o", 2, ROOT), Checkpoint("o", 2, ROOT)
+    assert a == b and hash(a) == hash(b)
+    with pytest.raises(AttributeError):
+        a.size = 3  # type: ignore[misc]
+
+
+def test_an_inclusion_takes_the_raw_seal_and_verifies_against_the_checkpoint_root() -> None:
+    seals = [HASH1, HASH2, Digest.of(b"c")]
+    leaves = [leaf_hash(s) for s in seals]
+    head = root(leaves)
+    for index, seal in enumerate(seals):
+        inclusion = Inclusion(index, 3, seal, tuple(inclusion_proof(leaves, index)))
+        assert inclusion.verify(head)
+        assert not inclusion.verify(root(leaves[:2]))
+        # a leaf hash passed as the seal is hashed twice and does not verify
+        assert not Inclusion(index, 3, leaves[index], inclusion.proof).verify(head)
+
+
+def test_an_inclusion_normalises_its_proof_to_a_tuple_and_checks_its_fields() -> None:
+    proof = [Digest.of(b"p")]
+    inclusion = Inclusion(0, 2, HASH1, proof)  # type: ignore[arg-type]
+    assert inclusion.proof == (proof[0],)
+    assert hash(inclusion) == hash(Inclusion(0, 2, HASH1, (proof[0],)))
+    with pytest.raises(ValueError):
+        Inclusion(-1, 2, HASH1, ())
+    with pytest.raises(TypeError):
+        Inclusion(0, 2, bytes(HASH1), ())  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        Inclusion(0, 2, HASH1, (b"x" * 32,))  # type: ignore[arg-type]
