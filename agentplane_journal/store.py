@@ -762,7 +762,7 @@ def _record(row: Any) -> Record:
         )
     attestation = None if key_id is None else Attestation(key_id, bytes(signature))
     record = Record.from_stored(
-        bytes(row[3]), _digest(row[1], seq), _digest(row[2], seq), attestation
+        bytes(row[3]), _digest(row[1], seq), _digest(row[2], seq), attestation, seq=seq
     )
     if record.seq != seq:
         raise CorruptRecordError(
