@@ -192,6 +192,11 @@ class SqliteDialect:
         return bool(exc.connection_invalidated)
 
 
+# Stateless, so one of each: the repository caches statements per dialect object.
+_POSTGRES = PostgresDialect()
+_SQLITE = SqliteDialect()
+
+
 def dialect_for(engine: AsyncEngine) -> Dialect:
     """The :class:`Dialect` for an engine, refusing backends this package does not support."""
     name = engine.dialect.name
@@ -202,14 +207,14 @@ def dialect_for(engine: AsyncEngine) -> Dialect:
                 f"{engine.dialect.driver!r}"
                 " (use a postgresql+asyncpg:// URL)"
             )
-        return PostgresDialect()
+        return _POSTGRES
     if name == "sqlite":
         if engine.dialect.driver != "aiosqlite":
             raise ValueError(
                 f"SQLite is supported through aiosqlite; this engine uses {engine.dialect.driver!r}"
                 " (use a sqlite+aiosqlite:/// URL)"
             )
-        return SqliteDialect()
+        return _SQLITE
     raise ValueError(
         f"unsupported database {name!r}: agentplane_journal runs on PostgreSQL (asyncpg) "
         "and SQLite (aiosqlite)"

@@ -32,19 +32,20 @@ How the concurrency guarantees are made (each is a storage invariant, not a code
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Protocol, runtime_checkable
 
-from sqlalchemy import and_, case, func, literal, or_, select, tuple_, update
+from sqlalchemy import and_, bindparam, case, func, literal, or_, select, tuple_, update
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 from . import merkle
 from .checkpoint import Checkpoint, Inclusion
-from .dialect import READ_ONLY, counter_next
+from .dialect import READ_ONLY, Dialect, counter_next
 from .errors import (
     BackendError,
     CorruptRecordError,
@@ -201,42 +202,16 @@ class SqlJournalStore(Repository):
 
     async def _lock_run(self, session: AsyncSession, run: RunId, epoch: int) -> _RunState:
         """Take the run mutex, then fence; return what the transaction needs to know."""
-        d = self._dialect
-        tenant, run_id, now = self.tenant, str(run), self._now()
-        upsert = d.insert(RunActivity).values(tenant=tenant, run_id=run_id, updated_at=now)
-        await session.execute(
-            upsert.on_conflict_do_update(
-                index_elements=[RunActivity.tenant, RunActivity.run_id],
-                set_={"updated_at": d.greatest(RunActivity.updated_at, upsert.excluded.updated_at)},
-            )
-        )
+        params = {"tenant": self.tenant, "run_id": str(run), "now": self._now()}
+        statements = _hot_statements(self._dialect)
+        await session.execute(statements.run_mutex, params)
         # A later statement than the lock, so a fresh snapshot that sees the previous
-        # writer's commit; one round trip for the lease, the seal and the head. The lease
-        # row is read FOR UPDATE (a takeover waits for this transaction, and a takeover that
-        # committed first is seen at its latest version); the seal and the head cannot move
-        # while this transaction holds the run mutex.
-        where_lease = (RunLease.tenant == tenant, RunLease.run_id == run_id)
-        where_run = (Journal.tenant == tenant, Journal.run_id == run_id)
-        where_seal = (RunSeal.tenant == tenant, RunSeal.run_id == run_id)
-        last = select(Journal.seq).where(*where_run).order_by(Journal.seq.desc()).limit(1)
-        row = (
-            await session.execute(
-                select(
-                    select(RunLease.epoch).where(*where_lease).with_for_update().scalar_subquery(),
-                    select(RunLease.owner).where(*where_lease).with_for_update().scalar_subquery(),
-                    select(RunSeal.outcome).where(*where_seal).scalar_subquery(),
-                    select(RunSeal.chain_head).where(*where_seal).scalar_subquery(),
-                    last.scalar_subquery(),
-                    select(Journal.hash)
-                    .where(*where_run, Journal.seq == last.scalar_subquery())
-                    .scalar_subquery(),
-                )
-            )
-        ).one()
+        # writer's commit; see ``_HotStatements.run_state``.
+        row = (await session.execute(statements.run_state, params)).one()
         lease_epoch, lease_owner, sealed_outcome, sealed_head, head_seq, head_hash = row
         if lease_epoch is not None and (epoch != lease_epoch or lease_owner == _RELEASED_OWNER):
             # A released lease fences every epoch until someone acquires it again.
-            raise FencedError(run_id, epoch, int(lease_epoch))
+            raise FencedError(str(run), epoch, int(lease_epoch))
         head_seq = 0 if head_seq is None else int(head_seq)
         return _RunState(
             sealed_outcome=sealed_outcome,
@@ -316,7 +291,7 @@ class SqlJournalStore(Repository):
         for start in range(0, len(rows), MAX_INSERT_ROWS):
             chunk = rows[start : start + MAX_INSERT_ROWS]
             try:
-                await session.execute(Journal.__table__.insert().values(chunk))
+                await session.execute(_INSERT_RECORDS, chunk)
             except DBAPIError as exc:
                 table = Journal.__table__
                 if self._dialect.constraint(exc, table) == "journal_effect_started":
@@ -744,6 +719,54 @@ _RECORD_COLUMNS = (
     Journal.key_id,
     Journal.signature,
 )
+
+
+@dataclass(frozen=True, slots=True)
+class _HotStatements:
+    """The statements every append runs, built once per dialect with bound parameters.
+
+    Building a statement costs more Python than executing a cached one; the append path
+    runs these with a parameter dict (``tenant``, ``run_id``, ``now``) instead.
+    """
+
+    #: Upsert of the run's activity row: bumps ``updated_at`` (never backwards) and takes
+    #: the row lock that serialises every writer of the run until COMMIT.
+    run_mutex: Any
+    #: One round trip for the lease (read FOR UPDATE: a takeover waits for this
+    #: transaction, and one that committed first is seen at its latest version), the seal
+    #: and the chain head (which cannot move while this transaction holds the run mutex).
+    run_state: Any
+
+
+@functools.cache
+def _hot_statements(dialect: Dialect) -> _HotStatements:
+    tenant, run_id = bindparam("tenant"), bindparam("run_id")
+    upsert = dialect.insert(RunActivity).values(
+        tenant=tenant, run_id=run_id, updated_at=bindparam("now")
+    )
+    run_mutex = upsert.on_conflict_do_update(
+        index_elements=[RunActivity.tenant, RunActivity.run_id],
+        set_={"updated_at": dialect.greatest(RunActivity.updated_at, upsert.excluded.updated_at)},
+    )
+    lease = (RunLease.tenant == tenant, RunLease.run_id == run_id)
+    seal = (RunSeal.tenant == tenant, RunSeal.run_id == run_id)
+    chain = (Journal.tenant == tenant, Journal.run_id == run_id)
+    last = select(Journal.seq).where(*chain).order_by(Journal.seq.desc()).limit(1)
+    run_state = select(
+        select(RunLease.epoch).where(*lease).with_for_update().scalar_subquery(),
+        select(RunLease.owner).where(*lease).with_for_update().scalar_subquery(),
+        select(RunSeal.outcome).where(*seal).scalar_subquery(),
+        select(RunSeal.chain_head).where(*seal).scalar_subquery(),
+        last.scalar_subquery(),
+        select(Journal.hash).where(*chain, Journal.seq == last.scalar_subquery()).scalar_subquery(),
+    )
+    return _HotStatements(run_mutex=run_mutex, run_state=run_state)
+
+
+#: The records' INSERT. Executed with a list of rows and RETURNING, SQLAlchemy's
+#: "insertmanyvalues" sends it as multi-row ``INSERT .. VALUES (..), (..)`` statements of up
+#: to 1000 rows, compiled once and cached (a literal ``values([...])`` list is not cacheable).
+_INSERT_RECORDS = Journal.__table__.insert().returning(Journal.seq)
 
 
 def _digest(value: bytes | None, seq: int) -> Digest:

@@ -14,20 +14,23 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import os
 import shutil
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 import pytest
-from pgcluster import Cluster
 from sqlalchemy.engine import make_url
 
 from agentplane_journal import SqlJournalStore
 from agentplane_journal.migrate import upgrade
+
+from pgcluster import Cluster
 
 DIALECTS = ["sqlite", "postgresql"]
 
@@ -56,6 +59,12 @@ def _asyncpg_url(url: str, database: str) -> str:
     return make_url(url).set(database=database).render_as_string(hide_password=False)
 
 
+def run_blocking(coro: Any) -> Any:
+    """Run a coroutine to completion from sync code, even inside a running event loop."""
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coro).result()
+
+
 async def _admin(url: str, sql: str) -> None:
     conn = await asyncpg.connect(_dsn(url))
     try:
@@ -80,8 +89,8 @@ def pg_server() -> Iterator[str]:
 @pytest.fixture(scope="session")
 def pg_template(pg_server: str) -> str:
     name = f"apj_template_{uuid.uuid4().hex[:8]}"
-    asyncio.run(_admin(pg_server, f'CREATE DATABASE "{name}"'))
-    asyncio.run(upgrade(_asyncpg_url(pg_server, name)))
+    run_blocking(_admin(pg_server, f'CREATE DATABASE "{name}"'))
+    run_blocking(upgrade(_asyncpg_url(pg_server, name)))
     return name
 
 
@@ -92,7 +101,7 @@ def pg_database(pg_server: str, pg_template: str) -> Callable[..., str]:
     def make(migrated: bool = True) -> str:
         name = f"apj_{uuid.uuid4().hex[:12]}"
         template = f' TEMPLATE "{pg_template}"' if migrated else ""
-        asyncio.run(_admin(pg_server, f'CREATE DATABASE "{name}"{template}'))
+        run_blocking(_admin(pg_server, f'CREATE DATABASE "{name}"{template}'))
         return _asyncpg_url(pg_server, name)
 
     return make
@@ -106,7 +115,7 @@ def pg_battery_url(pg_database: Callable[..., str]) -> str:
 @pytest.fixture(scope="session")
 def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("sqlite-template") / "template.db"
-    asyncio.run(upgrade(f"sqlite+aiosqlite:///{path}"))
+    run_blocking(upgrade(f"sqlite+aiosqlite:///{path}"))
     return path
 
 
