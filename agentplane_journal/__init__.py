@@ -34,6 +34,13 @@ from .merkle import (
     verify_inclusion,
 )
 from .migrate import HEAD_REVISION, current_revision, upgrade
+from .push import (
+    PushAuthentication,
+    PushConfig,
+    PushRegistration,
+    PushStore,
+    SqlPushStore,
+)
 from .record import (
     MAX_RECORD_BYTES,
     Append,
@@ -42,6 +49,7 @@ from .record import (
     verify_attested,
     verify_chain,
 )
+from .sealing import Keyring
 from .signing import (
     DOMAIN_RECORD,
     Ed25519Signer,
@@ -77,8 +85,13 @@ __all__ = [
     "Head",
     "Inclusion",
     "JournalStore",
+    "Keyring",
     "Lease",
     "LeaseHeldError",
+    "PushAuthentication",
+    "PushConfig",
+    "PushRegistration",
+    "PushStore",
     "Record",
     "RecordTooLargeError",
     "RunId",
@@ -87,6 +100,7 @@ __all__ = [
     "SecretUnavailableError",
     "Signer",
     "SqlJournalStore",
+    "SqlPushStore",
     "StoreError",
     "Verifier",
     "__version__",

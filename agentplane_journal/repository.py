@@ -64,6 +64,10 @@ def check_text(
         raise ValueError(f"{name} must not be empty")
     if "\x00" in value:
         raise ValueError(f"{name} must not contain NUL characters")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"{name} is not valid Unicode (it contains a lone surrogate)") from None
     if max_len is not None and len(value) > max_len:
         raise ValueError(f"{name} is {len(value)} characters long; the limit is {max_len}")
     return value
@@ -274,7 +278,8 @@ def _create_engine(url: str, options: dict[str, Any] | None) -> AsyncEngine:
             "url must be a database URL such as postgresql+asyncpg://user@host/db or "
             "sqlite+aiosqlite:///path/to/journal.db"
         )
-    opts: dict[str, Any] = {}
+    # Bound parameters stay out of error messages and logs: they can hold push secrets.
+    opts: dict[str, Any] = {"hide_parameters": True}
     if url.startswith("postgresql"):
         # Enough connections for a runtime's concurrent appends without queueing on the pool.
         opts.update(pool_size=10, max_overflow=40)

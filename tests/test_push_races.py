@@ -1,0 +1,143 @@
+"""The push store's concurrency claims, raced on a real PostgreSQL.
+
+Each racer is its own store with its own engine and a single pooled connection, opened and
+used once before the race so that no racer is still connecting when the others start. All
+of them wait on one barrier and fire together; every race runs several rounds. Each test has
+been seen to fail against a deliberately broken mechanism (see the report of issue 5): a
+read-then-write ``advance``, a client-side ``attempts + 1``, a ``put`` that overwrites the
+cursor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from functools import partial
+
+import pytest
+from sqlalchemy import text
+
+from agentplane_journal import RunId
+from agentplane_journal.push import PushConfig, SqlPushStore
+
+pytestmark = [pytest.mark.postgres, pytest.mark.race]
+
+RACERS = 16
+ROUNDS = 6
+URL = "https://receiver.example/hook"
+
+
+@pytest.fixture
+async def racers(pg_battery_url: str) -> AsyncIterator[list[SqlPushStore]]:
+    """RACERS stores on one tenant, each on its own (already open) connection."""
+    tenant = f"race{uuid.uuid4().hex[:12]}"
+    stores = await asyncio.gather(
+        *(
+            SqlPushStore.connect(
+                pg_battery_url,
+                tenant=tenant,
+                engine_options={"pool_size": 1, "max_overflow": 0},
+            )
+            for _ in range(RACERS)
+        )
+    )
+    warm = RunId.generate()
+    await asyncio.gather(*(store.get(warm, "warm-up") for store in stores))
+    yield list(stores)
+    await asyncio.gather(*(store.close() for store in stores))
+
+
+async def race(actions: list[Callable[[], Awaitable[None]]]) -> None:
+    """Run every action at once: each waits on one barrier, then makes its call."""
+    barrier = asyncio.Barrier(len(actions))
+
+    async def one(action: Callable[[], Awaitable[None]]) -> None:
+        await barrier.wait()
+        await action()
+
+    await asyncio.gather(*(one(action) for action in actions))
+
+
+async def cursor_and_attempts(store: SqlPushStore, task: RunId, id: str) -> tuple[int, int]:
+    async with store.engine.connect() as conn:
+        row = (
+            await conn.execute(
+                text(
+                    "SELECT next_seq, attempts FROM push_delivery WHERE tenant = :t "
+                    "AND task_id = :task AND config_id = :id"
+                ),
+                {"t": store.tenant, "task": str(task), "id": id},
+            )
+        ).one()
+    return int(row.next_seq), int(row.attempts)
+
+
+async def test_concurrent_advances_end_at_the_maximum(racers: list[SqlPushStore]) -> None:
+    rng = random.Random(1)
+    for round_ in range(ROUNDS):
+        task, id = RunId.generate(), f"cfg-{round_}"
+        initial = rng.randrange(1, 50)
+        await racers[0].put(PushConfig(id, task, URL), initial)
+        seqs = rng.sample(range(1, 10_000), RACERS)
+
+        await race([partial(s.advance, task, id, seqs[i]) for i, s in enumerate(racers)])
+        cursor, attempts = await cursor_and_attempts(racers[0], task, id)
+        assert cursor == max(initial, *seqs), f"round {round_}: an advance was lost"
+        assert attempts == 0
+
+
+async def test_concurrent_retries_count_every_attempt(racers: list[SqlPushStore]) -> None:
+    for round_ in range(ROUNDS):
+        task, id = RunId.generate(), f"cfg-{round_}"
+        await racers[0].put(PushConfig(id, task, URL), 7)
+
+        await race(
+            [partial(s.retry, task, id, 100 + i, f"racer {i}") for i, s in enumerate(racers)]
+        )
+        cursor, attempts = await cursor_and_attempts(racers[0], task, id)
+        assert attempts == RACERS, f"round {round_}: {RACERS - attempts} retries were lost"
+        assert cursor == 7
+
+
+async def test_a_put_racing_advances_never_lowers_the_cursor(
+    racers: list[SqlPushStore],
+) -> None:
+    rng = random.Random(2)
+    for round_ in range(ROUNDS):
+        task, id = RunId.generate(), f"cfg-{round_}"
+        await racers[0].put(PushConfig(id, task, URL, token="first"), 1)
+        seqs = rng.sample(range(2, 10_000), RACERS)
+        # Half the racers re-register the receiver (asking for cursor 1), half acknowledge.
+        putters = set(rng.sample(range(RACERS), RACERS // 2))
+        acked = [seqs[i] for i in range(RACERS) if i not in putters]
+        await race(
+            [
+                partial(s.put, PushConfig(id, task, f"{URL}/{i}", token=f"t{i}"), 1)
+                if i in putters
+                else partial(s.advance, task, id, seqs[i])
+                for i, s in enumerate(racers)
+            ]
+        )
+        cursor, _ = await cursor_and_attempts(racers[0], task, id)
+        assert cursor == max(acked), f"round {round_}: a put rewound the cursor to {cursor}"
+        config = await racers[0].get(task, id)
+        assert config is not None and config.url.startswith(URL)
+
+
+async def test_races_do_not_leak_between_tenants(racers: list[SqlPushStore]) -> None:
+    """Half the racers advance one tenant's registration, half another's with the same ids."""
+    task, id = RunId.generate(), "cfg"
+    other = [store.for_tenant(store.tenant + "-b") for store in racers]
+    await racers[0].put(PushConfig(id, task, URL), 1)
+    await other[0].put(PushConfig(id, task, URL), 1)
+    seqs = random.Random(3).sample(range(2, 10_000), RACERS)
+    await race(
+        [
+            partial((s if i % 2 else other[i]).advance, task, id, seqs[i])
+            for i, s in enumerate(racers)
+        ]
+    )
+    assert (await cursor_and_attempts(racers[0], task, id))[0] == max(seqs[1::2])
+    assert (await cursor_and_attempts(other[0], task, id))[0] == max(seqs[0::2])
