@@ -11,7 +11,6 @@ import uuid
 from typing import Any
 
 import pytest
-from helpers import admitted, concluded, key, note, started
 from sqlalchemy import ForeignKey, Integer, String, func, select, text, update
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -40,6 +39,8 @@ from agentplane_journal import (
     verify_inclusion,
 )
 from agentplane_journal.models import Journal, RunActivity
+
+from helpers import admitted, concluded, key, note, started
 
 LEASE = 300
 
