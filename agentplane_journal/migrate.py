@@ -13,11 +13,14 @@ nor alters our tables.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from functools import cache
 from pathlib import Path
 from typing import Any
 
+import alembic.context
+import alembic.op
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
@@ -113,7 +116,27 @@ def host_include_object(
 
 def upgrade_connection(connection: Connection, revision: str = "head") -> None:
     """Upgrade through a synchronous connection the caller holds (a host's ``env.py``)."""
-    command.upgrade(alembic_config(connection=connection), revision)
+    with _host_alembic_preserved():
+        command.upgrade(alembic_config(connection=connection), revision)
+
+
+@contextmanager
+def _host_alembic_preserved() -> Iterator[None]:
+    """Keep a host's ``alembic.context`` and ``alembic.op`` working around our command.
+
+    Alembic publishes the running environment through module-level proxies that each
+    command installs on entry and *removes* on exit. Run inside a host's ``env.py``, our
+    command would leave the host's ``context`` pointing at nothing (its next
+    ``context.configure`` fails, and so does the host command's own exit), so whatever
+    proxies were installed before are put back afterwards.
+    """
+    saved = [getattr(module, "_proxy", None) for module in (alembic.context, alembic.op)]
+    try:
+        yield
+    finally:
+        for proxy in saved:
+            if proxy is not None:
+                proxy._install_proxy()
 
 
 def _current(connection: Connection) -> str | None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import os
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -29,9 +30,9 @@ from sqlalchemy.ext.asyncio import (
 )
 
 from .dialect import READ_ONLY, Dialect, dialect_for
-from .errors import BackendError, CommitUnknownError, StoreError
+from .errors import BackendError, CommitUnknownError, SchemaOutOfDateError, StoreError
 from .ids import DEFAULT_TENANT, RunId, validate_tenant
-from .migrate import check_revision
+from .migrate import HEAD_REVISION, check_revision
 
 __all__ = ["Repository", "check_int", "check_run", "check_text", "check_ttl"]
 
@@ -201,6 +202,12 @@ class Repository:
         async with shared.lock:
             if shared.schema_checked:
                 return
+            database = shared.engine.url.database
+            if shared.dialect.name == "sqlite" and database and database != ":memory:":
+                # one stat, once per store: not worth a thread hop
+                if not database.startswith("file:") and not os.path.exists(database):  # noqa: ASYNC240
+                    # Connecting would create an empty file: refuse without touching disk.
+                    raise SchemaOutOfDateError(None, HEAD_REVISION)
             try:
                 async with shared.engine.connect() as conn:
                     conn = await conn.execution_options(**{READ_ONLY: True})

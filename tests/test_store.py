@@ -33,6 +33,7 @@ from agentplane_journal import (
     RecordTooLargeError,
     RunId,
     RunSealedError,
+    SchemaOutOfDateError,
     SqlJournalStore,
     leaf_hash,
     verify_consistency,
@@ -853,3 +854,11 @@ async def test_activity_time_never_moves_backwards(store: SqlJournalStore, clock
             RunActivity.tenant == store.tenant, RunActivity.run_id == str(run)
         )
         assert (await conn.execute(stmt)).scalar_one() == at
+
+
+async def test_connecting_to_a_missing_sqlite_file_creates_nothing(tmp_path: Any) -> None:
+    path = tmp_path / "nowhere.db"
+    with pytest.raises(SchemaOutOfDateError) as caught:
+        await SqlJournalStore.connect(f"sqlite+aiosqlite:///{path}")
+    assert caught.value.current is None and "upgrade" in str(caught.value)
+    assert not path.exists()

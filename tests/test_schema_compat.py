@@ -1,0 +1,525 @@
+"""Compatibility with agentplane 0.4.0's PostgreSQL schema, and adopting a 0.4.0 database.
+
+The 0.4.0 DDL is not copied here: it is read from the reference source
+(``shared/reference/seed-postgres-store-0.4.0.rs.txt``, its ``SCHEMA`` constant) and run as
+agentplane runs it on connect. Then:
+
+(a) a database made by that DDL and one made by our migrations agree on every 0.4.0 table,
+    column (type, nullability, default), key, constraint, index (columns, uniqueness,
+    predicate) and sequence, read back from PostgreSQL's catalogs;
+(b) running the 0.4.0 DDL on our migrated database changes nothing (not even a relation's
+    oid or file) and fails on nothing;
+(c) a database agentplane 0.4.0 created and wrote to (rows written with its SQL and its
+    sequences: sparse log positions, sequence ordinals, a released lease, a cancellation,
+    push registrations) is adopted by the documented upgrade without changing a row, and the
+    store then works on those rows: reads and verifies them, continues an unsealed run's
+    chain, seals into the existing log so that old proofs and old checkpoints still verify.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import pytest
+from migration_tools import (
+    alembic_ok,
+    catalog,
+    only_tables,
+    query,
+    table_contents,
+    table_names,
+)
+from sqlalchemy.engine import make_url
+
+from agentplane_journal import (
+    Append,
+    Cancellation,
+    CaseId,
+    Digest,
+    DuplicateEffectError,
+    Ed25519Signer,
+    Ed25519Verifier,
+    Record,
+    RunId,
+    RunSealedError,
+    SqlJournalStore,
+    leaf_hash,
+    root,
+    verify_consistency,
+)
+from agentplane_journal.migrate import HEAD_REVISION, current_revision, upgrade
+from agentplane_journal.models import VERSION_TABLE
+
+from helpers import admitted, concluded, key, note, started
+
+pytestmark = pytest.mark.postgres
+
+TABLES_040 = {
+    "journal",
+    "run_activity",
+    "run_lease",
+    "run_seal",
+    "run_outcome",
+    "run_cancel",
+    "push_delivery",
+}
+SEQUENCES_040 = {"run_log_position", "run_conclusion_ordinal"}
+REFERENCE = "seed-postgres-store-0.4.0.rs.txt"
+
+
+def _reference_dir() -> Path:
+    """``shared/reference`` beside the clone (CI puts a copy of ``shared/`` there too)."""
+    candidates = [
+        Path(__file__).resolve().parents[2] / "shared" / "reference",
+        Path.cwd().parent / "shared" / "reference",
+    ]
+    for candidate in candidates:
+        if (candidate / REFERENCE).is_file():
+            return candidate
+    raise FileNotFoundError(
+        f"{REFERENCE} not found in any of {[str(c) for c in candidates]}; the schema "
+        "compatibility tests need agentplane's reference source beside the repository"
+    )
+
+
+def schema_040() -> str:
+    """The ``SCHEMA`` constant of agentplane 0.4.0's PostgreSQL store, verbatim."""
+    source = (_reference_dir() / REFERENCE).read_text(encoding="utf-8")
+    opening = 'const SCHEMA: &str = "'
+    start = source.index(opening) + len(opening)
+    end = source.index('";', start)
+    ddl = source[start:end]
+    # A plain Rust string: no escapes in it, so its text is the SQL agentplane sends.
+    assert "\\" not in ddl and '"' not in ddl
+    return ddl
+
+
+def _dsn(url: str) -> str:
+    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+async def run_040_ddl(url: str) -> None:
+    """Apply 0.4.0's schema the way its store does on connect: one simple-query batch."""
+    conn = await asyncpg.connect(_dsn(url))
+    try:
+        await conn.execute(schema_040())
+    finally:
+        await conn.close()
+
+
+def _journal_cli(*args: str) -> str:
+    """``agentplane-journal ARGS`` (as ``python -m agentplane_journal``); stdout."""
+    result = subprocess.run(
+        [sys.executable, "-m", "agentplane_journal", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, f"{result.stdout}\n{result.stderr}"
+    return result.stdout
+
+
+@pytest.fixture
+def new_pg(pg_database: Callable[..., str]) -> Callable[..., Any]:
+    """``await new_pg(migrated=False)``: a fresh database, created off the test's loop."""
+
+    async def make(migrated: bool = False) -> str:
+        return await asyncio.to_thread(pg_database, migrated)
+
+    return make
+
+
+def test_the_reference_schema_is_found_and_parsed() -> None:
+    ddl = schema_040()
+    assert ddl.lstrip().startswith("CREATE TABLE IF NOT EXISTS journal (")
+    assert ddl.rstrip().endswith("ON push_delivery (tenant, next_attempt_at, task_id, config_id);")
+    for table in TABLES_040:
+        assert f"CREATE TABLE IF NOT EXISTS {table} (" in ddl
+    for sequence in SEQUENCES_040:
+        assert f"CREATE SEQUENCE IF NOT EXISTS {sequence};" in ddl
+
+
+# -- (a) the same schema ---------------------------------------------------------------
+
+
+async def test_every_040_table_column_key_index_and_sequence_is_identical_after_our_upgrade(
+    new_pg: Callable[..., Any],
+) -> None:
+    theirs, ours = await new_pg(), await new_pg()
+    await run_040_ddl(theirs)
+    await upgrade(ours)
+
+    cat_040 = await catalog(theirs)
+    cat_ours = await catalog(ours)
+
+    # The reference is what we think it is (so the comparison below is not vacuous).
+    assert {t for t, _ in cat_040["tables"]} == TABLES_040
+    assert {s[0] for s in cat_040["sequences"]} == SEQUENCES_040
+    assert len(cat_040["columns"]) == 12 + 3 + 5 + 6 + 4 + 5 + 11
+    assert {i[1] for i in cat_040["indexes"]} == {
+        *(f"{t}_pkey" for t in TABLES_040),
+        "run_seal_tenant_log_index_key",
+        "journal_by_case",
+        "journal_effect_started",
+        "run_activity_recent",
+        "run_outcome_by_outcome",
+        "push_delivery_due",
+    }
+
+    # Identical, field by field: names, types, nullability, defaults, keys, index columns,
+    # orderings, uniqueness and predicates, sequence definitions.
+    mine = only_tables(cat_ours, TABLES_040, SEQUENCES_040)
+    for section, rows in only_tables(cat_040, TABLES_040, SEQUENCES_040).items():
+        assert mine[section] == rows, section
+
+    # What we add is additional tables only.
+    assert {t for t, _ in cat_ours["tables"]} - TABLES_040 == {"journal_counter", VERSION_TABLE}
+    assert {s[0] for s in cat_ours["sequences"]} == SEQUENCES_040
+
+
+# -- (b) 0.4.0's DDL on our database ---------------------------------------------------
+
+
+async def test_running_040_ddl_on_our_migrated_database_changes_nothing_and_fails_on_nothing(
+    new_pg: Callable[..., Any],
+) -> None:
+    url = await new_pg(migrated=True)
+    # Some rows, so "nothing changed" covers data and sequence positions too.
+    store = await SqlJournalStore.connect(url, tenant="acme")
+    try:
+        run = RunId.generate()
+        lease = await store.acquire(run, "w", 60)
+        await store.append(lease.epoch, [admitted(run), concluded(run, "succeeded")])
+        await store.seal(run, lease.epoch, "succeeded")
+    finally:
+        await store.close()
+
+    tables = await table_names(url)
+    before = await catalog(url, identity=True), await table_contents(url, tables)
+
+    await run_040_ddl(url)  # raises on any failure
+    await run_040_ddl(url)  # and again: a second instance starting up
+
+    assert (await catalog(url, identity=True), await table_contents(url, tables)) == before
+    assert await current_revision(url) == HEAD_REVISION
+    store = await SqlJournalStore.connect(url, tenant="acme")
+    try:
+        assert (await store.checkpoint()).size == 1
+    finally:
+        await store.close()
+
+
+# -- (c) adopting a 0.4.0 database -----------------------------------------------------
+
+
+async def test_adopting_an_empty_040_database_with_alembic_cli_yields_exactly_our_schema(
+    new_pg: Callable[..., Any],
+) -> None:
+    adopted, fresh = await new_pg(), await new_pg()
+    await run_040_ddl(adopted)
+    await upgrade(fresh)
+    before = await catalog(adopted, identity=True)
+
+    alembic_ok("upgrade", "head", url=adopted)
+
+    assert await current_revision(adopted) == HEAD_REVISION
+    assert await catalog(adopted) == await catalog(fresh)
+    # The 0.4.0 relations are the very same ones (adopted, not dropped and recreated).
+    after = await catalog(adopted, identity=True)
+    old_relations = set(before["relations"])
+    assert old_relations <= set(after["relations"])
+    assert "No new upgrade operations detected" in alembic_ok("check", url=adopted)
+
+
+class Agentplane040:
+    """Writes rows the way agentplane 0.4.0's ``PostgresStore`` does: its SQL, its sequences.
+
+    Only what a test database needs; the record bytes come from the core's ``Record.seal``,
+    which is agentplane's wire format byte for byte.
+    """
+
+    def __init__(self, conn: asyncpg.Connection, tenant: str) -> None:
+        self.conn = conn
+        self.tenant = tenant
+
+    async def head(self, run: RunId) -> tuple[int, Digest]:
+        row = await self.conn.fetchrow(
+            "SELECT seq, hash FROM journal WHERE tenant = $1 AND run_id = $2 "
+            "ORDER BY seq DESC LIMIT 1",
+            self.tenant,
+            str(run),
+        )
+        return (0, Digest.ZERO) if row is None else (row["seq"], Digest(bytes(row["hash"])))
+
+    async def append(
+        self, epoch: int, batch: Sequence[Append], signer: Ed25519Signer | None = None
+    ) -> list[Record]:
+        run = batch[0].run
+        async with self.conn.transaction():
+            seq, prev = await self.head(run)
+            records, conclusion = [], None
+            for item in batch:
+                seq += 1
+                record = Record.seal(item.body(seq, epoch), prev, signer)
+                prev = record.hash
+                att = record.attestation
+                await self.conn.execute(
+                    "INSERT INTO journal (tenant, run_id, seq, epoch, kind, effect_key, "
+                    "prev_hash, hash, raw, key_id, signature, case_id) "
+                    "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+                    self.tenant,
+                    str(run),
+                    seq,
+                    epoch,
+                    item.kind,
+                    None if item.effect_key is None else item.effect_key.hex(),
+                    bytes(record.prev_hash),
+                    bytes(record.hash),
+                    record.raw,
+                    None if att is None else att.key_id,
+                    None if att is None else att.signature,
+                    None if item.case is None else str(item.case),
+                )
+                if item.kind == "RunSealed":
+                    conclusion = item.payload["outcome"]
+                records.append(record)
+            await self.conn.execute(
+                "INSERT INTO run_activity (tenant, run_id, updated_at) VALUES ($1, $2, $3) "
+                "ON CONFLICT (tenant, run_id) DO UPDATE SET updated_at = EXCLUDED.updated_at",
+                self.tenant,
+                str(run),
+                int(time.time()),
+            )
+            if conclusion is not None:
+                await self.conn.execute(
+                    "INSERT INTO run_outcome (tenant, run_id, outcome, ordinal) "
+                    "VALUES ($1, $2, $3, nextval('run_conclusion_ordinal')) "
+                    "ON CONFLICT (tenant, run_id) DO UPDATE "
+                    "SET outcome = EXCLUDED.outcome, ordinal = EXCLUDED.ordinal",
+                    self.tenant,
+                    str(run),
+                    conclusion,
+                )
+        return records
+
+    async def acquire(self, run: RunId, owner: str, epoch: int, ttl: int) -> None:
+        await self.conn.execute(
+            "INSERT INTO run_lease (tenant, run_id, owner, epoch, expires_at) "
+            "VALUES ($1, $2, $3, $4, $5) ON CONFLICT (tenant, run_id) DO UPDATE SET "
+            "owner = EXCLUDED.owner, epoch = EXCLUDED.epoch, expires_at = EXCLUDED.expires_at",
+            self.tenant,
+            str(run),
+            owner,
+            epoch,
+            int(time.time()) + ttl,
+        )
+
+    async def release(self, run: RunId, epoch: int) -> None:
+        await self.conn.execute(
+            "UPDATE run_lease SET owner = '', expires_at = 0 "
+            "WHERE tenant = $1 AND run_id = $2 AND epoch = $3",
+            self.tenant,
+            str(run),
+            epoch,
+        )
+
+    async def burn_log_positions(self, n: int) -> None:
+        """Seals that rolled back: the global sequence moved, the log did not."""
+        for _ in range(n):
+            await self.conn.fetchval("SELECT nextval('run_log_position')")
+
+    async def seal(self, run: RunId, outcome: str) -> Digest:
+        _, head = await self.head(run)
+        await self.conn.execute(
+            "INSERT INTO run_seal (tenant, run_id, chain_head, log_index, sealed_at, outcome) "
+            "VALUES ($1, $2, $3, nextval('run_log_position'), $4, $5) "
+            "ON CONFLICT (tenant, run_id) DO NOTHING",
+            self.tenant,
+            str(run),
+            bytes(head),
+            int(time.time()),
+            outcome,
+        )
+        return head
+
+    async def request_cancel(self, run: RunId, actor: str, reason: str) -> None:
+        await self.conn.execute(
+            "INSERT INTO run_cancel (tenant, run_id, actor, reason, requested_at) "
+            "VALUES ($1, $2, $3, $4, $5) ON CONFLICT (tenant, run_id) DO NOTHING",
+            self.tenant,
+            str(run),
+            actor,
+            reason,
+            int(time.time()),
+        )
+
+
+@pytest.mark.parametrize("how", ["migrate.upgrade", "agentplane-journal upgrade"])
+async def test_adopting_a_040_database_keeps_every_row_and_the_store_works_on_them(
+    how: str, new_pg: Callable[..., Any]
+) -> None:
+    url = await new_pg()
+    await run_040_ddl(url)
+
+    # -- agentplane 0.4.0 at work ------------------------------------------------------
+    signer = Ed25519Signer("plane-key-1", bytes(range(32)))
+    case = CaseId.generate()
+    run_a, run_b, run_c, run_x = (RunId.generate() for _ in range(4))
+    conn = await asyncpg.connect(_dsn(url))
+    try:
+        acme, other = Agentplane040(conn, "acme"), Agentplane040(conn, "other")
+        # run A: signed, with a case and an effect; concluded, released, sealed at 7.
+        await acme.acquire(run_a, "worker-1", 1, 60)
+        a_records = await acme.append(
+            1,
+            [admitted(run_a, case), started(run_a, key(1)), note(run_a, "done")],
+            signer,
+        )
+        a_records += await acme.append(1, [concluded(run_a, "succeeded")], signer)
+        await acme.release(run_a, 1)
+        await acme.burn_log_positions(6)
+        head_a = await acme.seal(run_a, "succeeded")
+        # another tenant seals at 9 (its own log; acme's log just sees a gap)
+        await other.acquire(run_x, "worker-9", 1, 60)
+        await other.append(1, [admitted(run_x), concluded(run_x, "failed")])
+        await other.burn_log_positions(1)
+        await other.seal(run_x, "failed")
+        # run B: unsigned, failed, sealed at 12
+        await acme.acquire(run_b, "worker-2", 1, 60)
+        await acme.append(1, [admitted(run_b), concluded(run_b, "failed")])
+        await acme.burn_log_positions(2)
+        head_b = await acme.seal(run_b, "failed")
+        # run C: in flight, taken over once (epoch 2, live), with a pending effect and a
+        # stop request from an operator
+        await acme.acquire(run_c, "worker-1", 1, 60)
+        await acme.append(1, [admitted(run_c, case)])
+        await acme.acquire(run_c, "worker-3", 2, 3600)
+        c_records = await acme.append(2, [started(run_c, key(1)), note(run_c, "halfway")])
+        await acme.request_cancel(run_c, "ops@example", "customer asked to stop")
+        # push registrations: one mid-retry, one using the column defaults
+        await conn.execute(
+            "INSERT INTO push_delivery (tenant, task_id, config_id, url, token, auth_scheme, "
+            "auth_credentials, next_seq, attempts, next_attempt_at, last_error) "
+            "VALUES ('acme', 'task-1', 'cfg-1', 'https://hooks.example/a', 'tok', 'Bearer', "
+            "'secret-cred', 3, 2, 1700000000, 'HTTP 503')"
+        )
+        await conn.execute(
+            "INSERT INTO push_delivery (tenant, task_id, config_id, url, next_seq) "
+            "VALUES ('acme', 'task-2', 'cfg-1', 'https://hooks.example/b', 1)"
+        )
+        positions = await conn.fetch(
+            "SELECT tenant, run_id, log_index FROM run_seal ORDER BY log_index"
+        )
+    finally:
+        await conn.close()
+    assert [(r["tenant"], r["log_index"]) for r in positions] == [
+        ("acme", 7),
+        ("other", 9),
+        ("acme", 12),
+    ]
+
+    rows_before = await table_contents(url, TABLES_040)
+    sequences_before = await query(
+        url, "SELECT sequencename, last_value FROM pg_sequences ORDER BY 1"
+    )
+    assert await current_revision(url) is None
+
+    # -- adoption: the documented upgrade ----------------------------------------------
+    if how == "migrate.upgrade":
+        await upgrade(url)
+    else:
+        said = await asyncio.to_thread(_journal_cli, "upgrade", "--url", url)
+        assert f"revision {HEAD_REVISION}" in said, said
+
+    assert await current_revision(url) == HEAD_REVISION
+    assert await table_contents(url, TABLES_040) == rows_before
+    assert (
+        await query(url, "SELECT sequencename, last_value FROM pg_sequences ORDER BY 1")
+        == sequences_before
+    )
+    assert await query(url, "SELECT count(*) FROM journal_counter") == [(0,)]
+
+    # -- the store on the adopted rows -------------------------------------------------
+    store = await SqlJournalStore.connect(url, tenant="acme")
+    try:
+        # Old runs read back byte for byte, and verify (signatures included).
+        assert await store.read(run_a) == a_records
+        verifier = Ed25519Verifier().trust("plane-key-1", signer.public_key)
+        assert await store.verify(run_a, verifier, require_signature=True) == head_a
+        assert await store.verify(run_b) == head_b
+        assert [r.seq for r in await store.case_history(case, 10)] == [1, 1]
+        assert await store.runs_by_outcome("succeeded", 10) == [run_a]
+        assert await store.runs_by_outcome("failed", 10) == [run_b]
+        assert await store.cancellation(run_c) == Cancellation(
+            "ops@example", "customer asked to stop"
+        )
+        assert not await store.request_cancel(run_c, "someone-else", "again")
+        assert {r for r, _ in await store.recent_runs()} == {run_a, run_b, run_c}
+        # The old log, as the store sees it: dense positions over 0.4.0's sparse ones.
+        old = await store.checkpoint()
+        assert old.size == 2
+        assert old.root == root([leaf_hash(head_a), leaf_hash(head_b)])
+        for run, index in ((run_a, 0), (run_b, 1)):
+            inclusion = await store.inclusion_proof(run)
+            assert inclusion is not None and inclusion.index == index
+            assert inclusion.verify(old.root)
+
+        # The exactly-once index 0.4.0 created holds for the store.
+        with pytest.raises(DuplicateEffectError):
+            await store.append(2, [started(run_c, key(1))])
+
+        # The unsealed run's chain continues where 0.4.0 left it, under its live lease.
+        lease = await store.acquire(run_c, "worker-3", 600)
+        assert lease.epoch == 2
+        more = await store.append(2, [note(run_c, "resumed"), concluded(run_c, "succeeded")])
+        assert [r.seq for r in more] == [4, 5]
+        assert more[0].prev_hash == c_records[-1].hash
+        head_c = await store.verify(run_c)
+        assert head_c == more[-1].hash
+        assert await store.runs_by_outcome("succeeded", 10) == [run_c, run_a]
+
+        # Sealing extends the existing log: old + 1, after 0.4.0's positions.
+        assert await store.seal(run_c, 2, "succeeded") == head_c
+        new = await store.checkpoint()
+        assert new.size == old.size + 1
+        assert new.root == root([leaf_hash(head_a), leaf_hash(head_b), leaf_hash(head_c)])
+        for run, index in ((run_a, 0), (run_b, 1), (run_c, 2)):
+            inclusion = await store.inclusion_proof(run)
+            assert inclusion is not None and (inclusion.index, inclusion.size) == (index, 3)
+            assert inclusion.verify(new.root)
+        proof = await store.consistency_proof(old.size)
+        assert verify_consistency(old.size, old.root, new.size, new.root, proof)
+        with pytest.raises(RunSealedError):
+            await store.append(2, [note(run_c, "too late")])
+
+        # A brand-new run on the adopted database, end to end.
+        run_d = RunId.generate()
+        lease_d = await store.acquire(run_d, "worker-4", 60)
+        await store.append(lease_d.epoch, [admitted(run_d), concluded(run_d, "succeeded")])
+        head_d = await store.seal(run_d, lease_d.epoch, "succeeded")
+        assert (await store.checkpoint()).size == 4
+        inclusion_d = await store.inclusion_proof(run_d)
+        assert inclusion_d is not None and inclusion_d.seal == head_d
+
+        # The other tenant's log is untouched by all of this.
+        assert (await store.for_tenant("other").checkpoint()).size == 1
+    finally:
+        await store.close()
+
+    indexes = await query(
+        url, "SELECT run_id, log_index FROM run_seal WHERE tenant = 'acme' ORDER BY log_index"
+    )
+    assert [i for _, i in indexes] == [7, 12, 13, 14]
+    # The 0.4.0 rows the store did not write to are still exactly as 0.4.0 wrote them.
+    after = await table_contents(url, TABLES_040)
+    for table in ("run_cancel", "push_delivery"):
+        assert after[table] == rows_before[table]
+    assert set(rows_before["journal"]) <= set(after["journal"])
+    assert set(rows_before["run_seal"]) <= set(after["run_seal"])
