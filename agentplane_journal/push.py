@@ -39,7 +39,7 @@ from sqlalchemy import and_, delete, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 from .errors import BackendError
-from .ids import RunId, validate_tenant
+from .ids import DEFAULT_TENANT, RunId, validate_tenant
 from .models import PushDelivery
 from .repository import Repository, check_int, check_run, check_text
 from .sealing import Keyring, keyring_from, open_secret, seal_secret
@@ -287,7 +287,7 @@ class SqlPushStore(Repository):
         self,
         engine: AsyncEngine,
         *,
-        tenant: str | None = None,
+        tenant: str = DEFAULT_TENANT,
         secret_key: bytes | None = None,
         keyring: Keyring | None = None,
         clock: Callable[[], float] | None = None,
@@ -301,7 +301,7 @@ class SqlPushStore(Repository):
         cls,
         url: str,
         *,
-        tenant: str | None = None,
+        tenant: str = DEFAULT_TENANT,
         secret_key: bytes | None = None,
         keyring: Keyring | None = None,
         clock: Callable[[], float] | None = None,

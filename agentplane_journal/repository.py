@@ -128,7 +128,7 @@ class Repository:
         self,
         engine: AsyncEngine,
         *,
-        tenant: str | None = None,
+        tenant: str = DEFAULT_TENANT,
         clock: Callable[[], float] | None = None,
         _shared: _Shared | None = None,
     ) -> None:
@@ -152,7 +152,7 @@ class Repository:
         self._shared = _shared
         self._clock = clock or time.time
         #: The tenant this handle serves; every statement carries it.
-        self.tenant: str = DEFAULT_TENANT if tenant is None else validate_tenant(tenant)
+        self.tenant: str = validate_tenant(tenant)
 
     @classmethod
     async def _open(cls, url: str, engine_options: dict[str, Any] | None, **kw: Any) -> Self:

@@ -54,7 +54,7 @@ from .errors import (
     LeaseHeldError,
     RunSealedError,
 )
-from .ids import CaseId, Digest, EffectKey, RunId, validate_tenant
+from .ids import DEFAULT_TENANT, CaseId, Digest, EffectKey, RunId, validate_tenant
 from .models import Journal, RunActivity, RunCancel, RunLease, RunOutcome, RunSeal
 from .record import Append, Attestation, Record, verify_attested, verify_chain
 from .repository import (
@@ -139,19 +139,20 @@ class SqlJournalStore(Repository):
     ``alembic upgrade head``) first; an out-of-date database is refused with
     :class:`SchemaOutOfDateError` before the first statement.
 
-    A handle made with an explicit tenant (here or by :meth:`for_tenant`) names its log
-    ``{origin}/{tenant}``; the default handle's log is plain ``origin``.
+    A handle made by :meth:`for_tenant`, or constructed for a tenant other than
+    ``default``, names its log ``{origin}/{tenant}``; the default handle's log is ``origin``.
     """
 
     def __init__(
         self,
         engine: AsyncEngine,
         *,
-        tenant: str | None = None,
+        tenant: str = DEFAULT_TENANT,
         origin: str = "agentplane",
         signer: Signer | None = None,
         clock: Callable[[], float] | None = None,
         _shared: Any = None,
+        _named: bool = False,
     ) -> None:
         origin = check_text(origin, "origin")
         if "\n" in origin:
@@ -162,14 +163,17 @@ class SqlJournalStore(Repository):
         self._base_origin = origin
         self._signer = signer
         #: The name of this tenant's log in checkpoint notes.
-        self.origin: str = origin if tenant is None else f"{origin}/{self.tenant}"
+        # A handle for a tenant (for_tenant, or a constructor tenant other than the default)
+        # names its log "{origin}/{tenant}", as agentplane does.
+        named = _named or self.tenant != DEFAULT_TENANT
+        self.origin: str = f"{origin}/{self.tenant}" if named else origin
 
     @classmethod
     async def connect(
         cls,
         url: str,
         *,
-        tenant: str | None = None,
+        tenant: str = DEFAULT_TENANT,
         origin: str = "agentplane",
         signer: Signer | None = None,
         clock: Callable[[], float] | None = None,
@@ -193,6 +197,7 @@ class SqlJournalStore(Repository):
             signer=self._signer,
             clock=self._clock,
             _shared=self._shared,
+            _named=True,
         )
 
     def _key(self, run: RunId) -> Any:

@@ -158,7 +158,7 @@ async def make_store(
 ) -> AsyncIterator[Callable[..., object]]:
     """``await make_store(**kw)`` -> a store on this test's database; its own tenant on PG."""
     opened: list[SqlJournalStore] = []
-    tenant = f"t{uuid.uuid4().hex[:12]}" if dialect == "postgresql" else None
+    tenant = f"t{uuid.uuid4().hex[:12]}" if dialect == "postgresql" else "default"
 
     async def make(**kw: object) -> SqlJournalStore:
         kw.setdefault("tenant", tenant)
