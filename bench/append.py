@@ -30,8 +30,8 @@ from sqlalchemy.engine import make_url
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from agentplane_journal import Append, Digest, Record, RunId, SqlJournalStore  # noqa: E402
-from agentplane_journal.migrate import upgrade  # noqa: E402
+from agentplane_journal import Append, Digest, Record, RunId, SqlJournalStore
+from agentplane_journal.migrate import upgrade
 
 INSERT = (
     "INSERT INTO journal (tenant, run_id, seq, epoch, kind, effect_key, prev_hash, hash, raw,"

@@ -1,0 +1,661 @@
+"""The ``agentplane-journal`` command: the questions an operator or an auditor asks a journal.
+
+Every command that touches a database takes ``--url`` (default: ``$AGENTPLANE_JOURNAL_URL``,
+else ``sqlite+aiosqlite:///agentplane_journal.db`` in the current directory), ``--tenant``
+(default ``default``) and ``--origin``; every command that reads takes ``--json``.
+``demo`` builds its own SQLite file and shows the whole package working in one command.
+
+Exit codes: 0 ok; 1 something failed to verify (the output names the run and ``seq N``),
+or a run that must be sealed is not; 2 a usage, connection or schema problem, reported on
+stderr in one line (run ``agentplane-journal upgrade`` when the schema is behind).
+
+Export format (``export RUN | --all``): JSON lines, UTF-8, one object per line, so that a
+verifier needs nothing of this package but SHA-256, Ed25519 and RFC 6962:
+
+* first, ``{"type": "header", "format": "agentplane-journal-export/1", "tenant", "origin",
+  "checkpoint": the C2SP note text, "size", "root": hex}``;
+* per record, in seq order per run: ``{"type": "record", "run": "run_<ULID>", "seq",
+  "raw": base64 of the exact canonical bytes that were hashed, "prev_hash": hex,
+  "hash": hex, "key_id": str or null, "signature": base64 or null}``. A record verifies when
+  ``SHA-256(prev_hash || raw) == hash``, ``prev_hash`` is the previous record's ``hash``
+  (32 zero bytes for seq 1), seqs run 1, 2, 3...; a signature is Ed25519 over
+  ``SHA-256("io.github.hupe1980.agentplane/record/v1" || 0x00 || hash)``;
+* after a sealed run's records, ``{"type": "inclusion", "run", "index", "size", "seal": hex,
+  "proof": [hex, ...]}``: ``seal`` equals the run's last ``hash``, and the RFC 6962 audit
+  path from ``SHA-256(0x00 || seal)`` at ``index`` reaches the header's ``root`` (``size``
+  always equals the header's).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import re
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from alembic.util.exc import CommandError
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, SQLAlchemyError
+
+from . import __version__
+from . import _cli_format as fmt
+from ._cli_demo import DEMO_FILE, run_demo
+from .checkpoint import Checkpoint, Inclusion
+from .errors import CorruptRecordError, StoreError
+from .ids import DEFAULT_TENANT, Digest, RunId
+from .merkle import verify_consistency
+from .migrate import current_revision, upgrade
+from .signing import Ed25519Verifier, Verifier
+from .store import SqlJournalStore
+
+__all__ = ["build_parser", "main"]
+
+PROG = "agentplane-journal"
+URL_ENV = "AGENTPLANE_JOURNAL_URL"
+DEFAULT_URL = "sqlite+aiosqlite:///agentplane_journal.db"
+
+# The only drivers the store runs on; a bare dialect name gets its async driver.
+_DRIVERS = {
+    "postgresql": "postgresql+asyncpg",
+    "postgres": "postgresql+asyncpg",
+    "postgresql+asyncpg": "postgresql+asyncpg",
+    "sqlite": "sqlite+aiosqlite",
+    "sqlite+aiosqlite": "sqlite+aiosqlite",
+}
+_PAGE = 500
+_RETRIES = 5  # snapshots re-taken when the log grows between two reads
+
+
+class _Exit(Exception):
+    """End the command with ``code`` and a one-line ``message`` on stderr."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+# -- the database target -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Target:
+    url: str  # with the password: for connecting only
+    shown: str  # without it: for every message
+    password: str | None
+
+
+def _redact(text: str) -> str:
+    """Hide ``user:password@`` in a string that may not even parse as a URL."""
+    return re.sub(r"(://[^:/@\s]*:)[^@\s]*@", r"\1***@", text)
+
+
+def _target(raw: str, *, must_exist: bool) -> _Target:
+    try:
+        url = make_url(raw)
+    except (ArgumentError, ValueError):
+        raise _Exit(
+            2,
+            f"{_redact(raw)!r} is not a database URL; expected postgresql+asyncpg://user@host/db"
+            " or sqlite+aiosqlite:///path/to/journal.db",
+        ) from None
+    driver = _DRIVERS.get(url.drivername)
+    if driver is None:
+        raise _Exit(
+            2,
+            f"unsupported database {url.drivername!r}: agentplane_journal runs on "
+            "postgresql+asyncpg:// and sqlite+aiosqlite://",
+        )
+    url = url.set(drivername=driver)
+    shown = url.render_as_string(hide_password=True)
+    if must_exist and driver.startswith("sqlite") and url.database not in (None, "", ":memory:"):
+        path = Path(url.database)
+        if not path.exists():
+            raise _Exit(
+                2,
+                f"no database file at {path.resolve()}; create one with `{PROG} upgrade "
+                f"--url {shown}`, or try `{PROG} demo`",
+            )
+    return _Target(url.render_as_string(hide_password=False), shown, url.password)
+
+
+@asynccontextmanager
+async def _store(args: argparse.Namespace) -> AsyncIterator[SqlJournalStore]:
+    # Tenant "default" names its log plain ORIGIN, any other ORIGIN/TENANT (as the store does).
+    store = await SqlJournalStore.connect(args.target.url, tenant=args.tenant, origin=args.origin)
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+def _run_id(text: str) -> RunId:
+    try:
+        return RunId.parse(text)
+    except ValueError as exc:
+        raise _Exit(2, str(exc)) from None
+
+
+async def _existing(store: SqlJournalStore, text: str) -> RunId:
+    run = _run_id(text)
+    try:
+        seq = (await store.head(run)).seq
+    except CorruptRecordError:
+        return run  # it exists; verification will name what is wrong with it
+    if seq == 0:
+        raise _Exit(
+            2, f"no records for {run} in tenant {store.tenant!r} (check --tenant and --url)"
+        )
+    return run
+
+
+async def _all_runs(store: SqlJournalStore) -> list[RunId]:
+    """Every run with activity, newest first, paged; a run seen twice is listed once."""
+    runs: dict[RunId, None] = {}
+    after = None
+    while True:
+        page = await store.recent_runs(after, _PAGE)
+        runs.update((run, None) for run, _ in page)
+        if len(page) < _PAGE:
+            return list(runs)
+        after = page[-1]
+
+
+# -- verification and proof helpers --------------------------------------------------------
+
+
+async def _verify_run(
+    store: SqlJournalStore, run: RunId, verifier: Verifier | None, require: bool
+) -> dict[str, Any]:
+    try:
+        head = await store.verify(run, verifier, require)
+    except CorruptRecordError as exc:
+        return {"run": str(run), "ok": False, "seq": exc.seq, "error": exc.detail}
+    return {"run": str(run), "ok": True, "head": head.hex()}
+
+
+async def _inclusion_snapshot(
+    store: SqlJournalStore, run: RunId
+) -> tuple[Checkpoint, Inclusion | None]:
+    """A checkpoint and an inclusion proof for the same log size (retried if it grows)."""
+    for _ in range(_RETRIES):
+        cp = await store.checkpoint()
+        inc = await store.inclusion_proof(run)
+        if inc is None or inc.size == cp.size:
+            return cp, inc
+    raise _Exit(2, "the log kept growing while reading a proof; try again")
+
+
+async def _consistency_snapshot(
+    store: SqlJournalStore, old_size: int
+) -> tuple[Checkpoint, list[Digest] | None]:
+    """The current checkpoint and a consistency proof from ``old_size`` to it.
+
+    ``None`` for the proof when the log is smaller than ``old_size``.
+    """
+    for _ in range(_RETRIES):
+        cp = await store.checkpoint()
+        if old_size > cp.size:
+            return cp, None
+        proof = await store.consistency_proof(old_size)
+        if await store.checkpoint() == cp:
+            return cp, proof
+    raise _Exit(2, "the log kept growing while reading a proof; try again")
+
+
+def _read_note(value: str) -> Checkpoint:
+    """A checkpoint note from the argument, or from a file with ``@file`` (``@-``: stdin)."""
+    if value.startswith("@"):
+        name = value[1:]
+        try:
+            text = sys.stdin.read() if name == "-" else Path(name).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise _Exit(2, f"cannot read the checkpoint note from {name}: {exc.strerror}") from None
+    else:
+        text = value
+    text = text.replace("\r\n", "\n")
+    # A signed note is the body, a blank line, then signature lines: keep only the body.
+    body, _, signatures = text.strip("\n").partition("\n\n")
+    if signatures.strip():
+        print(
+            f"{PROG}: note: ignoring the note's signature lines (not checked here)", file=sys.stderr
+        )
+    try:
+        return Checkpoint.from_note(body + "\n")
+    except ValueError as exc:
+        raise _Exit(2, f"not a checkpoint note: {exc}") from None
+
+
+def _check_origin(store: SqlJournalStore, old: Checkpoint) -> None:
+    if old.origin != store.origin:
+        raise _Exit(
+            1,
+            f"FAILED: the saved checkpoint is for log {old.origin!r}, but tenant "
+            f"{store.tenant!r} here is log {store.origin!r} (check --tenant and --origin)",
+        )
+
+
+# -- commands ----------------------------------------------------------------------------
+
+
+async def cmd_upgrade(args: argparse.Namespace) -> int:
+    before = await current_revision(args.target.url)
+    await upgrade(args.target.url)
+    after = await current_revision(args.target.url)
+    verb = "already at" if before == after else f"upgraded from {before or 'no revision'} to"
+    print(f"{args.target.shown}: {verb} revision {after}")
+    return 0
+
+
+async def _records(store: SqlJournalStore, run: RunId) -> int | str:
+    """How many records a run has, or where it is corrupt (a listing must not stop there)."""
+    try:
+        return (await store.head(run)).seq
+    except CorruptRecordError as exc:
+        return f"corrupt at seq {exc.seq}"
+
+
+async def cmd_runs(args: argparse.Namespace) -> int:
+    async with _store(args) as store:
+        rows: list[dict[str, Any]] = []
+        if args.outcome:
+            for run in await store.runs_by_outcome(args.outcome, args.limit):
+                records = await _records(store, run)
+                rows.append({"run": str(run), "outcome": args.outcome, "records": records})
+        else:
+            for run, updated in await store.recent_runs(None, args.limit):
+                records = await _records(store, run)
+                updated_at = fmt.iso_time(updated)
+                rows.append({"run": str(run), "updated_at": updated_at, "records": records})
+    if args.json:
+        fmt.print_json(rows)
+    else:
+        fmt.print_runs(rows, args.outcome, store.tenant)
+    return 0
+
+
+async def cmd_show(args: argparse.Namespace) -> int:
+    async with _store(args) as store:
+        run = await _existing(store, args.run)
+        try:
+            records = await store.read(run)
+        except CorruptRecordError as exc:
+            raise _Exit(1, f"FAILED {run} seq {exc.seq}: {exc.detail}") from None
+        cancel = await store.cancellation(run)
+        inc = await store.inclusion_proof(run)
+    if args.json:
+        fmt.print_json(
+            {
+                "run": str(run),
+                "tenant": store.tenant,
+                "sealed": None if inc is None else fmt.inclusion_json(inc),
+                "cancellation": None if cancel is None else asdict(cancel),
+                "records": [fmt.record_json(r) for r in records],
+            }
+        )
+        return 0
+    fmt.print_show(run, store.tenant, records, inc, cancel)
+    return 0
+
+
+async def cmd_verify(args: argparse.Namespace) -> int:
+    verifier = None
+    if args.trust:
+        verifier = Ed25519Verifier()
+        for key_id, public in args.trust:
+            verifier.trust(key_id, public)
+    async with _store(args) as store:
+        if args.all:
+            runs = await _all_runs(store)
+        else:
+            runs = [await _existing(store, args.run)]
+        progress = fmt.Progress("verifying", len(runs))
+        results = []
+        for done, run in enumerate(runs, start=1):
+            result = await _verify_run(store, run, verifier, args.require_signature)
+            if result["ok"] and not args.all:
+                await _check_seal(store, run, result)
+            results.append(result)
+            if not result["ok"] and not args.json:
+                progress.close()
+                print(fmt.failure_line(result))
+            progress.update(done)
+        progress.close()
+    failed = [r for r in results if not r["ok"]]
+    signatures = (
+        "not checked (pass --trust KEY_ID=PUBLIC_KEY_HEX)"
+        if verifier is None
+        else f"checked against {len(args.trust)} trusted key(s)"
+        + ("; unsigned records refused" if args.require_signature else "")
+    )
+    if args.json:
+        fmt.print_json(
+            {
+                "tenant": store.tenant,
+                "checked": len(results),
+                "intact": len(results) - len(failed),
+                "failed": len(failed),
+                "signatures": signatures,
+                "runs": results,
+            }
+        )
+    else:
+        fmt.print_verify_summary(results, store.tenant, signatures, single=not args.all)
+    return 1 if failed else 0
+
+
+async def _check_seal(store: SqlJournalStore, run: RunId, result: dict[str, Any]) -> None:
+    """For one run: its verified head must be the head sealed into the log (if sealed)."""
+    head = await store.head(run)
+    result["records"] = head.seq
+    inc = await store.inclusion_proof(run)
+    result["sealed"] = None if inc is None else inc.index
+    if inc is not None and inc.seal.hex() != result["head"]:
+        result.update(
+            ok=False,
+            seq=head.seq,
+            error=f"the records end at {result['head'][:12]}, but the log sealed "
+            f"{inc.seal.hex()[:12]} for this run: its records were rewritten after sealing",
+        )
+
+
+async def cmd_checkpoint(args: argparse.Namespace) -> int:
+    async with _store(args) as store:
+        cp = await store.checkpoint()
+    if args.json:
+        fmt.print_json(fmt.checkpoint_json(cp))
+    else:
+        sys.stdout.write(cp.to_note())
+    return 0
+
+
+async def _prove(
+    store: SqlJournalStore, run: RunId, old: Checkpoint | None
+) -> tuple[Checkpoint, Inclusion, list[tuple[bool, str]]]:
+    """The current checkpoint, the run's inclusion proof and each check's verdict."""
+    for _ in range(_RETRIES):
+        cp, inc = await _inclusion_snapshot(store, run)
+        if inc is None:
+            raise _Exit(
+                1,
+                f"{run} is not sealed, so it is not in the log yet "
+                "(only sealed runs are; `show` lists its records)",
+            )
+        checks: list[tuple[bool, str]] = []
+        chain = await _verify_run(store, run, None, False)
+        if chain["ok"]:
+            same = chain["head"] == inc.seal.hex()
+            checks.append((same, "the run's records verify and end at the sealed head"))
+        else:
+            checks.append((False, f"the run's records: seq {chain['seq']}: {chain['error']}"))
+        if old is None or old.size == cp.size:
+            label = "current" if old is None else "saved"
+            root = cp.root if old is None else old.root
+            checks.append((inc.verify(root), f"leaf {inc.index} is in the {label} checkpoint"))
+        elif old.size > cp.size:
+            checks.append(
+                (False, f"the saved checkpoint has {old.size} leaves, this log only {cp.size}")
+            )
+        elif inc.index >= old.size:
+            checks.append(
+                (
+                    False,
+                    f"the run was sealed after the saved checkpoint (it is leaf {inc.index}, "
+                    f"the saved checkpoint has {old.size}): prove it without --checkpoint",
+                )
+            )
+        else:
+            # The store proves inclusion at the current size only, so a run in an older
+            # checkpoint is proved in two steps: it is in the current log, and the current
+            # log extends the saved one, whose first old.size leaves include this one.
+            now, proof = await _consistency_snapshot(store, old.size)
+            if now != cp:
+                continue  # a seal landed between the two proofs: take both again
+            extends = proof is not None and verify_consistency(
+                old.size, old.root, cp.size, cp.root, proof
+            )
+            checks.append((inc.verify(cp.root), f"leaf {inc.index} is in the current checkpoint"))
+            checks.append((extends, "the current log extends the saved checkpoint"))
+        return cp, inc, checks
+    raise _Exit(2, "the log kept growing while reading a proof; try again")
+
+
+async def cmd_prove(args: argparse.Namespace) -> int:
+    old = _read_note(args.checkpoint) if args.checkpoint else None
+    async with _store(args) as store:
+        run = await _existing(store, args.run)
+        if old is not None:
+            _check_origin(store, old)
+        cp, inc, checks = await _prove(store, run, old)
+    ok = all(passed for passed, _ in checks)
+    if args.json:
+        fmt.print_json(
+            {
+                "run": str(run),
+                "origin": cp.origin,
+                **fmt.inclusion_json(inc),
+                "checkpoint": fmt.checkpoint_json(cp),
+                "saved_checkpoint": None if old is None else fmt.checkpoint_json(old),
+                "checks": [{"ok": passed, "check": text} for passed, text in checks],
+                "ok": ok,
+            }
+        )
+    else:
+        fmt.print_prove(run, cp, inc, old, checks)
+    return 0 if ok else 1
+
+
+async def cmd_consistency(args: argparse.Namespace) -> int:
+    old = _read_note(args.old_note)
+    async with _store(args) as store:
+        _check_origin(store, old)
+        cp, proof = await _consistency_snapshot(store, old.size)
+    ok = proof is not None and verify_consistency(old.size, old.root, cp.size, cp.root, proof)
+    if args.json:
+        fmt.print_json(
+            {
+                "saved": fmt.checkpoint_json(old),
+                "current": fmt.checkpoint_json(cp),
+                "proof": None if proof is None else [p.hex() for p in proof],
+                "ok": ok,
+            }
+        )
+    else:
+        fmt.print_consistency(old, cp, proof, ok)
+    return 0 if ok else 1
+
+
+async def cmd_export(args: argparse.Namespace) -> int:
+    async with _store(args) as store:
+        runs = await _all_runs(store) if args.all else [await _existing(store, args.run)]
+        # One log size for the header and every proof: re-read if a seal lands meanwhile.
+        for _ in range(_RETRIES):
+            cp = await store.checkpoint()
+            proofs = {}
+            for run in runs:
+                inc = await store.inclusion_proof(run)
+                if inc is not None:
+                    proofs[run] = inc
+            if all(inc.size == cp.size for inc in proofs.values()):
+                break
+        else:
+            raise _Exit(2, "the log kept growing while exporting; try again")
+        out = sys.stdout
+        out.write(fmt.export_header(store.tenant, cp) + "\n")
+        for run in runs:
+            try:
+                records = await store.read(run)
+            except CorruptRecordError as exc:
+                raise _Exit(1, f"FAILED {run} seq {exc.seq}: {exc.detail}") from None
+            for record in records:
+                out.write(fmt.export_record(run, record) + "\n")
+            if run in proofs:
+                out.write(fmt.export_inclusion(run, proofs[run]) + "\n")
+    return 0
+
+
+async def cmd_demo(args: argparse.Namespace) -> int:
+    return await run_demo(Path(args.dir or "."))
+
+
+# -- the parser and main -------------------------------------------------------------------
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
+    return value
+
+
+def _trust(text: str) -> tuple[str, bytes]:
+    key_id, sep, hex_ = text.rpartition("=")
+    try:
+        public = bytes.fromhex(hex_)
+    except ValueError:
+        public = b""
+    if not sep or not key_id or len(public) != 32:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not KEY_ID=PUBLIC_KEY_HEX (64 hex digits of an Ed25519 public key)"
+        )
+    return key_id, public
+
+
+Handler = Callable[[argparse.Namespace], Awaitable[int]]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The whole command line; each subcommand carries its own database options."""
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="Inspect, verify and prove an agentplane journal on PostgreSQL or SQLite.",
+        epilog=f"Start with `{PROG} demo`. Exit codes: 0 ok, 1 verification failed, "
+        "2 usage, connection or schema error.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    database = argparse.ArgumentParser(add_help=False)
+    group = database.add_argument_group("database")
+    group.add_argument(
+        "--url",
+        help=f"database URL (default: ${URL_ENV}, else {DEFAULT_URL}); "
+        "postgresql:// and sqlite:// get their async drivers",
+    )
+    group.add_argument("--tenant", default=DEFAULT_TENANT, help="tenant (default: %(default)s)")
+    group.add_argument(
+        "--origin",
+        default="agentplane",
+        help="the log's name in checkpoint notes (default: %(default)s; "
+        "other tenants than 'default' get ORIGIN/TENANT)",
+    )
+    reads = argparse.ArgumentParser(add_help=False)
+    reads.add_argument("--json", action="store_true", help="print JSON instead of text")
+    commands = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
+
+    def add(name: str, summary: str, handler: Handler, *parents: argparse.ArgumentParser) -> Any:
+        sub = commands.add_parser(name, help=summary, description=summary, parents=list(parents))
+        sub.set_defaults(handler=handler, subparser=sub)
+        return sub
+
+    add("upgrade", "migrate the database to this version's schema", cmd_upgrade, database)
+    demo = add("demo", "build a demo journal on SQLite and show everything working", cmd_demo)
+    demo.add_argument("--dir", help=f"where to create {DEMO_FILE} (default: here)")
+    runs = add(
+        "runs", "list recent runs, or the runs concluded with an outcome", cmd_runs, database, reads
+    )
+    runs.add_argument("--outcome", help="only runs whose latest conclusion is OUTCOME")
+    runs.add_argument("--limit", type=_positive, default=20, help="at most N runs (default 20)")
+    show = add("show", "print a run's records", cmd_show, database, reads)
+    show.add_argument("run", metavar="RUN", help="run id (run_<ULID>)")
+    verify = add(
+        "verify", "verify a run's chain and signatures, or every run's", cmd_verify, database, reads
+    )
+    verify.add_argument("run", metavar="RUN", nargs="?", help="run id (or --all)")
+    verify.add_argument("--all", action="store_true", help="verify every run of the tenant")
+    verify.add_argument(
+        "--trust",
+        metavar="KEY_ID=PUBLIC_KEY_HEX",
+        type=_trust,
+        action="append",
+        default=[],
+        help="trust an Ed25519 signer (repeatable)",
+    )
+    verify.add_argument(
+        "--require-signature",
+        action="store_true",
+        help="fail any record without a trusted signature",
+    )
+    add("checkpoint", "print the tenant's checkpoint note", cmd_checkpoint, database, reads)
+    prove = add("prove", "prove a sealed run is in the log", cmd_prove, database, reads)
+    prove.add_argument("run", metavar="RUN", help="run id (run_<ULID>)")
+    prove.add_argument(
+        "--checkpoint",
+        metavar="NOTE",
+        help="a saved checkpoint note to prove against (text, or @file)",
+    )
+    consistency = add(
+        "consistency",
+        "prove the log extends a saved checkpoint note",
+        cmd_consistency,
+        database,
+        reads,
+    )
+    consistency.add_argument("old_note", metavar="OLD_NOTE", help="the saved note (text, or @file)")
+    export = add(
+        "export", "write a run or every run as verifiable JSON lines", cmd_export, database
+    )
+    export.add_argument("run", metavar="RUN", nargs="?", help="run id (or --all)")
+    export.add_argument("--all", action="store_true", help="export every run of the tenant")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; return the exit code (the console script exits with it)."""
+    args = build_parser().parse_args(argv)
+    if hasattr(args, "all") and (args.run is None) == (not args.all):
+        args.subparser.error("give one RUN, or --all")
+    if getattr(args, "require_signature", False) and not args.trust:
+        args.subparser.error("--require-signature needs --trust KEY_ID=PUBLIC_KEY_HEX")
+    target = None
+    try:
+        if hasattr(args, "url"):
+            raw = args.url or os.environ.get(URL_ENV) or DEFAULT_URL
+            target = args.target = _target(raw, must_exist=args.handler is not cmd_upgrade)
+        return asyncio.run(args.handler(args))
+    except _Exit as exc:
+        return _fail(exc.code, exc.message, target)
+    except CorruptRecordError as exc:
+        return _fail(1, f"FAILED {exc}", target)
+    except BrokenPipeError:
+        # The reader went away (`export --all | head`): nothing left to say, nowhere to say it.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    except (StoreError, ValueError, SQLAlchemyError, CommandError, OSError) as exc:
+        cause = exc if isinstance(exc, OSError) else exc.__cause__
+        if isinstance(cause, OSError) and target is not None:
+            return _fail(2, f"cannot connect to {target.shown}: {cause}", target)
+        return _fail(2, str(exc), target)
+    except KeyboardInterrupt:
+        return 130
+
+
+def _fail(code: int, message: str, target: _Target | None) -> int:
+    """One line on stderr, never with a password in it."""
+    text = (message.strip().splitlines() or ["failed"])[0]
+    if target is not None and target.password:
+        text = text.replace(target.password, "***")
+    prefix = "error: " if code == 2 else ""
+    print(f"{PROG}: {prefix}{_redact(text)}", file=sys.stderr)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

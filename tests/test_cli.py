@@ -1,0 +1,528 @@
+"""The `agentplane-journal` command, driven as an operator drives it: in a subprocess.
+
+Journals are built with the Python API (or by `demo`), then inspected, verified, proved and
+exported through the command line; tampering is done with SQL straight on the database
+file, and exports are re-verified with the core library only. SQLite throughout, plus one
+PostgreSQL run so the command is seen on both dialects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import json
+import os
+import pty
+import re
+import shutil
+import sqlite3
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from agentplane_journal import (
+    HEAD_REVISION,
+    Attestation,
+    Checkpoint,
+    Digest,
+    Ed25519Signer,
+    Ed25519Verifier,
+    Record,
+    RunId,
+    SqlJournalStore,
+    leaf_hash,
+    verify_attested,
+    verify_chain,
+    verify_inclusion,
+)
+
+from helpers import admitted, concluded, key, note, started
+
+CLI = [sys.executable, "-m", "agentplane_journal.cli"]
+COMMANDS = (
+    "upgrade",
+    "demo",
+    "runs",
+    "show",
+    "verify",
+    "checkpoint",
+    "prove",
+    "consistency",
+    "export",
+)
+SIGNER = Ed25519Signer("test-key", bytes(range(32)))
+TRUST = f"test-key={SIGNER.public_key.hex()}"
+
+
+def run_cli(
+    *args: str,
+    cwd: Path | None = None,
+    command: list[str] | None = None,
+    url_env: str | None = None,
+    **kw: object,
+) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "AGENTPLANE_JOURNAL_URL"}
+    if url_env is not None:
+        env["AGENTPLANE_JOURNAL_URL"] = url_env
+    kw.setdefault("stdout", subprocess.PIPE)
+    kw.setdefault("stderr", subprocess.PIPE)
+    return subprocess.run(  # type: ignore[call-overload, no-any-return]
+        [*(command or CLI), *args],
+        text=True,
+        cwd=cwd,
+        env=env,
+        timeout=60,
+        **kw,
+    )
+
+
+def fails_cleanly(result: subprocess.CompletedProcess[str], code: int = 2) -> str:
+    """The exit code, one line on stderr, no traceback; returns that line."""
+    assert result.returncode == code, (result.returncode, result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr + result.stdout
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    return lines[0]
+
+
+def db_path(url: str) -> str:
+    return url.split(":///", 1)[1]
+
+
+@dataclass
+class Journal:
+    url: str
+    sealed: list[str] = field(default_factory=list)
+    open: list[str] = field(default_factory=list)
+    acme: list[str] = field(default_factory=list)
+
+
+async def _run(store: SqlJournalStore, *, seal: bool) -> str:
+    run = RunId.generate()
+    lease = await store.acquire(run, "worker", 60)
+    await store.append(lease.epoch, [admitted(run), started(run, key(1)), note(run)])
+    if seal:
+        await store.append(lease.epoch, [concluded(run, "succeeded")])
+        await store.seal(run, lease.epoch, "succeeded")
+    return str(run)
+
+
+async def add_runs(url: str, sealed: int = 0, open_: int = 0, tenant: str | None = None) -> list:
+    store = await SqlJournalStore.connect(url, signer=SIGNER)
+    handle = store if tenant is None else store.for_tenant(tenant)
+    try:
+        return [await _run(handle, seal=i < sealed) for i in range(sealed + open_)]
+    finally:
+        await store.close()
+
+
+def build(url: str) -> Journal:
+    """Default tenant: 3 sealed runs and 1 open; acme: 1 sealed run. All records signed."""
+    journal = Journal(url)
+    journal.sealed = asyncio.run(add_runs(url, sealed=3))
+    journal.open = asyncio.run(add_runs(url, open_=1))
+    journal.acme = asyncio.run(add_runs(url, sealed=1, tenant="acme"))
+    return journal
+
+
+@pytest.fixture
+def journal(sqlite_database: Callable[..., str]) -> Journal:
+    return build(sqlite_database())
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    where = tmp_path_factory.mktemp("demo")
+    result = run_cli("demo", "--dir", str(where))
+    assert result.returncode == 0, result.stderr
+    return where, result.stdout
+
+
+# -- the command line itself -------------------------------------------------------------
+
+
+def test_help_lists_every_subcommand_from_the_script_and_the_module(tmp_path: Path) -> None:
+    script = shutil.which("agentplane-journal")
+    assert script, "the console script is not installed (pip install -e .)"
+    for command in ([script], [sys.executable, "-m", "agentplane_journal"], CLI):
+        result = run_cli("--help", command=command, cwd=tmp_path)
+        assert result.returncode == 0, result.stderr
+        for name in COMMANDS:
+            assert re.search(rf"^\s+{name}\s+\S", result.stdout, re.M), (name, result.stdout)
+    sub = run_cli("verify", "--help")
+    assert all(opt in sub.stdout for opt in ("--url", "--tenant", "--json", "--trust", "--all"))
+
+
+def test_usage_errors_exit_2() -> None:
+    for args in (
+        ["verify"],  # neither RUN nor --all
+        ["verify", "--all", "--require-signature"],  # nothing trusted to require
+        ["verify", "--all", "--trust", "k=abc"],  # not a public key
+    ):
+        result = run_cli(*args)
+        assert result.returncode == 2, (args, result.stderr)
+        assert "Traceback" not in result.stderr
+
+
+# -- demo --------------------------------------------------------------------------------
+
+
+def test_demo_runs_the_workload_verifies_and_proves_it(demo: tuple[Path, str]) -> None:
+    where, out = demo
+    database = where / "agentplane-journal-demo.db"
+    assert database.exists()
+    assert str(database) in out
+    assert re.search(r"^\s+agentplane\n\s+4\n\s+[A-Za-z0-9+/]{43}=\n", out, re.M), out
+    assert re.search(r"^\s+agentplane/acme\n\s+1\n", out, re.M)
+    for shown in ("DEMO KEY", "DuplicateEffectError", "FencedError", "LeaseHeldError"):
+        assert shown in out
+    assert "FAILED" not in out
+    assert "agentplane-journal runs --url sqlite+aiosqlite:///" in out
+
+
+def test_demo_database_answers_the_suggested_commands(demo: tuple[Path, str]) -> None:
+    where, out = demo
+    url = f"sqlite+aiosqlite:///{where / 'agentplane-journal-demo.db'}"
+    trust = re.search(r"--trust (demo-key=[0-9a-f]{64})", out)
+    assert trust, out
+    result = run_cli("verify", "--all", "--url", url, "--trust", trust[1], "--require-signature")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "verified 4 runs of tenant 'default': all intact" in result.stdout
+    acme = run_cli("runs", "--url", url, "--tenant", "acme", "--json")
+    assert len(json.loads(acme.stdout)) == 2
+
+
+def test_demo_replaces_an_existing_database(tmp_path: Path) -> None:
+    (tmp_path / "agentplane-journal-demo.db").write_bytes(b"not a database")
+    result = run_cli("demo", cwd=tmp_path)  # default: the current directory
+    assert result.returncode == 0, result.stderr
+    assert str(tmp_path / "agentplane-journal-demo.db") in result.stdout
+
+
+# -- verify --------------------------------------------------------------------------------
+
+
+def test_verify_an_intact_journal(journal: Journal) -> None:
+    result = run_cli("verify", "--all", "--url", journal.url)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "verified 4 runs of tenant 'default': all intact" in result.stdout
+    assert result.stderr == ""  # no progress bar when stderr is not a terminal
+    signed = run_cli(
+        "verify", "--all", "--url", journal.url, "--trust", TRUST, "--require-signature", "--json"
+    )
+    assert signed.returncode == 0
+    report = json.loads(signed.stdout)
+    assert (report["checked"], report["intact"], report["failed"]) == (4, 4, 0)
+    one = run_cli("verify", journal.sealed[0], "--url", journal.url)
+    assert one.returncode == 0
+    assert "seal matches" in one.stdout
+
+
+def test_verify_names_the_run_and_seq_of_a_tampered_record(journal: Journal) -> None:
+    victim = journal.sealed[1]
+    with sqlite3.connect(db_path(journal.url)) as db:
+        (raw,) = db.execute(
+            "SELECT raw FROM journal WHERE run_id = ? AND seq = 2", (victim,)
+        ).fetchone()
+        db.execute(
+            "UPDATE journal SET raw = ? WHERE run_id = ? AND seq = 2",
+            (raw.replace(b'"attempt":1', b'"attempt":7'), victim),
+        )
+    everything = run_cli("verify", "--all", "--url", journal.url)
+    assert everything.returncode == 1
+    assert f"FAILED {victim} seq 2:" in everything.stdout
+    assert "1 FAILED" in everything.stdout
+    assert sum("FAILED run_" in line for line in everything.stdout.splitlines()) == 1
+    one = run_cli("verify", victim, "--url", journal.url, "--json")
+    assert one.returncode == 1
+    failed = json.loads(one.stdout)["runs"][0]
+    assert (failed["run"], failed["ok"], failed["seq"]) == (victim, False, 2)
+    assert "hash mismatch" in failed["error"]
+    assert f"{victim} seq 2" in fails_cleanly(run_cli("show", victim, "--url", journal.url), 1)
+
+
+def test_a_chain_rebuilt_after_sealing_no_longer_matches_its_seal(journal: Journal) -> None:
+    # Someone with write access rewrites seq 1 and re-hashes the whole chain: every link
+    # verifies, but the head no longer matches what the log sealed.
+    victim = journal.sealed[0]
+    with sqlite3.connect(db_path(journal.url)) as db:
+        rows = db.execute(
+            "SELECT seq, raw FROM journal WHERE run_id = ? ORDER BY seq", (victim,)
+        ).fetchall()
+        prev = bytes(32)
+        for seq, raw in rows:
+            if seq == 1:
+                raw = raw.replace(b"conformance", b"rewritten")
+            digest = hashlib.sha256(prev + raw).digest()
+            db.execute(
+                "UPDATE journal SET raw = ?, prev_hash = ?, hash = ?, key_id = NULL, "
+                "signature = NULL WHERE run_id = ? AND seq = ?",
+                (raw, prev, digest, victim, seq),
+            )
+            prev = digest
+    result = run_cli("verify", victim, "--url", journal.url)
+    assert result.returncode == 1
+    assert f"FAILED {victim} seq {len(rows)}:" in result.stdout
+    assert "rewritten after sealing" in result.stdout
+    proof = run_cli("prove", victim, "--url", journal.url)
+    assert proof.returncode == 1
+    assert "FAILED  the run's records verify and end at the sealed head" in proof.stdout
+    signed = run_cli(
+        "verify", "--all", "--url", journal.url, "--trust", TRUST, "--require-signature"
+    )
+    assert signed.returncode == 1
+    assert f"FAILED {victim} seq 1:" in signed.stdout
+
+
+def test_a_signature_by_an_untrusted_key_fails(journal: Journal) -> None:
+    other = Ed25519Signer("test-key", bytes(32)).public_key.hex()
+    result = run_cli(
+        "verify", journal.sealed[0], "--url", journal.url, "--trust", f"test-key={other}"
+    )
+    assert result.returncode == 1
+    assert f"FAILED {journal.sealed[0]} seq 1:" in result.stdout
+
+
+def test_progress_is_drawn_on_a_terminal_only(sqlite_database: Callable[..., str]) -> None:
+    url = sqlite_database()
+    asyncio.run(add_runs(url, open_=25))
+    leader, follower = pty.openpty()
+    try:
+        result = run_cli("verify", "--all", "--url", url, stderr=follower)
+        os.close(follower)
+        follower = -1
+        drawn = b""
+        try:
+            while chunk := os.read(leader, 4096):
+                drawn += chunk
+        except OSError:  # EIO: the terminal's other end is closed
+            pass
+    finally:
+        os.close(leader)
+        if follower != -1:
+            os.close(follower)
+    assert result.returncode == 0
+    assert b"verifying" in drawn and b"25/25" in drawn
+
+
+# -- runs, show, tenants -------------------------------------------------------------------
+
+
+def test_runs_and_show_with_tenant_isolation(journal: Journal) -> None:
+    listed = json.loads(run_cli("runs", "--url", journal.url, "--json").stdout)
+    assert {row["run"] for row in listed} == set(journal.sealed + journal.open)
+    assert all(re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", r["updated_at"]) for r in listed)
+    acme = json.loads(run_cli("runs", "--url", journal.url, "--tenant", "acme", "--json").stdout)
+    assert [row["run"] for row in acme] == journal.acme
+    succeeded = run_cli("runs", "--url", journal.url, "--outcome", "succeeded", "--limit", "2")
+    assert succeeded.returncode == 0
+    assert len(succeeded.stdout.strip().splitlines()) == 3  # header + 2
+    assert journal.sealed[-1] in succeeded.stdout  # newest conclusion first
+
+    shown = run_cli("show", journal.sealed[0], "--url", journal.url)
+    assert shown.returncode == 0
+    assert re.search(
+        r"^\s+2\s+1\s+EffectStarted\s+step=0 ek:0e1b3df3.*test-key", shown.stdout, re.M
+    )
+    body = json.loads(run_cli("show", journal.sealed[0], "--url", journal.url, "--json").stdout)
+    assert [r["kind"] for r in body["records"]] == [
+        "RunAdmitted",
+        "EffectStarted",
+        "Note",
+        "RunSealed",
+    ]
+    assert body["sealed"]["index"] == 0
+    # A default-tenant run does not exist for acme.
+    line = fails_cleanly(
+        run_cli("show", journal.sealed[0], "--url", journal.url, "--tenant", "acme")
+    )
+    assert "no records" in line and "acme" in line
+
+
+def test_unknown_and_malformed_runs_exit_2(journal: Journal) -> None:
+    unknown = str(RunId.generate())
+    for args in (["show", unknown], ["verify", unknown], ["prove", unknown]):
+        assert unknown in fails_cleanly(run_cli(*args, "--url", journal.url))
+    assert "not a RunId" in fails_cleanly(run_cli("show", "run_42", "--url", journal.url))
+
+
+# -- checkpoints and proofs ------------------------------------------------------------------
+
+
+def test_checkpoint_prints_exactly_the_note(journal: Journal) -> None:
+    text = run_cli("checkpoint", "--url", journal.url).stdout
+    cp = Checkpoint.from_note(text)
+    assert cp.to_note() == text
+    assert (cp.origin, cp.size) == ("agentplane", 3)
+    data = json.loads(run_cli("checkpoint", "--url", journal.url, "--json").stdout)
+    assert data["note"] == text
+    assert base64.b64decode(data["root"]["base64"]).hex() == data["root"]["hex"]
+    acme = Checkpoint.from_note(
+        run_cli("checkpoint", "--url", journal.url, "--tenant", "acme").stdout
+    )
+    assert (acme.origin, acme.size) == ("agentplane/acme", 1)
+
+
+def test_prove_a_sealed_run_and_refuse_an_open_one(journal: Journal) -> None:
+    proved = run_cli("prove", journal.sealed[2], "--url", journal.url, "--json")
+    assert proved.returncode == 0, proved.stdout
+    data = json.loads(proved.stdout)
+    root = Digest.from_hex(data["checkpoint"]["root"]["hex"])
+    proof = [Digest.from_hex(h) for h in data["proof"]]
+    leaf = leaf_hash(Digest.from_hex(data["seal"]))
+    assert verify_inclusion(leaf, data["index"], data["size"], proof, root)
+    line = fails_cleanly(run_cli("prove", journal.open[0], "--url", journal.url), 1)
+    assert "not sealed" in line
+
+
+def test_consistency_and_prove_against_a_saved_note(journal: Journal, tmp_path: Path) -> None:
+    saved = tmp_path / "checkpoint.txt"
+    saved.write_text(run_cli("checkpoint", "--url", journal.url).stdout)
+    later = asyncio.run(add_runs(journal.url, sealed=2))  # the log grows from 3 to 5
+
+    grown = run_cli("consistency", f"@{saved}", "--url", journal.url)
+    assert grown.returncode == 0, grown.stdout + grown.stderr
+    assert "extends the saved checkpoint (3 -> 5)" in grown.stdout
+    as_text = run_cli("consistency", saved.read_text().rstrip("\n"), "--url", journal.url, "--json")
+    assert as_text.returncode == 0 and json.loads(as_text.stdout)["ok"] is True
+
+    old_run = run_cli("prove", journal.sealed[1], "--checkpoint", f"@{saved}", "--url", journal.url)
+    assert old_run.returncode == 0, old_run.stdout
+    assert "the log has grown" in old_run.stdout
+    new_run = run_cli("prove", later[0], "--checkpoint", f"@{saved}", "--url", journal.url)
+    assert new_run.returncode == 1
+    assert "sealed after the saved checkpoint" in new_run.stdout
+
+
+def test_forged_and_foreign_notes_are_refused(journal: Journal, tmp_path: Path) -> None:
+    cp = Checkpoint.from_note(run_cli("checkpoint", "--url", journal.url).stdout)
+    forged = tmp_path / "forged.txt"
+    forged.write_text(Checkpoint(cp.origin, cp.size, Digest.of(b"forged")).to_note())
+    refused = run_cli("consistency", f"@{forged}", "--url", journal.url)
+    assert refused.returncode == 1 and "FAILED" in refused.stdout
+    prove = run_cli("prove", journal.sealed[0], "--checkpoint", f"@{forged}", "--url", journal.url)
+    assert prove.returncode == 1 and "FAILED  leaf 0 is in the saved checkpoint" in prove.stdout
+    too_big = Checkpoint(cp.origin, 99, cp.root).to_note()
+    assert run_cli("consistency", too_big, "--url", journal.url).returncode == 1
+    foreign = run_cli("consistency", cp.to_note(), "--url", journal.url, "--tenant", "acme")
+    assert "agentplane/acme" in fails_cleanly(foreign, 1)
+    garbage = run_cli("consistency", "garbage", "--url", journal.url)
+    assert "not a checkpoint note" in fails_cleanly(garbage)
+
+
+# -- export ----------------------------------------------------------------------------------
+
+
+def reverify_export(lines: list[str]) -> tuple[Checkpoint, dict[str, Digest], set[str]]:
+    """Check an export with the core library only; return its checkpoint, heads, proved runs."""
+    rows = [json.loads(line) for line in lines]
+    header = rows[0]
+    assert header["type"] == "header" and header["format"] == "agentplane-journal-export/1"
+    cp = Checkpoint.from_note(header["checkpoint"])
+    assert (cp.size, cp.root.hex(), cp.origin) == (header["size"], header["root"], header["origin"])
+    verifier = Ed25519Verifier().trust("test-key", SIGNER.public_key)
+    records: dict[str, list[Record]] = {}
+    heads: dict[str, Digest] = {}
+    proved: set[str] = set()
+    for row in rows[1:]:
+        if row["type"] == "record":
+            att = None
+            if row["key_id"] is not None:
+                att = Attestation(row["key_id"], base64.b64decode(row["signature"]))
+            record = Record.from_stored(
+                base64.b64decode(row["raw"]),
+                Digest.from_hex(row["prev_hash"]),
+                Digest.from_hex(row["hash"]),
+                att,
+                seq=row["seq"],
+            )
+            assert record.run == RunId.parse(row["run"]) and record.seq == row["seq"]
+            records.setdefault(row["run"], []).append(record)
+        else:
+            assert row["type"] == "inclusion" and row["size"] == cp.size
+            chain = records[row["run"]]
+            assert chain[-1].hash.hex() == row["seal"]
+            proof = [Digest.from_hex(h) for h in row["proof"]]
+            leaf = leaf_hash(Digest.from_hex(row["seal"]))
+            assert verify_inclusion(leaf, row["index"], row["size"], proof, cp.root)
+            proved.add(row["run"])
+    for run, chain in records.items():
+        assert chain[0].seq == 1
+        heads[run] = verify_chain(chain)
+        assert verify_attested(chain, verifier, require_signature=True) == heads[run]
+    return cp, heads, proved
+
+
+def test_export_is_verified_by_the_core_library_alone(journal: Journal) -> None:
+    result = run_cli("export", "--all", "--url", journal.url)
+    assert result.returncode == 0, result.stderr
+    cp, heads, proved = reverify_export(result.stdout.splitlines())
+    assert cp.size == 3 and set(heads) == set(journal.sealed + journal.open)
+    assert proved == set(journal.sealed)
+    acme = run_cli("export", "--all", "--url", journal.url, "--tenant", "acme")
+    cp, heads, proved = reverify_export(acme.stdout.splitlines())
+    assert cp.origin == "agentplane/acme" and proved == set(journal.acme) == set(heads)
+    single = run_cli("export", journal.open[0], "--url", journal.url)
+    cp, heads, proved = reverify_export(single.stdout.splitlines())
+    assert set(heads) == {journal.open[0]} and not proved
+
+
+# -- databases the command cannot use ---------------------------------------------------------
+
+
+def test_bad_urls_exit_2_with_one_line_and_no_password(tmp_path: Path) -> None:
+    assert "not a database URL" in fails_cleanly(run_cli("runs", "--url", "nonsense"))
+    refused = fails_cleanly(
+        run_cli("runs", "--url", "postgresql+asyncpg://nobody:s3cr3t-pw@127.0.0.1:1/x")
+    )
+    assert "cannot connect" in refused and "s3cr3t-pw" not in refused
+    assert "unsupported" in fails_cleanly(run_cli("checkpoint", "--url", "mysql://a:b@host/db"))
+    missing = fails_cleanly(
+        run_cli("verify", "--all", "--url", "sqlite:///nowhere.db", cwd=tmp_path)
+    )
+    assert "no database file" in missing
+    assert not (tmp_path / "nowhere.db").exists()
+
+
+def test_an_unmigrated_database_is_refused_until_upgrade(tmp_path: Path) -> None:
+    sqlite3.connect(tmp_path / "empty.db").close()
+    url = f"sqlite+aiosqlite:///{tmp_path / 'empty.db'}"
+    line = fails_cleanly(run_cli("runs", "--url", url))
+    assert "agentplane-journal upgrade" in line
+    upgraded = run_cli("upgrade", "--url", url)
+    assert upgraded.returncode == 0, upgraded.stderr
+    assert HEAD_REVISION in upgraded.stdout
+    assert "already at" in run_cli("upgrade", "--url", url).stdout
+    empty = run_cli("runs", url_env=url)  # the URL from the environment
+    assert empty.returncode == 0 and "no runs" in empty.stdout
+    # Without either, the database is agentplane_journal.db in the current directory.
+    assert run_cli("upgrade", cwd=tmp_path).returncode == 0
+    assert (tmp_path / "agentplane_journal.db").exists()
+
+
+# -- PostgreSQL ----------------------------------------------------------------------------
+
+
+@pytest.mark.postgres
+def test_the_command_on_postgresql(pg_database: Callable[..., str]) -> None:
+    url = pg_database(migrated=False)
+    assert "never been migrated" in fails_cleanly(run_cli("verify", "--all", "--url", url))
+    upgraded = run_cli("upgrade", "--url", url)
+    assert upgraded.returncode == 0, upgraded.stderr
+    assert HEAD_REVISION in upgraded.stdout
+    journal = build(url)
+    for tenant, count in (("default", 4), ("acme", 1)):
+        result = run_cli(
+            "verify", "--all", "--url", url, "--tenant", tenant, "--trust", TRUST, "--json"
+        )
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert json.loads(result.stdout)["intact"] == count
+    saved = run_cli("checkpoint", "--url", url).stdout
+    asyncio.run(add_runs(url, sealed=1))
+    assert run_cli("consistency", saved, "--url", url).returncode == 0
+    assert run_cli("prove", journal.sealed[0], "--checkpoint", saved, "--url", url).returncode == 0
