@@ -209,10 +209,13 @@ class SqlJournalStore(Repository):
         """Take the run mutex, then fence; return what the transaction needs to know."""
         params = {"tenant": self.tenant, "run_id": str(run), "now": self._now()}
         statements = _hot_statements(self._dialect)
-        await session.execute(statements.run_mutex, params)
+        # Core statements on the session's own connection (same transaction), skipping the
+        # ORM's statement handling, which the append path does not need.
+        conn = await session.connection()
+        await conn.execute(statements.run_mutex, params)
         # A later statement than the lock, so a fresh snapshot that sees the previous
         # writer's commit; see ``_HotStatements.run_state``.
-        row = (await session.execute(statements.run_state, params)).one()
+        row = (await conn.execute(statements.run_state, params)).one()
         lease_epoch, lease_owner, sealed_outcome, sealed_head, head_seq, head_hash = row
         if lease_epoch is not None and (epoch != lease_epoch or lease_owner == _RELEASED_OWNER):
             # A released lease fences every epoch until someone acquires it again.
@@ -296,7 +299,7 @@ class SqlJournalStore(Repository):
         for start in range(0, len(rows), MAX_INSERT_ROWS):
             chunk = rows[start : start + MAX_INSERT_ROWS]
             try:
-                await session.execute(_INSERT_RECORDS, chunk)
+                await (await session.connection()).execute(_INSERT_RECORDS, chunk)
             except DBAPIError as exc:
                 table = Journal.__table__
                 if self._dialect.constraint(exc, table) == "journal_effect_started":
