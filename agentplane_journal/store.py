@@ -105,6 +105,7 @@ class JournalStore(Protocol):
     async def acquire(self, run: RunId, owner: str, ttl: int) -> Lease: ...
     async def release_lease(self, run: RunId, epoch: int) -> None: ...
     async def seal(self, run: RunId, epoch: int, outcome: str) -> Digest: ...
+    async def sealed_runs(self) -> list[tuple[RunId, Digest]]: ...
     async def checkpoint(self) -> Checkpoint: ...
     async def consistency_proof(self, old_size: int) -> list[Digest]: ...
     async def inclusion_proof(self, run: RunId) -> Inclusion | None: ...
@@ -588,6 +589,18 @@ class SqlJournalStore(Repository):
             .order_by(RunSeal.log_index)
         )
         return [(r[0], r[1]) for r in rows]
+
+    async def sealed_runs(self) -> list[tuple[RunId, Digest]]:
+        """This tenant's log in order, from one snapshot: ``(run, sealed chain head)`` per leaf.
+
+        An auditor's index: position ``i`` is leaf ``i``, so every run's current head can be
+        compared with the head the log committed to, in one read of the log.
+        """
+
+        async def unit(session: AsyncSession) -> list[tuple[RunId, Digest]]:
+            return [(RunId.parse(r), _digest(h, 0)) for r, h in await self._leaves(session)]
+
+        return await self._unit(unit, read_only=True)
 
     async def checkpoint(self) -> Checkpoint:
         """``Checkpoint(origin, size, root)`` over this tenant's sealed runs in log order."""

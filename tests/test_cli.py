@@ -269,6 +269,10 @@ def test_a_chain_rebuilt_after_sealing_no_longer_matches_its_seal(journal: Journ
     assert result.returncode == 1
     assert f"FAILED {victim} seq {len(rows)}:" in result.stdout
     assert "rewritten after sealing" in result.stdout
+    everything = run_cli("verify", "--all", "--url", journal.url)  # no signatures needed
+    assert everything.returncode == 1
+    assert f"FAILED {victim} seq {len(rows)}:" in everything.stdout
+    assert "rewritten after sealing" in everything.stdout
     proof = run_cli("prove", victim, "--url", journal.url)
     assert proof.returncode == 1
     assert "FAILED  the run's records verify and end at the sealed head" in proof.stdout

@@ -494,6 +494,17 @@ async def test_the_log_only_grows_and_every_earlier_checkpoint_is_a_prefix(
     assert await store.consistency_proof(0) == []
 
 
+async def test_sealed_runs_lists_the_log_in_order(store: SqlJournalStore) -> None:
+    assert await store.sealed_runs() == []
+    sealed = []
+    for _ in range(3):
+        run, epoch = await leased(store)
+        await store.append(epoch, [admitted(run)])
+        sealed.append((run, await store.seal(run, epoch, "succeeded")))
+    assert await store.sealed_runs() == sealed
+    assert await other_tenant(store).sealed_runs() == []
+
+
 async def test_a_consistency_proof_for_a_larger_log_is_an_error(store: SqlJournalStore) -> None:
     with pytest.raises(BackendError, match="larger than this log"):
         await store.consistency_proof(1)
