@@ -43,7 +43,7 @@ from alembic.util.exc import CommandError
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
-from . import __version__
+from . import __version__, merkle
 from . import _cli_format as fmt
 from ._cli_demo import DEMO_FILE, run_demo
 from .checkpoint import Checkpoint, Inclusion
@@ -509,18 +509,16 @@ async def cmd_consistency(args: argparse.Namespace) -> int:
 async def cmd_export(args: argparse.Namespace) -> int:
     async with _store(args) as store:
         runs = await _all_runs(store) if args.all else [await _existing(store, args.run)]
-        # One log size for the header and every proof: re-read if a seal lands meanwhile.
-        for _ in range(_RETRIES):
-            cp = await store.checkpoint()
-            proofs = {}
-            for run in runs:
-                inc = await store.inclusion_proof(run)
-                if inc is not None:
-                    proofs[run] = inc
-            if all(inc.size == cp.size for inc in proofs.values()):
-                break
-        else:
-            raise _Exit(2, "the log kept growing while exporting; try again")
+        # The header's checkpoint and every proof come from one snapshot of the log.
+        log = await store.sealed_runs()
+        leaves = [merkle.leaf_hash(head) for _, head in log]
+        cp = Checkpoint(store.origin, len(leaves), merkle.root(leaves))
+        wanted = set(runs)
+        proofs = {
+            run: Inclusion(i, len(leaves), head, tuple(merkle.inclusion_proof(leaves, i)))
+            for i, (run, head) in enumerate(log)
+            if run in wanted
+        }
         out = sys.stdout
         out.write(fmt.export_header(store.tenant, cp) + "\n")
         for run in runs:
