@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import unicodedata
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -156,8 +157,11 @@ class SqlJournalStore(Repository):
         _named: bool = False,
     ) -> None:
         origin = check_text(origin, "origin")
-        if "\n" in origin:
-            raise ValueError("origin must be one line (it is the checkpoint note's first line)")
+        if any(unicodedata.category(c) == "Cc" for c in origin):
+            raise ValueError(
+                "origin must be one line without control characters "
+                "(it is the checkpoint note's first line)"
+            )
         if signer is not None and not (hasattr(signer, "key_id") and hasattr(signer, "sign")):
             raise TypeError("signer must have a key_id and a sign(message) method")
         super().__init__(engine, tenant=tenant, clock=clock, _shared=_shared)

@@ -873,3 +873,9 @@ async def test_connecting_to_a_missing_sqlite_file_creates_nothing(tmp_path: Any
         await SqlJournalStore.connect(f"sqlite+aiosqlite:///{path}")
     assert caught.value.current is None and "upgrade" in str(caught.value)
     assert not path.exists()
+
+
+@pytest.mark.parametrize("origin", ["", "two\nlines", "tab\there"])
+async def test_a_bad_origin_is_refused(origin: str, store: SqlJournalStore) -> None:
+    with pytest.raises(ValueError, match="origin"):
+        SqlJournalStore(store.engine, origin=origin)
