@@ -32,7 +32,6 @@ How the concurrency guarantees are made (each is a storage invariant, not a code
 
 from __future__ import annotations
 
-import functools
 import logging
 import unicodedata
 from collections.abc import Awaitable, Callable, Iterable, Sequence
@@ -40,13 +39,13 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Protocol, runtime_checkable
 
-from sqlalchemy import and_, bindparam, case, func, literal, or_, select, tuple_, update
+from sqlalchemy import and_, case, func, literal, or_, select, tuple_, update
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 from . import merkle
 from .checkpoint import Checkpoint, Inclusion
-from .dialect import READ_ONLY, Dialect, counter_next
+from .dialect import READ_ONLY, counter_next
 from .errors import (
     BackendError,
     CorruptRecordError,
@@ -57,7 +56,7 @@ from .errors import (
 )
 from .ids import DEFAULT_TENANT, CaseId, Digest, EffectKey, RunId, validate_tenant
 from .models import Journal, RunActivity, RunCancel, RunLease, RunOutcome, RunSeal
-from .record import Append, Attestation, Record, verify_attested, verify_chain
+from .record import Append, Record, verify_attested, verify_chain
 from .repository import (
     Repository,
     _Passthrough,
@@ -68,6 +67,7 @@ from .repository import (
     check_ttl,
 )
 from .signing import Signer, Verifier
+from .statements import INSERT_RECORDS, RECORD_COLUMNS, digest, hot_statements, record_from_row
 from .values import Cancellation, Head, Lease
 
 __all__ = ["MAX_INSERT_ROWS", "JournalStore", "SqlJournalStore"]
@@ -213,7 +213,7 @@ class SqlJournalStore(Repository):
     async def _lock_run(self, session: AsyncSession, run: RunId, epoch: int) -> _RunState:
         """Take the run mutex, then fence; return what the transaction needs to know."""
         params = {"tenant": self.tenant, "run_id": str(run), "now": self._now()}
-        statements = _hot_statements(self._dialect)
+        statements = hot_statements(self._dialect)
         # Core statements on the session's own connection (same transaction), skipping the
         # ORM's statement handling, which the append path does not need.
         conn = await session.connection()
@@ -230,7 +230,7 @@ class SqlJournalStore(Repository):
             sealed_outcome=sealed_outcome,
             sealed_head=sealed_head,
             head_seq=head_seq,
-            head_hash=Digest.ZERO if head_seq == 0 else _digest(head_hash, head_seq),
+            head_hash=Digest.ZERO if head_seq == 0 else digest(head_hash, head_seq),
         )
 
     # -- appending ---------------------------------------------------------------------
@@ -304,7 +304,7 @@ class SqlJournalStore(Repository):
         for start in range(0, len(rows), MAX_INSERT_ROWS):
             chunk = rows[start : start + MAX_INSERT_ROWS]
             try:
-                await (await session.connection()).execute(_INSERT_RECORDS, chunk)
+                await (await session.connection()).execute(INSERT_RECORDS, chunk)
             except DBAPIError as exc:
                 table = Journal.__table__
                 if self._dialect.constraint(exc, table) == "journal_effect_started":
@@ -411,13 +411,13 @@ class SqlJournalStore(Repository):
         run = check_run(run)
         from_seq = check_int(from_seq, "from_seq")
         stmt = (
-            select(*_RECORD_COLUMNS)
+            select(*RECORD_COLUMNS)
             .where(self._key(run), Journal.seq >= from_seq)
             .order_by(Journal.seq)
         )
 
         async def unit(session: AsyncSession) -> list[Record]:
-            return [_record(row) for row in await session.execute(stmt)]
+            return [record_from_row(row) for row in await session.execute(stmt)]
 
         return await self._unit(unit, read_only=True)
 
@@ -435,7 +435,7 @@ class SqlJournalStore(Repository):
             row = (await session.execute(stmt)).one_or_none()
             if row is None:
                 return Head(0, Digest.ZERO)
-            return Head(int(row.seq), _digest(row.hash, int(row.seq)))
+            return Head(int(row.seq), digest(row.hash, int(row.seq)))
 
         return await self._unit(unit, read_only=True)
 
@@ -447,14 +447,14 @@ class SqlJournalStore(Repository):
             raise TypeError(f"case must be a CaseId, not {type(case).__name__}")
         limit = check_int(limit, "limit")
         stmt = (
-            select(*_RECORD_COLUMNS)
+            select(*RECORD_COLUMNS)
             .where(Journal.tenant == self.tenant, Journal.case_id == str(case))
             .order_by(Journal.run_id, Journal.seq)
             .limit(limit)
         )
 
         async def unit(session: AsyncSession) -> list[Record]:
-            return [_record(row) for row in await session.execute(stmt)]
+            return [record_from_row(row) for row in await session.execute(stmt)]
 
         return await self._unit(unit, read_only=True)
 
@@ -564,7 +564,7 @@ class SqlJournalStore(Repository):
         async def unit(session: AsyncSession) -> Digest:
             state = await self._lock_run(session, run, epoch)
             if state.sealed_head is not None:
-                raise _Rollback(_digest(state.sealed_head, state.head_seq))
+                raise _Rollback(digest(state.sealed_head, state.head_seq))
             name = _LOG_POSITION + self.tenant
             first = (
                 select(func.coalesce(func.max(RunSeal.log_index), -1) + 1)
@@ -602,7 +602,7 @@ class SqlJournalStore(Repository):
         """
 
         async def unit(session: AsyncSession) -> list[tuple[RunId, Digest]]:
-            return [(RunId.parse(r), _digest(h, 0)) for r, h in await self._leaves(session)]
+            return [(RunId.parse(r), digest(h, 0)) for r, h in await self._leaves(session)]
 
         return await self._unit(unit, read_only=True)
 
@@ -610,7 +610,7 @@ class SqlJournalStore(Repository):
         """``Checkpoint(origin, size, root)`` over this tenant's sealed runs in log order."""
 
         async def unit(session: AsyncSession) -> Checkpoint:
-            leaves = [merkle.leaf_hash(_digest(h, 0)) for _, h in await self._leaves(session)]
+            leaves = [merkle.leaf_hash(digest(h, 0)) for _, h in await self._leaves(session)]
             return Checkpoint(self.origin, len(leaves), merkle.root(leaves))
 
         return await self._unit(unit, read_only=True)
@@ -620,7 +620,7 @@ class SqlJournalStore(Repository):
         old_size = check_int(old_size, "old_size")
 
         async def unit(session: AsyncSession) -> list[Digest]:
-            leaves = [merkle.leaf_hash(_digest(h, 0)) for _, h in await self._leaves(session)]
+            leaves = [merkle.leaf_hash(digest(h, 0)) for _, h in await self._leaves(session)]
             if old_size > len(leaves):
                 raise BackendError(
                     f"a checkpoint of size {old_size} is larger than this log ({len(leaves)}): "
@@ -640,11 +640,11 @@ class SqlJournalStore(Repository):
             index = next((i for i, (rid, _) in enumerate(rows) if rid == run_id), None)
             if index is None:
                 return None
-            leaves = [merkle.leaf_hash(_digest(h, 0)) for _, h in rows]
+            leaves = [merkle.leaf_hash(digest(h, 0)) for _, h in rows]
             return Inclusion(
                 index=index,
                 size=len(leaves),
-                seal=_digest(rows[index][1], 0),
+                seal=digest(rows[index][1], 0),
                 proof=tuple(merkle.inclusion_proof(leaves, index)),
             )
 
@@ -732,88 +732,3 @@ class SqlJournalStore(Repository):
             return None if row is None else Cancellation(row.actor, row.reason)
 
         return await self._unit(unit, read_only=True)
-
-
-# -- rows to values --------------------------------------------------------------------
-
-_RECORD_COLUMNS = (
-    Journal.seq,
-    Journal.prev_hash,
-    Journal.hash,
-    Journal.raw,
-    Journal.key_id,
-    Journal.signature,
-)
-
-
-@dataclass(frozen=True, slots=True)
-class _HotStatements:
-    """The statements every append runs, built once per dialect with bound parameters.
-
-    Building a statement costs more Python than executing a cached one; the append path
-    runs these with a parameter dict (``tenant``, ``run_id``, ``now``) instead.
-    """
-
-    #: Upsert of the run's activity row: bumps ``updated_at`` (never backwards) and takes
-    #: the row lock that serialises every writer of the run until COMMIT.
-    run_mutex: Any
-    #: One round trip for the lease (read FOR UPDATE: a takeover waits for this
-    #: transaction, and one that committed first is seen at its latest version), the seal
-    #: and the chain head (which cannot move while this transaction holds the run mutex).
-    run_state: Any
-
-
-@functools.cache
-def _hot_statements(dialect: Dialect) -> _HotStatements:
-    tenant, run_id = bindparam("tenant"), bindparam("run_id")
-    upsert = dialect.insert(RunActivity).values(
-        tenant=tenant, run_id=run_id, updated_at=bindparam("now")
-    )
-    run_mutex = upsert.on_conflict_do_update(
-        index_elements=[RunActivity.tenant, RunActivity.run_id],
-        set_={"updated_at": dialect.greatest(RunActivity.updated_at, upsert.excluded.updated_at)},
-    )
-    lease = (RunLease.tenant == tenant, RunLease.run_id == run_id)
-    seal = (RunSeal.tenant == tenant, RunSeal.run_id == run_id)
-    chain = (Journal.tenant == tenant, Journal.run_id == run_id)
-    last = select(Journal.seq).where(*chain).order_by(Journal.seq.desc()).limit(1)
-    run_state = select(
-        select(RunLease.epoch).where(*lease).with_for_update().scalar_subquery(),
-        select(RunLease.owner).where(*lease).with_for_update().scalar_subquery(),
-        select(RunSeal.outcome).where(*seal).scalar_subquery(),
-        select(RunSeal.chain_head).where(*seal).scalar_subquery(),
-        last.scalar_subquery(),
-        select(Journal.hash).where(*chain, Journal.seq == last.scalar_subquery()).scalar_subquery(),
-    )
-    return _HotStatements(run_mutex=run_mutex, run_state=run_state)
-
-
-#: The records' INSERT. Executed with a list of rows and RETURNING, SQLAlchemy's
-#: "insertmanyvalues" sends it as multi-row ``INSERT .. VALUES (..), (..)`` statements of up
-#: to 1000 rows, compiled once and cached (a literal ``values([...])`` list is not cacheable).
-_INSERT_RECORDS = Journal.__table__.insert().returning(Journal.seq)
-
-
-def _digest(value: bytes | None, seq: int) -> Digest:
-    if value is None or len(value) != 32:
-        size = "NULL" if value is None else f"{len(value)} bytes"
-        raise CorruptRecordError(seq, f"a hash column holds {size}, not 32 bytes")
-    return Digest(bytes(value))
-
-
-def _record(row: Any) -> Record:
-    seq = int(row[0])
-    key_id, signature = row[4], row[5]
-    if (key_id is None) != (signature is None):
-        raise CorruptRecordError(
-            seq, "only one of key_id and signature is set: a half-written attestation"
-        )
-    attestation = None if key_id is None else Attestation(key_id, bytes(signature))
-    record = Record.from_stored(
-        bytes(row[3]), _digest(row[1], seq), _digest(row[2], seq), attestation, seq=seq
-    )
-    if record.seq != seq:
-        raise CorruptRecordError(
-            seq, f"the row's seq column says {seq}, its body says {record.seq}"
-        )
-    return record
