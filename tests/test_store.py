@@ -879,3 +879,10 @@ async def test_connecting_to_a_missing_sqlite_file_creates_nothing(tmp_path: Any
 async def test_a_bad_origin_is_refused(origin: str, store: SqlJournalStore) -> None:
     with pytest.raises(ValueError, match="origin"):
         SqlJournalStore(store.engine, origin=origin)
+
+
+def test_the_store_satisfies_the_contract_protocol(store: SqlJournalStore) -> None:
+    from agentplane_journal import JournalStore
+
+    assert isinstance(store, JournalStore)
+    assert isinstance(store.for_tenant("acme"), JournalStore)
