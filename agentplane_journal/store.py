@@ -32,7 +32,6 @@ How the concurrency guarantees are made (each is a storage invariant, not a code
 
 from __future__ import annotations
 
-import logging
 import unicodedata
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -71,8 +70,6 @@ from .statements import INSERT_RECORDS, RECORD_COLUMNS, digest, hot_statements, 
 from .values import Cancellation, Head, Lease
 
 __all__ = ["MAX_INSERT_ROWS", "JournalStore", "SqlJournalStore"]
-
-log = logging.getLogger("agentplane_journal.store")
 
 #: Records per multi-row INSERT. Far under both backends' bound-parameter limits
 #: (12 parameters a row); a batch larger than this costs one more statement per chunk.
