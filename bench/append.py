@@ -19,19 +19,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import sys
-import tempfile
 import time
-from pathlib import Path
 
 import aiosqlite
 import asyncpg
-from sqlalchemy.engine import make_url
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from backends import postgres_backend, sqlite_backend
 
 from agentplane_journal import Append, Digest, Record, RunId, SqlJournalStore
-from agentplane_journal.migrate import upgrade
 
 INSERT = (
     "INSERT INTO journal (tenant, run_id, seq, epoch, kind, effect_key, prev_hash, hash, raw,"
@@ -137,26 +131,12 @@ async def main() -> None:
     parser.add_argument("--pg-url", default=os.environ.get("AGENTPLANE_JOURNAL_BENCH_PG_URL"))
     args = parser.parse_args()
 
-    with tempfile.TemporaryDirectory() as tmp:
-        path = f"{tmp}/bench.db"
-        url = f"sqlite+aiosqlite:///{path}"
-        await upgrade(url)
-        await bench("sqlite", url, lambda w, s, t: floor_sqlite(path, w, s, t), args.seconds)
-
-    cluster = None
-    url = args.pg_url
-    if url is None:
-        from pgcluster import Cluster
-
-        cluster = Cluster()
-        url = cluster.url
-    try:
-        await upgrade(url)
-        dsn = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
-        await bench("postgresql", url, lambda w, s, t: floor_pg(dsn, w, s, t), args.seconds)
-    finally:
-        if cluster is not None:
-            cluster.stop()
+    async with sqlite_backend() as db:
+        path = db.driver_target
+        await bench(db.name, db.url, lambda w, s, t: floor_sqlite(path, w, s, t), args.seconds)
+    async with postgres_backend(args.pg_url) as db:
+        dsn = db.driver_target
+        await bench(db.name, db.url, lambda w, s, t: floor_pg(dsn, w, s, t), args.seconds)
 
 
 if __name__ == "__main__":

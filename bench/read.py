@@ -18,22 +18,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import sys
-import tempfile
 import time
 import tracemalloc
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import Any
 
 import aiosqlite
 import asyncpg
-from sqlalchemy.engine import make_url
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from backends import postgres_backend, sqlite_backend
 
 from agentplane_journal import Append, RunId, SqlJournalStore
-from agentplane_journal.migrate import upgrade
 
 SELECT = (
     "SELECT seq, prev_hash, hash, raw, key_id, signature FROM journal"
@@ -79,28 +73,18 @@ async def main() -> None:
     parser.add_argument("--pg-url", default=os.environ.get("AGENTPLANE_JOURNAL_BENCH_PG_URL"))
     args = parser.parse_args()
 
-    with tempfile.TemporaryDirectory() as tmp:
-        path = f"{tmp}/bench.db"
-        url = f"sqlite+aiosqlite:///{path}"
-        await upgrade(url)
+    async with sqlite_backend() as db:
+        path = db.driver_target
 
         async def floor_sqlite(run: str) -> list[Any]:
-            async with aiosqlite.connect(path) as db:
-                cursor = await db.execute(SELECT.format("?", "?"), ("default", run))
+            async with aiosqlite.connect(path) as conn:
+                cursor = await conn.execute(SELECT.format("?", "?"), ("default", run))
                 return list(await cursor.fetchall())
 
-        await bench("sqlite", url, floor_sqlite, args.records)
+        await bench(db.name, db.url, floor_sqlite, args.records)
 
-    cluster = None
-    url = args.pg_url
-    if url is None:
-        from pgcluster import Cluster
-
-        cluster = Cluster()
-        url = cluster.url
-    try:
-        await upgrade(url)
-        dsn = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+    async with postgres_backend(args.pg_url) as db:
+        dsn = db.driver_target
 
         async def floor_pg(run: str) -> list[Any]:
             conn = await asyncpg.connect(dsn)
@@ -109,10 +93,7 @@ async def main() -> None:
             finally:
                 await conn.close()
 
-        await bench("postgresql", url, floor_pg, args.records)
-    finally:
-        if cluster is not None:
-            cluster.stop()
+        await bench(db.name, db.url, floor_pg, args.records)
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ import shutil
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -152,24 +153,35 @@ def database_url(
     return request.getfixturevalue("pg_battery_url")
 
 
+@asynccontextmanager
+async def store_factory(
+    cls: Any, url: str, tenant: str, clock: FakeClock
+) -> AsyncIterator[Callable[..., Any]]:
+    """``await make(**kw)`` -> a ``cls`` (journal or push store) on ``url``, closed afterwards."""
+    opened: list[Any] = []
+
+    async def make(**kw: Any) -> Any:
+        kw.setdefault("tenant", tenant)
+        kw.setdefault("clock", clock)
+        store = await cls.connect(url, **kw)
+        opened.append(store)
+        return store
+
+    try:
+        yield make
+    finally:
+        for store in opened:
+            await store.close()
+
+
 @pytest.fixture
 async def make_store(
     database_url: str, dialect: str, clock: FakeClock
 ) -> AsyncIterator[Callable[..., object]]:
     """``await make_store(**kw)`` -> a store on this test's database; its own tenant on PG."""
-    opened: list[SqlJournalStore] = []
     tenant = f"t{uuid.uuid4().hex[:12]}" if dialect == "postgresql" else "default"
-
-    async def make(**kw: object) -> SqlJournalStore:
-        kw.setdefault("tenant", tenant)
-        kw.setdefault("clock", clock)
-        store = await SqlJournalStore.connect(database_url, **kw)  # type: ignore[arg-type]
-        opened.append(store)
-        return store
-
-    yield make
-    for store in opened:
-        await store.close()
+    async with store_factory(SqlJournalStore, database_url, tenant, clock) as make:
+        yield make
 
 
 @pytest.fixture

@@ -27,6 +27,8 @@ from agentplane_journal.push import (
     SqlPushStore,
 )
 
+from conftest import store_factory
+
 URL = "https://receiver.example/hook"
 TOKEN = "opaque-a2a-token-7f3e"
 CREDENTIALS = "the-receivers-token-91ac"
@@ -36,19 +38,10 @@ MAX_ATTEMPTS = 2**31 - 1
 @pytest.fixture
 async def make_push(database_url: str, clock: Any) -> AsyncIterator[Callable[..., Any]]:
     """``await make_push(**kw)`` -> a push store on this test's database and tenant."""
-    opened: list[SqlPushStore] = []
-    tenant = f"t{uuid.uuid4().hex[:12]}"
-
-    async def make(**kw: Any) -> SqlPushStore:
-        kw.setdefault("tenant", tenant)
-        kw.setdefault("clock", clock)
-        store = await SqlPushStore.connect(database_url, **kw)
-        opened.append(store)
-        return store
-
-    yield make
-    for store in opened:
-        await store.close()
+    async with store_factory(
+        SqlPushStore, database_url, f"t{uuid.uuid4().hex[:12]}", clock
+    ) as make:
+        yield make
 
 
 @pytest.fixture
