@@ -1,7 +1,7 @@
 """Canonical JSON: the bytes a record's hash and signature commit to.
 
 The store keeps these bytes verbatim and verification never re-serialises, so this module
-only has to agree with agentplane (Rust, serde_json + ryu) at write time — but it must agree
+only has to agree with agentplane 0.4.0 (Rust, serde_json 1.0.151) at write time — but it must agree
 byte for byte, forever: a different key order, escape or float layout is a different hash,
 and a journal written that way never verifies under agentplane. The rules (wire-format.md):
 
@@ -9,7 +9,9 @@ and a journal written that way never verifies under agentplane. The rules (wire-
 * strings escape ``"`` ``\\`` and ``\\b \\f \\n \\r \\t``, other C0 controls as ``\\u00xx``,
   everything else (DEL, U+2028, non-ASCII) as raw UTF-8; lone surrogates are refused;
 * integers must fit i64 or u64 (serde_json would silently turn anything wider into a float);
-* floats use the shortest round-trip digits in ryu's layout (``1e16``, ``1e-7``, ``-0.0``).
+* floats use the shortest round-trip digits in serde_json 1.0.151's layout (``1e+16``,
+  ``1e-7``, ``-0.0``); releases before it (ryu) wrote ``1e16``, and records stored that way
+  still verify because stored bytes are verified as stored.
 
 Refusals are ``ValueError`` / ``TypeError`` naming the offending path (``payload.items[3]``)
 so a caller can find the bad field in a large payload.
@@ -79,48 +81,40 @@ def canonical_bytes(value: object, *, path: str = "value") -> bytes:
 
 
 def format_float(x: float) -> str:
-    """``x`` as ryu (serde_json) writes it, from Python's shortest round-trip digits.
+    """``x`` as serde_json 1.0.151 writes it, from Python's shortest round-trip digits.
 
     With digits ``d`` and point position ``k`` (value = 0.d * 10^k): plain decimal when
     0 < k ≤ 16 (``.0`` if integral), ``0.000ddd`` when -5 < k ≤ 0, otherwise
-    ``d.ddde<k-1>`` with no ``+`` and no exponent padding — where Python's repr would say
-    ``1e+16`` or ``1e-07``.
+    ``d[.ddd]e±<k-1>`` with an explicit ``+`` on positive exponents and no exponent padding.
+
+    Python's repr already chooses the same digits and almost the same layout, so this only
+    patches the difference instead of re-deriving it (the hot path): repr goes scientific
+    below 1e-4 rather than 1e-5 and pads negative exponents (``1e-07``). Positive exponents
+    come out of repr exactly as serde_json writes them (``1e+16``), because repr goes
+    scientific at exactly the same point, 1e16.
     """
-    if math.isnan(x):
-        raise ValueError("NaN is not JSON; canonical JSON has no NaN or infinity")
-    if math.isinf(x):
-        raise ValueError(
-            f"{'-' if x < 0 else ''}Infinity is not JSON; canonical JSON has no NaN or infinity"
-        )
     text = float.__repr__(x)
     if "e" not in text:
+        if text[-1] == "n" or text[-1] == "f":
+            raise ValueError(_non_finite(x))
         # repr writes plain decimal exactly when 1e-4 <= |x| < 1e16 (and for zero), a
-        # range inside ryu's plain-decimal one, and then the two texts are identical.
+        # range inside serde_json's plain-decimal one, and then the two texts are identical.
         return text
-    sign = ""
-    if text[0] == "-":
-        sign = "-"
-        text = text[1:]
     mantissa, _, exponent = text.partition("e")
-    whole, _, fraction = mantissa.partition(".")
-    digits = whole + fraction
-    point = len(whole) + (int(exponent) if exponent else 0)
-    significant = digits.lstrip("0")
-    point -= len(digits) - len(significant)
-    digits = significant.rstrip("0")
-    n = len(digits)
-    if 0 < point <= 16:
-        if n <= point:
-            body = digits + "0" * (point - n) + ".0"
-        else:
-            body = digits[:point] + "." + digits[point:]
-    elif -5 < point <= 0:
-        body = "0." + "0" * -point + digits
-    elif n == 1:
-        body = f"{digits}e{point - 1}"
-    else:
-        body = f"{digits[0]}.{digits[1:]}e{point - 1}"
-    return sign + body
+    if exponent[0] == "+":
+        return text  # |x| >= 1e16: k > 16, scientific in both, and repr's `e+NN` is serde's
+    # Negative exponent: repr pads to two digits (`1e-07`); only e-05 (k = -4) is plain.
+    if exponent == "-05":
+        if mantissa[0] == "-":
+            return "-0.0000" + mantissa[1:].replace(".", "")
+        return "0.0000" + mantissa.replace(".", "")
+    return mantissa + "e-" + exponent[1:].lstrip("0")
+
+
+def _non_finite(x: float) -> str:
+    if math.isnan(x):
+        return "NaN is not JSON; canonical JSON has no NaN or infinity"
+    return f"{'-' if x < 0 else ''}Infinity is not JSON; canonical JSON has no NaN or infinity"
 
 
 def _utf16_key(key: str) -> bytes:

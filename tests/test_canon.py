@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import decimal
 import enum
 import json
 import math
 import re
+import struct
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from agentplane_journal import EffectKey
 from agentplane_journal.canon import MAX_DEPTH, canonical_bytes, format_float
 
 # --- known answers -------------------------------------------------------------------------
@@ -24,33 +27,66 @@ def test_spec_example_sorts_keys_recursively_and_drops_whitespace() -> None:
 @pytest.mark.parametrize(
     ("value", "text"),
     [
+        # every example in wire-format.md
         (1.0, "1.0"),
         (-0.0, "-0.0"),
-        (0.0, "0.0"),
         (1e15, "1000000000000000.0"),
-        (1e16, "1e16"),
+        (1e16, "1e+16"),
         (1e-5, "0.00001"),
         (1e-7, "1e-7"),
         (1.2345e-7, "1.2345e-7"),
-        (123456789012345680000.0, "1.2345678901234568e20"),
+        (123456789012345680000.0, "1.2345678901234568e+20"),
         (5e-324, "5e-324"),
-        # beyond the spec's list, pinned from the same rules
+        (1.7976931348623157e308, "1.7976931348623157e+308"),
+        # the layout's boundaries, pinned from the same rule
+        (0.0, "0.0"),
+        (9999999999999998.0, "9999999999999998.0"),  # k = 16, last plain
+        (1.0000000000000002e16, "1.0000000000000002e+16"),
+        (-1e16, "-1e+16"),
+        (-1e15, "-1000000000000000.0"),
+        (1e17, "1e+17"),
+        (1e21, "1e+21"),
+        (1e22, "1e+22"),
+        (1e100, "1e+100"),
+        (1e308, "1e+308"),
+        (-1.7976931348623157e308, "-1.7976931348623157e+308"),
+        (1e-4, "0.0001"),
+        (9.999999999999999e-5, "0.00009999999999999999"),  # k = -4, last plain
+        (1.5e-5, "0.000015"),
+        (2.5e-5, "0.000025"),
+        (-1e-5, "-0.00001"),
+        (9.99999999999999e-6, "9.99999999999999e-6"),  # k = -5, first scientific
+        (1e-6, "1e-6"),
+        (-1e-7, "-1e-7"),
+        (1e-100, "1e-100"),
+        (-1e-100, "-1e-100"),
+        (2.2250738585072014e-308, "2.2250738585072014e-308"),  # smallest normal
+        (2.225073858507201e-308, "2.225073858507201e-308"),  # largest subnormal
+        (1e-323, "1e-323"),
+        (-5e-324, "-5e-324"),
         (1.5, "1.5"),
         (0.1, "0.1"),
         (-2.5, "-2.5"),
-        (1e21, "1e21"),
-        (1e-4, "0.0001"),
-        (2.5e-5, "0.000025"),
-        (1e100, "1e100"),
-        (-1e-100, "-1e-100"),
-        (1.7976931348623157e308, "1.7976931348623157e308"),
         (123456.789, "123456.789"),
         (9007199254740993.0, "9007199254740992.0"),
     ],
 )
-def test_floats_are_laid_out_like_ryu(value: float, text: str) -> None:
+def test_floats_are_laid_out_like_serde_json_1_0_151(value: float, text: str) -> None:
     assert format_float(value) == text
     assert canonical_bytes(value) == text.encode()
+    assert canonical_bytes({"x": [value]}) == b'{"x":[' + text.encode() + b"]}"
+
+
+def test_an_effect_key_over_a_large_float_uses_the_new_layout() -> None:
+    # The replay divergence issue 13 is about: the key is derived over canonical args.
+    args = {"amount": 1e16}
+    assert canonical_bytes(args) == b'{"amount":1e+16}'
+    assert EffectKey.derive(0, "forward", 0, 1, "pay", canonical_bytes(args)) == EffectKey.derive(
+        0, "forward", 0, 1, "pay", b'{"amount":1e+16}'
+    )
+    assert EffectKey.derive(0, "forward", 0, 1, "pay", canonical_bytes(args)) != EffectKey.derive(
+        0, "forward", 0, 1, "pay", b'{"amount":1e16}'
+    )
 
 
 def test_keys_sort_by_utf16_code_unit_across_the_astral_boundary() -> None:
@@ -249,22 +285,71 @@ def test_without_floats_or_astral_keys_the_bytes_match_pythons_sorted_compact_js
     assert canonical_bytes(value) == expected.encode("utf-8")
 
 
-_SCIENTIFIC = re.compile(r"-?[1-9](\.[0-9]*[1-9])?e-?[1-9][0-9]*")
+def _expected_layout(x: float) -> str:
+    """wire-format.md's float rule, written out independently of ``format_float``.
+
+    The digits and point position come from ``decimal`` reading repr's text (the spec's
+    "Python's repr digits"), then the three cases of the rule are applied literally.
+    """
+    sign, digit_tuple, exponent = decimal.Decimal(repr(x)).as_tuple()
+    assert isinstance(exponent, int)
+    digits = "".join(map(str, digit_tuple))
+    stripped = digits.lstrip("0")
+    if not stripped:  # zero: serde_json writes 0.0 / -0.0
+        return ("-" if sign else "") + "0.0"
+    k = len(digits) + exponent - (len(digits) - len(stripped))  # value = 0.d x 10^k
+    d = stripped.rstrip("0")
+    n = len(d)
+    if 0 < k <= 16:
+        text = d + "0" * (k - n) + ".0" if n <= k else d[:k] + "." + d[k:]
+    elif -5 < k <= 0:
+        text = "0." + "0" * (-k) + d
+    else:
+        e = k - 1
+        text = d[0] + ("." + d[1:] if n > 1 else "") + "e" + ("+" if e > 0 else "-") + str(abs(e))
+    return ("-" if sign else "") + text
+
+
+_SCIENTIFIC = re.compile(r"-?[1-9](\.[0-9]*[1-9])?e[-+][1-9][0-9]*")
 _PLAIN = re.compile(r"-?(0|[1-9][0-9]*)\.[0-9]+")
+_bit_patterns = (
+    st.integers(min_value=0, max_value=2**64 - 1)
+    .map(lambda bits: struct.unpack("<d", struct.pack("<Q", bits))[0])
+    .filter(math.isfinite)
+)
 
 
-@settings(max_examples=1000)
-@given(st.floats(allow_nan=False, allow_infinity=False))
-def test_float_text_round_trips_and_uses_ryus_layout(x: float) -> None:
+def _check_layout(x: float) -> None:
     text = format_float(x)
     assert float(text) == x
     assert math.copysign(1.0, float(text)) == math.copysign(1.0, x)
-    assert "+" not in text
+    assert text == _expected_layout(x)
     if x == 0 or 1e-5 <= abs(x) < 1e16:
         assert _PLAIN.fullmatch(text), text
         assert not text.endswith("0") or text.endswith(".0"), text
     else:
         assert _SCIENTIFIC.fullmatch(text), text
+        assert ("e+" in text) == (abs(x) >= 1e16), text
     # the digits are repr's shortest ones: same significant digits, same count
     digits = re.sub(r"e.*|[-.]", "", repr(abs(x))).strip("0")
-    assert re.sub(r"e.*|[-.]", "", text).strip("0") == digits
+    assert re.sub(r"e.*|[-+.]", "", text.partition("e")[0]).strip("0") == digits
+
+
+@settings(max_examples=2000)
+@given(_bit_patterns)
+def test_float_text_from_random_bit_patterns_round_trips_and_follows_the_rule(x: float) -> None:
+    _check_layout(x)
+
+
+@settings(max_examples=1000)
+@given(st.floats(allow_nan=False, allow_infinity=False))
+def test_float_text_round_trips_and_follows_the_rule(x: float) -> None:
+    _check_layout(x)
+
+
+@pytest.mark.parametrize("power", range(-324, 309))
+def test_every_power_of_ten_and_its_neighbours_follow_the_rule(power: int) -> None:
+    x = float(f"1e{power}")
+    for y in (x, math.nextafter(x, 0.0), math.nextafter(x, math.inf), -x):
+        if math.isfinite(y):
+            _check_layout(y)
