@@ -21,13 +21,8 @@ How the concurrency guarantees are made (each is a storage invariant, not a code
   concurrent first acquire waits on the unique index and re-evaluates the predicate against
   the winner's row, so exactly one owner gets epoch 1 (0.4.0's read-then-upsert handed two
   owners epoch 1).
-* **Dense, commit-ordered Merkle positions.** A seal takes the next position from the
-  tenant's ``journal_counter`` row, whose lock it holds until COMMIT: the next sealer of that
-  tenant waits, so positions are handed out in commit order and every snapshot of the log is
-  a prefix of every later one. (A sequence hands out values in allocation order; a seal that
-  commits late then lands *before* leaves a checkpoint has already committed to.)
-* **Proofs from one snapshot.** ``checkpoint``, ``inclusion_proof`` and ``consistency_proof``
-  read the log with a single statement.
+* **The log** (dense commit-ordered positions, proofs from one snapshot) is
+  :mod:`agentplane_journal.log`'s; a seal takes its log counter after the run mutex.
 """
 
 from __future__ import annotations
@@ -38,13 +33,12 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Protocol, runtime_checkable
 
-from sqlalchemy import and_, case, func, literal, or_, select, tuple_, update
+from sqlalchemy import and_, case, literal, or_, select, tuple_, update
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
-from . import merkle
 from .checkpoint import Checkpoint, Inclusion
-from .dialect import READ_ONLY, counter_next
+from .dialect import READ_ONLY
 from .errors import (
     BackendError,
     CorruptRecordError,
@@ -54,7 +48,8 @@ from .errors import (
     RunSealedError,
 )
 from .ids import DEFAULT_TENANT, CaseId, Digest, EffectKey, RunId, validate_tenant
-from .models import Journal, RunActivity, RunCancel, RunLease, RunOutcome, RunSeal
+from .log import TenantLog
+from .models import Journal, RunActivity, RunCancel, RunLease, RunOutcome
 from .record import Append, Record, verify_attested, verify_chain
 from .repository import (
     Repository,
@@ -78,7 +73,6 @@ MAX_INSERT_ROWS = 1000
 _RELEASED_OWNER = ""  # 0.4.0 marks a released lease with an empty owner and expires_at = 0
 _EFFECT_STARTED = "EffectStarted"
 _RUN_SEALED = "RunSealed"
-_LOG_POSITION = "log_position/"
 
 
 # -- the contract ----------------------------------------------------------------------
@@ -169,6 +163,7 @@ class SqlJournalStore(Repository):
         # names its log "{origin}/{tenant}", as agentplane does.
         named = _named or self.tenant != DEFAULT_TENANT
         self.origin: str = f"{origin}/{self.tenant}" if named else origin
+        self._log = TenantLog(self._dialect, self.tenant, self.origin)
 
     @classmethod
     async def connect(
@@ -551,45 +546,21 @@ class SqlJournalStore(Repository):
         """Freeze the run into this tenant's Merkle log at its current head; return the head.
 
         Fenced like an append, and atomic with its head read under the run mutex. First seal
-        wins: a re-seal changes nothing and returns the sealed head.
+        wins: a re-seal changes nothing and returns the sealed head. The log's part (the
+        position and the leaf) is :meth:`TenantLog.append <agentplane_journal.log.TenantLog>`.
         """
         run = check_run(run)
         epoch = check_int(epoch, "epoch")
         outcome = check_text(outcome, "outcome")
-        d = self._dialect
 
         async def unit(session: AsyncSession) -> Digest:
             state = await self._lock_run(session, run, epoch)
             if state.sealed_head is not None:
                 raise _Rollback(digest(state.sealed_head, state.head_seq))
-            name = _LOG_POSITION + self.tenant
-            first = (
-                select(func.coalesce(func.max(RunSeal.log_index), -1) + 1)
-                .where(RunSeal.tenant == self.tenant)
-                .scalar_subquery()
-            )
-            position = (await session.execute(counter_next(d, name, first))).scalar_one()
-            await session.execute(
-                RunSeal.__table__.insert().values(
-                    tenant=self.tenant,
-                    run_id=str(run),
-                    chain_head=bytes(state.head_hash),
-                    log_index=position,
-                    sealed_at=self._now(),
-                    outcome=outcome,
-                )
-            )
+            await self._log.append(session, run, state.head_hash, self._now(), outcome)
             return state.head_hash
 
         return await self._unit(unit)
-
-    async def _leaves(self, session: AsyncSession) -> list[tuple[str, bytes]]:
-        rows = await session.execute(
-            select(RunSeal.run_id, RunSeal.chain_head)
-            .where(RunSeal.tenant == self.tenant)
-            .order_by(RunSeal.log_index)
-        )
-        return [(r[0], r[1]) for r in rows]
 
     async def sealed_runs(self) -> list[tuple[RunId, Digest]]:
         """This tenant's log in order, from one snapshot: ``(run, sealed chain head)`` per leaf.
@@ -597,53 +568,27 @@ class SqlJournalStore(Repository):
         An auditor's index: position ``i`` is leaf ``i``, so every run's current head can be
         compared with the head the log committed to, in one read of the log.
         """
-
-        async def unit(session: AsyncSession) -> list[tuple[RunId, Digest]]:
-            return [(RunId.parse(r), digest(h, 0)) for r, h in await self._leaves(session)]
-
-        return await self._unit(unit, read_only=True)
+        return await self._unit(self._log.sealed_runs, read_only=True)
 
     async def checkpoint(self) -> Checkpoint:
         """``Checkpoint(origin, size, root)`` over this tenant's sealed runs in log order."""
-
-        async def unit(session: AsyncSession) -> Checkpoint:
-            leaves = [merkle.leaf_hash(digest(h, 0)) for _, h in await self._leaves(session)]
-            return Checkpoint(self.origin, len(leaves), merkle.root(leaves))
-
-        return await self._unit(unit, read_only=True)
+        return await self._unit(self._log.checkpoint, read_only=True)
 
     async def consistency_proof(self, old_size: int) -> list[Digest]:
         """RFC 6962 proof that the log of ``old_size`` is a prefix of the current one."""
         old_size = check_int(old_size, "old_size")
 
         async def unit(session: AsyncSession) -> list[Digest]:
-            leaves = [merkle.leaf_hash(digest(h, 0)) for _, h in await self._leaves(session)]
-            if old_size > len(leaves):
-                raise BackendError(
-                    f"a checkpoint of size {old_size} is larger than this log ({len(leaves)}): "
-                    "either it belongs to another log (check the origin), or runs were removed"
-                )
-            return list(merkle.consistency_proof(leaves, old_size))
+            return await self._log.consistency_proof(session, old_size)
 
         return await self._unit(unit, read_only=True)
 
     async def inclusion_proof(self, run: RunId) -> Inclusion | None:
         """``Inclusion`` for a sealed run from one snapshot of the log; ``None`` if never sealed."""
         run = check_run(run)
-        run_id = str(run)
 
         async def unit(session: AsyncSession) -> Inclusion | None:
-            rows = await self._leaves(session)
-            index = next((i for i, (rid, _) in enumerate(rows) if rid == run_id), None)
-            if index is None:
-                return None
-            leaves = [merkle.leaf_hash(digest(h, 0)) for _, h in rows]
-            return Inclusion(
-                index=index,
-                size=len(leaves),
-                seal=digest(rows[index][1], 0),
-                proof=tuple(merkle.inclusion_proof(leaves, index)),
-            )
+            return await self._log.inclusion_proof(session, run)
 
         return await self._unit(unit, read_only=True)
 
