@@ -5,12 +5,18 @@ caller branches on the type and reads ``err.current`` instead of parsing a messa
 messages are sentences a person can act on. Bad arguments are *not* here: they are
 ``ValueError``/``TypeError`` raised before anything touches the database.
 
+Attributes hold the caller's own types — ``err.run`` is the :class:`RunId` the caller passed,
+``err.effect_key`` an :class:`EffectKey` — so ``err.run == run`` means what it says (ids
+compare equal only to their own type, never to their text).
+
 The distinctions matter more than the wording: a ``FencedError`` tells a stale writer to
 drop the run, a ``LeaseHeldError`` tells an early one to wait; ``CommitUnknownError`` means
 "may have landed", ``BackendError`` means "refused and rolled back".
 """
 
 from __future__ import annotations
+
+from .ids import EffectKey, RunId
 
 __all__ = [
     "BackendError",
@@ -27,6 +33,11 @@ __all__ = [
 ]
 
 
+def _run(run: RunId | str) -> RunId:
+    """The run as a :class:`RunId`; text (``run_<ULID>``) is parsed, for callers that had it."""
+    return RunId.parse(run)
+
+
 class StoreError(Exception):
     """Base of every error the journal and push stores raise on purpose."""
 
@@ -34,8 +45,8 @@ class StoreError(Exception):
 class FencedError(StoreError):
     """A writer's epoch is not the run's current lease epoch: it was displaced."""
 
-    def __init__(self, run: str, held: int, current: int) -> None:
-        self.run = str(run)
+    def __init__(self, run: RunId, held: int, current: int) -> None:
+        self.run = _run(run)
         self.held = held
         self.current = current
         super().__init__(
@@ -47,8 +58,8 @@ class FencedError(StoreError):
 class LeaseHeldError(StoreError):
     """Another owner holds a live lease on the run."""
 
-    def __init__(self, run: str, owner: str, epoch: int, remaining_secs: int) -> None:
-        self.run = str(run)
+    def __init__(self, run: RunId, owner: str, epoch: int, remaining_secs: int) -> None:
+        self.run = _run(run)
         self.owner = owner
         self.epoch = epoch
         self.remaining_secs = remaining_secs
@@ -61,11 +72,12 @@ class LeaseHeldError(StoreError):
 class DuplicateEffectError(StoreError):
     """A second ``EffectStarted`` for one effect key in one run: exactly-once holding."""
 
-    def __init__(self, effect_key: object) -> None:
+    def __init__(self, effect_key: EffectKey) -> None:
+        if not isinstance(effect_key, EffectKey):
+            raise TypeError(f"effect_key must be an EffectKey, not {type(effect_key).__name__}")
         self.effect_key = effect_key
-        hex_ = effect_key.hex() if hasattr(effect_key, "hex") else str(effect_key)
         super().__init__(
-            f"effect ek:{hex_} has already started in this run; it must not run twice "
+            f"effect ek:{effect_key.hex()} has already started in this run; it must not run twice "
             "(reconcile it instead of starting it again)"
         )
 
@@ -73,8 +85,8 @@ class DuplicateEffectError(StoreError):
 class RunSealedError(StoreError):
     """The run is sealed into the log and accepts no more appends."""
 
-    def __init__(self, run: str, outcome: str) -> None:
-        self.run = str(run)
+    def __init__(self, run: RunId, outcome: str) -> None:
+        self.run = _run(run)
         self.outcome = outcome
         super().__init__(
             f"run {self.run} is sealed as {outcome!r}; a sealed journal accepts no appends"

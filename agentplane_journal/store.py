@@ -216,7 +216,7 @@ class SqlJournalStore(Repository):
         lease_epoch, lease_owner, sealed_outcome, sealed_head, head_seq, head_hash = row
         if lease_epoch is not None and (epoch != lease_epoch or lease_owner == _RELEASED_OWNER):
             # A released lease fences every epoch until someone acquires it again.
-            raise FencedError(str(run), epoch, int(lease_epoch))
+            raise FencedError(run, epoch, int(lease_epoch))
         head_seq = 0 if head_seq is None else int(head_seq)
         return _RunState(
             sealed_outcome=sealed_outcome,
@@ -254,7 +254,7 @@ class SqlJournalStore(Repository):
     ) -> list[Record]:
         """Seal, sign and insert ``batch`` after the fence, under the run mutex."""
         if state.sealed_outcome is not None:
-            raise RunSealedError(str(run), state.sealed_outcome)
+            raise RunSealedError(run, state.sealed_outcome)
         if not batch:
             return []
         seen: set[EffectKey] = set()
@@ -381,7 +381,7 @@ class SqlJournalStore(Repository):
         async def unit(session: AsyncSession) -> list[Record]:
             state = await self._lock_run(session, run, epoch)
             if state.sealed_outcome is not None:
-                raise RunSealedError(str(run), state.sealed_outcome)
+                raise RunSealedError(run, state.sealed_outcome)
             try:
                 returned = await work(session)
                 items, batch_run = self._check_batch(returned if returned is not None else [])
@@ -510,9 +510,7 @@ class SqlJournalStore(Repository):
                     )
                 ).one_or_none()
                 if held is not None and held.expires_at > now and held.owner != owner:
-                    raise LeaseHeldError(
-                        str(run), held.owner, int(held.epoch), held.expires_at - now
-                    )
+                    raise LeaseHeldError(run, held.owner, int(held.epoch), held.expires_at - now)
             raise BackendError(f"the lease of {run} kept changing while acquiring it; retry")
 
         return await self._unit(unit)

@@ -335,3 +335,26 @@ def test_step_ids_are_u32() -> None:
 def test_chaining_needs_a_digest_not_raw_bytes() -> None:
     with pytest.raises(TypeError, match="prev must be a Digest"):
         Digest.chain(bytes(32), b"x")  # type: ignore[arg-type]
+
+
+# --- equality is type-strict: an id never equals its text -----------------------------------
+
+
+@pytest.mark.parametrize("cls", [RunId, CaseId])
+def test_an_id_never_equals_its_text_either_way(cls: type[RunId] | type[CaseId]) -> None:
+    ident = cls.parse(ULID_TEXT)
+    for text in (str(ident), ident.ulid, str(ident).upper()):
+        assert (ident == text) is False and (text == ident) is False
+        assert ident != text and text != ident
+        assert ident.__eq__(text) is NotImplemented
+    assert ident != ULID.from_str(ULID_TEXT)
+    assert str(ident) in {str(ident)} and ident not in {str(ident)}
+    assert ident not in [str(ident), ident.ulid]
+    assert {ident: 1}.get(str(ident)) is None  # hash differs from the text's, so no dict aliasing
+    with pytest.raises(TypeError):
+        _ = ident < str(ident)  # type: ignore[operator]
+
+
+def test_a_run_id_never_equals_a_case_id_with_the_same_ulid() -> None:
+    assert RunId.parse(ULID_TEXT) != CaseId.parse(ULID_TEXT)
+    assert CaseId.parse(ULID_TEXT) != RunId.parse(ULID_TEXT)

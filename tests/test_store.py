@@ -27,6 +27,7 @@ from agentplane_journal import (
     DuplicateEffectError,
     Ed25519Signer,
     Ed25519Verifier,
+    EffectKey,
     FencedError,
     Head,
     LeaseHeldError,
@@ -163,8 +164,9 @@ async def test_a_stale_epoch_is_fenced_after_a_takeover(store: SqlJournalStore, 
     assert second.epoch == first.epoch + 1
     with pytest.raises(FencedError) as caught:
         await store.append(first.epoch, [admitted(run)])
+    assert type(caught.value.run) is RunId
     assert (caught.value.run, caught.value.held, caught.value.current) == (
-        str(run),
+        run,
         first.epoch,
         second.epoch,
     )
@@ -192,8 +194,9 @@ async def test_a_live_lease_is_refused_naming_holder_and_time_left(
     with pytest.raises(LeaseHeldError) as caught:
         await store.acquire(run, "instance-b", 60)
     err = caught.value
+    assert type(err.run) is RunId
     assert (err.run, err.owner, err.epoch, err.remaining_secs) == (
-        str(run),
+        run,
         "instance-a",
         held.epoch,
         45,
@@ -272,7 +275,7 @@ async def test_a_second_start_of_one_effect_is_refused(store: SqlJournalStore) -
     await store.append(epoch, [started(run, key(1))])
     with pytest.raises(DuplicateEffectError) as caught:
         await store.append(epoch, [started(run, key(1))])
-    assert caught.value.effect_key == key(1)
+    assert caught.value.effect_key == key(1) and type(caught.value.effect_key) is EffectKey
 
 
 async def test_a_duplicate_start_inside_one_batch_is_refused(store: SqlJournalStore) -> None:
@@ -316,7 +319,8 @@ async def test_a_sealed_run_refuses_appends_even_from_the_current_epoch(
     assert frozen == (await store.head(run)).hash
     with pytest.raises(RunSealedError) as caught:
         await store.append(epoch, [started(run, key(201))])
-    assert caught.value.outcome == "succeeded" and caught.value.run == str(run)
+    assert caught.value.outcome == "succeeded" and caught.value.run == run
+    assert type(caught.value.run) is RunId
     assert await store.head(run) == Head(1, frozen)
 
 
