@@ -1,142 +1,345 @@
-"""Appends per second: this store against the bare driver, in the same run.
+"""Appends per second: this store against the bare driver and eventsourcing, in one run.
 
-    python bench/append.py [--seconds 3] [--pg-url postgresql+asyncpg://...]
+    pip install -e '.[bench]'
+    python bench/append.py [--seconds 1] [--rounds 7] [--pg-url postgresql+asyncpg://...]
 
-For each backend (SQLite file through aiosqlite; PostgreSQL through asyncpg, a throwaway
-cluster started here unless --pg-url is given) and for 1 and 8 concurrent writers, each on
-its own run:
+For each backend (a SQLite file; PostgreSQL, a throwaway cluster started here with
+``fsync``, ``synchronous_commit`` and ``full_page_writes`` on unless ``--pg-url`` is given)
+and for 1 and 8 concurrent writers, each writer on its own run (or aggregate), one record of
+~150 bytes per append, each append its own durable transaction:
 
-* floor: the bare driver, one ``INSERT`` of a precomputed journal row per append, committed
-  on its own (no ORM, no hashing, no checks): what the database costs at minimum;
-* store: ``SqlJournalStore.append`` of one record per call (canonical JSON, chaining,
-  fencing, the run mutex, activity, all in one transaction).
+* ``store``: ``SqlJournalStore.append`` of one record to a leased run (canonical JSON,
+  chaining, fencing, the run mutex, activity, all in one transaction);
+* ``store+group``: the same with ``group_commit=True`` (concurrent appends share a
+  transaction, each in its own savepoint), when the store has it;
+* ``tx floor``: the bare driver, ``BEGIN`` / ``INSERT`` of a precomputed journal row /
+  ``COMMIT`` (SQLite: ``BEGIN IMMEDIATE``): the least a transaction of one row costs;
+* ``autocommit``: the bare driver, one autocommitted ``INSERT``: the least a row costs;
+* ``es aggregate`` / ``es application``: eventsourcing's ``AggregateRecorder`` (one
+  optimistic-concurrency insert, the same job as an append) and ``ApplicationRecorder``
+  (the same plus its global notification order, what an eventsourcing ``Application`` uses),
+  PostgreSQL through ``psycopg[binary]`` (its fastest driver), SQLite through ``sqlite3``;
+  blocking APIs, so 8 writers are 8 threads.
 
-Prints appends/s for both and the ratio store/floor. A figure, never an assertion.
+Rounds are interleaved (every contender runs once per round, in a rotating order) so load
+from elsewhere on the machine spreads over all of them; the table shows each contender's
+median appends/s with its min-max over the rounds, then the ratios of the medians. The
+durability settings each contender really ran with are printed first. Figures, never
+assertions.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import inspect
 import os
+import statistics
+import threading
 import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
 
 import aiosqlite
 import asyncpg
-from backends import postgres_backend, sqlite_backend
+from backends import Backend, postgres_backend, sqlite_backend
+from sqlalchemy import text
+from sqlalchemy.engine import make_url
 
 from agentplane_journal import Append, Digest, Record, RunId, SqlJournalStore
 
-INSERT = (
-    "INSERT INTO journal (tenant, run_id, seq, epoch, kind, effect_key, prev_hash, hash, raw,"
-    " key_id, signature, case_id) VALUES ({})"
+COLUMNS = (
+    "tenant, run_id, seq, epoch, kind, effect_key, prev_hash, hash, raw, key_id, signature, case_id"
 )
+INSERT = f"INSERT INTO journal ({COLUMNS}) VALUES ({{}})"
 PAYLOAD = {"text": "a realistic note of a few dozen bytes", "step_output": {"ok": True, "n": 42}}
+SYNCHRONOUS = {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}
+RAW = Record.seal(Append(RunId.generate(), "Note", PAYLOAD).body(1, 1), Digest.ZERO).raw
 
 
-def row(tenant: str, run: RunId, seq: int) -> tuple:
-    rec = Record.seal(Append(run, "Note", PAYLOAD).body(seq, 1), Digest.ZERO)
-    return (
-        tenant,
-        str(run),
-        seq,
-        1,
-        "Note",
-        None,
-        bytes(rec.prev_hash),
-        bytes(rec.hash),
-        rec.raw,
-        None,
-        None,
-        None,
-    )
+def template(tenant: str, run: RunId) -> list[Any]:
+    """A journal row for the bare-driver floors; only ``seq`` (index 2) changes per insert."""
+    rec = Record.seal(Append(run, "Note", PAYLOAD).body(1, 1), Digest.ZERO)
+    return [tenant, str(run), 1, 1, "Note", None, bytes(rec.prev_hash), bytes(rec.hash)]
 
 
-async def timed(writers: int, seconds: float, one: object) -> float:
-    """Run ``one(writer, i)`` in a loop on each writer for ``seconds``; appends per second."""
-    deadline = time.perf_counter() + seconds
+def floor_row(base: list[Any], seq: int) -> tuple[Any, ...]:
+    row = list(base)
+    row[2] = seq
+    return (*row, RAW, None, None, None)
+
+
+# -- one contender: opened once per (backend, writers), then timed once per round ---------
+
+
+@dataclass
+class Contender:
+    """``one(w)`` appends once for writer ``w`` (a coroutine function, or a blocking one
+    run on one thread per writer); ``close()`` releases what ``open`` took."""
+
+    name: str
+    one: Callable[[int], Any]
+    close: Callable[[], Awaitable[None]]
+    settings: str = ""
+    rates: list[float] = field(default_factory=list)
+
+
+async def timed(contender: Contender, writers: int, seconds: float) -> float:
+    """Run ``one(w)`` in a loop on each writer for ``seconds``; appends per second."""
     counts = [0] * writers
+    if inspect.iscoroutinefunction(contender.one):
+        deadline = time.perf_counter() + seconds
 
-    async def loop(w: int) -> None:
-        i = 0
+        async def loop(w: int) -> None:
+            while time.perf_counter() < deadline:
+                await contender.one(w)
+                counts[w] += 1
+
+        start = time.perf_counter()
+        await asyncio.gather(*(loop(w) for w in range(writers)))
+        return sum(counts) / (time.perf_counter() - start)
+
+    def thread_loop(w: int, deadline: float) -> None:
         while time.perf_counter() < deadline:
-            i += 1
-            await one(w, i)  # type: ignore[operator]
-        counts[w] = i
+            contender.one(w)
+            counts[w] += 1
 
-    start = time.perf_counter()
-    await asyncio.gather(*(loop(w) for w in range(writers)))
-    return sum(counts) / (time.perf_counter() - start)
+    def run_threads() -> float:
+        start = time.perf_counter()
+        threads = [
+            threading.Thread(target=thread_loop, args=(w, start + seconds)) for w in range(writers)
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return sum(counts) / (time.perf_counter() - start)
+
+    return await asyncio.to_thread(run_threads)
 
 
-async def floor_sqlite(path: str, writers: int, seconds: float, tenant: str) -> float:
-    conns = [await aiosqlite.connect(path, isolation_level=None) for _ in range(writers)]
+# -- this store --------------------------------------------------------------------------
+
+
+async def open_store(db: Backend, writers: int, *, group: bool = False) -> Contender:
+    options = {"group_commit": True} if group else {}
+    store = await SqlJournalStore.connect(db.url, tenant=f"store{uuid.uuid4().hex[:8]}", **options)
+    runs = [RunId.generate() for _ in range(writers)]
+    epochs = [(await store.acquire(r, f"writer-{w}", 3600)).epoch for w, r in enumerate(runs)]
+
+    async def one(w: int) -> None:
+        await store.append(epochs[w], [Append(runs[w], "Note", PAYLOAD)])
+
+    settings = ""
+    if db.name == "sqlite":
+        async with store.engine.connect() as conn:
+            mode = (await conn.execute(text("PRAGMA journal_mode"))).scalar()
+            sync = (await conn.execute(text("PRAGMA synchronous"))).scalar()
+            settings = f"journal_mode={mode}, synchronous={SYNCHRONOUS[sync]}"
+    return Contender("store+group" if group else "store", one, store.close, settings)
+
+
+# -- the bare driver ---------------------------------------------------------------------
+
+
+async def open_sqlite_floor(db: Backend, writers: int, *, transaction: bool) -> Contender:
+    conns = [
+        await aiosqlite.connect(db.driver_target, isolation_level=None) for _ in range(writers)
+    ]
     for c in conns:
         await c.execute("PRAGMA journal_mode=WAL")
+        await c.execute("PRAGMA synchronous=FULL")
         await c.execute("PRAGMA busy_timeout=30000")
-    runs = [RunId.generate() for _ in range(writers)]
+    tenant = f"floor{uuid.uuid4().hex[:8]}"
+    bases = [template(tenant, RunId.generate()) for _ in range(writers)]
+    seqs = [0] * writers
     sql = INSERT.format(", ".join("?" * 12))
 
-    async def one(w: int, i: int) -> None:
-        await conns[w].execute(sql, row(tenant, runs[w], i))  # autocommit: INSERT + COMMIT
+    async def one(w: int) -> None:
+        seqs[w] += 1
+        if transaction:
+            await conns[w].execute("BEGIN IMMEDIATE")
+            await conns[w].execute(sql, floor_row(bases[w], seqs[w]))
+            await conns[w].execute("COMMIT")
+        else:
+            await conns[w].execute(sql, floor_row(bases[w], seqs[w]))
 
-    try:
-        return await timed(writers, seconds, one)
-    finally:
+    async def close() -> None:
         for c in conns:
             await c.close()
 
+    name = "tx floor" if transaction else "autocommit"
+    return Contender(name, one, close, "journal_mode=wal, synchronous=FULL (set)")
 
-async def floor_pg(dsn: str, writers: int, seconds: float, tenant: str) -> float:
-    conns = [await asyncpg.connect(dsn) for _ in range(writers)]
-    runs = [RunId.generate() for _ in range(writers)]
+
+async def open_pg_floor(db: Backend, writers: int, *, transaction: bool) -> Contender:
+    conns = [await asyncpg.connect(db.driver_target) for _ in range(writers)]
+    tenant = f"floor{uuid.uuid4().hex[:8]}"
+    bases = [template(tenant, RunId.generate()) for _ in range(writers)]
+    seqs = [0] * writers
     sql = INSERT.format(", ".join(f"${i}" for i in range(1, 13)))
 
-    async def one(w: int, i: int) -> None:
-        await conns[w].execute(sql, *row(tenant, runs[w], i))  # autocommit: INSERT + COMMIT
+    async def one(w: int) -> None:
+        seqs[w] += 1
+        if transaction:
+            async with conns[w].transaction():  # BEGIN, INSERT, COMMIT: three round trips
+                await conns[w].execute(sql, *floor_row(bases[w], seqs[w]))
+        else:
+            await conns[w].execute(sql, *floor_row(bases[w], seqs[w]))
 
-    try:
-        return await timed(writers, seconds, one)
-    finally:
+    async def close() -> None:
         for c in conns:
             await c.close()
 
-
-async def store_rate(url: str, writers: int, seconds: float, tenant: str) -> float:
-    store = await SqlJournalStore.connect(url, tenant=tenant)
-    runs = [RunId.generate() for _ in range(writers)]
-
-    async def one(w: int, i: int) -> None:
-        await store.append(1, [Append(runs[w], "Note", PAYLOAD)])
-
-    try:
-        return await timed(writers, seconds, one)
-    finally:
-        await store.close()
+    return Contender("tx floor" if transaction else "autocommit", one, close)
 
 
-async def bench(name: str, url: str, floor: object, seconds: float) -> None:
-    for writers in (1, 8):
-        f = await floor(writers, seconds, f"floor{writers}")  # type: ignore[operator]
-        s = await store_rate(url, writers, seconds, f"store{writers}")
-        print(
-            f"{name:<10} {writers:>2} writer(s)  floor {f:>8.0f}/s   store {s:>8.0f}/s"
-            f"   store/floor {s / f:5.2f}"
+# -- eventsourcing -----------------------------------------------------------------------
+
+
+async def open_eventsourcing(db: Backend, writers: int, *, application: bool) -> Contender:
+    from eventsourcing.persistence import StoredEvent
+
+    table = f"es_{'app' if application else 'agg'}_{uuid.uuid4().hex[:8]}"
+    settings = ""
+    if db.name == "sqlite":
+        from eventsourcing.sqlite import (
+            SQLiteAggregateRecorder,
+            SQLiteApplicationRecorder,
+            SQLiteDatastore,
         )
+
+        datastore: Any = SQLiteDatastore(
+            db_name=f"{db.scratch}/eventsourcing.db", pool_size=writers, max_overflow=0
+        )
+        cls: Any = SQLiteApplicationRecorder if application else SQLiteAggregateRecorder
+        # eventsourcing sets no synchronous pragma: it runs at the build's default.
+        with datastore.transaction(commit=False) as c:
+            c.execute("PRAGMA journal_mode")
+            mode = c.fetchone()[0]
+            c.execute("PRAGMA synchronous")
+            sync = SYNCHRONOUS[c.fetchone()[0]]
+            settings = f"journal_mode={mode}, synchronous={sync} (the build's default; not set)"
+    else:
+        from eventsourcing.postgres import (
+            PostgresAggregateRecorder,
+            PostgresApplicationRecorder,
+            PostgresDatastore,
+        )
+
+        url = make_url(db.url)
+        datastore = PostgresDatastore(
+            dbname=url.database or "postgres",
+            host=url.host or "127.0.0.1",
+            port=url.port or 5432,
+            user=url.username or "postgres",
+            password=url.password or "",
+            pool_size=writers,
+        )
+        cls = PostgresApplicationRecorder if application else PostgresAggregateRecorder
+    recorder = cls(datastore, events_table_name=table)
+    await asyncio.to_thread(recorder.create_table)
+    aggregates = [uuid.uuid4() for _ in range(writers)]
+    versions = [0] * writers
+
+    def one(w: int) -> None:
+        versions[w] += 1
+        recorder.insert_events(
+            [StoredEvent(aggregates[w], versions[w], "bench:Note", RAW)]  # type: ignore[arg-type]
+        )
+
+    async def close() -> None:
+        await asyncio.to_thread(datastore.close)
+
+    return Contender(f"es {'application' if application else 'aggregate'}", one, close, settings)
+
+
+# -- the run -----------------------------------------------------------------------------
+
+
+def has_group_commit() -> bool:
+    return "group_commit" in inspect.signature(SqlJournalStore.connect).parameters
+
+
+async def open_all(db: Backend, writers: int) -> list[Contender]:
+    floor = open_sqlite_floor if db.name == "sqlite" else open_pg_floor
+    contenders = [
+        await open_store(db, writers),
+        await floor(db, writers, transaction=True),
+        await floor(db, writers, transaction=False),
+        await open_eventsourcing(db, writers, application=False),
+        await open_eventsourcing(db, writers, application=True),
+    ]
+    if has_group_commit():
+        contenders.insert(1, await open_store(db, writers, group=True))
+    return contenders
+
+
+def cell(rates: list[float]) -> str:
+    return f"{statistics.median(rates):>6.0f} ({min(rates):.0f}-{max(rates):.0f})"
+
+
+async def bench(db: Backend, seconds: float, rounds: int) -> dict[int, dict[str, float]]:
+    print(f"\n{db.name}: {db.settings}")
+    medians: dict[int, dict[str, float]] = {}
+    for writers in (1, 8):
+        contenders = await open_all(db, writers)
+        try:
+            for c in contenders:  # warm-up: connections, statement caches, first pages
+                await timed(c, writers, min(seconds, 0.3))
+            for r in range(rounds):
+                order = contenders[r % len(contenders) :] + contenders[: r % len(contenders)]
+                for c in order:
+                    c.rates.append(await timed(c, writers, seconds))
+        finally:
+            for c in contenders:
+                await c.close()
+        if writers == 1:
+            for c in contenders:
+                if c.settings:
+                    print(f"  {c.name:<14} {c.settings}")
+        print(f"  {writers} writer(s), appends/s, median (min-max) of {rounds} rounds:")
+        for c in contenders:
+            print(f"    {c.name:<14} {cell(c.rates)}")
+        medians[writers] = {c.name: statistics.median(c.rates) for c in contenders}
+    return medians
+
+
+def ratios(name: str, medians: dict[int, dict[str, float]]) -> None:
+    print(f"\n{name} ratios of medians:")
+    for store in ("store", "store+group"):
+        if store not in medians[1]:
+            continue
+        for writers in (1, 8):
+            m = medians[writers]
+            parts = [
+                f"{m[store] / m[other]:.2f}x {other}"
+                for other in m
+                if not other.startswith("store")
+            ]
+            print(f"  {store:<12} {writers} writer(s): " + ", ".join(parts))
+        print(f"  {store:<12} 8 writers / 1 writer: {medians[8][store] / medians[1][store]:.2f}x")
 
 
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--seconds", type=float, default=1.0, help="length of one round")
+    parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--pg-url", default=os.environ.get("AGENTPLANE_JOURNAL_BENCH_PG_URL"))
+    parser.add_argument("--only", choices=("sqlite", "postgresql"))
     args = parser.parse_args()
 
-    async with sqlite_backend() as db:
-        path = db.driver_target
-        await bench(db.name, db.url, lambda w, s, t: floor_sqlite(path, w, s, t), args.seconds)
-    async with postgres_backend(args.pg_url) as db:
-        dsn = db.driver_target
-        await bench(db.name, db.url, lambda w, s, t: floor_pg(dsn, w, s, t), args.seconds)
+    results = {}
+    if args.only in (None, "sqlite"):
+        async with sqlite_backend() as db:
+            results[db.name] = await bench(db, args.seconds, args.rounds)
+    if args.only in (None, "postgresql"):
+        async with postgres_backend(args.pg_url) as db:
+            results[db.name] = await bench(db, args.seconds, args.rounds)
+    for name, medians in results.items():
+        ratios(name, medians)
 
 
 if __name__ == "__main__":

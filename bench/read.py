@@ -7,10 +7,10 @@ started here unless --pg-url is given):
 
 * floor: the bare driver fetching the run's rows (no hashing, no decoding);
 * read: ``SqlJournalStore.read`` (every row re-hashed and decoded into a ``Record``);
-* verify: ``SqlJournalStore.verify`` (read, then contiguity and links).
+* verify: ``SqlJournalStore.verify`` (read, then contiguity and links; each row hashed once).
 
-Prints seconds and peak Python memory (tracemalloc) for each, and the ratios to the floor.
-Figures, never assertions.
+Prints seconds, records per second and peak Python memory (tracemalloc) for each, and the
+ratios to the floor. Figures, never assertions.
 """
 
 from __future__ import annotations
@@ -59,11 +59,14 @@ async def bench(name: str, url: str, floor: Callable[[str], Awaitable[Any]], n: 
     read_s, read_m = await measure(lambda: store.read(run))
     ver_s, ver_m = await measure(lambda: store.verify(run))
     await store.close()
-    print(f"{name:<10} {n} records: floor {base_s:6.3f}s {base_m:6.1f} MiB")
+    print(
+        f"{name:<10} {n} records: floor  {base_s:6.3f}s {n / base_s:>9,.0f} records/s"
+        f" {base_m:6.1f} MiB"
+    )
     for label, s, m in (("read", read_s, read_m), ("verify", ver_s, ver_m)):
         print(
-            f"{'':<10} {label:<6} {s:6.3f}s {m:6.1f} MiB   time x{s / base_s:5.1f}, "
-            f"memory x{m / base_m:5.1f}"
+            f"{'':<10} {label:>14} {s:6.3f}s {n / s:>9,.0f} records/s {m:6.1f} MiB"
+            f"   time x{s / base_s:5.1f}, memory x{m / base_m:5.1f}"
         )
 
 
