@@ -8,58 +8,121 @@ PostgreSQL (asyncpg) or SQLite (aiosqlite), in agentplane's wire format byte for
 
 from __future__ import annotations
 
-from .canon import canonical_bytes
-from .checkpoint import Checkpoint, Inclusion
-from .dialect import configure_engine
-from .errors import (
-    BackendError,
-    CommitUnknownError,
-    CorruptRecordError,
-    DuplicateEffectError,
-    FencedError,
-    LeaseHeldError,
-    RecordTooLargeError,
-    RunSealedError,
-    SchemaOutOfDateError,
-    SecretUnavailableError,
-    StoreError,
-)
-from .ids import DEFAULT_TENANT, CaseId, Digest, EffectKey, RunId, validate_tenant
-from .merkle import (
-    consistency_proof,
-    inclusion_proof,
-    leaf_hash,
-    root,
-    verify_consistency,
-    verify_inclusion,
-)
-from .migrate import HEAD_REVISION, current_revision, upgrade
-from .push import (
-    PushAuthentication,
-    PushConfig,
-    PushRegistration,
-    PushStore,
-    SqlPushStore,
-)
-from .record import (
-    MAX_RECORD_BYTES,
-    Append,
-    Attestation,
-    Record,
-    verify_attested,
-    verify_chain,
-)
-from .sealing import Keyring
-from .signing import (
-    DOMAIN_RECORD,
-    Ed25519Signer,
-    Ed25519Verifier,
-    Signer,
-    Verifier,
-    signing_hash,
-)
-from .store import JournalStore, SqlJournalStore
-from .values import Cancellation, Head, Lease
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .canon import canonical_bytes
+    from .checkpoint import Checkpoint, Inclusion
+    from .dialect import configure_engine
+    from .errors import (
+        BackendError,
+        CommitUnknownError,
+        CorruptRecordError,
+        DuplicateEffectError,
+        FencedError,
+        LeaseHeldError,
+        RecordTooLargeError,
+        RunSealedError,
+        SchemaOutOfDateError,
+        SecretUnavailableError,
+        StoreError,
+    )
+    from .ids import DEFAULT_TENANT, CaseId, Digest, EffectKey, RunId, validate_tenant
+    from .merkle import (
+        consistency_proof,
+        inclusion_proof,
+        leaf_hash,
+        root,
+        verify_consistency,
+        verify_inclusion,
+    )
+    from .migrate import HEAD_REVISION, current_revision, upgrade
+    from .push import (
+        PushAuthentication,
+        PushConfig,
+        PushRegistration,
+        PushStore,
+        SqlPushStore,
+    )
+    from .record import (
+        MAX_RECORD_BYTES,
+        Append,
+        Attestation,
+        Record,
+        verify_attested,
+        verify_chain,
+    )
+    from .sealing import Keyring
+    from .signing import (
+        DOMAIN_RECORD,
+        Ed25519Signer,
+        Ed25519Verifier,
+        Signer,
+        Verifier,
+        signing_hash,
+    )
+    from .store import JournalStore, SqlJournalStore
+    from .values import Cancellation, Head, Lease
+
+# Every public name, and the module that defines it. Imported on first use (PEP 562), so
+# `import agentplane_journal.cli` for `agentplane-journal --help` does not pay for
+# SQLAlchemy, Alembic and cryptography: a command imports only what it runs.
+_EXPORTS = {
+    "canonical_bytes": "canon",
+    "Checkpoint": "checkpoint",
+    "Inclusion": "checkpoint",
+    "configure_engine": "dialect",
+    "BackendError": "errors",
+    "CommitUnknownError": "errors",
+    "CorruptRecordError": "errors",
+    "DuplicateEffectError": "errors",
+    "FencedError": "errors",
+    "LeaseHeldError": "errors",
+    "RecordTooLargeError": "errors",
+    "RunSealedError": "errors",
+    "SchemaOutOfDateError": "errors",
+    "SecretUnavailableError": "errors",
+    "StoreError": "errors",
+    "DEFAULT_TENANT": "ids",
+    "CaseId": "ids",
+    "Digest": "ids",
+    "EffectKey": "ids",
+    "RunId": "ids",
+    "validate_tenant": "ids",
+    "consistency_proof": "merkle",
+    "inclusion_proof": "merkle",
+    "leaf_hash": "merkle",
+    "root": "merkle",
+    "verify_consistency": "merkle",
+    "verify_inclusion": "merkle",
+    "HEAD_REVISION": "migrate",
+    "current_revision": "migrate",
+    "upgrade": "migrate",
+    "PushAuthentication": "push",
+    "PushConfig": "push",
+    "PushRegistration": "push",
+    "PushStore": "push",
+    "SqlPushStore": "push",
+    "MAX_RECORD_BYTES": "record",
+    "Append": "record",
+    "Attestation": "record",
+    "Record": "record",
+    "verify_attested": "record",
+    "verify_chain": "record",
+    "Keyring": "sealing",
+    "DOMAIN_RECORD": "signing",
+    "Ed25519Signer": "signing",
+    "Ed25519Verifier": "signing",
+    "Signer": "signing",
+    "Verifier": "signing",
+    "signing_hash": "signing",
+    "JournalStore": "store",
+    "SqlJournalStore": "store",
+    "Cancellation": "values",
+    "Head": "values",
+    "Lease": "values",
+}
 
 __version__ = "0.1.0"
 
@@ -119,3 +182,20 @@ __all__ = [
     "verify_consistency",
     "verify_inclusion",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        # A submodule reached as an attribute (``agentplane_journal.store``), as before.
+        try:
+            return import_module(f".{name}", __name__)
+        except ModuleNotFoundError:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    value = getattr(import_module(f".{module}", __name__), name)
+    globals()[name] = value  # the next lookup is a plain module attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

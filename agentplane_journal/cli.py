@@ -37,24 +37,42 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from alembic.util.exc import CommandError
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, SQLAlchemyError
+from . import __version__
+from .ids import DEFAULT_TENANT
 
-from . import __version__, merkle
-from . import _cli_format as fmt
-from ._cli_demo import DEMO_FILE, run_demo
-from .checkpoint import Checkpoint, Inclusion
-from .errors import CorruptRecordError, StoreError
-from .ids import DEFAULT_TENANT, Digest, RunId
-from .merkle import verify_consistency
-from .migrate import current_revision, upgrade
-from .signing import Ed25519Verifier, Verifier
-from .store import SqlJournalStore
+if TYPE_CHECKING:
+    from .checkpoint import Inclusion
+    from .signing import Verifier
 
 __all__ = ["build_parser", "main"]
+
+
+def _load() -> None:
+    """Import what the commands run on, once the command line has parsed.
+
+    ``--help``, ``--version`` and usage errors need none of it, and SQLAlchemy, Alembic and
+    cryptography cost most of a second to import: a shell expects ``--help`` at once.
+    """
+    global CommandError, make_url, ArgumentError, SQLAlchemyError, merkle, fmt, run_demo
+    global Checkpoint, CorruptRecordError, StoreError, Digest, RunId, verify_consistency
+    global current_revision, upgrade, Ed25519Verifier, SqlJournalStore
+    from alembic.util.exc import CommandError
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError, SQLAlchemyError
+
+    from . import _cli_format as fmt
+    from . import merkle
+    from ._cli_demo import run_demo
+    from .checkpoint import Checkpoint
+    from .errors import CorruptRecordError, StoreError
+    from .ids import Digest, RunId
+    from .merkle import verify_consistency
+    from .migrate import current_revision, upgrade
+    from .signing import Ed25519Verifier
+    from .store import SqlJournalStore
+
 
 PROG = "agentplane-journal"
 URL_ENV = "AGENTPLANE_JOURNAL_URL"
@@ -68,6 +86,7 @@ _DRIVERS = {
     "sqlite": "sqlite+aiosqlite",
     "sqlite+aiosqlite": "sqlite+aiosqlite",
 }
+_DEMO_FILE = "agentplane-journal-demo.db"  # _cli_demo.DEMO_FILE, without importing the store
 _PAGE = 500
 _RETRIES = 5  # snapshots re-taken when the log grows between two reads
 
@@ -600,7 +619,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add("upgrade", "migrate the database to this version's schema", cmd_upgrade, database)
     demo = add("demo", "build a demo journal on SQLite and show everything working", cmd_demo)
-    demo.add_argument("--dir", help=f"where to create {DEMO_FILE} (default: here)")
+    demo.add_argument("--dir", help=f"where to create {_DEMO_FILE} (default: here)")
     runs = add(
         "runs", "list recent runs, or the runs concluded with an outcome", cmd_runs, database, reads
     )
@@ -653,6 +672,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit code (the console script exits with it)."""
     args = build_parser().parse_args(argv)
+    _load()
     if hasattr(args, "all") and (args.run is None) == (not args.all):
         args.subparser.error("give one RUN, or --all")
     if getattr(args, "require_signature", False) and not args.trust:
