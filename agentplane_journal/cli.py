@@ -43,7 +43,6 @@ from . import __version__
 from .ids import DEFAULT_TENANT
 
 if TYPE_CHECKING:
-    from .checkpoint import Inclusion
     from .signing import Verifier
 
 __all__ = ["build_parser", "main"]
@@ -56,7 +55,7 @@ def _load() -> None:
     cryptography cost most of a second to import: a shell expects ``--help`` at once.
     """
     global CommandError, make_url, ArgumentError, SQLAlchemyError, merkle, fmt, run_demo
-    global Checkpoint, CorruptRecordError, StoreError, Digest, RunId, verify_consistency
+    global Checkpoint, Inclusion, CorruptRecordError, StoreError, Digest, RunId, verify_consistency
     global current_revision, upgrade, Ed25519Verifier, SqlJournalStore
     from alembic.util.exc import CommandError
     from sqlalchemy.engine import make_url
@@ -65,7 +64,7 @@ def _load() -> None:
     from . import _cli_format as fmt
     from . import merkle
     from ._cli_demo import run_demo
-    from .checkpoint import Checkpoint
+    from .checkpoint import Checkpoint, Inclusion
     from .errors import CorruptRecordError, StoreError
     from .ids import Digest, RunId
     from .merkle import verify_consistency
