@@ -1,4 +1,9 @@
-"""`agentplane-journal demo`: the whole package working on a fresh SQLite file, in seconds.
+"""`agentplane-journal demo`: the whole package working on a fresh database, in seconds.
+
+By default the database is a new SQLite file in the current directory; given a URL
+(``--url`` or ``$AGENTPLANE_JOURNAL_URL``, PostgreSQL or SQLite) it migrates that database
+and writes there, but only if none of the package's tables holds a row: the demo's runs,
+signed with a published key, must never mix into a real journal.
 
 A scripted workload, not a test: it tells a new user what each guarantee looks like from
 the outside (a refused duplicate effect, a fenced stale writer, a resumed run, a
@@ -20,18 +25,23 @@ from .checkpoint import Checkpoint
 from .errors import CorruptRecordError, DuplicateEffectError, FencedError, LeaseHeldError
 from .ids import CaseId, EffectKey, RunId
 from .merkle import verify_consistency
-from .migrate import HEAD_REVISION, upgrade
+from .migrate import HEAD_REVISION, tables_with_rows, upgrade
 from .record import Append
 from .signing import Ed25519Signer, Ed25519Verifier
 from .store import SqlJournalStore
 
-__all__ = ["DEMO_FILE", "DEMO_KEY_ID", "run_demo"]
+__all__ = ["DEMO_FILE", "DEMO_KEY_ID", "DemoRefused", "run_demo"]
 
 PROG = "agentplane-journal"
+URL_ENV = "AGENTPLANE_JOURNAL_URL"
 DEMO_FILE = "agentplane-journal-demo.db"
 #: The demo signs with a key from a fixed, published seed: anyone can forge its signatures.
 DEMO_KEY_ID = "demo-key"
 DEMO_SEED = hashlib.sha256(b"agentplane-journal demo key: public, never use for real").digest()
+
+
+class DemoRefused(Exception):
+    """The target database already holds journal rows; nothing was written to it."""
 
 
 class _DemoClock:
@@ -263,12 +273,16 @@ async def _proofs(store: SqlJournalStore, run: RunId, early: Checkpoint) -> bool
     return included and consistent
 
 
-def _next_steps(url: str, path: Path, run: RunId, public: str) -> None:
+def _next_steps(where: str, url_option: str | None, run: RunId, public: str) -> None:
+    """What to try next; ``url_option`` is the ``--url`` to show (None: it is in the env)."""
     _heading("Next")
-    _say(f"The journal is in {path}. Try:")
-    _say(f"  {PROG} runs --url {shlex.quote(url)}")
-    _say("or name the database once for every command:")
-    _say(f"  export AGENTPLANE_JOURNAL_URL={shlex.quote(url)}")
+    _say(f"The journal is in {where}. Try:")
+    if url_option is None:
+        _say(f"  ({URL_ENV} names it for every command)")
+    else:
+        _say(f"  {PROG} runs --url {shlex.quote(url_option)}")
+        _say("or name the database once for every command:")
+        _say(f"  export {URL_ENV}={shlex.quote(url_option)}")
     for command in (
         f"verify --all --trust {DEMO_KEY_ID}={public} --require-signature",
         "checkpoint --tenant acme",
@@ -288,16 +302,44 @@ def _fresh_file(directory: Path) -> Path:
     return path
 
 
-async def run_demo(directory: Path) -> int:
-    """Build ``directory/agentplane-journal-demo.db`` afresh, run the workload, prove it."""
+async def run_demo(
+    directory: Path,
+    url: str | None = None,
+    *,
+    shown: str | None = None,
+    from_env: bool = False,
+) -> int:
+    """Run the workload on a fresh database and prove it.
+
+    With no ``url``: build ``directory/agentplane-journal-demo.db`` afresh. With one: refuse
+    (:class:`DemoRefused`, before writing anything, the schema included) if any of the
+    package's tables already holds a row, else migrate it and write there. ``shown`` is the
+    URL without its password, for every line printed; ``from_env`` says it came from
+    ``$AGENTPLANE_JOURNAL_URL`` (so the suggested commands need no ``--url``).
+    """
     started = time.monotonic()
-    path = _fresh_file(directory)
-    url = f"sqlite+aiosqlite:///{path}"
+    if url is None:
+        path = _fresh_file(directory)
+        url = f"sqlite+aiosqlite:///{path}"
+        where, url_option = str(path), url
+        fresh = "new SQLite file"
+    else:
+        where = shown or url
+        url_option = None if from_env else where
+        occupied = await tables_with_rows(url)
+        if occupied:
+            raise DemoRefused(
+                f"{where} already holds journal rows (in {', '.join(occupied)}); the demo "
+                "writes only into a database with none, so that its runs never mix into a "
+                f"real journal: give --url a fresh database, or run `{PROG} demo` without "
+                "--url for a new SQLite file here"
+            )
+        fresh = "no journal rows before the demo"
     await upgrade(url)
     signer = Ed25519Signer(DEMO_KEY_ID, DEMO_SEED)
     public = signer.public_key.hex()
     print(f"{PROG} demo")
-    print(f"database: {path} (new SQLite file, schema {HEAD_REVISION})")
+    print(f"database: {where} ({fresh}, schema {HEAD_REVISION})")
     print(f"signing key: {DEMO_KEY_ID} (Ed25519), public key {public}")
     print("  THIS IS A DEMO KEY from a fixed, published seed: anyone can sign with it.")
     print("  Never sign real records with it.")
@@ -322,6 +364,6 @@ async def run_demo(directory: Path) -> int:
         ok = await _proofs(store, first, early) and ok
     finally:
         await store.close()
-    _next_steps(url, path, first, public)
+    _next_steps(where, url_option, first, public)
     print(f"\n{'done' if ok else 'FAILED'} in {time.monotonic() - started:.1f} s")
     return 0 if ok else 1

@@ -3,7 +3,8 @@
 Every command that touches a database takes ``--url`` (default: ``$AGENTPLANE_JOURNAL_URL``,
 else ``sqlite+aiosqlite:///agentplane_journal.db`` in the current directory), ``--tenant``
 (default ``default``) and ``--origin``; every command that reads takes ``--json``.
-``demo`` builds its own SQLite file and shows the whole package working in one command.
+``demo`` shows the whole package working in one command: on a new SQLite file in the current
+directory by default, or on ``--url`` / ``$AGENTPLANE_JOURNAL_URL`` if it holds no journal rows.
 
 Exit codes: 0 ok; 1 something failed to verify (the output names the run and ``seq N``),
 or a run that must be sealed is not; 2 a usage, connection or schema problem, reported on
@@ -55,6 +56,7 @@ def _load() -> None:
     cryptography cost most of a second to import: a shell expects ``--help`` at once.
     """
     global CommandError, make_url, ArgumentError, SQLAlchemyError, merkle, fmt, run_demo
+    global DemoRefused
     global Checkpoint, Inclusion, CorruptRecordError, StoreError, Digest, RunId, verify_consistency
     global current_revision, upgrade, Ed25519Verifier, SqlJournalStore
     from alembic.util.exc import CommandError
@@ -63,7 +65,7 @@ def _load() -> None:
 
     from . import _cli_format as fmt
     from . import merkle
-    from ._cli_demo import run_demo
+    from ._cli_demo import DemoRefused, run_demo
     from .checkpoint import Checkpoint, Inclusion
     from .errors import CorruptRecordError, StoreError
     from .ids import Digest, RunId
@@ -552,7 +554,15 @@ async def cmd_export(args: argparse.Namespace) -> int:
 
 
 async def cmd_demo(args: argparse.Namespace) -> int:
-    return await run_demo(Path(args.dir or "."))
+    target = args.target
+    if target is None:
+        return await run_demo(Path(args.dir or "."))
+    if args.dir is not None:
+        raise _Exit(2, "give --dir (for a new SQLite file) or a database URL, not both")
+    try:
+        return await run_demo(Path("."), target.url, shown=target.shown, from_env=args.url is None)
+    except DemoRefused as exc:
+        raise _Exit(2, str(exc)) from None
 
 
 # -- the parser and main -------------------------------------------------------------------
@@ -617,7 +627,16 @@ def build_parser() -> argparse.ArgumentParser:
         return sub
 
     add("upgrade", "migrate the database to this version's schema", cmd_upgrade, database)
-    demo = add("demo", "build a demo journal on SQLite and show everything working", cmd_demo)
+    demo = add(
+        "demo",
+        "build a demo journal and show everything working (a new SQLite file by default)",
+        cmd_demo,
+    )
+    demo.add_argument(
+        "--url",
+        help=f"an empty database to write the demo into (default: ${URL_ENV}, else a new "
+        f"{_DEMO_FILE}); refused if it already holds journal rows",
+    )
     demo.add_argument("--dir", help=f"where to create {_DEMO_FILE} (default: here)")
     runs = add(
         "runs", "list recent runs, or the runs concluded with an outcome", cmd_runs, database, reads
@@ -678,7 +697,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.subparser.error("--require-signature needs --trust KEY_ID=PUBLIC_KEY_HEX")
     target = None
     try:
-        if hasattr(args, "url"):
+        if args.handler is cmd_demo:
+            # The demo's default is its own new file, not DEFAULT_URL; a URL it is given
+            # may be a new SQLite file, which the demo creates.
+            raw = args.url or os.environ.get(URL_ENV)
+            target = args.target = None if raw is None else _target(raw, must_exist=False)
+        elif hasattr(args, "url"):
             raw = args.url or os.environ.get(URL_ENV) or DEFAULT_URL
             target = args.target = _target(raw, must_exist=args.handler is not cmd_upgrade)
         return asyncio.run(args.handler(args))

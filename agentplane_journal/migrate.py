@@ -24,12 +24,12 @@ import alembic.op
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import pool
+from sqlalchemy import inspect, literal, pool, select
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from .errors import SchemaOutOfDateError
-from .models import TABLE_NAMES, VERSION_TABLE
+from .models import TABLE_NAMES, VERSION_TABLE, metadata
 
 __all__ = [
     "HEAD_REVISION",
@@ -41,6 +41,7 @@ __all__ = [
     "include_name",
     "include_object",
     "script_location",
+    "tables_with_rows",
     "upgrade",
     "upgrade_connection",
 ]
@@ -170,6 +171,25 @@ async def upgrade(url_or_engine: str | AsyncEngine, revision: str = "head") -> N
 async def current_revision(url_or_engine: str | AsyncEngine) -> str | None:
     """The database's revision of this package's history, ``None`` if never migrated."""
     return await _with_connection(url_or_engine, _current)
+
+
+def _tables_with_rows(connection: Connection) -> list[str]:
+    present = set(inspect(connection).get_table_names())
+    return [
+        table.name
+        for table in metadata.sorted_tables
+        if table.name in present
+        and connection.execute(select(literal(1)).select_from(table).limit(1)).first() is not None
+    ]
+
+
+async def tables_with_rows(url_or_engine: str | AsyncEngine) -> list[str]:
+    """Which of this package's tables exist and hold at least one row, in any tenant.
+
+    Read-only (a table that does not exist is simply not listed). ``demo`` asks this before
+    writing anything, so it never mixes its made-up runs into a real journal.
+    """
+    return await _with_connection(url_or_engine, _tables_with_rows)  # type: ignore[no-any-return]
 
 
 async def check_revision(connection: AsyncConnection) -> None:

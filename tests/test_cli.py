@@ -204,6 +204,99 @@ def test_demo_replaces_an_existing_database(tmp_path: Path) -> None:
     assert str(tmp_path / "agentplane-journal-demo.db") in result.stdout
 
 
+def test_demo_takes_a_url_or_a_dir_not_both(tmp_path: Path) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'x.db'}"
+    line = fails_cleanly(run_cli("demo", "--url", url, "--dir", str(tmp_path)))
+    assert "not both" in line
+    assert not (tmp_path / "x.db").exists()
+
+
+def test_demo_writes_into_a_new_sqlite_file_named_by_url_or_environment(tmp_path: Path) -> None:
+    named = tmp_path / "named.db"
+    result = run_cli("demo", "--url", f"sqlite:///{named}", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"runs --url sqlite+aiosqlite:///{named}" in result.stdout
+    from_env = tmp_path / "from-env.db"
+    result = run_cli("demo", cwd=tmp_path, url_env=f"sqlite:///{from_env}")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "AGENTPLANE_JOURNAL_URL names it for every command" in result.stdout
+    assert named.exists() and from_env.exists()
+    assert not (tmp_path / "agentplane-journal-demo.db").exists()  # the default was not used
+
+
+async def _row_counts(url: str) -> dict[str, int]:
+    from sqlalchemy import func, select
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    from agentplane_journal.models import metadata
+
+    engine = create_async_engine(url)
+    try:
+        async with engine.connect() as conn:
+            return {
+                t.name: (await conn.execute(select(func.count()).select_from(t))).scalar_one()
+                for t in metadata.sorted_tables
+            }
+    finally:
+        await engine.dispose()
+
+
+def _refuses_a_database_with_rows(url: str, **kw: object) -> None:
+    asyncio.run(add_runs(url, sealed=1, open_=1))
+    before = asyncio.run(_row_counts(url))
+    line = fails_cleanly(run_cli("demo", **kw))  # type: ignore[arg-type]
+    assert "already holds journal rows" in line and "journal" in line
+    assert "fresh database" in line
+    assert asyncio.run(_row_counts(url)) == before  # nothing written
+
+
+def test_demo_refuses_a_sqlite_database_that_holds_journal_rows(
+    sqlite_database: Callable[..., str],
+) -> None:
+    url = sqlite_database()
+    _refuses_a_database_with_rows(url, url_env=url)
+
+
+@pytest.mark.postgres
+def test_demo_on_postgresql_then_verify_all(pg_database: Callable[..., str]) -> None:
+    url = pg_database()  # a fresh migrated database from the test cluster
+    assert url.startswith("postgresql+asyncpg://")
+    result = run_cli("demo", "--url", url)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "FAILED" not in result.stdout and "done in" in result.stdout
+    assert re.search(r"^\s+agentplane\n\s+4\n\s+[A-Za-z0-9+/]{43}=\n", result.stdout, re.M)
+    trust = re.search(r"--trust (demo-key=[0-9a-f]{64})", result.stdout)
+    assert trust, result.stdout
+    for tenant, runs in (("default", 4), ("acme", 2)):
+        verified = run_cli(
+            "verify", "--all", "--url", url, "--tenant", tenant, "--trust", trust[1],
+            "--require-signature", "--json",
+        )  # fmt: skip
+        assert verified.returncode == 0, verified.stdout + verified.stderr
+        assert json.loads(verified.stdout)["intact"] == runs
+    # Run again on the same database: it now holds the demo's rows, so it is refused.
+    before = asyncio.run(_row_counts(url))
+    line = fails_cleanly(run_cli("demo", "--url", url))
+    assert "already holds journal rows" in line
+    assert asyncio.run(_row_counts(url)) == before
+
+
+@pytest.mark.postgres
+def test_demo_refuses_a_postgresql_database_that_holds_journal_rows(
+    pg_database: Callable[..., str],
+) -> None:
+    url = pg_database()
+    _refuses_a_database_with_rows(url, url_env=url)
+
+
+@pytest.mark.postgres
+def test_demo_migrates_an_empty_postgresql_database(pg_database: Callable[..., str]) -> None:
+    url = pg_database(migrated=False)
+    result = run_cli("demo", url_env=url)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert run_cli("verify", "--all", url_env=url).returncode == 0
+
+
 # -- verify --------------------------------------------------------------------------------
 
 
