@@ -281,7 +281,31 @@ def print_consistency(
             ]
         )
         return
+    if old.is_v040_empty:
+        print_checks(
+            [
+                (
+                    True,
+                    "the saved note is agentplane 0.4.0's empty-log note (size 0, root 32 "
+                    "zero bytes, 0.4.0's spelling of RFC 6962's SHA-256 of nothing): an empty "
+                    f"log is a prefix of every log, so this log extends it (0 -> {cp.size})",
+                )
+            ]
+        )
+        return
     print_hashes("proof", proof)
+    if not ok and old.size == 0:
+        print_checks(
+            [
+                (
+                    False,
+                    "the saved note claims an empty log, but its root is neither RFC 6962's "
+                    "empty root (SHA-256 of nothing) nor agentplane 0.4.0's 32 zero bytes: "
+                    "the note was altered, or it is not a checkpoint of an empty log",
+                )
+            ]
+        )
+        return
     if ok:
         print_checks(
             [(True, f"the current log extends the saved checkpoint ({old.size} -> {cp.size})")]

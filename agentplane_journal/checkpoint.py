@@ -15,9 +15,14 @@ import unicodedata
 from dataclasses import dataclass
 
 from .ids import Digest
-from .merkle import leaf_hash, verify_inclusion
+from .merkle import EMPTY_ROOT, leaf_hash, verify_inclusion
 
-__all__ = ["Checkpoint", "Inclusion"]
+__all__ = ["V040_EMPTY_ROOT", "Checkpoint", "Inclusion"]
+
+V040_EMPTY_ROOT = Digest.ZERO
+"""agentplane 0.4.0's root of the empty log: 32 zero bytes, a known deviation from RFC 6962
+(whose empty root is SHA-256 of nothing, :data:`~agentplane_journal.merkle.EMPTY_ROOT`).
+Notes 0.4.0 published for an empty log carry it; see :attr:`Checkpoint.is_v040_empty`."""
 
 _U64_MAX = 2**64 - 1
 # ASCII digits only (str.isdigit would take other scripts' digits), no sign, and no
@@ -55,6 +60,24 @@ class Checkpoint:
         if not isinstance(self.root, Digest):
             raise TypeError(f"root must be a Digest, not {type(self.root).__name__}")
 
+    @property
+    def is_v040_empty(self) -> bool:
+        """Is this agentplane 0.4.0's empty-log checkpoint (size 0, root 32 zero bytes)?
+
+        Such a note is honest, only spelt the 0.4.0 way: an empty log is a prefix of every
+        log, so a reader checking that a log only grew since this note has nothing to check
+        (``verify_consistency`` itself follows the RFC and refuses the zero root; callers
+        that accept 0.4.0's notes ask this first, as ``agentplane-journal consistency``
+        does). :meth:`from_note` returns the note as written, zero root included, so the
+        checkpoint still says exactly what was published; :meth:`normalized` gives the RFC
+        spelling.
+        """
+        return self.size == 0 and self.root == V040_EMPTY_ROOT
+
+    def normalized(self) -> Checkpoint:
+        """The RFC 6962 spelling: a 0.4.0 empty-log checkpoint gets the RFC empty root."""
+        return Checkpoint(self.origin, 0, EMPTY_ROOT) if self.is_v040_empty else self
+
     def to_note(self) -> str:
         """The C2SP checkpoint body: three lines, each ending in a newline."""
         root = base64.b64encode(bytes(self.root)).decode("ascii")
@@ -67,6 +90,10 @@ class Checkpoint:
         Stricter than agentplane 0.4.0, which ignored trailing lines and accepted a
         trimmed or unpadded root: extension lines and signatures must be split off by the
         caller, so nothing unverified rides along with a checkpoint.
+
+        A 0.4.0 empty-log note (size 0, root ``AAAA…AAA=``, 32 zero bytes) parses to a
+        checkpoint with exactly that root, flagged by :attr:`is_v040_empty`; it is not
+        silently rewritten to the RFC root, so ``to_note`` gives back the note as published.
         """
         if not isinstance(text, str):
             raise TypeError(f"a checkpoint note is a str, not {type(text).__name__}")

@@ -8,7 +8,13 @@ import pytest
 
 from agentplane_journal.checkpoint import Checkpoint, Inclusion
 from agentplane_journal.ids import Digest
-from agentplane_journal.merkle import EMPTY_ROOT, inclusion_proof, leaf_hash, root
+from agentplane_journal.merkle import (
+    EMPTY_ROOT,
+    inclusion_proof,
+    leaf_hash,
+    root,
+    verify_consistency,
+)
 
 HASH1 = Digest.from_hex("2895d2438a27e13c3d825753bf22466bf517515edd723caf8c879e35e051a31b")
 HASH2 = Digest.from_hex("5d865793cc141aa089f1fabd4315b643a6fcadce797d687c75406bf935f19174")
@@ -20,6 +26,29 @@ def test_the_empty_log_note_uses_the_rfc_empty_root() -> None:
     note = Checkpoint("agentplane", 0, EMPTY_ROOT).to_note()
     assert note == "agentplane\n0\n47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU=\n"
     assert Checkpoint.from_note(note) == Checkpoint("agentplane", 0, EMPTY_ROOT)
+
+
+V040_EMPTY_NOTE = "agentplane\n0\nAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=\n"
+
+
+def test_agentplane_0_4_0s_empty_log_note_parses_as_written_and_is_flagged() -> None:
+    cp = Checkpoint.from_note(V040_EMPTY_NOTE)
+    assert cp == Checkpoint("agentplane", 0, Digest.ZERO)  # the root as published
+    assert cp.is_v040_empty and cp.to_note() == V040_EMPTY_NOTE
+    assert cp.normalized() == Checkpoint("agentplane", 0, EMPTY_ROOT)
+    assert not cp.normalized().is_v040_empty
+    # The RFC check itself stays strict: it is the caller who knows 0.4.0's spelling.
+    assert not verify_consistency(0, cp.root, 5, ROOT, [])
+    assert verify_consistency(0, cp.normalized().root, 5, ROOT, [])
+
+
+def test_only_size_zero_with_the_zero_root_is_the_0_4_0_empty_note() -> None:
+    assert not Checkpoint("agentplane", 0, EMPTY_ROOT).is_v040_empty
+    assert not Checkpoint("agentplane", 1, Digest.ZERO).is_v040_empty
+    assert not Checkpoint("agentplane", 0, ROOT).is_v040_empty
+    assert Checkpoint("agentplane/acme", 0, Digest.ZERO).is_v040_empty
+    other = Checkpoint("agentplane", 3, ROOT)
+    assert other.normalized() is other
 
 
 def test_a_note_round_trips_with_a_size_beyond_32_bits_and_a_tenant_origin() -> None:

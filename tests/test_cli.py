@@ -512,6 +512,31 @@ def test_forged_and_foreign_notes_are_refused(journal: Journal, tmp_path: Path) 
     assert "not a checkpoint note" in fails_cleanly(garbage)
 
 
+V040_EMPTY_ROOT_B64 = base64.b64encode(bytes(32)).decode()
+
+
+def test_consistency_recognises_agentplane_0_4_0s_empty_log_note(journal: Journal) -> None:
+    note = f"agentplane\n0\n{V040_EMPTY_ROOT_B64}\n"
+    result = run_cli("consistency", note, "--url", journal.url)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "agentplane 0.4.0's empty-log note" in result.stdout
+    assert "an empty log is a prefix of every log" in result.stdout
+    assert "rewritten" not in result.stdout and "FAILED" not in result.stdout
+    as_json = json.loads(run_cli("consistency", note, "--url", journal.url, "--json").stdout)
+    assert as_json["ok"] is True and as_json["saved_is_agentplane_0_4_0_empty_log"] is True
+    # The RFC spelling of the empty log is a prefix too, and says nothing about 0.4.0.
+    rfc = Checkpoint("agentplane", 0, Digest.of(b"")).to_note()
+    plain = run_cli("consistency", rfc, "--url", journal.url)
+    assert plain.returncode == 0 and "0.4.0" not in plain.stdout
+    # Any other root on a size-0 note is a lie about the empty log, and says so.
+    lie = Checkpoint("agentplane", 0, Digest.of(b"x")).to_note()
+    refused = run_cli("consistency", lie, "--url", journal.url)
+    assert refused.returncode == 1 and "claims an empty log" in refused.stdout
+    # Another tenant's log is still another log.
+    foreign = run_cli("consistency", note, "--url", journal.url, "--tenant", "acme")
+    assert "agentplane/acme" in fails_cleanly(foreign, 1)
+
+
 # -- export ----------------------------------------------------------------------------------
 
 
