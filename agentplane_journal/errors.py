@@ -22,6 +22,7 @@ __all__ = [
     "BackendError",
     "CommitUnknownError",
     "CorruptRecordError",
+    "CorruptRegistrationError",
     "DuplicateEffectError",
     "FencedError",
     "LeaseHeldError",
@@ -158,3 +159,19 @@ class SecretUnavailableError(StoreError):
         self.detail = detail
         key = "no key id" if key_id is None else f"key id {key_id!r}"
         super().__init__(f"cannot open the sealed {column} ({key}): {detail}")
+
+
+class CorruptRegistrationError(StoreError):
+    """A stored push registration is not one this store can act on (a bad id or type).
+
+    Rows are read as they are stored, so this means someone wrote the row by hand (or
+    tampered with it). The message names the row, never a secret.
+    """
+
+    def __init__(self, task_id: str, config_id: str, detail: str) -> None:
+        self.task_id = task_id
+        self.config_id = config_id
+        self.detail = detail
+        super().__init__(
+            f"push registration {config_id!r} of task {task_id!r} is unreadable: {detail}"
+        )

@@ -17,32 +17,36 @@ How the guarantees are made (each is one SQL statement, so concurrent callers co
   is lost to a concurrent one (the backoff grows with it).
 
 Secrets at rest. Tokens and credentials are what a database dump must not hand out. Given a
-key, they are sealed with AES-256-GCM before they leave the process, with the row's
-``(tenant, task_id, config_id, column)`` as associated data, so a value copied to another row,
-column or tenant does not open. The stored text is self-describing,
-``apj:v1:<key id>:<base64url(nonce || ciphertext)>``; anything without the ``apj:v<n>:``
-prefix is plaintext (written without a key, or by agentplane itself) and still reads. A
-sealed value that cannot be opened is :class:`SecretUnavailableError`, never garbage and
-never a silent ``None``.
+key, they are sealed with AES-256-GCM before they leave the process, bound (associated
+data) to the row's tenant, task, config id, column, ``url`` and ``auth_scheme``, so a value
+copied elsewhere, or a row pointed at another host, does not open (see :mod:`.sealing`).
+A store with a key refuses plaintext in a sealed column (a downgrade) unless told
+``accept_plaintext=True``; a store without a key reads and writes plaintext, as agentplane
+0.4.0 does. A value that cannot be opened is :class:`SecretUnavailableError`, never garbage
+and never a silent ``None``; ``due`` and ``list`` serve the other rows and name it in
+``.unavailable`` (see :mod:`.push_rows`). No secret reaches a log (see :mod:`.logsafe`).
 """
 
 from __future__ import annotations
 
 import builtins
+import logging
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 from urllib.parse import urlsplit
 
-from sqlalchemy import and_, delete, select, update
+from sqlalchemy import and_, delete, select, tuple_, update
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
-from .errors import BackendError
+from . import logsafe
+from .errors import CorruptRegistrationError, StoreError
 from .ids import DEFAULT_TENANT, RunId, validate_tenant
 from .models import PushDelivery
+from .push_rows import PushListing, ResealReport, UnreadableRegistration, check_row, row_names
 from .repository import Repository, check_int, check_run, check_text
-from .sealing import Keyring, keyring_from, open_secret, seal_secret
+from .sealing import Keyring, is_current, keyring_from, open_secret, seal_secret
 
 __all__ = [
     "MAX_CONFIG_ID_CHARS",
@@ -52,10 +56,15 @@ __all__ = [
     "Keyring",
     "PushAuthentication",
     "PushConfig",
+    "PushListing",
     "PushRegistration",
     "PushStore",
+    "ResealReport",
     "SqlPushStore",
+    "UnreadableRegistration",
 ]
+
+log = logging.getLogger("agentplane_journal.push")
 
 #: Longest configuration id (characters).
 MAX_CONFIG_ID_CHARS = 256
@@ -264,6 +273,15 @@ class PushStore(Protocol):
     async def delete(self, task: RunId, id: str) -> None: ...
 
 
+class _Row(NamedTuple):
+    """What a sealed value is bound to, besides the tenant and the column."""
+
+    task_id: str
+    config_id: str
+    url: str
+    auth_scheme: str | None
+
+
 _COLUMNS = (
     PushDelivery.task_id,
     PushDelivery.config_id,
@@ -280,7 +298,10 @@ class SqlPushStore(Repository):
     Build it over an existing ``AsyncEngine`` or open one with :meth:`connect`; like the
     journal store it never creates tables and refuses an out-of-date schema. With
     ``secret_key=`` (32 bytes) or ``keyring=`` (a :class:`Keyring`), tokens and credentials
-    are sealed at rest; without, they are stored as agentplane stores them, in plain text.
+    are sealed at rest and a plaintext value in their columns is refused (a downgrade)
+    unless ``accept_plaintext=True`` (adopting agentplane's rows: then :meth:`reseal`).
+    Without a key they are stored as agentplane stores them, in plain text, and a sealed
+    value is :class:`SecretUnavailableError`.
     """
 
     def __init__(
@@ -290,11 +311,16 @@ class SqlPushStore(Repository):
         tenant: str = DEFAULT_TENANT,
         secret_key: bytes | None = None,
         keyring: Keyring | None = None,
+        accept_plaintext: bool = False,
         clock: Callable[[], float] | None = None,
         _shared: Any = None,
     ) -> None:
         self._keyring = keyring_from(secret_key, keyring)
+        if not isinstance(accept_plaintext, bool):
+            raise TypeError("accept_plaintext must be True or False")
+        self._accept_plaintext = accept_plaintext
         super().__init__(engine, tenant=tenant, clock=clock, _shared=_shared)
+        logsafe.install(engine)
 
     @classmethod
     async def connect(
@@ -304,6 +330,7 @@ class SqlPushStore(Repository):
         tenant: str = DEFAULT_TENANT,
         secret_key: bytes | None = None,
         keyring: Keyring | None = None,
+        accept_plaintext: bool = False,
         clock: Callable[[], float] | None = None,
         engine_options: dict[str, Any] | None = None,
     ) -> SqlPushStore:
@@ -313,7 +340,14 @@ class SqlPushStore(Repository):
         (``hide_parameters``), so a failed statement cannot print a token.
         """
         keyring = keyring_from(secret_key, keyring)  # refuse a bad key before connecting
-        return await cls._open(url, engine_options, tenant=tenant, keyring=keyring, clock=clock)
+        return await cls._open(
+            url,
+            engine_options,
+            tenant=tenant,
+            keyring=keyring,
+            accept_plaintext=accept_plaintext,
+            clock=clock,
+        )
 
     def for_tenant(self, name: str) -> SqlPushStore:
         """A handle on the same engine and keys whose every statement carries ``name``."""
@@ -321,6 +355,7 @@ class SqlPushStore(Repository):
             self._shared.engine,
             tenant=validate_tenant(name),
             keyring=self._keyring,
+            accept_plaintext=self._accept_plaintext,
             clock=self._clock,
             _shared=self._shared,
         )
@@ -339,21 +374,44 @@ class SqlPushStore(Repository):
             PushDelivery.config_id == config_id,
         )
 
-    def _config(self, row: Any) -> PushConfig:
+    def _open_secret(self, row: Any, column: str, stored: str | None) -> str | None:
+        return open_secret(
+            self._keyring,
+            stored,
+            tenant=self.tenant,
+            task_id=row.task_id,
+            config_id=row.config_id,
+            column=column,
+            url=row.url,
+            auth_scheme=row.auth_scheme,
+            accept_plaintext=self._accept_plaintext,
+        )
+
+    def _seal_secret(self, row: Any, column: str, value: str | None) -> str | None:
+        return seal_secret(
+            self._keyring,
+            value,
+            tenant=self.tenant,
+            task_id=row.task_id,
+            config_id=row.config_id,
+            column=column,
+            url=row.url,
+            auth_scheme=row.auth_scheme,
+        )
+
+    def _config(self, row: Any, *, cursor: bool = False) -> PushConfig:
+        """The row as a configuration, or a :class:`StoreError` naming what is wrong with it."""
+        check_row(row, cursor=cursor)
         try:
             task = RunId.parse(row.task_id)
         except ValueError:
-            raise BackendError(
-                f"push_delivery row {row.config_id!r} has task_id {row.task_id!r}, which is "
-                "not a run id (run_<ULID>)"
+            raise CorruptRegistrationError(
+                *row_names(row), "its task_id is not a run id (run_<ULID>)"
             ) from None
-        where = {"tenant": self.tenant, "task_id": row.task_id, "config_id": row.config_id}
-        token = open_secret(self._keyring, row.token, column=_TOKEN, **where)
+        token = self._open_secret(row, _TOKEN, row.token)
         authentication = None
         if row.auth_scheme is not None and row.auth_credentials is not None:
-            credentials = open_secret(
-                self._keyring, row.auth_credentials, column=_CREDENTIALS, **where
-            )
+            credentials = self._open_secret(row, _CREDENTIALS, row.auth_credentials)
             authentication = _build(
                 PushAuthentication, scheme=row.auth_scheme, credentials=credentials
             )
@@ -365,6 +423,17 @@ class SqlPushStore(Repository):
             token=token,
             authentication=authentication,
         )
+
+    def _unreadable(self, row: Any, error: StoreError, served: str) -> UnreadableRegistration:
+        task_id, config_id = row_names(row)
+        # A warning, so a worker that ignores .unavailable still cannot lose a row silently.
+        log.warning("%s (%s)", error, served)
+        return UnreadableRegistration(task_id, config_id, error)
+
+    async def _unit(self, fn: Any, **kw: Any) -> Any:
+        # Every push statement runs marked, so the log filter hides its values (logsafe).
+        with logsafe.push_statements():
+            return await super()._unit(fn, **kw)
 
     async def _read(self, stmt: Any) -> Sequence[Any]:
         async def unit(session: AsyncSession) -> Sequence[Any]:
@@ -391,11 +460,11 @@ class SqlPushStore(Repository):
             raise TypeError(f"config must be a PushConfig, not {type(config).__name__}")
         next_seq = check_int(next_seq, "next_seq")
         task_id = str(config.task)
-        where = {"tenant": self.tenant, "task_id": task_id, "config_id": config.id}
         auth = config.authentication
-        token = seal_secret(self._keyring, config.token, column=_TOKEN, **where)
-        credentials = seal_secret(
-            self._keyring, None if auth is None else auth.credentials, column=_CREDENTIALS, **where
+        row = _Row(task_id, config.id, config.url, None if auth is None else auth.scheme)
+        token = self._seal_secret(row, _TOKEN, config.token)
+        credentials = self._seal_secret(
+            row, _CREDENTIALS, None if auth is None else auth.credentials
         )
         stmt = self._dialect.insert(PushDelivery).values(
             tenant=self.tenant,
@@ -426,29 +495,50 @@ class SqlPushStore(Repository):
         await self._write(stmt)
 
     async def get(self, task: RunId | str, id: str) -> PushConfig | None:
-        """One registration's configuration, or ``None``."""
+        """One registration's configuration, or ``None``.
+
+        A row that cannot be read raises its reason (:class:`SecretUnavailableError`,
+        :class:`CorruptRegistrationError`): the caller asked for that row, and ``None`` would
+        claim it is not registered.
+        """
         task_id, config_id = str(check_run(task, "task")), _check_config_id(id)
         rows = await self._read(select(*_COLUMNS).where(self._where(task_id, config_id)))
         return self._config(rows[0]) if rows else None
 
-    async def list(self, task: RunId | str) -> builtins.list[PushConfig]:
-        """Every registration of ``task``, ordered by config id."""
+    async def list(self, task: RunId | str) -> PushListing[PushConfig]:
+        """Every readable registration of ``task``, ordered by config id.
+
+        Rows that cannot be read are left out and named in ``.unavailable`` (and logged).
+        """
         task_id = str(check_run(task, "task"))
         stmt = (
             select(*_COLUMNS)
             .where(PushDelivery.tenant == self.tenant, PushDelivery.task_id == task_id)
             .order_by(PushDelivery.config_id)
         )
-        return [self._config(row) for row in await self._read(stmt)]
+        good: builtins.list[PushConfig] = []
+        bad: builtins.list[UnreadableRegistration] = []
+        for row in await self._read(stmt):
+            try:
+                good.append(self._config(row))
+            except StoreError as exc:
+                bad.append(self._unreadable(row, exc, "left out of list()"))
+        return PushListing(good, bad)
 
-    async def due(self, at: int, limit: int) -> builtins.list[PushRegistration]:
+    async def due(self, at: int, limit: int) -> PushListing[PushRegistration]:
         """Registrations due at ``at``, by (next_attempt_at, task, config id), at most ``limit``.
+
+        A row that cannot be read (a secret that does not open, a corrupt column) does not
+        stop the others: it is left out, named in the result's ``.unavailable`` and logged as
+        a warning, and the store reads on past it, so up to ``limit`` good registrations are
+        still served however many bad ones come first.
 
         Nothing is locked: two workers may both deliver one registration. Delivery is at
         least once; the receiver sees duplicates, never gaps.
         """
         at, limit = check_int(at, "at"), check_int(limit, "limit")
-        stmt = (
+        order = (PushDelivery.next_attempt_at, PushDelivery.task_id, PushDelivery.config_id)
+        base = (
             select(
                 *_COLUMNS,
                 PushDelivery.next_seq,
@@ -457,20 +547,41 @@ class SqlPushStore(Repository):
                 PushDelivery.last_error,
             )
             .where(PushDelivery.tenant == self.tenant, PushDelivery.next_attempt_at <= at)
-            .order_by(PushDelivery.next_attempt_at, PushDelivery.task_id, PushDelivery.config_id)
-            .limit(limit)
+            .order_by(*order)
         )
-        return [
-            _build(
-                PushRegistration,
-                config=self._config(row),
-                next_seq=row.next_seq,
-                attempts=row.attempts,
-                next_attempt_at=row.next_attempt_at,
-                last_error=row.last_error,
-            )
-            for row in await self._read(stmt)
-        ]
+        good: builtins.list[PushRegistration] = []
+        bad: builtins.list[UnreadableRegistration] = []
+
+        async def unit(session: AsyncSession) -> None:
+            stmt = base
+            while len(good) < limit:
+                wanted = limit - len(good)
+                rows = (await session.execute(stmt.limit(wanted))).all()
+                for row in rows:
+                    try:
+                        config = self._config(row, cursor=True)
+                    except StoreError as exc:
+                        bad.append(self._unreadable(row, exc, "left out of due()"))
+                        continue
+                    good.append(
+                        _build(
+                            PushRegistration,
+                            config=config,
+                            next_seq=row.next_seq,
+                            attempts=row.attempts,
+                            next_attempt_at=row.next_attempt_at,
+                            last_error=row.last_error,
+                        )
+                    )
+                if len(rows) < wanted:
+                    return
+                # Read on past the bad rows from the last (unique) sort key: no row twice.
+                last = rows[-1]
+                after = (last.next_attempt_at, last.task_id, last.config_id)
+                stmt = base.where(tuple_(*order) > tuple_(*after))
+
+        await self._unit(unit, read_only=True)
+        return PushListing(good, bad)
 
     async def advance(self, task: RunId | str, id: str, next_seq: int) -> None:
         """Record an acknowledgement: cursor = max(cursor, ``next_seq``); reset the backoff.
@@ -516,45 +627,52 @@ class SqlPushStore(Repository):
         task_id, config_id = str(check_run(task, "task")), _check_config_id(id)
         await self._write(delete(PushDelivery).where(self._where(task_id, config_id)))
 
-    async def reseal(self) -> int:
-        """Re-seal this tenant's secrets under the current key; return the rows rewritten.
+    async def reseal(self) -> ResealReport:
+        """Re-seal this tenant's secrets under the current key and format; report what it did.
 
-        After adding a new current key to the keyring, this moves rows off the old key (and
-        seals plaintext rows) without touching cursors or backoff, so the old key can then be
-        retired. Each row is rewritten only if it has not changed since it was read, so a
-        concurrent ``put`` wins. Without a key it does nothing.
+        After adding a new current key to the keyring, this moves rows off the old key,
+        rewrites format-v1 values as v2 (binding them to the row's url and auth_scheme as
+        they are now), and, with ``accept_plaintext=True``, seals plaintext rows, all without
+        touching cursors or backoff, so the old key can then be retired. A row it cannot
+        open is left as it is and named in the report's ``unavailable`` (and logged); the
+        others are resealed all the same. Each row is rewritten only if it has not changed
+        since it was read, so a concurrent ``put`` wins (counted as ``changed``).
+
+        Raises ``ValueError`` on a store without a key: there is nothing to seal under.
         """
         keyring = self._keyring
         if keyring is None:
-            return 0
-        prefix = f"apj:v1:{keyring.current}:"
-
-        def stale(value: str | None) -> bool:
-            return value is not None and not value.startswith(prefix)
-
-        rows = await self._read(
-            select(
-                PushDelivery.task_id,
-                PushDelivery.config_id,
-                PushDelivery.token,
-                PushDelivery.auth_credentials,
-            ).where(PushDelivery.tenant == self.tenant)
-        )
-        rewritten = 0
+            raise ValueError(
+                "reseal() seals under the store's current key, and this store has none; "
+                "open it with secret_key= or keyring="
+            )
+        rows = await self._read(select(*_COLUMNS).where(PushDelivery.tenant == self.tenant))
+        resealed = current = changed = 0
+        bad: builtins.list[UnreadableRegistration] = []
         for row in rows:
-            if not (stale(row.token) or stale(row.auth_credentials)):
+            try:
+                check_row(row, cursor=False)
+                if is_current(keyring, row.token) and is_current(keyring, row.auth_credentials):
+                    # Still opened: a current-looking value may be forged or moved.
+                    self._open_secret(row, _TOKEN, row.token)
+                    self._open_secret(row, _CREDENTIALS, row.auth_credentials)
+                    current += 1
+                    continue
+                new = {
+                    column: self._seal_secret(row, column, self._open_secret(row, column, value))
+                    for column, value in ((_TOKEN, row.token), (_CREDENTIALS, row.auth_credentials))
+                }
+            except StoreError as exc:
+                bad.append(self._unreadable(row, exc, "not resealed"))
                 continue
-            new: dict[str, str | None] = {}
-            for column, value in ((_TOKEN, row.token), (_CREDENTIALS, row.auth_credentials)):
-                where = {"tenant": self.tenant, "task_id": row.task_id, "config_id": row.config_id}
-                plain = open_secret(keyring, value, column=column, **where)
-                new[column] = seal_secret(keyring, plain, column=column, **where)
 
             async def unit(session: AsyncSession, row: Any = row, new: Any = new) -> int:
                 result = await session.execute(
                     update(PushDelivery)
                     .where(
                         self._where(row.task_id, row.config_id),
+                        PushDelivery.url == row.url,
+                        PushDelivery.auth_scheme.is_not_distinct_from(row.auth_scheme),
                         PushDelivery.token.is_not_distinct_from(row.token),
                         PushDelivery.auth_credentials.is_not_distinct_from(row.auth_credentials),
                     )
@@ -562,5 +680,8 @@ class SqlPushStore(Repository):
                 )
                 return int(result.rowcount or 0)  # type: ignore[attr-defined]
 
-            rewritten += await self._unit(unit)
-        return rewritten
+            if await self._unit(unit):
+                resealed += 1
+            else:
+                changed += 1
+        return ResealReport(resealed, current, changed, tuple(bad))

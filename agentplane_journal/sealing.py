@@ -1,11 +1,18 @@
 """Secrets at rest: AES-256-GCM sealing of push tokens and credentials, and the keyring.
 
-A sealed value is self-describing text, ``apj:v1:<key id>:<base64url(nonce || ciphertext)>``,
-so rows written without a key (or by agentplane itself) still read as plaintext, and keys
-rotate without downtime: reads open any key the keyring holds, writes use the current one.
-The row's ``(tenant, task_id, config_id, column)`` is the associated data, so a ciphertext
-copied to another row, column or tenant does not open. Nothing here ever puts a secret, a
-key or a ciphertext into an error message or a ``repr``.
+A sealed value is self-describing text, ``apj:v2:<key id>:<base64url(nonce || ciphertext)>``,
+and keys rotate without downtime: reads open any key the keyring holds, writes use the
+current one. The associated data binds the value to everything the store acts on with it:
+the format version, the row's ``(tenant, task_id, config_id)``, the column, and the row's
+``url`` and ``auth_scheme``. A ciphertext copied to another row, column or tenant does not
+open, and neither does one whose row was pointed at another host or scheme: a rewritten url
+cannot send the real token elsewhere.
+
+Format v1 (``apj:v1:``, written by the previous version) bound only tenant, task, config id
+and column; it still opens, and ``SqlPushStore.reseal()`` rewrites it as v2. Anything
+without an ``apj:v<n>:`` prefix is plaintext, which a store holding a key refuses unless told
+``accept_plaintext=True`` (a plaintext value where a sealed one belongs is a downgrade).
+Nothing here ever puts a secret, a key or a ciphertext into an error message or a ``repr``.
 """
 
 from __future__ import annotations
@@ -22,17 +29,31 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from .errors import SecretUnavailableError
 
-__all__ = ["KEY_BYTES", "Keyring", "is_sealed", "keyring_from", "open_secret", "seal_secret"]
+__all__ = [
+    "FORMAT_VERSION",
+    "KEY_BYTES",
+    "Keyring",
+    "is_current",
+    "is_sealed",
+    "keyring_from",
+    "open_secret",
+    "seal_secret",
+]
 
 KEY_BYTES = 32
 NONCE_BYTES = 12
 _TAG_BYTES = 16
-_AAD_DOMAIN = b"agentplane_journal/push-secret/v1"
+#: The envelope format new values are sealed in.
+FORMAT_VERSION = 2
+# The version is in the domain, so an envelope relabelled to another version never opens.
+_AAD_DOMAIN_V1 = b"agentplane_journal/push-secret/v1"
+_AAD_DOMAIN_V2 = b"agentplane_journal/push-secret/v2"
+_ABSENT = b"\xff\xff\xff\xff"  # an absent (NULL) part: no string encodes to this length
 _KEY_ID_DOMAIN = b"agentplane_journal/push-key-id\x00"
 _KEY_ID = re.compile(r"[A-Za-z0-9._-]{1,32}")
 # Any `apj:v<n>:` value is an envelope (a later format version must not be read as a token).
 _ENVELOPE = re.compile(r"apj:v([0-9]+):")
-_ENVELOPE_V1 = re.compile(r"apj:v1:([A-Za-z0-9._-]{1,32}):([A-Za-z0-9_-]+)")
+_SEALED = re.compile(r"apj:v([12]):([A-Za-z0-9._-]{1,32}):([A-Za-z0-9_-]+)")
 
 
 # -- keys -------------------------------------------------------------------
@@ -125,17 +146,39 @@ def keyring_from(secret_key: bytes | None, keyring: Keyring | None) -> Keyring |
     return None if secret_key is None else Keyring.from_keys(secret_key)
 
 
-def _aad(tenant: str, task_id: str, config_id: str, column: str) -> bytes:
+def _aad(version: str, parts: tuple[str | None, ...]) -> bytes:
     # Length-prefixed, so no two different rows encode to the same bytes.
-    out = bytearray(_AAD_DOMAIN)
-    for part in (tenant, task_id, config_id, column):
+    out = bytearray(_AAD_DOMAIN_V1 if version == "1" else _AAD_DOMAIN_V2)
+    for part in parts:
+        if part is None:
+            out += _ABSENT
+            continue
         data = part.encode("utf-8")
         out += len(data).to_bytes(4, "big") + data
     return bytes(out)
 
 
+def _parts(
+    version: str,
+    tenant: str,
+    task_id: str,
+    config_id: str,
+    column: str,
+    url: str,
+    auth_scheme: str | None,
+) -> tuple[str | None, ...]:
+    if version == "1":
+        return (tenant, task_id, config_id, column)
+    return (tenant, task_id, config_id, column, url, auth_scheme)
+
+
 def is_sealed(stored: str) -> bool:
     return _ENVELOPE.match(stored) is not None
+
+
+def is_current(keyring: Keyring, stored: str | None) -> bool:
+    """Whether ``stored`` is absent or already in the current format under the current key."""
+    return stored is None or stored.startswith(f"apj:v{FORMAT_VERSION}:{keyring.current}:")
 
 
 def seal_secret(
@@ -146,7 +189,14 @@ def seal_secret(
     task_id: str,
     config_id: str,
     column: str,
+    url: str,
+    auth_scheme: str | None,
 ) -> str | None:
+    """Seal ``value`` for one column of one row (``None`` stays ``None``).
+
+    Without a keyring the value is stored as it is (agentplane 0.4.0's plaintext), unless it
+    would read back as an envelope.
+    """
     if value is None:
         return None
     if keyring is None:
@@ -157,12 +207,12 @@ def seal_secret(
             )
         return value
     key_id = keyring.current
+    version = str(FORMAT_VERSION)
+    aad = _aad(version, _parts(version, tenant, task_id, config_id, column, url, auth_scheme))
     nonce = os.urandom(NONCE_BYTES)
-    sealed = keyring._aead(key_id).encrypt(  # type: ignore[union-attr]
-        nonce, value.encode("utf-8"), _aad(tenant, task_id, config_id, column)
-    )
+    sealed = keyring._aead(key_id).encrypt(nonce, value.encode("utf-8"), aad)  # type: ignore[union-attr]
     body = base64.urlsafe_b64encode(nonce + sealed).rstrip(b"=").decode("ascii")
-    return f"apj:v1:{key_id}:{body}"
+    return f"apj:v{version}:{key_id}:{body}"
 
 
 def open_secret(
@@ -173,20 +223,38 @@ def open_secret(
     task_id: str,
     config_id: str,
     column: str,
+    url: str,
+    auth_scheme: str | None,
+    accept_plaintext: bool = False,
 ) -> str | None:
-    if stored is None or not is_sealed(stored):
-        return stored  # plaintext: written without a key, or by agentplane itself
+    """The secret in ``stored``, or :class:`SecretUnavailableError` saying why it is not.
+
+    Plaintext reads back as it is only without a keyring (the store keeps agentplane 0.4.0's
+    format) or with ``accept_plaintext``; a store that has a key refuses it otherwise.
+    """
+    if stored is None:
+        return None
     where = f"registration {config_id!r} of task {task_id} in tenant {tenant!r}"
-    envelope = _ENVELOPE_V1.fullmatch(stored)
+    if not is_sealed(stored):
+        if keyring is None or accept_plaintext:
+            return stored  # plaintext: written without a key, or by agentplane itself
+        detail = (
+            f"{where} holds plaintext where this store, which has a key, expects a sealed "
+            "value: someone replaced the sealed value (a downgrade), or the row was written by "
+            "agentplane or by a store without a key. To adopt such rows, open the store with "
+            "accept_plaintext=True and run reseal()"
+        )
+        raise SecretUnavailableError(None, column, detail)
+    envelope = _SEALED.fullmatch(stored)
     if envelope is None:
         version = _ENVELOPE.match(stored).group(1)  # type: ignore[union-attr]
         detail = (
             f"{where} holds a sealed value of format v{version}, which this version cannot read"
-            if version != "1"
+            if version not in ("1", "2")
             else f"{where} holds a malformed sealed value"
         )
         raise SecretUnavailableError(None, column, detail)
-    key_id, body = envelope.groups()
+    version, key_id, body = envelope.groups()
     if keyring is None:
         detail = (
             f"{where} is sealed, but this store has no secret key; open it with secret_key= "
@@ -204,13 +272,17 @@ def open_secret(
         raise SecretUnavailableError(key_id, column, f"{where} is not valid base64") from None
     if len(raw) < NONCE_BYTES + _TAG_BYTES:
         raise SecretUnavailableError(key_id, column, f"{where} is truncated")
-    aad = _aad(tenant, task_id, config_id, column)
+    aad = _aad(version, _parts(version, tenant, task_id, config_id, column, url, auth_scheme))
     try:
         plain = aead.decrypt(raw[:NONCE_BYTES], raw[NONCE_BYTES:], aad)
     except InvalidTag:
+        bound = "" if version == "1" else ", its row's url or auth_scheme was rewritten"
         detail = (
             f"{where} does not authenticate: it was altered, copied from another row, column "
-            "or tenant, or sealed under a different key with this id"
+            f"or tenant{bound}, or sealed under a different key with this id"
         )
         raise SecretUnavailableError(key_id, column, detail) from None
-    return plain.decode("utf-8")
+    try:
+        return plain.decode("utf-8")
+    except UnicodeDecodeError:  # authenticated, so only a key-holder's bug could cause it
+        raise SecretUnavailableError(key_id, column, f"{where} is not UTF-8") from None

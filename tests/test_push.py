@@ -2,21 +2,22 @@
 
 Each test gets its own tenant (PostgreSQL shares one migrated database, SQLite gets a fresh
 file). Secrets are checked at rest by reading the columns with plain SQL, as an attacker
-holding a dump would.
+holding a dump would. Every test runs with every logger at DEBUG (``no_secret_in_logs``),
+and no token, credentials or key may appear in any record.
 """
 
 from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from agentplane_journal import BackendError, RunId, SecretUnavailableError
+from agentplane_journal import CorruptRegistrationError, RunId, SecretUnavailableError
 from agentplane_journal.push import (
     MAX_ERROR_BYTES,
     Keyring,
@@ -24,15 +25,28 @@ from agentplane_journal.push import (
     PushConfig,
     PushRegistration,
     PushStore,
+    ResealReport,
     SqlPushStore,
 )
 
+import logcheck
 from conftest import store_factory
 
 URL = "https://receiver.example/hook"
 TOKEN = "opaque-a2a-token-7f3e"
 CREDENTIALS = "the-receivers-token-91ac"
 MAX_ATTEMPTS = 2**31 - 1
+#: Every secret the battery stores: none may reach a log.
+SECRETS = [TOKEN, CREDENTIALS, "new-token", "attackers-own", "hunter2", "swapped-in"]
+#: Every key the battery uses (see :func:`key`): no form of one may reach a log.
+KEYS: list[bytes] = [bytes(range(32))]
+
+
+@pytest.fixture(autouse=True)
+def no_secret_in_logs() -> Iterator[logcheck.Capture]:
+    """Run the test with every logger at DEBUG; fail it if any record holds a secret."""
+    with logcheck.no_secret_logged(SECRETS, KEYS) as capture:
+        yield capture
 
 
 @pytest.fixture
@@ -66,10 +80,14 @@ def full(task: RunId, id: str = "cfg", **kw: Any) -> PushConfig:
 
 
 async def sql(store: SqlPushStore, statement: str, **params: Any) -> list[Any]:
-    """Plain SQL on the store's engine, committed (an operator, or agentplane itself)."""
-    async with store.engine.begin() as conn:
-        result = await conn.execute(text(statement), params)
-        return list(result.all()) if result.returns_rows else []
+    """Plain SQL on the store's engine, committed (an operator, or agentplane itself).
+
+    Its own log records are not the store's and are not checked (it reads secrets back).
+    """
+    with logcheck.current().paused():
+        async with store.engine.begin() as conn:
+            result = await conn.execute(text(statement), params)
+            return list(result.all()) if result.returns_rows else []
 
 
 async def raw_row(store: SqlPushStore, task: RunId, id: str = "cfg") -> Any:
@@ -439,7 +457,9 @@ def test_secrets_never_appear_in_repr_or_str() -> None:
 
 
 def key() -> bytes:
-    return os.urandom(32)
+    k = os.urandom(32)
+    KEYS.append(k)
+    return k
 
 
 async def test_sealed_columns_never_hold_the_secret(make_push: Callable[..., Any]) -> None:
@@ -454,7 +474,7 @@ async def test_sealed_columns_never_hold_the_secret(make_push: Callable[..., Any
     kid = Keyring.key_id_for(k)
     assert push.key_id == kid
     for value, secret in ((row.token, TOKEN), (row.auth_credentials, CREDENTIALS)):
-        assert value.startswith(f"apj:v1:{kid}:")
+        assert value.startswith(f"apj:v2:{kid}:")
         assert secret not in value
     assert row.auth_scheme == "Bearer"  # not a secret
     assert row.token != twin.token  # a fresh nonce each time
@@ -482,12 +502,21 @@ async def test_a_tampered_ciphertext_is_refused(make_push: Callable[..., Any]) -
     assert "does not authenticate" in str(err)
     for leak in (TOKEN, CREDENTIALS, sealed, tampered, sealed.rsplit(":", 1)[1][:12]):
         assert leak not in str(err) and leak not in repr(err)
-    with pytest.raises(SecretUnavailableError):
-        await push.due(0, 10)
-    with pytest.raises(SecretUnavailableError):
-        await push.list(task)
+    # due and list serve the others and name it (see the bad-row tests below)
+    for listing in (await push.due(0, 10), await push.list(task)):
+        assert listing == []
+        [bad] = listing.unavailable
+        assert (bad.task_id, bad.config_id) == (str(task), "cfg")
+        assert isinstance(bad.error, SecretUnavailableError)
 
-    for bad in (sealed.rsplit(":", 1)[0] + ":", sealed[:30], "apj:v1:k:x", "apj:v1:k:AAAA"):
+    for bad in (
+        sealed.rsplit(":", 1)[0] + ":",
+        sealed[:30],
+        "apj:v1:k:x",
+        "apj:v1:k:AAAA",
+        "apj:v2:k:AAAA",
+        "apj:v12:k:AAAA",
+    ):
         await sql(
             push, "UPDATE push_delivery SET token = :v WHERE tenant = :t", v=bad, t=push.tenant
         )
@@ -557,8 +586,8 @@ async def test_key_rotation_reads_old_rows_and_writes_new_ones(
     assert rotated.key_id == "k2"
     assert await rotated.get(task, "old-row") == full(task, "old-row")
     await rotated.put(full(task, "new-row"), 1)
-    assert (await raw_row(rotated, task, "new-row")).token.startswith("apj:v1:k2:")
-    assert (await raw_row(rotated, task, "old-row")).token.startswith("apj:v1:k1:")
+    assert (await raw_row(rotated, task, "new-row")).token.startswith("apj:v2:k2:")
+    assert (await raw_row(rotated, task, "old-row")).token.startswith("apj:v2:k1:")
 
     only_new = await make_push(keyring=Keyring({"k2": new}))
     assert await only_new.get(task, "new-row") == full(task, "new-row")
@@ -568,9 +597,9 @@ async def test_key_rotation_reads_old_rows_and_writes_new_ones(
     assert "k1" in str(info.value) and "does not hold" in str(info.value)
 
     # reseal moves old rows to the current key without touching cursor or backoff.
-    assert await rotated.reseal() == 1
-    assert await rotated.reseal() == 0
-    assert (await raw_row(rotated, task, "old-row")).token.startswith("apj:v1:k2:")
+    assert await rotated.reseal() == ResealReport(resealed=1, current=1, changed=0, unavailable=())
+    assert await rotated.reseal() == ResealReport(resealed=0, current=2, changed=0, unavailable=())
+    assert (await raw_row(rotated, task, "old-row")).token.startswith("apj:v2:k2:")
     assert await only_new.get(task, "old-row") == full(task, "old-row")
     assert await state(rotated, task, "old-row") == (3, 1, 77, "down")
 
@@ -589,32 +618,78 @@ async def test_a_bare_key_and_a_keyring_of_it_agree(make_push: Callable[..., Any
     assert info.value.key_id == first.key_id
 
 
-async def test_plaintext_rows_still_read(make_push: Callable[..., Any]) -> None:
-    plain = await make_push()
-    sealed = await make_push(secret_key=key())
-    task = RunId.generate()
-    # A row as agentplane itself writes it, secrets in the clear.
+async def insert_plaintext_row(store: SqlPushStore, task: RunId, id: str = "cfg") -> None:
+    """A row as agentplane itself writes it, secrets in the clear."""
     await sql(
-        plain,
+        store,
         "INSERT INTO push_delivery (tenant, task_id, config_id, url, token, auth_scheme, "
-        "auth_credentials, next_seq) VALUES (:t, :task, 'cfg', :url, :tok, 'Bearer', :cred, 4)",
-        t=plain.tenant,
+        "auth_credentials, next_seq) VALUES (:t, :task, :id, :url, :tok, 'Bearer', :cred, 4)",
+        t=store.tenant,
         task=str(task),
+        id=id,
         url=URL,
         tok=TOKEN,
         cred=CREDENTIALS,
     )
-    assert await plain.get(task, "cfg") == full(task)
-    assert await sealed.get(task, "cfg") == full(task)
-    [reg] = await sealed.due(0, 10)
-    assert (reg.config, reg.next_seq) == (full(task), 4)
 
-    # A store without a key writes plaintext, as agentplane does; reseal seals it in place.
+
+async def test_plaintext_reads_without_a_key_and_is_refused_with_one(
+    make_push: Callable[..., Any],
+) -> None:
+    k = key()
+    plain = await make_push()
+    sealed = await make_push(secret_key=k)
+    adopting = await make_push(secret_key=k, accept_plaintext=True)
+    task = RunId.generate()
+    await insert_plaintext_row(plain, task)
+
+    # Without a key the store keeps agentplane 0.4.0's format: plaintext reads and writes.
+    assert await plain.get(task, "cfg") == full(task)
     await plain.put(full(task, "second"), 1)
     assert (await raw_row(plain, task, "second")).token == TOKEN
-    assert await sealed.reseal() == 2
-    assert TOKEN not in (await raw_row(plain, task, "second")).token
-    assert await sealed.get(task, "second") == full(task, "second")
+
+    # With a key, plaintext in a sealed column is a downgrade: refused, never read.
+    with pytest.raises(SecretUnavailableError, match="plaintext") as info:
+        await sealed.get(task, "cfg")
+    assert (info.value.key_id, info.value.column) == (None, "token")
+    assert "accept_plaintext=True" in str(info.value) and TOKEN not in str(info.value)
+    listing = await sealed.due(0, 10)
+    assert listing == [] and len(listing.unavailable) == 2
+    # A sealed row whose credentials were swapped for plaintext is refused just the same.
+    await sealed.put(full(task, "third"), 1)
+    await sql(
+        sealed,
+        "UPDATE push_delivery SET auth_credentials = 'swapped-in' WHERE tenant = :t "
+        "AND config_id = 'third'",
+        t=sealed.tenant,
+    )
+    with pytest.raises(SecretUnavailableError, match="plaintext") as info:
+        await sealed.get(task, "third")
+    assert info.value.column == "auth_credentials"
+    report = await sealed.reseal()
+    assert (report.resealed, report.current, len(report.unavailable)) == (0, 0, 3)
+    assert (await raw_row(plain, task, "second")).token == TOKEN  # left as it was
+
+    # accept_plaintext=True adopts them: they read, and reseal seals them in place.
+    assert await adopting.get(task, "cfg") == full(task)
+    [reg] = await adopting.due(0, 1)
+    assert (reg.config, reg.next_seq) == (full(task), 4)
+    await sql(
+        sealed,
+        "UPDATE push_delivery SET auth_credentials = :c WHERE tenant = :t AND config_id = 'third'",
+        c=CREDENTIALS,
+        t=sealed.tenant,
+    )
+    report = await adopting.reseal()
+    assert report == ResealReport(resealed=3, current=0, changed=0, unavailable=())
+    assert report.complete
+    for id in ("cfg", "second", "third"):
+        row = await raw_row(plain, task, id)
+        assert row.token.startswith(f"apj:v2:{sealed.key_id}:")
+        assert row.auth_credentials.startswith(f"apj:v2:{sealed.key_id}:")
+        assert await sealed.get(task, id) == full(task, id)
+    assert await adopting.reseal() == ResealReport(0, 3, 0, ())
+    assert adopting.for_tenant(adopting.tenant)._accept_plaintext is True
 
 
 async def test_a_sealed_row_without_a_key_is_an_error(make_push: Callable[..., Any]) -> None:
@@ -628,10 +703,11 @@ async def test_a_sealed_row_without_a_key_is_an_error(make_push: Callable[..., A
     assert info.value.key_id == sealed.key_id
     assert "no secret key" in str(info.value)
     assert TOKEN not in str(info.value)
-    with pytest.raises(SecretUnavailableError):
-        await plain.due(0, 10)
+    [bad] = (await plain.due(0, 10)).unavailable
+    assert isinstance(bad.error, SecretUnavailableError) and bad.config_id == "cfg"
     assert await plain.get(task, "no-secrets") == config(task, "no-secrets")
-    assert await plain.reseal() == 0
+    with pytest.raises(ValueError, match="has none"):
+        await plain.reseal()
 
     # Without a key, a value that would read back as sealed cannot be stored.
     with pytest.raises(ValueError, match="marks sealed values"):
@@ -639,11 +715,11 @@ async def test_a_sealed_row_without_a_key_is_an_error(make_push: Callable[..., A
     # An envelope of a later format version is not mistaken for a token.
     await sql(
         plain,
-        "UPDATE push_delivery SET token = 'apj:v2:k1:AAAA' WHERE tenant = :t "
+        "UPDATE push_delivery SET token = 'apj:v3:k1:AAAA' WHERE tenant = :t "
         "AND config_id = 'no-secrets'",
         t=plain.tenant,
     )
-    with pytest.raises(SecretUnavailableError, match="format v2"):
+    with pytest.raises(SecretUnavailableError, match="format v3"):
         await plain.get(task, "no-secrets")
 
 
@@ -694,5 +770,8 @@ async def test_rows_written_elsewhere_read_back_as_they_are(push: SqlPushStore) 
         t=push.tenant,
         url=URL,
     )
-    with pytest.raises(BackendError, match="not a run id"):
-        await push.due(0, 10)
+    listing = await push.due(0, 10)
+    assert [r.config.id for r in listing] == ["odd"]
+    [bad] = listing.unavailable
+    assert (bad.task_id, bad.config_id) == ("not-a-run", "x")
+    assert isinstance(bad.error, CorruptRegistrationError) and "not a run id" in bad.reason
