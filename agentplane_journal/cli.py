@@ -448,7 +448,13 @@ async def _prove(
             same = chain["head"] == inc.seal.hex()
             checks.append((same, "the run's records verify and end at the sealed head"))
         else:
-            checks.append((False, f"the run's records: seq {chain['seq']}: {chain['error']}"))
+            checks.append(
+                (
+                    False,
+                    "the run's records verify and end at the sealed head "
+                    f"(seq {chain['seq']}: {chain['error']})",
+                )
+            )
         if old is None or old.size == cp.size:
             label = "current" if old is None else "saved"
             root = cp.root if old is None else old.root

@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Iterable
 from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
-from .canon import canonical_bytes
+from .canon import MAX_DEPTH, canonical_bytes
 from .errors import CorruptRecordError, RecordTooLargeError
 from .ids import PHASES, CaseId, Digest, EffectKey, RunId, validate_step
 from .signing import DOMAIN_RECORD, Signer, Verifier, signing_hash
@@ -36,6 +37,8 @@ __all__ = [
     "Append",
     "Attestation",
     "Record",
+    "check_envelope",
+    "check_exactly_once",
     "verify_attested",
     "verify_chain",
 ]
@@ -53,6 +56,7 @@ RESERVED_MEMBERS = frozenset(
 with one of these names would silently overwrite (or be overwritten by) the envelope."""
 
 _U16_MAX = 0xFFFF
+_U32_MAX = 0xFFFF_FFFF
 _I64_MAX = 2**63 - 1
 
 
@@ -268,22 +272,30 @@ class Record:
                 seq if seq is not None else 0,
                 f"stored bytes are not a JSON record body ({exc})",
             ) from None
+        except RecursionError:
+            # A hash-valid body nested thousands deep (written by someone who can write the
+            # table): refused like any other body no honest writer produces.
+            raise CorruptRecordError(
+                seq if seq is not None else 0,
+                f"stored bytes nest deeper than the decoder's limit (canonical records stop "
+                f"at {MAX_DEPTH} levels)",
+            ) from None
         if type(body) is not dict:
             raise CorruptRecordError(
                 seq if seq is not None else 0,
                 f"stored bytes hold a JSON {type(body).__name__}, not a record body object",
             )
-        body_seq = body.get("seq")
-        if not _is_int(body_seq):
+        problem = check_envelope(body)
+        if problem is not None:
+            body_seq = body.get("seq")
+            where = seq if seq is not None else body_seq if _is_int(body_seq) else 0
+            raise CorruptRecordError(where, problem)
+        if raw.count(b"[") + raw.count(b"{") > MAX_DEPTH and _depth(body) > MAX_DEPTH + 1:
             raise CorruptRecordError(
-                seq if seq is not None else 0, "record body has no integer 'seq' member"
+                seq if seq is not None else body["seq"],
+                f"record body is nested more than {MAX_DEPTH} levels deep, which no writer "
+                "of canonical records produces",
             )
-        for member in ("run", "kind"):
-            if type(body.get(member)) is not str:
-                raise CorruptRecordError(
-                    seq if seq is not None else body_seq,
-                    f"record body has no string {member!r} member",
-                )
         return cls(body, raw, prev_hash, hash, attestation)
 
     @property
@@ -336,11 +348,75 @@ class Record:
         )
 
 
+_CANONICAL_ULID = re.compile(r"[0-7][0-9A-HJKMNP-TV-Z]{25}")
+_LOWER_HEX64 = re.compile(r"[0-9a-f]{64}")
+
+
+def check_envelope(body: dict[str, Any]) -> str | None:
+    """What is wrong with a decoded body's envelope members, or ``None`` if nothing is.
+
+    A stored body is hash-checked, but whoever can write the table can also compute a
+    hash: the members the store and :class:`Record`'s properties rely on are checked for
+    presence, type and canonical form here, so a hostile body is a ``CorruptRecordError``
+    and never a ``KeyError``/``TypeError``/``ValueError`` in a reader. Ids must be in the
+    exact form a writer produces (bare upper-case ULIDs, lower-case hex), so a column
+    can be compared with its body byte for byte.
+    """
+    seq = body.get("seq")
+    if not _is_int(seq) or not 1 <= seq <= _I64_MAX:
+        return "record body has no integer 'seq' member in 1..2^63-1"
+    run = body.get("run")
+    if type(run) is not str:
+        return "record body has no string 'run' member"
+    if not _CANONICAL_ULID.fullmatch(run):
+        return f"record body's 'run' member {run[:40]!r} is not a bare upper-case ULID"
+    kind = body.get("kind")
+    if type(kind) is not str or not kind:
+        return "record body has no string 'kind' member"
+    epoch = body.get("epoch")
+    if not _is_int(epoch) or not 0 <= epoch <= _I64_MAX:
+        return "record body has no integer 'epoch' member in 0..2^63-1"
+    v = body.get("v")
+    if not _is_int(v) or not 0 <= v <= _U16_MAX:
+        return "record body has no integer 'v' member in 0..65535"
+    if "case" in body:
+        case = body["case"]
+        if type(case) is not str or not _CANONICAL_ULID.fullmatch(case):
+            return "record body's 'case' member is not a bare upper-case ULID"
+    if "effect_key" in body:
+        key = body["effect_key"]
+        if type(key) is not str or not _LOWER_HEX64.fullmatch(key):
+            return "record body's 'effect_key' member is not 64 lower-case hex digits"
+    if "step" in body:
+        step = body["step"]
+        if not _is_int(step) or not 0 <= step <= _U32_MAX:
+            return "record body's 'step' member is not an unsigned 32-bit integer"
+    if "phase" in body and body["phase"] not in PHASES:
+        return "record body's 'phase' member is not a known phase"
+    return None
+
+
+def _depth(value: object) -> int:
+    """Deepest container nesting of a decoded body, without recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Iterable[Any] = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        deepest = max(deepest, depth)
+        stack.extend((child, depth + 1) for child in children)
+    return deepest
+
+
 def _seq_of(raw: bytes) -> int:
     """Best-effort seq of a corrupt row, for the error message only (0 if unreadable)."""
     try:
         body = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):
         return 0
     if isinstance(body, dict):
         seq = body.get("seq")
@@ -409,3 +485,25 @@ def verify_attested(
                 "by this verifier",
             )
     return head
+
+
+def check_exactly_once(records: Iterable[Record]) -> None:
+    """No two ``EffectStarted`` records of one run name the same effect key.
+
+    The database's unique index enforces this on the ``kind``/``effect_key`` *columns*;
+    this checks the hashed bodies, so a column edited to slip a second start past the index
+    is caught even where the edit itself is not (for instance, edited back afterwards).
+    """
+    started: dict[str, int] = {}
+    for record in records:
+        body = record.body
+        key = body.get("effect_key")
+        if key is None or body.get("kind") != "EffectStarted":
+            continue
+        first = started.setdefault(key, record.seq)
+        if first != record.seq:
+            raise CorruptRecordError(
+                record.seq,
+                f"a second EffectStarted for effect ek:{key[:16]}… (the first is seq {first}): "
+                "exactly-once was bypassed, the run's rows were edited",
+            )

@@ -12,7 +12,7 @@ import functools
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import bindparam, select
+from sqlalchemy import bindparam, literal, select, true
 
 from .dialect import Dialect
 from .errors import CorruptRecordError
@@ -27,6 +27,8 @@ __all__ = [
     "digest",
     "hot_statements",
     "record_from_row",
+    "stored_int",
+    "stored_text",
 ]
 
 # -- the rows a record is read from ---------------------------------------------------
@@ -38,6 +40,14 @@ RECORD_COLUMNS = (
     Journal.raw,
     Journal.key_id,
     Journal.signature,
+    # The columns that repeat something in the hashed body: the store acts on them (the
+    # exactly-once index, case_history, the chain a read returns), so each is compared
+    # with the body on every read. See :func:`record_from_row`.
+    Journal.run_id,
+    Journal.epoch,
+    Journal.kind,
+    Journal.effect_key,
+    Journal.case_id,
 )
 
 
@@ -71,15 +81,17 @@ def hot_statements(dialect: Dialect) -> HotStatements:
     lease = (RunLease.tenant == tenant, RunLease.run_id == run_id)
     seal = (RunSeal.tenant == tenant, RunSeal.run_id == run_id)
     chain = (Journal.tenant == tenant, Journal.run_id == run_id)
-    last = select(Journal.seq).where(*chain).order_by(Journal.seq.desc()).limit(1)
+    # The whole last row, so the head this transaction chains onto (or seals) is re-hashed
+    # and checked against its columns here, in the same round trip, rather than trusted.
+    last = select(*RECORD_COLUMNS).where(*chain).order_by(Journal.seq.desc()).limit(1).subquery()
+    one = select(literal(1).label("one")).subquery()
     run_state = select(
         select(RunLease.epoch).where(*lease).with_for_update().scalar_subquery(),
         select(RunLease.owner).where(*lease).with_for_update().scalar_subquery(),
         select(RunSeal.outcome).where(*seal).scalar_subquery(),
         select(RunSeal.chain_head).where(*seal).scalar_subquery(),
-        last.scalar_subquery(),
-        select(Journal.hash).where(*chain, Journal.seq == last.scalar_subquery()).scalar_subquery(),
-    )
+        *last.c,
+    ).select_from(one.outerjoin(last, true()))
     return HotStatements(run_mutex=run_mutex, run_state=run_state)
 
 
@@ -89,27 +101,99 @@ def hot_statements(dialect: Dialect) -> HotStatements:
 INSERT_RECORDS = Journal.__table__.insert().returning(Journal.seq)
 
 
-def digest(value: bytes | None, seq: int) -> Digest:
+def digest(value: object, seq: int) -> Digest:
     """A hash column as a :class:`Digest`; a column that is not 32 bytes is corrupt."""
-    if value is None or len(value) != 32:
-        size = "NULL" if value is None else f"{len(value)} bytes"
-        raise CorruptRecordError(seq, f"a hash column holds {size}, not 32 bytes")
-    return Digest._trusted(bytes(value))  # length checked just above; this is the read path
+    if type(value) is not bytes:
+        if not isinstance(value, bytearray | memoryview):
+            raise CorruptRecordError(seq, f"a hash column holds {_what(value)}, not 32 bytes")
+        value = bytes(value)
+    if len(value) != 32:
+        raise CorruptRecordError(seq, f"a hash column holds {len(value)} bytes, not 32 bytes")
+    return Digest._trusted(value)  # length checked just above; this is the read path
+
+
+def _what(value: object) -> str:
+    if value is None:
+        return "NULL"
+    if isinstance(value, str):
+        return "text"
+    return type(value).__name__
+
+
+def stored_int(value: object, seq: int, column: str) -> int:
+    """An integer column's value; on SQLite a column can hold text, which is corrupt."""
+    if type(value) is not int:
+        raise CorruptRecordError(seq, f"the {column} column holds {_what(value)}, not an integer")
+    return value
+
+
+def stored_text(value: object, seq: int, column: str, *, nullable: bool = False) -> str | None:
+    """A text column's value; on SQLite a column can hold a BLOB or a number, which is corrupt."""
+    if value is None and nullable:
+        return None
+    if type(value) is not str:
+        raise CorruptRecordError(seq, f"the {column} column holds {_what(value)}, not text")
+    return value
+
+
+def _stored_bytes(value: object, seq: int, column: str) -> bytes:
+    if type(value) is bytes:
+        return value
+    if isinstance(value, bytearray | memoryview):
+        return bytes(value)
+    raise CorruptRecordError(seq, f"the {column} column holds {_what(value)}, not bytes")
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _mismatch(seq: int, column: str, stored: object, body: object) -> CorruptRecordError:
+    return CorruptRecordError(
+        seq,
+        f"the {column} column says {_short(stored)}, the hashed body says {_short(body)}: "
+        "the row was edited after it was written",
+    )
 
 
 def record_from_row(row: Any) -> Record:
-    seq = int(row[0])
-    key_id, signature = row[4], row[5]
+    """A :data:`RECORD_COLUMNS` row as a :class:`Record`, refusing any row that lies.
+
+    The hash must cover the bytes, the body must be a well-formed record, and every
+    column that repeats a body member (``seq``, ``run_id``, ``epoch``, ``kind``,
+    ``effect_key``, ``case_id``) must say what the body says: the store acts on those
+    columns (the exactly-once index, ``case_history``), and no hash covers them. Anything
+    else is :class:`CorruptRecordError` naming the seq and the column, never a driver's or
+    Python's own exception.
+    """
+    seq, prev, hash_, raw, key_id, signature, run_id, epoch, kind, effect_key, case_id = row
+    if type(seq) is not int:
+        raise CorruptRecordError(0, f"the seq column holds {_what(seq)}, not an integer")
+    if key_id is not None and type(key_id) is not str:
+        raise CorruptRecordError(seq, f"the key_id column holds {_what(key_id)}, not text")
     if (key_id is None) != (signature is None):
         raise CorruptRecordError(
             seq, "only one of key_id and signature is set: a half-written attestation"
         )
-    attestation = None if key_id is None else Attestation(key_id, bytes(signature))
-    record = Record.from_stored(
-        bytes(row[3]), digest(row[1], seq), digest(row[2], seq), attestation, seq=seq
+    attestation = (
+        None if key_id is None else Attestation(key_id, _stored_bytes(signature, seq, "signature"))
     )
-    if record.seq != seq:
-        raise CorruptRecordError(
-            seq, f"the row's seq column says {seq}, its body says {record.seq}"
-        )
+    record = Record.from_stored(
+        _stored_bytes(raw, seq, "raw"), digest(prev, seq), digest(hash_, seq), attestation, seq=seq
+    )
+    body = record.body
+    if body["seq"] != seq:
+        raise _mismatch(seq, "seq", seq, body["seq"])
+    if run_id != "run_" + body["run"]:
+        raise _mismatch(seq, "run_id", run_id, "run_" + body["run"])
+    if epoch != body["epoch"] or type(epoch) is not int:
+        raise _mismatch(seq, "epoch", epoch, body["epoch"])
+    if kind != body["kind"]:
+        raise _mismatch(seq, "kind", kind, body["kind"])
+    if effect_key != body.get("effect_key"):
+        raise _mismatch(seq, "effect_key", effect_key, body.get("effect_key"))
+    case = body.get("case")
+    if case_id != (None if case is None else "case_" + case):
+        raise _mismatch(seq, "case_id", case_id, None if case is None else "case_" + case)
     return record

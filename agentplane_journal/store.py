@@ -49,8 +49,8 @@ from .errors import (
 )
 from .ids import DEFAULT_TENANT, CaseId, Digest, EffectKey, RunId, validate_tenant
 from .log import TenantLog
-from .models import Journal, RunActivity, RunCancel, RunLease, RunOutcome
-from .record import Append, Record, verify_attested, verify_chain
+from .models import Journal, RunActivity, RunCancel, RunLease, RunOutcome, RunSeal
+from .record import Append, Record, check_exactly_once, verify_attested, verify_chain
 from .repository import (
     Repository,
     _Passthrough,
@@ -61,7 +61,15 @@ from .repository import (
     check_ttl,
 )
 from .signing import Signer, Verifier
-from .statements import INSERT_RECORDS, RECORD_COLUMNS, digest, hot_statements, record_from_row
+from .statements import (
+    INSERT_RECORDS,
+    RECORD_COLUMNS,
+    digest,
+    hot_statements,
+    record_from_row,
+    stored_int,
+    stored_text,
+)
 from .values import Cancellation, Head, Lease
 
 __all__ = ["MAX_INSERT_ROWS", "JournalStore", "SqlJournalStore"]
@@ -213,16 +221,27 @@ class SqlJournalStore(Repository):
         # A later statement than the lock, so a fresh snapshot that sees the previous
         # writer's commit; see ``_HotStatements.run_state``.
         row = (await conn.execute(statements.run_state, params)).one()
-        lease_epoch, lease_owner, sealed_outcome, sealed_head, head_seq, head_hash = row
-        if lease_epoch is not None and (epoch != lease_epoch or lease_owner == _RELEASED_OWNER):
-            # A released lease fences every epoch until someone acquires it again.
-            raise FencedError(run, epoch, int(lease_epoch))
-        head_seq = 0 if head_seq is None else int(head_seq)
+        lease_epoch, lease_owner, sealed_outcome, sealed_head = row[:4]
+        if lease_epoch is not None:
+            lease_epoch = stored_int(lease_epoch, 0, "run_lease.epoch")
+            lease_owner = stored_text(lease_owner, 0, "run_lease.owner")
+            if epoch != lease_epoch or lease_owner == _RELEASED_OWNER:
+                # A released lease fences every epoch until someone acquires it again.
+                raise FencedError(run, epoch, lease_epoch)
+        if sealed_outcome is not None:
+            sealed_outcome = stored_text(sealed_outcome, 0, "run_seal.outcome")
+        if row[4] is None:
+            head_seq, head_hash = 0, Digest.ZERO
+        else:
+            # The head is re-hashed and checked against its columns in this transaction: a
+            # forged head is refused here, never chained onto or sealed into the log.
+            head = record_from_row(row[4:])
+            head_seq, head_hash = head.seq, head.hash
         return _RunState(
             sealed_outcome=sealed_outcome,
             sealed_head=sealed_head,
             head_seq=head_seq,
-            head_hash=Digest.ZERO if head_seq == 0 else digest(head_hash, head_seq),
+            head_hash=head_hash,
         )
 
     # -- appending ---------------------------------------------------------------------
@@ -414,20 +433,20 @@ class SqlJournalStore(Repository):
         return await self._unit(unit, read_only=True)
 
     async def head(self, run: RunId) -> Head:
-        """``Head(seq, hash)``; an unwritten run is ``Head(0, Digest.ZERO)``."""
+        """``Head(seq, hash)``; an unwritten run is ``Head(0, Digest.ZERO)``.
+
+        The last row is re-hashed and checked against its columns like any read, so a
+        forged head is :class:`CorruptRecordError`, not an answer.
+        """
         run = check_run(run)
-        stmt = (
-            select(Journal.seq, Journal.hash)
-            .where(self._key(run))
-            .order_by(Journal.seq.desc())
-            .limit(1)
-        )
+        stmt = select(*RECORD_COLUMNS).where(self._key(run)).order_by(Journal.seq.desc()).limit(1)
 
         async def unit(session: AsyncSession) -> Head:
             row = (await session.execute(stmt)).one_or_none()
             if row is None:
                 return Head(0, Digest.ZERO)
-            return Head(int(row.seq), digest(row.hash, int(row.seq)))
+            record = record_from_row(row)
+            return Head(record.seq, record.hash)
 
         return await self._unit(unit, read_only=True)
 
@@ -453,22 +472,52 @@ class SqlJournalStore(Repository):
     async def verify(
         self, run: RunId, verifier: Verifier | None = None, require_signature: bool = False
     ) -> Digest:
-        """Check the whole run (contiguity from seq 1, links, hashes, and signatures when a
-        verifier is given); return its head digest. The first bad seq is named."""
-        records = await self.read(run, 1)
+        """Check the whole run and return its head digest; the first bad seq is named.
+
+        Contiguity from seq 1, links, hashes, every column against its body, exactly-once
+        over the bodies (no two ``EffectStarted`` of one key), signatures when a verifier is
+        given, and, for a sealed run, that its records end exactly at the sealed head (a
+        run whose records were deleted, truncated or extended under its seal fails).
+        """
+        run = check_run(run)
+        if require_signature and verifier is None:
+            raise ValueError("require_signature needs a verifier that trusts the signers' keys")
+        records_stmt = select(*RECORD_COLUMNS).where(self._key(run)).order_by(Journal.seq)
+        seal_stmt = select(RunSeal.chain_head).where(
+            RunSeal.tenant == self.tenant, RunSeal.run_id == str(run)
+        )
+
+        async def unit(session: AsyncSession) -> tuple[object, list[Record]]:
+            # The seal first: once it is there no append lands, so the records read next
+            # (a later snapshot at READ COMMITTED) are the ones it sealed.
+            sealed = (await session.execute(seal_stmt)).scalar_one_or_none()
+            records = [record_from_row(row) for row in await session.execute(records_stmt)]
+            return sealed, records
+
+        sealed, records = await self._unit(unit, read_only=True)
         if records and records[0].seq != 1:
             raise CorruptRecordError(
                 records[0].seq, f"sequence gap: expected 1, found {records[0].seq}"
             )
-        # read() built every record with Record.from_stored, which re-hashed it: check the
+        # record_from_row built every record with Record.from_stored, which re-hashed it: check the
         # links and signatures here without hashing each row a second time.
         if verifier is not None:
-            return verify_attested(
+            head = verify_attested(
                 records, verifier, require_signature=require_signature, rehash=False
             )
-        if require_signature:
-            raise ValueError("require_signature needs a verifier that trusts the signers' keys")
-        return verify_chain(records, rehash=False)
+        else:
+            head = verify_chain(records, rehash=False)
+        check_exactly_once(records)
+        if sealed is not None:
+            last = records[-1].seq if records else 0
+            if digest(sealed, last) != head:
+                raise CorruptRecordError(
+                    last,
+                    f"the run is sealed at head {digest(sealed, last).hex()[:12]}, but its "
+                    f"records end at {head.hex()[:12]} (seq {last}): records were deleted, "
+                    "added or rewritten after sealing",
+                )
+        return head
 
     # -- leases ------------------------------------------------------------------------
 
