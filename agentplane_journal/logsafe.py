@@ -17,6 +17,11 @@ changes nothing but push statements: SQLAlchemy records made while a push-store 
 rows, and aiosqlite records of statements on ``push_delivery`` (aiosqlite logs from its own
 thread, where the context variable is not visible) lose their parameters. The SQL text and
 timings stay, so the logs remain useful.
+
+Exceptions are the other way out: a SQLAlchemy ``StatementError`` prints its parameters
+unless its engine hides them, and a host that logs an error with its traceback prints the
+whole ``__cause__`` chain. :func:`scrub` makes every statement error in a push-store
+exception's chain forget its parameters before the exception leaves the store.
 """
 
 from __future__ import annotations
@@ -28,9 +33,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from sqlalchemy.exc import StatementError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-__all__ = ["PushLogFilter", "install", "push_statements"]
+__all__ = ["PushLogFilter", "install", "push_statements", "scrub"]
 
 _IN_PUSH = contextvars.ContextVar("agentplane_journal_push_call", default=False)
 _HIDDEN_PARAMETERS = "[parameters hidden: push delivery]"
@@ -107,3 +113,15 @@ def install(engine: AsyncEngine) -> None:
     for logger in loggers:
         if _FILTER not in logger.filters:
             logger.addFilter(_FILTER)
+
+
+def scrub(error: BaseException) -> None:
+    """Drop the bound parameters of every statement error in ``error``'s cause chain."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, StatementError):
+            current.hide_parameters = True
+            current.params = None
+        current = current.__cause__ or current.__context__

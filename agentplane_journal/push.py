@@ -262,9 +262,14 @@ class SqlPushStore(Repository):
         return UnreadableRegistration(task_id, config_id, error)
 
     async def _unit(self, fn: Any, **kw: Any) -> Any:
-        # Every push statement runs marked, so the log filter hides its values (logsafe).
-        with logsafe.push_statements():
-            return await super()._unit(fn, **kw)
+        # Every push statement runs marked, so the log filter hides its values, and no
+        # exception leaves with the statement's parameters in its chain (see logsafe).
+        try:
+            with logsafe.push_statements():
+                return await super()._unit(fn, **kw)
+        except BaseException as exc:
+            logsafe.scrub(exc)
+            raise
 
     async def _read(self, stmt: Any) -> Sequence[Any]:
         async def unit(session: AsyncSession) -> Sequence[Any]:

@@ -12,15 +12,23 @@ import base64
 import functools
 import logging
 import os
+import traceback
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import pytest
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from agentplane_journal import CorruptRegistrationError, RunId, SecretUnavailableError, logsafe
+from agentplane_journal import (
+    BackendError,
+    CorruptRegistrationError,
+    RunId,
+    SecretUnavailableError,
+    logsafe,
+)
 from agentplane_journal.push import Keyring, PushListing, ResealReport, SqlPushStore
 
 from conftest import store_factory
@@ -449,3 +457,44 @@ def test_the_filter_only_touches_push_statements() -> None:
         logsafe._FILTER.filter(row)
     assert TOKEN not in params.getMessage() and "cached" in params.getMessage()
     assert TOKEN not in row.getMessage()
+
+
+async def test_a_failed_statement_carries_no_secret_out(
+    dialect: str, request: pytest.FixtureRequest, no_secret_in_logs: Capture
+) -> None:
+    """A statement error prints its parameters unless its engine hides them; the store's don't.
+
+    On a host's engine without ``hide_parameters``, a put refused by the database raises
+    ``BackendError`` whose cause chain (what a host's ``log.exception`` prints) holds no
+    secret, with or without a key.
+    """
+    if dialect == "sqlite":
+        url = request.getfixturevalue("sqlite_database")()
+        ddl = [
+            "CREATE TRIGGER refuse_boom BEFORE INSERT ON push_delivery "
+            "WHEN NEW.config_id = 'boom' BEGIN SELECT RAISE(ABORT, 'refused by a trigger'); END"
+        ]
+    else:
+        url = request.getfixturevalue("pg_database")()
+        ddl = [
+            "CREATE FUNCTION refuse_boom() RETURNS trigger LANGUAGE plpgsql AS "
+            "$$ BEGIN RAISE EXCEPTION 'refused by a trigger'; END $$",
+            "CREATE TRIGGER refuse_boom BEFORE INSERT ON push_delivery FOR EACH ROW "
+            "WHEN (NEW.config_id = 'boom') EXECUTE FUNCTION refuse_boom()",
+        ]
+    engine = create_async_engine(url)  # no hide_parameters
+    try:
+        with no_secret_in_logs.paused():
+            async with engine.begin() as conn:
+                for statement in ddl:
+                    await conn.execute(text(statement))
+        for store in (SqlPushStore(engine), SqlPushStore(engine, secret_key=key())):
+            with pytest.raises(BackendError, match="refused by a trigger") as info:
+                await store.put(full(RunId.generate(), "boom"), 1)
+            shown = "".join(traceback.format_exception(info.value))
+            assert "refused by a trigger" in shown and "INSERT INTO push_delivery" in shown
+            assert not leaks(shown, SECRETS, KEYS), shown
+            logging.getLogger("host").error("delivery setup failed", exc_info=info.value)
+        assert "delivery setup failed" in no_secret_in_logs.text
+    finally:
+        await engine.dispose()
