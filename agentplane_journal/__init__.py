@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from .canon import canonical_bytes
     from .checkpoint import Checkpoint, Inclusion
     from .dialect import configure_engine
+    from .engine import pgbouncer_connect_args
     from .errors import (
         BackendError,
         CommitUnknownError,
@@ -77,6 +78,7 @@ _EXPORTS = {
     "Checkpoint": "checkpoint",
     "Inclusion": "checkpoint",
     "configure_engine": "dialect",
+    "pgbouncer_connect_args": "engine",
     "BackendError": "errors",
     "CommitUnknownError": "errors",
     "CorruptRecordError": "errors",
@@ -181,6 +183,7 @@ __all__ = [
     "__version__",
     "canonical_bytes",
     "configure_engine",
+    "pgbouncer_connect_args",
     "consistency_proof",
     "current_revision",
     "inclusion_proof",

@@ -2,7 +2,10 @@
 
 Every command that touches a database takes ``--url`` (default: ``$AGENTPLANE_JOURNAL_URL``,
 else ``sqlite+aiosqlite:///agentplane_journal.db`` in the current directory), ``--tenant``
-(default ``default``) and ``--origin``; every command that reads takes ``--json``.
+(default ``default``) and ``--origin``; every command that reads takes ``--json`` and
+``--read-url`` (default ``$AGENTPLANE_JOURNAL_READ_URL``): a streaming replica to read from
+instead (see the README's "Production topology"). ``?pgbouncer=true`` on a PostgreSQL URL
+makes its connections safe behind PgBouncer's transaction pooling.
 ``demo`` shows the whole package working in one command: on a new SQLite file in the current
 directory by default, or on ``--url`` / ``$AGENTPLANE_JOURNAL_URL`` if it holds no journal rows.
 
@@ -77,6 +80,7 @@ def _load() -> None:
 
 PROG = "agentplane-journal"
 URL_ENV = "AGENTPLANE_JOURNAL_URL"
+READ_URL_ENV = "AGENTPLANE_JOURNAL_READ_URL"
 DEFAULT_URL = "sqlite+aiosqlite:///agentplane_journal.db"
 
 # The only drivers the store runs on; a bare dialect name gets its async driver.
@@ -148,7 +152,13 @@ def _target(raw: str, *, must_exist: bool) -> _Target:
 @asynccontextmanager
 async def _store(args: argparse.Namespace) -> AsyncIterator[SqlJournalStore]:
     # Tenant "default" names its log plain ORIGIN, any other ORIGIN/TENANT (as the store does).
-    store = await SqlJournalStore.connect(args.target.url, tenant=args.tenant, origin=args.origin)
+    read = getattr(args, "read_target", None)
+    store = await SqlJournalStore.connect(
+        args.target.url,
+        tenant=args.tenant,
+        origin=args.origin,
+        read_url=None if read is None else read.url,
+    )
     try:
         yield store
     finally:
@@ -630,9 +640,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     reads = argparse.ArgumentParser(add_help=False)
     reads.add_argument("--json", action="store_true", help="print JSON instead of text")
+    replica = argparse.ArgumentParser(add_help=False)
+    replica.add_argument(
+        "--read-url",
+        help=f"read from this replica of --url instead (default: ${READ_URL_ENV}); "
+        "its answers may be behind the primary's, never inconsistent with them",
+    )
     commands = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
 
     def add(name: str, summary: str, handler: Handler, *parents: argparse.ArgumentParser) -> Any:
+        if database in parents and handler is not cmd_upgrade:
+            parents = (*parents, replica)  # every command that reads a journal
         sub = commands.add_parser(name, help=summary, description=summary, parents=list(parents))
         sub.set_defaults(handler=handler, subparser=sub)
         return sub
@@ -716,6 +734,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif hasattr(args, "url"):
             raw = args.url or os.environ.get(URL_ENV) or DEFAULT_URL
             target = args.target = _target(raw, must_exist=args.handler is not cmd_upgrade)
+        if read_raw := getattr(args, "read_url", None) or (
+            os.environ.get(READ_URL_ENV) if hasattr(args, "read_url") else None
+        ):
+            args.read_target = _target(read_raw, must_exist=True)
         return asyncio.run(args.handler(args))
     except _Exit as exc:
         return _fail(exc.code, exc.message, target)

@@ -26,8 +26,9 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import inspect, literal, pool, select
 from sqlalchemy.engine import Connection
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from .engine import create_engine
 from .errors import SchemaOutOfDateError
 from .models import TABLE_NAMES, VERSION_TABLE, metadata
 
@@ -148,7 +149,7 @@ def _current(connection: Connection) -> str | None:
 async def _with_connection(url_or_engine: str | AsyncEngine, fn: Any, *args: Any) -> Any:
     engine = url_or_engine
     if isinstance(url_or_engine, str):
-        engine = create_async_engine(url_or_engine, poolclass=pool.NullPool)
+        engine = create_engine(url_or_engine, poolclass=pool.NullPool)
     if not isinstance(engine, AsyncEngine):
         raise TypeError(
             f"expected a database URL or an AsyncEngine, got {type(url_or_engine).__name__}"

@@ -22,14 +22,10 @@ from datetime import timedelta
 from typing import Any, Self, TypeVar
 
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.ext.asyncio import (
-    AsyncEngine,
-    AsyncSession,
-    async_sessionmaker,
-    create_async_engine,
-)
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from .dialect import READ_ONLY, Dialect, dialect_for
+from .engine import create_engine
 from .errors import BackendError, CommitUnknownError, SchemaOutOfDateError, StoreError
 from .ids import DEFAULT_TENANT, RunId, validate_tenant
 from .migrate import HEAD_REVISION, check_revision
@@ -103,6 +99,10 @@ class _Shared:
     dialect: Dialect
     sessions: async_sessionmaker[AsyncSession]
     owns_engine: bool
+    #: Where read-only units go (a replica), or None for the primary.
+    read_sessions: async_sessionmaker[AsyncSession] | None = None
+    read_engine: AsyncEngine | None = None
+    owns_read_engine: bool = False
     schema_checked: bool = False
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
@@ -130,6 +130,7 @@ class Repository:
         *,
         tenant: str = DEFAULT_TENANT,
         clock: Callable[[], float] | None = None,
+        read_engine: AsyncEngine | None = None,
         _shared: _Shared | None = None,
     ) -> None:
         if not isinstance(engine, AsyncEngine):
@@ -149,27 +150,45 @@ class Repository:
                 sessions=async_sessionmaker(engine, expire_on_commit=False, autoflush=True),
                 owns_engine=False,
             )
+            if read_engine is not None:
+                _shared.read_engine = _check_read_engine(read_engine, dialect)
+                dialect.configure(read_engine)
+                _shared.read_sessions = async_sessionmaker(read_engine, expire_on_commit=False)
         self._shared = _shared
         self._clock = clock or time.time
         #: The tenant this handle serves; every statement carries it.
         self.tenant: str = validate_tenant(tenant)
 
     @classmethod
-    async def _open(cls, url: str, engine_options: dict[str, Any] | None, **kw: Any) -> Self:
+    async def _open(
+        cls,
+        url: str,
+        engine_options: dict[str, Any] | None,
+        read_url: str | None = None,
+        **kw: Any,
+    ) -> Self:
         engine = _create_engine(url, engine_options)
+        read_engine = None
         try:
+            if read_url is not None:
+                read_engine = kw["read_engine"] = _create_engine(read_url, engine_options)
             store = cls(engine, **kw)
             store._shared.owns_engine = True
+            store._shared.owns_read_engine = read_engine is not None
             await store._ready()
         except BaseException:
             await engine.dispose()
+            if read_engine is not None:
+                await read_engine.dispose()
             raise
         return store
 
     async def close(self) -> None:
-        """Dispose of the engine if this store opened it (a caller's engine stays open)."""
+        """Dispose of the engines this store opened (a caller's engines stay open)."""
         if self._shared.owns_engine:
             await self._shared.engine.dispose()
+        if self._shared.owns_read_engine and self._shared.read_engine is not None:
+            await self._shared.read_engine.dispose()
 
     async def __aenter__(self) -> Self:
         await self._ready()
@@ -223,14 +242,21 @@ class Repository:
         fn: Callable[[AsyncSession], Awaitable[T]],
         *,
         read_only: bool = False,
+        primary: bool = False,
         translate: Callable[[DBAPIError], StoreError | None] | None = None,
     ) -> T:
         """Run ``fn`` in one transaction and commit it, translating driver errors once, here.
 
         ``fn`` may raise ``_Rollback(value)`` to end without committing and return ``value``.
+        A read-only unit goes to the read engine (a replica, possibly behind) when there is
+        one, unless ``primary``: a read whose answer a writer acts on must see the latest
+        commit. (The fence, the head and the log counter of a write are read inside the write
+        transaction itself, which is never read-only.)
         """
         await self._ready()
-        session = self._shared.sessions()
+        shared = self._shared
+        replica = read_only and not primary and shared.read_sessions is not None
+        session = (shared.read_sessions if replica else shared.sessions)()  # type: ignore[misc]
         stage = "statement"
         try:
             if read_only:
@@ -279,6 +305,19 @@ async def _quiet_rollback(session: AsyncSession) -> None:
         log.debug("rollback after a failed unit of work failed", exc_info=True)
 
 
+def _check_read_engine(engine: object, dialect: Dialect) -> AsyncEngine:
+    if not isinstance(engine, AsyncEngine):
+        raise TypeError(
+            f"read_engine must be an sqlalchemy AsyncEngine, not {type(engine).__name__}"
+        )
+    if dialect_for(engine) is not dialect:
+        raise ValueError(
+            f"read_engine is {engine.dialect.name} but the engine is {dialect.name}: a read "
+            "engine is a replica of the same database"
+        )
+    return engine
+
+
 def _create_engine(url: str, options: dict[str, Any] | None) -> AsyncEngine:
     if not isinstance(url, str) or "://" not in url:
         raise ValueError(
@@ -292,6 +331,6 @@ def _create_engine(url: str, options: dict[str, Any] | None) -> AsyncEngine:
         opts.update(pool_size=10, max_overflow=40)
     opts.update(options or {})
     try:
-        return create_async_engine(url, **opts)
+        return create_engine(url, **opts)
     except Exception as exc:  # an unknown driver or a malformed URL
         raise ValueError(f"cannot open a {url.split('://')[0]}:// database: {exc}") from exc

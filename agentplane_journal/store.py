@@ -142,6 +142,12 @@ class SqlJournalStore(Repository):
 
     A handle made by :meth:`for_tenant`, or constructed for a tenant other than
     ``default``, names its log ``{origin}/{tenant}``; the default handle's log is ``origin``.
+
+    ``read_engine`` (a streaming replica) takes the audit reads: ``read``, ``verify``,
+    ``case_history``, the log, checkpoints and proofs, and the run indexes. A replica may be
+    behind, so what it answers is an older state, never a wrong one (its checkpoint is a
+    prefix of the primary's). ``head`` and ``cancellation`` stay on the primary: a writer
+    acts on them (reconciling after :class:`CommitUnknownError`, stopping a run).
     """
 
     def __init__(
@@ -152,6 +158,7 @@ class SqlJournalStore(Repository):
         origin: str = "agentplane",
         signer: Signer | None = None,
         clock: Callable[[], float] | None = None,
+        read_engine: AsyncEngine | None = None,
         _shared: Any = None,
         _named: bool = False,
     ) -> None:
@@ -163,7 +170,9 @@ class SqlJournalStore(Repository):
             )
         if signer is not None and not (hasattr(signer, "key_id") and hasattr(signer, "sign")):
             raise TypeError("signer must have a key_id and a sign(message) method")
-        super().__init__(engine, tenant=tenant, clock=clock, _shared=_shared)
+        super().__init__(
+            engine, tenant=tenant, clock=clock, read_engine=read_engine, _shared=_shared
+        )
         self._base_origin = origin
         self._signer = signer
         #: The name of this tenant's log in checkpoint notes.
@@ -183,14 +192,22 @@ class SqlJournalStore(Repository):
         signer: Signer | None = None,
         clock: Callable[[], float] | None = None,
         engine_options: dict[str, Any] | None = None,
+        read_url: str | None = None,
     ) -> SqlJournalStore:
         """Open a store from a URL (``postgresql+asyncpg://…`` or ``sqlite+aiosqlite:///…``).
 
         The engine is the store's own and :meth:`close` disposes of it. The schema revision
         is checked here, so a database that needs ``upgrade`` fails now, not mid-run.
+        ``read_url`` (a replica) takes the audit reads; see the README's "Production topology".
         """
         return await cls._open(
-            url, engine_options, tenant=tenant, origin=origin, signer=signer, clock=clock
+            url,
+            engine_options,
+            read_url,
+            tenant=tenant,
+            origin=origin,
+            signer=signer,
+            clock=clock,
         )
 
     def for_tenant(self, name: str) -> SqlJournalStore:
@@ -448,7 +465,7 @@ class SqlJournalStore(Repository):
             record = record_from_row(row)
             return Head(record.seq, record.hash)
 
-        return await self._unit(unit, read_only=True)
+        return await self._unit(unit, read_only=True, primary=True)
 
     async def case_history(self, case: CaseId, limit: int) -> list[Record]:
         """Every record naming ``case``, from any run, by run id then seq, hash-checked."""
@@ -724,4 +741,4 @@ class SqlJournalStore(Repository):
             row = (await session.execute(stmt)).one_or_none()
             return None if row is None else Cancellation(row.actor, row.reason)
 
-        return await self._unit(unit, read_only=True)
+        return await self._unit(unit, read_only=True, primary=True)

@@ -21,8 +21,9 @@ import os
 from alembic import context
 from sqlalchemy import pool
 from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncEngine
 
+from agentplane_journal.engine import create_engine
 from agentplane_journal.migrate import include_name, include_object
 from agentplane_journal.models import VERSION_TABLE, metadata
 
@@ -87,7 +88,7 @@ def run_migrations_online() -> None:
     if isinstance(engine, AsyncEngine):
         asyncio.run(_run_async(engine, dispose=False))
         return
-    asyncio.run(_run_async(create_async_engine(_url(), poolclass=pool.NullPool), dispose=True))
+    asyncio.run(_run_async(create_engine(_url(), poolclass=pool.NullPool), dispose=True))
 
 
 if context.is_offline_mode():

@@ -1,0 +1,95 @@
+"""Opening engines from URLs, including the one option a connection pooler needs.
+
+PgBouncer in transaction-pooling mode hands each *transaction* to whichever server
+connection is free, so nothing that lives in a server session survives from one
+transaction to the next. For the store that is fine (it keeps no session state: no ``SET``,
+no advisory locks, no ``LISTEN``, no temporary tables; ``SET LOCAL`` in a host's
+``append_atomic`` work is transaction-scoped and fine too), but asyncpg's named prepared
+statements are session state: asyncpg caches them per client connection and names them
+``__asyncpg_stmt_<n>__``, so behind the pooler a statement is missing on the next server
+connection, or a second client's statement of the same name already exists there.
+
+``?pgbouncer=true`` on a ``postgresql+asyncpg://`` URL (accepted everywhere a URL is: the
+stores' ``connect``, :func:`agentplane_journal.migrate.upgrade`, the CLI's ``--url`` and
+``AGENTPLANE_JOURNAL_URL``) is removed from the URL before it reaches the driver and turns
+on :func:`pgbouncer_connect_args`: no statement cache in asyncpg or in SQLAlchemy's dialect,
+and a unique name for every statement SQLAlchemy prepares (the recipe of SQLAlchemy's asyncpg
+dialect documentation, "Prepared Statement Name with PGBouncer"). A host application that
+builds its own engine passes the same dict as ``connect_args``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+__all__ = ["PGBOUNCER_OPTION", "create_engine", "pgbouncer_connect_args", "split_url"]
+
+#: The URL query option that asks for pooler-safe connections.
+PGBOUNCER_OPTION = "pgbouncer"
+
+_TRUE = ("true", "1", "yes", "on")
+_FALSE = ("false", "0", "no", "off")
+
+
+def _statement_name() -> str:
+    # Unique across every client sharing a server connection, so two clients' statements
+    # never collide there (asyncpg's own names are a per-client counter).
+    return f"__apj_{uuid.uuid4().hex}__"
+
+
+def pgbouncer_connect_args() -> dict[str, Any]:
+    """``connect_args`` for an asyncpg engine behind PgBouncer's transaction pooling.
+
+    Each statement is prepared and run inside one transaction (hence on one server
+    connection), under a name no other client uses, and never reused afterwards.
+    """
+    return {
+        "statement_cache_size": 0,  # asyncpg's per-connection cache
+        "prepared_statement_cache_size": 0,  # SQLAlchemy's asyncpg dialect's cache
+        "prepared_statement_name_func": _statement_name,
+    }
+
+
+def split_url(url: str | URL) -> tuple[URL, dict[str, Any]]:
+    """The URL without this package's options, and the engine options they ask for.
+
+    Refuses (``ValueError``) a ``pgbouncer`` value that is not a boolean, or the option on a
+    database other than PostgreSQL through asyncpg.
+    """
+    try:
+        parsed = make_url(url)
+    except (ArgumentError, ValueError) as exc:
+        raise ValueError(f"not a database URL: {exc}") from None
+    if PGBOUNCER_OPTION not in parsed.query:
+        return parsed, {}
+    raw = parsed.query[PGBOUNCER_OPTION]
+    value = (raw[-1] if isinstance(raw, tuple) else raw).strip().lower()
+    if value not in _TRUE + _FALSE:
+        raise ValueError(f"?{PGBOUNCER_OPTION}= must be true or false, not {value!r}")
+    parsed = parsed.difference_update_query([PGBOUNCER_OPTION])
+    if value in _FALSE:
+        return parsed, {}
+    if parsed.get_backend_name() != "postgresql" or parsed.get_driver_name() != "asyncpg":
+        raise ValueError(
+            f"?{PGBOUNCER_OPTION}=true is for postgresql+asyncpg:// URLs (PgBouncer pools "
+            f"PostgreSQL connections), not {parsed.drivername}://"
+        )
+    return parsed, {"connect_args": pgbouncer_connect_args()}
+
+
+def create_engine(url: str | URL, **options: Any) -> AsyncEngine:
+    """``create_async_engine`` that understands ``?pgbouncer=true`` (see the module docs).
+
+    ``options`` win over the URL's, except ``connect_args``, which are merged (the caller's
+    keys win).
+    """
+    parsed, implied = split_url(url)
+    connect_args = {**implied.pop("connect_args", {}), **options.pop("connect_args", {})}
+    if connect_args:
+        options["connect_args"] = connect_args
+    return create_async_engine(parsed, **{**implied, **options})
