@@ -54,10 +54,14 @@ class Cluster:
     """A running throwaway cluster; ``url`` is its superuser's asyncpg URL.
 
     ``durable=True`` starts it with :data:`DURABLE_SETTINGS` instead of the test suite's
-    :data:`FAST_SETTINGS`.
+    :data:`FAST_SETTINGS`; ``options`` are extra ``-c name=value`` server settings (later
+    ones win). ``replica_of``: instead of ``initdb``, take a base backup of that running
+    cluster with ``pg_basebackup -R``, so this one starts as its streaming standby.
     """
 
-    def __init__(self, *, durable: bool = False) -> None:
+    def __init__(
+        self, *, durable: bool = False, options: str = "", replica_of: Cluster | None = None
+    ) -> None:
         self.bindir = _bindir()
         self.root = Path(tempfile.mkdtemp(prefix="apj-pg-"))
         self.data = self.root / "data"
@@ -65,42 +69,53 @@ class Cluster:
         self.as_root = os.geteuid() == 0
         if self.as_root:
             shutil.chown(self.root, "postgres", "postgres")
-        self._run(
-            [
-                str(self.bindir / "initdb"),
-                "-D",
-                str(self.data),
-                "-U",
-                "postgres",
-                "-A",
-                "trust",
-                "--no-sync",
-                "-E",
-                "UTF8",
-                "--locale=C",
-            ]
-        )
-        opts = (
+        if replica_of is None:
+            self._run(
+                [
+                    str(self.bindir / "initdb"),
+                    "-D",
+                    str(self.data),
+                    "-U",
+                    "postgres",
+                    "-A",
+                    "trust",
+                    "--no-sync",
+                    "-E",
+                    "UTF8",
+                    "--locale=C",
+                ]
+            )
+        else:
+            self._run(
+                [
+                    str(self.bindir / "pg_basebackup"),
+                    "-D",
+                    str(self.data),
+                    "-d",
+                    f"host=127.0.0.1 port={replica_of.port} user=postgres",
+                    "-R",
+                    "-X",
+                    "stream",
+                    "-c",
+                    "fast",
+                    "--no-sync",
+                ]
+            )
+        self.options = (
             f"-p {self.port} -c listen_addresses=127.0.0.1 -k {self.root} "
             f"{DURABLE_SETTINGS if durable else FAST_SETTINGS} "
-            "-c max_connections=300 -c shared_buffers=128MB"
+            f"-c max_connections=300 -c shared_buffers=128MB {options}"
         )
-        self._run(
-            [
-                str(self.bindir / "pg_ctl"),
-                "-D",
-                str(self.data),
-                "-o",
-                opts,
-                "-l",
-                str(self.root / "server.log"),
-                "-w",
-                "-t",
-                "60",
-                "start",
-            ]
-        )
+        self.start()
         self.url = f"postgresql+asyncpg://postgres@127.0.0.1:{self.port}/postgres"
+
+    def start(self) -> None:
+        self.pg_ctl(
+            "-o", self.options, "-l", str(self.root / "server.log"), "-w", "-t", "60", "start"
+        )
+
+    def pg_ctl(self, *argv: str) -> None:
+        self._run([str(self.bindir / "pg_ctl"), "-D", str(self.data), *argv])
 
     def _run(self, argv: list[str]) -> None:
         if self.as_root:
@@ -113,8 +128,7 @@ class Cluster:
 
     def stop(self) -> None:
         try:
-            self._run(
-                [str(self.bindir / "pg_ctl"), "-D", str(self.data), "-m", "immediate", "stop"]
-            )
+            if (self.data / "postmaster.pid").exists():  # not already stopped by a test
+                self.pg_ctl("-m", "immediate", "stop")
         finally:
             shutil.rmtree(self.root, ignore_errors=True)
