@@ -119,8 +119,11 @@ class PostgresDialect:
     def connection_lost(self, exc: DBAPIError) -> bool:
         if exc.connection_invalidated:
             return True
-        sqlstate = getattr(_driver(exc), "sqlstate", None) or ""
-        return sqlstate.startswith("08")
+        sqlstate = getattr(_driver(exc), "sqlstate", None)
+        # No SQLSTATE: the driver failed on its side (a closed connection, a timeout), so
+        # the server never answered. Class 08 (connection exception) and 57P (the server is
+        # shutting down or terminated the backend) are no answer either.
+        return sqlstate is None or sqlstate.startswith(("08", "57P"))
 
 
 class SqliteDialect:

@@ -266,8 +266,17 @@ class Repository:
             except _Rollback as rollback:
                 await session.rollback()
                 return rollback.value  # type: ignore[return-value]
+            await session.flush()  # a failing flush is a statement error, not an unknown commit
             stage = "commit"
-            await session.commit()
+            try:
+                await session.commit()
+            except DBAPIError:
+                raise
+            except Exception as exc:
+                # Not a server's answer (asyncpg's command_timeout is a TimeoutError, a
+                # dropped socket an OSError, ...): COMMIT may have been applied.
+                await _quiet_rollback(session)
+                raise CommitUnknownError(f"{type(exc).__name__}: {exc}") from exc
             return result
         except _Passthrough as passthrough:
             await _quiet_rollback(session)

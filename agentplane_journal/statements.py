@@ -12,7 +12,7 @@ import functools
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import bindparam, literal, select, true
+from sqlalchemy import bindparam, literal, select, text, true
 
 from .dialect import Dialect
 from .errors import CorruptRecordError
@@ -21,7 +21,6 @@ from .models import Journal, RunActivity, RunLease, RunSeal
 from .record import Attestation, Record
 
 __all__ = [
-    "INSERT_RECORDS",
     "RECORD_COLUMNS",
     "HotStatements",
     "digest",
@@ -30,6 +29,10 @@ __all__ = [
     "stored_int",
     "stored_text",
 ]
+
+#: The predicate of the partial unique index ``journal_effect_started`` (see models.py), as
+#: ``ON CONFLICT`` must name it to infer that index.
+EFFECT_STARTED_PREDICATE = text("kind = 'EffectStarted' AND effect_key IS NOT NULL")
 
 # -- the rows a record is read from ---------------------------------------------------
 
@@ -66,6 +69,8 @@ class HotStatements:
     #: transaction, and one that committed first is seen at its latest version), the seal
     #: and the chain head (which cannot move while this transaction holds the run mutex).
     run_state: Any
+    #: The records' multi-row INSERT; RETURNING omits a row the exactly-once index refused.
+    insert_records: Any
 
 
 @functools.cache
@@ -92,13 +97,21 @@ def hot_statements(dialect: Dialect) -> HotStatements:
         select(RunSeal.chain_head).where(*seal).scalar_subquery(),
         *last.c,
     ).select_from(one.outerjoin(last, true()))
-    return HotStatements(run_mutex=run_mutex, run_state=run_state)
-
-
-#: The records' INSERT. Executed with a list of rows and RETURNING, SQLAlchemy's
-#: "insertmanyvalues" sends it as multi-row ``INSERT .. VALUES (..), (..)`` statements of up
-#: to 1000 rows, compiled once and cached (a literal ``values([...])`` list is not cacheable).
-INSERT_RECORDS = Journal.__table__.insert().returning(Journal.seq)
+    # The records' INSERT. Executed with a list of rows and RETURNING, SQLAlchemy's
+    # "insertmanyvalues" sends it as multi-row ``INSERT .. VALUES (..), (..)`` statements of
+    # up to 1000 rows, compiled once and cached. A row that would be a second start of an
+    # effect is skipped (DO NOTHING on exactly the exactly-once index) rather than raising:
+    # its seq is then missing from RETURNING, which names the colliding key on the same
+    # connection, in the same statement, with nothing to roll back to and no second query.
+    insert_records = (
+        dialect.insert(Journal)
+        .on_conflict_do_nothing(
+            index_elements=[Journal.tenant, Journal.run_id, Journal.effect_key],
+            index_where=EFFECT_STARTED_PREDICATE,
+        )
+        .returning(Journal.seq)
+    )
+    return HotStatements(run_mutex=run_mutex, run_state=run_state, insert_records=insert_records)
 
 
 def digest(value: object, seq: int) -> Digest:

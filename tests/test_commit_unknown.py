@@ -110,3 +110,37 @@ async def test_a_commit_the_server_refuses_is_an_ordinary_error(pg_database: obj
         assert await store.read(run) == []
     finally:
         await store.close()
+
+
+async def test_a_commit_that_outlives_command_timeout_is_commit_unknown_and_landed(
+    hanging_commits: asyncpg.Connection, pg_database: object
+) -> None:
+    """asyncpg's ``command_timeout`` raises ``TimeoutError`` (an ``OSError``), not a driver
+    error: it used to be reported as BackendError ("refused") although the COMMIT had been
+    written locally, so a caller retrying on BackendError wrote twice."""
+    url = pg_database()  # type: ignore[operator]
+    store = await SqlJournalStore.connect(
+        url,
+        tenant=f"t{uuid.uuid4().hex[:8]}",
+        engine_options={"connect_args": {"command_timeout": 1}},
+    )
+    try:
+        run = RunId.generate()
+
+        async def work(session: AsyncSession) -> list[Append]:
+            await session.execute(text("SET LOCAL synchronous_commit = on"))
+            return [note(run, "timed out in COMMIT")]
+
+        with pytest.raises(CommitUnknownError) as caught:
+            await store.append_atomic(run, 1, work)
+        assert isinstance(caught.value.__cause__, TimeoutError)
+
+        # asyncpg cancelled the wait for the standby; the commit was already local.
+        await hanging_commits.execute("ALTER SYSTEM RESET synchronous_standby_names")
+        await hanging_commits.execute("SELECT pg_reload_conf()")
+        records = await store.read(run)
+        assert [r.body["text"] for r in records] == ["timed out in COMMIT"]
+        assert await store.append(1, [note(run, "after")])
+        await store.verify(run)
+    finally:
+        await store.close()
