@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from .errors import (
         BackendError,
         CommitUnknownError,
+        CorruptLogError,
         CorruptRecordError,
         CorruptRegistrationError,
         DuplicateEffectError,
@@ -81,6 +82,7 @@ _EXPORTS = {
     "pgbouncer_connect_args": "engine",
     "BackendError": "errors",
     "CommitUnknownError": "errors",
+    "CorruptLogError": "errors",
     "CorruptRecordError": "errors",
     "CorruptRegistrationError": "errors",
     "DuplicateEffectError": "errors",
@@ -148,6 +150,7 @@ __all__ = [
     "CaseId",
     "Checkpoint",
     "CommitUnknownError",
+    "CorruptLogError",
     "CorruptRecordError",
     "CorruptRegistrationError",
     "Digest",

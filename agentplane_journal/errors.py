@@ -21,6 +21,7 @@ from .ids import EffectKey, RunId
 __all__ = [
     "BackendError",
     "CommitUnknownError",
+    "CorruptLogError",
     "CorruptRecordError",
     "CorruptRegistrationError",
     "DuplicateEffectError",
@@ -113,6 +114,23 @@ class CorruptRecordError(StoreError):
         self.seq = seq
         self.detail = detail
         super().__init__(f"corrupt record at seq {seq}: {detail}")
+
+
+class CorruptLogError(StoreError):
+    """The stored Merkle tree disagrees with the sealed runs it is derived from.
+
+    ``position`` is the first leaf position (0-based) whose part of the tree is wrong;
+    ``agentplane-journal verify --all`` finds it, ``agentplane-journal reindex-log`` rebuilds
+    the stored tree from the seals.
+    """
+
+    def __init__(self, position: int, detail: str) -> None:
+        self.position = position
+        self.detail = detail
+        super().__init__(
+            f"corrupt log at position {position}: {detail}; run `agentplane-journal verify "
+            "--all` to see the damage and `agentplane-journal reindex-log` to rebuild the tree"
+        )
 
 
 class CommitUnknownError(StoreError):

@@ -1,38 +1,208 @@
-"""The tenant's Merkle log in the database: sealing a leaf, the checkpoint and the proofs.
+"""The tenant's Merkle log in the database: sealing a leaf, the stored tree, checkpoints, proofs.
 
 The journal store (:mod:`agentplane_journal.store`) owns runs: their chains, leases and
 the run mutex. This module owns what a seal adds to the log and what the log answers, so
 each can be read in one sitting. Every method here runs inside a unit of work the store
 opened (one transaction, one ``AsyncSession``); the store keeps thin methods that take the
-run mutex, fence, and delegate.
+run mutex, fence, and delegate. The tree arithmetic is pure and lives in
+:mod:`agentplane_journal.tree`; this module is only its SQL.
 
 How the log's guarantees are made:
 
-* **Dense, commit-ordered positions.** A seal takes the next position from the tenant's
-  ``journal_counter`` row, whose lock it holds until COMMIT: the next sealer of that tenant
-  waits, so positions are handed out in commit order and every snapshot of the log is a
-  prefix of every later one. (A sequence hands out values in allocation order; a seal that
-  commits late then lands *before* leaves a checkpoint has already committed to.)
-* **Proofs from one snapshot.** ``checkpoint``, ``inclusion_proof`` and ``consistency_proof``
-  read the log with a single statement.
+* **The tree is stored, not recomputed.** A seal writes, in its own transaction, the leaf
+  hash and every perfect subtree the leaf completes (``log_tree``; amortised two rows a
+  seal, at most log2 n + 1). A checkpoint reads the log's size and the at most log2 n
+  subtrees its root is made of; a proof reads at most ~3 log2 n stored nodes. Nothing reads
+  every leaf.
+* **Dense, commit-ordered positions.** A seal takes the tenant's ``journal_counter`` row,
+  whose lock it holds until COMMIT, and only then (in a later statement, hence a fresh
+  snapshot at READ COMMITTED) reads the tree's size and frontier: the next sealer of that
+  tenant waits, so positions are handed out in commit order and every snapshot of the log
+  is a prefix of every later one. (A sequence hands out values in allocation order; a seal
+  that commits late then lands *before* leaves a checkpoint has already committed to.)
+* **Proofs from one snapshot.** ``checkpoint``, ``inclusion_proof`` and
+  ``consistency_proof`` each run ONE statement that reads the size (the number of leaf
+  rows) and the nodes that size needs, so the two cannot come from different moments.
+* **The stored tree is derived data.** Leaf ``i`` is the sealed run with the ``i``-th
+  smallest ``run_seal.log_index``; an inclusion proof checks its leaf row against the
+  run's ``chain_head``, and :meth:`TenantLog.audit` re-derives the whole tree from the
+  seals and names the first position where the stored one disagrees.
 """
 
 from __future__ import annotations
 
-from sqlalchemy import func, select
+import functools
+import hashlib
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    LargeBinary,
+    and_,
+    bindparam,
+    cast,
+    func,
+    literal_column,
+    null,
+    select,
+    true,
+    union,
+    union_all,
+)
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from . import merkle
+from . import tree
 from .checkpoint import Checkpoint, Inclusion
 from .dialect import Dialect, counter_next
-from .errors import BackendError
+from .errors import BackendError, CorruptLogError
 from .ids import Digest, RunId
-from .models import RunSeal
+from .merkle import EMPTY_ROOT
+from .models import LogTree, RunSeal
 from .statements import digest
 
-__all__ = ["TenantLog"]
+__all__ = ["SealedLeaf", "TenantLog"]
 
 _LOG_POSITION = "log_position/"
+_SIZE, _LEAF, _NODE = 0, 1, 2  # the tag column of a snapshot statement's rows
+_MAX_LEVEL = 62  # a log of 2**63 leaves would not fit a BIGINT position anyway
+
+SealedLeaf = tuple[str, bytes, int, str]
+"""``(run_id, chain_head, sealed_at, outcome)``: one leaf to append."""
+
+
+# -- the snapshot statements ------------------------------------------------------------
+
+
+def _shr(value: Any, bits: Any) -> Any:
+    return value.op(">>")(bits)
+
+
+def _odd(value: Any) -> Any:
+    return value.op("&")(literal_column("1"))
+
+
+def _snapshot_statement(leaf_source: str | None) -> Any:
+    """One statement returning the log's size and the stored nodes a question needs.
+
+    Rows are ``(tag, a, b, blob)``: ``(_SIZE, n, -, -)``; ``(_LEAF, position, -,
+    chain_head)`` for inclusion; ``(_NODE, level, idx, hash)`` per node. The nodes asked
+    for are, per level: the frontier of ``n`` (its root's pieces), and when a leaf ``L`` is
+    given (``"run"``: the run's leaf; ``"last"``: position ``:last``) its ancestor and the
+    ancestor's sibling. Only complete subtrees are stored, so whatever exists is what the
+    size allows. At most 3 x 63 primary-key probes.
+    """
+    tenant = bindparam("tenant")
+    levels = select(literal_column("0").label("k")).cte("levels", recursive=True)
+    levels = levels.union_all(select((levels.c.k + 1).label("k")).where(levels.c.k < _MAX_LEVEL))
+    size = (
+        select(func.coalesce(func.max(LogTree.idx) + 1, literal_column("0")).label("n"))
+        .where(LogTree.tenant == tenant, LogTree.level == 0)
+        .cte("size")
+    )
+    k, n = levels.c.k, size.c.n
+    base = levels.join(size, true())
+    probes = [
+        select(k.label("level"), (_shr(n, k) - 1).label("idx"))
+        .select_from(base)
+        .where(_odd(_shr(n, k)) == 1)
+    ]
+    rows = [
+        select(
+            literal_column(str(_SIZE)).label("tag"),
+            n.label("a"),
+            cast(null(), BigInteger).label("b"),
+            cast(null(), LargeBinary).label("blob"),
+        )
+    ]
+    if leaf_source is not None:
+        if leaf_source == "run":
+            leaf = (
+                select(RunSeal.chain_head.label("head"), LogTree.idx.label("m"))
+                .select_from(
+                    RunSeal.__table__.outerjoin(
+                        LogTree,
+                        and_(
+                            LogTree.tenant == RunSeal.tenant,
+                            LogTree.run_id == RunSeal.run_id,
+                            LogTree.level == 0,
+                        ),
+                    )
+                )
+                .where(RunSeal.tenant == tenant, RunSeal.run_id == bindparam("run_id"))
+                .cte("leaf")
+            )
+            position, base = leaf.c.m, base.join(leaf, true())
+            rows.append(
+                select(
+                    literal_column(str(_LEAF)),
+                    leaf.c.m,
+                    cast(null(), BigInteger),
+                    leaf.c.head,
+                )
+            )
+        else:
+            position = bindparam("last", type_=BigInteger)
+        up = _shr(position, k)
+        exists = _shr(n, k) > 0
+        probes.append(select(k, up).select_from(base).where(exists))
+        probes.append(select(k, up + 1 - 2 * _odd(up)).select_from(base).where(exists))
+    want = union(*probes).cte("want")
+    rows.append(
+        select(literal_column(str(_NODE)), LogTree.level, LogTree.idx, LogTree.hash).select_from(
+            want.join(
+                LogTree,
+                and_(
+                    LogTree.tenant == tenant,
+                    LogTree.level == want.c.level,
+                    LogTree.idx == want.c.idx,
+                ),
+            )
+        )
+    )
+    return union_all(*rows)
+
+
+@functools.cache
+def _statements() -> dict[str, Any]:
+    return {
+        "frontier": _snapshot_statement(None),
+        "run": _snapshot_statement("run"),
+        "last": _snapshot_statement("last"),
+    }
+
+
+def _node_hash(value: Any, level: int, idx: int) -> bytes:
+    if value is None or len(value) != 32:
+        size = "NULL" if value is None else f"{len(value)} bytes"
+        raise CorruptLogError(
+            idx << level, f"stored tree node (level {level}, index {idx}) holds {size}, not 32"
+        )
+    return bytes(value)
+
+
+class _Snapshot:
+    """What one snapshot statement returned: the size, the nodes, and the asked-for leaf."""
+
+    __slots__ = ("leaf", "nodes", "size")
+
+    def __init__(self, rows: Sequence[Any]) -> None:
+        self.size = 0
+        self.nodes: dict[tree.Node, bytes] = {}
+        self.leaf: tuple[int | None, Any] | None = None
+        for tag, a, b, blob in rows:
+            if tag == _SIZE:
+                self.size = int(a)
+            elif tag == _LEAF:
+                self.leaf = (None if a is None else int(a), blob)
+            else:
+                level, idx = int(a), int(b)
+                self.nodes[(level, idx)] = _node_hash(blob, level, idx)
+
+
+def _damaged(error: tree.MissingNodeError) -> CorruptLogError:
+    level, idx = error.node
+    return CorruptLogError(idx << level, str(error))
 
 
 class TenantLog:
@@ -43,71 +213,122 @@ class TenantLog:
         self.tenant = tenant
         self.origin = origin
 
-    async def append(
-        self, session: AsyncSession, run: RunId, head: Digest, sealed_at: int, outcome: str
-    ) -> int:
-        """Enter ``run`` sealed at ``head`` as the log's next leaf; return its log index.
+    async def _snapshot(self, session: AsyncSession, kind: str, **params: Any) -> _Snapshot:
+        conn = await session.connection()
+        result = await conn.execute(_statements()[kind], {"tenant": self.tenant, **params})
+        return _Snapshot(result.all())
 
-        The caller holds the run mutex and has checked the run is not sealed yet; this
-        takes the tenant's log counter, held until COMMIT (see the module docstring).
+    # -- sealing -----------------------------------------------------------------------
+
+    async def append(self, session: AsyncSession, leaves: Sequence[SealedLeaf]) -> list[int]:
+        """Enter ``leaves`` as the log's next leaves, in order; return their log indexes.
+
+        The caller holds each run's mutex and has checked none is sealed yet. This takes
+        the tenant's log counter, held until COMMIT, then reads the tree's frontier in a
+        later statement (so it sees the previous sealer's commit), and writes the seals and
+        every node they complete.
         """
+        if not leaves:
+            return []
         name = _LOG_POSITION + self.tenant
         first = (
             select(func.coalesce(func.max(RunSeal.log_index), -1) + 1)
             .where(RunSeal.tenant == self.tenant)
             .scalar_subquery()
         )
-        position = (await session.execute(counter_next(self._dialect, name, first))).scalar_one()
-        await session.execute(
-            RunSeal.__table__.insert().values(
-                tenant=self.tenant,
-                run_id=str(run),
-                chain_head=bytes(head),
-                log_index=position,
-                sealed_at=sealed_at,
-                outcome=outcome,
+        counter = counter_next(self._dialect, name, first, len(leaves))
+        last = int((await session.execute(counter)).scalar_one())
+        indexes = list(range(last - len(leaves) + 1, last + 1))
+        snap = await self._snapshot(session, "frontier")
+        try:
+            builder = tree.TreeBuilder(snap.size, snap.nodes)
+        except tree.MissingNodeError as error:
+            raise _damaged(error) from None
+        seals, nodes = [], []
+        for (run_id, head, sealed_at, outcome), log_index in zip(leaves, indexes, strict=True):
+            seals.append(
+                {
+                    "tenant": self.tenant,
+                    "run_id": run_id,
+                    "chain_head": head,
+                    "log_index": log_index,
+                    "sealed_at": sealed_at,
+                    "outcome": outcome,
+                }
             )
-        )
-        return int(position)
+            leaf = hashlib.sha256(b"\x00" + head).digest()
+            for (level, idx), value in builder.add(leaf):
+                nodes.append(
+                    {
+                        "tenant": self.tenant,
+                        "level": level,
+                        "idx": idx,
+                        "hash": value,
+                        "run_id": run_id if level == 0 else None,
+                    }
+                )
+        conn = await session.connection()
+        await conn.execute(RunSeal.__table__.insert(), seals)
+        await conn.execute(LogTree.__table__.insert(), nodes)
+        return indexes
 
-    async def _leaves(self, session: AsyncSession) -> list[tuple[str, bytes]]:
+    # -- reading -----------------------------------------------------------------------
+
+    async def sealed_runs(self, session: AsyncSession) -> list[tuple[RunId, Digest]]:
+        """The log in order, ``(run, sealed chain head)`` per leaf, from one snapshot."""
         rows = await session.execute(
             select(RunSeal.run_id, RunSeal.chain_head)
             .where(RunSeal.tenant == self.tenant)
             .order_by(RunSeal.log_index)
         )
-        return [(r[0], r[1]) for r in rows]
-
-    async def sealed_runs(self, session: AsyncSession) -> list[tuple[RunId, Digest]]:
-        """The log in order, ``(run, sealed chain head)`` per leaf, from one snapshot."""
-        return [(RunId.parse(r), digest(h, 0)) for r, h in await self._leaves(session)]
+        return [(RunId.parse(r), digest(h, 0)) for r, h in rows]
 
     async def checkpoint(self, session: AsyncSession) -> Checkpoint:
-        """``Checkpoint(origin, size, root)`` over the sealed runs in log order."""
-        leaves = [merkle.leaf_hash(digest(h, 0)) for _, h in await self._leaves(session)]
-        return Checkpoint(self.origin, len(leaves), merkle.root(leaves))
+        """``Checkpoint(origin, size, root)`` from the size and its frontier nodes."""
+        snap = await self._snapshot(session, "frontier")
+        if snap.size == 0:
+            return Checkpoint(self.origin, 0, EMPTY_ROOT)
+        try:
+            root = tree.root_from_nodes(snap.size, snap.nodes)
+        except tree.MissingNodeError as error:
+            raise _damaged(error) from None
+        return Checkpoint(self.origin, snap.size, Digest._trusted(root))
 
     async def consistency_proof(self, session: AsyncSession, old_size: int) -> list[Digest]:
         """RFC 6962 proof that the log of ``old_size`` is a prefix of the current one."""
-        leaves = [merkle.leaf_hash(digest(h, 0)) for _, h in await self._leaves(session)]
-        if old_size > len(leaves):
+        snap = await self._snapshot(session, "last", last=max(old_size - 1, 0))
+        if old_size > snap.size:
             raise BackendError(
-                f"a checkpoint of size {old_size} is larger than this log ({len(leaves)}): "
+                f"a checkpoint of size {old_size} is larger than this log ({snap.size}): "
                 "either it belongs to another log (check the origin), or runs were removed"
             )
-        return list(merkle.consistency_proof(leaves, old_size))
+        try:
+            return tree.proof_from_nodes(tree.consistency_ranges(old_size, snap.size), snap.nodes)
+        except tree.MissingNodeError as error:
+            raise _damaged(error) from None
 
     async def inclusion_proof(self, session: AsyncSession, run: RunId) -> Inclusion | None:
         """``Inclusion`` for a sealed run from one snapshot; ``None`` if never sealed."""
-        run_id = str(run)
-        rows = await self._leaves(session)
-        index = next((i for i, (rid, _) in enumerate(rows) if rid == run_id), None)
-        if index is None:
+        snap = await self._snapshot(session, "run", run_id=str(run))
+        if snap.leaf is None:
             return None
-        leaves = [merkle.leaf_hash(digest(h, 0)) for _, h in rows]
-        return Inclusion(
-            index=index,
-            size=len(leaves),
-            seal=digest(rows[index][1], 0),
-            proof=tuple(merkle.inclusion_proof(leaves, index)),
-        )
+        position, head = snap.leaf
+        seal = digest(head, 0)
+        if position is None:
+            raise CorruptLogError(
+                snap.size, f"{run} is sealed, but the stored tree has no leaf for it"
+            )
+        stored = snap.nodes.get((0, position))
+        if stored != bytes(_leaf_hash(seal)):
+            raise CorruptLogError(
+                position, f"the stored leaf of {run} is not the hash of its sealed chain head"
+            )
+        try:
+            proof = tree.proof_from_nodes(tree.inclusion_ranges(position, snap.size), snap.nodes)
+        except tree.MissingNodeError as error:
+            raise _damaged(error) from None
+        return Inclusion(index=position, size=snap.size, seal=seal, proof=tuple(proof))
+
+
+def _leaf_hash(value: Digest) -> bytes:
+    return hashlib.sha256(b"\x00" + bytes(value)).digest()

@@ -49,7 +49,7 @@ __all__ = [
 
 #: The revision this version of the package works against. A test pins it to the script
 #: directory's single head, so it cannot drift from the migrations.
-HEAD_REVISION = "0001_journal_schema"
+HEAD_REVISION = "0002_log_tree"
 
 
 def script_location() -> Path:

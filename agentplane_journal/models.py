@@ -4,8 +4,8 @@ The seven tables ``journal``, ``run_activity``, ``run_lease``, ``run_seal``, ``r
 ``run_cancel`` and ``push_delivery`` are agentplane 0.4.0's PostgreSQL schema column for
 column (types, nullability, defaults, keys, index names and predicates), so a database is
 shareable with agentplane's own tooling and an existing 0.4.0 database can be adopted. What
-the stricter contract needs lives in additional tables (``journal_counter``); no 0.4.0 column
-is ever changed.
+the stricter contract needs lives in additional tables (``journal_counter``, ``log_tree``); no
+0.4.0 column is ever changed.
 
 The schema is created by the Alembic migrations in ``alembic/versions`` and nowhere else:
 nothing in this package calls ``create_all``. ``alembic check`` keeps models and migrations
@@ -34,6 +34,7 @@ __all__ = [
     "Base",
     "Journal",
     "JournalCounter",
+    "LogTree",
     "PushDelivery",
     "RunActivity",
     "RunCancel",
@@ -234,6 +235,33 @@ class JournalCounter(Base):
 
     name: Mapped[str] = mapped_column(Text, nullable=False)
     value: Mapped[int] = mapped_column(BigInteger, nullable=False)
+
+
+class LogTree(Base):
+    """The tenant's Merkle tree, stored: every complete perfect subtree's hash (an addition).
+
+    Row ``(level, idx)`` is the RFC 6962 root of leaves ``[idx * 2**level, (idx + 1) *
+    2**level)``; level 0 rows are the leaf hashes, in dense log order, and name their run.
+    A seal writes the rows its leaf completes in its own transaction (amortised two rows, at
+    most log2 n + 1), so checkpoints and proofs read O(log n) rows instead of every leaf; see
+    :mod:`agentplane_journal.tree`. The size of the log is the number of level-0 rows.
+    Derived from ``run_seal`` (leaf ``i`` is the run with the ``i``-th smallest
+    ``log_index``), so ``verify --all`` re-derives it and names the first position where the
+    two disagree.
+    """
+
+    __tablename__ = "log_tree"
+    __table_args__ = (
+        PrimaryKeyConstraint("tenant", "level", "idx"),
+        UniqueConstraint("tenant", "run_id"),
+    )
+
+    tenant: Mapped[str] = mapped_column(Text, nullable=False)
+    level: Mapped[int] = mapped_column(Integer, nullable=False, autoincrement=False)
+    idx: Mapped[int] = mapped_column(BigInteger, nullable=False, autoincrement=False)
+    hash: Mapped[bytes] = mapped_column(LargeBinary, nullable=False)
+    #: The sealed run, on level-0 rows only (NULLs never collide in the unique constraint).
+    run_id: Mapped[str | None] = mapped_column(Text, nullable=True)
 
 
 #: Every table this package owns (for host applications' autogenerate filters).

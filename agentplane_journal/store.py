@@ -607,7 +607,8 @@ class SqlJournalStore(Repository):
             state = await self._lock_run(session, run, epoch)
             if state.sealed_head is not None:
                 raise _Rollback(digest(state.sealed_head, state.head_seq))
-            await self._log.append(session, run, state.head_hash, self._now(), outcome)
+            leaf = (str(run), bytes(state.head_hash), self._now(), outcome)
+            await self._log.append(session, [leaf])
             return state.head_hash
 
         return await self._unit(unit)

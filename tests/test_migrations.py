@@ -455,4 +455,5 @@ def test_every_table_the_package_owns_is_named_for_host_filters() -> None:
         "run_cancel",
         "push_delivery",
         "journal_counter",
+        "log_tree",
     }

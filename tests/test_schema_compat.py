@@ -180,7 +180,11 @@ async def test_every_040_table_column_key_index_and_sequence_is_identical_after_
         assert mine[section] == rows, section
 
     # What we add is additional tables only.
-    assert {t for t, _ in cat_ours["tables"]} - TABLES_040 == {"journal_counter", VERSION_TABLE}
+    assert {t for t, _ in cat_ours["tables"]} - TABLES_040 == {
+        "journal_counter",
+        "log_tree",
+        VERSION_TABLE,
+    }
     assert {s[0] for s in cat_ours["sequences"]} == SEQUENCES_040
 
 

@@ -1,0 +1,102 @@
+"""The stored Merkle tree (``log_tree``), built for every log sealed before it.
+
+Additive: one new table, no 0.4.0 table or column touched, so agentplane 0.4.0's DDL still
+replays over the schema as a no-op. The data migration adopts existing logs, ours (dense
+``log_index`` from 0) and agentplane 0.4.0's (sparse positions from a global sequence: leaf
+order is ``log_index`` ascending), tenant by tenant, reading ``run_seal`` in pages and
+keeping only the tree's frontier in memory. It runs in the upgrade's transaction, so a log
+is either fully adopted or not at all.
+
+Revision ID: 0002_log_tree
+Revises: 0001_journal_schema
+Create Date: 2026-12-01
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+
+import sqlalchemy as sa
+from alembic import context, op
+
+from agentplane_journal.tree import TreeBuilder
+
+revision: str = "0002_log_tree"
+down_revision: str | None = "0001_journal_schema"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+_PAGE = 5000
+
+_run_seal = sa.table(
+    "run_seal",
+    sa.column("tenant", sa.Text()),
+    sa.column("run_id", sa.Text()),
+    sa.column("chain_head", sa.LargeBinary()),
+    sa.column("log_index", sa.BigInteger()),
+)
+_log_tree = sa.table(
+    "log_tree",
+    sa.column("tenant", sa.Text()),
+    sa.column("level", sa.Integer()),
+    sa.column("idx", sa.BigInteger()),
+    sa.column("hash", sa.LargeBinary()),
+    sa.column("run_id", sa.Text()),
+)
+
+
+def upgrade() -> None:
+    op.create_table(
+        "log_tree",
+        sa.Column("tenant", sa.Text(), nullable=False),
+        sa.Column("level", sa.Integer(), autoincrement=False, nullable=False),
+        sa.Column("idx", sa.BigInteger(), autoincrement=False, nullable=False),
+        sa.Column("hash", sa.LargeBinary(), nullable=False),
+        sa.Column("run_id", sa.Text(), nullable=True),
+        sa.PrimaryKeyConstraint("tenant", "level", "idx", name="log_tree_pkey"),
+        sa.UniqueConstraint("tenant", "run_id", name="log_tree_tenant_run_id_key"),
+    )
+    if context.is_offline_mode():
+        return  # `--sql`: no rows to read; run `agentplane-journal reindex-log` afterwards
+    conn = op.get_bind()
+    tenants = conn.execute(sa.select(_run_seal.c.tenant).distinct()).scalars().all()
+    for tenant in tenants:
+        _adopt(conn, tenant)
+
+
+def _adopt(conn: sa.Connection, tenant: str) -> None:
+    """Store the tree of ``tenant``'s log, leaf ``i`` being its ``i``-th smallest log_index."""
+    builder = TreeBuilder()
+    after = None
+    while True:
+        query = (
+            sa.select(_run_seal.c.run_id, _run_seal.c.chain_head, _run_seal.c.log_index)
+            .where(_run_seal.c.tenant == tenant)
+            .order_by(_run_seal.c.log_index)
+            .limit(_PAGE)
+        )
+        if after is not None:
+            query = query.where(_run_seal.c.log_index > after)
+        page = conn.execute(query).all()
+        if not page:
+            return
+        rows = []
+        for run_id, head, _ in page:
+            leaf = hashlib.sha256(b"\x00" + bytes(head)).digest()
+            for (level, idx), value in builder.add(leaf):
+                rows.append(
+                    {
+                        "tenant": tenant,
+                        "level": level,
+                        "idx": idx,
+                        "hash": value,
+                        "run_id": run_id if level == 0 else None,
+                    }
+                )
+        conn.execute(_log_tree.insert(), rows)
+        after = page[-1][2]
+
+
+def downgrade() -> None:
+    op.drop_table("log_tree")
