@@ -30,6 +30,9 @@ __all__ = [
     "export_inclusion",
     "export_record",
     "failure_line",
+    "log_audit_line",
+    "log_failure_line",
+    "reindex_line",
     "print_checks",
     "print_consistency",
     "print_hashes",
@@ -233,6 +236,30 @@ def print_verify_summary(
         verdict = "all intact" if not failed else f"{failed} FAILED"
         print(f"verified {len(results)} runs of tenant {tenant!r}: {verdict}")
     print(f"signatures: {signatures}")
+
+
+def log_failure_line(log: dict[str, Any]) -> str:
+    """A stored Merkle tree that disagrees with its seals, named by its first bad position."""
+    return f"FAILED log position {log['position']}: {log['error']}"
+
+
+def log_audit_line(log: dict[str, Any]) -> str:
+    if log["ok"]:
+        return f"log: {log['leaves']} leaves, stored tree matches the seals"
+    return (
+        f"log: stored tree FAILED from position {log['position']} "
+        "(rebuild it with `agentplane-journal reindex-log`)"
+    )
+
+
+def reindex_line(report: dict[str, Any]) -> str:
+    head = f"log of tenant {report['tenant']!r}: {report['leaves']} leaves"
+    if report["first_bad"] is None:
+        return f"{head}; stored tree already matches the seals, nothing rewritten"
+    return (
+        f"{head}; rebuilt from position {report['first_bad']} "
+        f"({report['rewritten']} stored nodes rewritten): {report['detail']}"
+    )
 
 
 def print_checks(checks: list[tuple[bool, str]]) -> None:

@@ -387,6 +387,8 @@ async def cmd_verify(args: argparse.Namespace) -> int:
                 print(fmt.failure_line(result))
             progress.update(done)
         progress.close()
+        # The stored Merkle tree against the seals it is derived from.
+        log = await _audit_log(store, args.json) if args.all else None
     failed = [r for r in results if not r["ok"]]
     signatures = (
         "not checked (pass --trust KEY_ID=PUBLIC_KEY_HEX)"
@@ -403,11 +405,68 @@ async def cmd_verify(args: argparse.Namespace) -> int:
                 "failed": len(failed),
                 "signatures": signatures,
                 "runs": results,
+                **({} if log is None else {"log": log}),
             }
         )
     else:
         fmt.print_verify_summary(results, store.tenant, signatures, single=not args.all)
-    return 1 if failed else 0
+        if log is not None:
+            print(fmt.log_audit_line(log))
+    return 1 if failed or (log is not None and not log["ok"]) else 0
+
+
+def _audit_progress(label: str) -> tuple[Callable[[int, int], None], Callable[[], None]]:
+    """A progress callback for the log's page-by-page audits, and how to close its bar."""
+    bar: list[fmt.Progress] = []
+
+    def update(done: int, total: int) -> None:
+        if not bar:
+            bar.append(fmt.Progress(label, total, threshold=10_000))
+        bar[0].update(done)
+
+    def close() -> None:
+        if bar:
+            bar[0].close()
+
+    return update, close
+
+
+async def _audit_log(store: SqlJournalStore, quiet: bool) -> dict[str, Any]:
+    update, close = _audit_progress("checking the log's stored tree")
+    try:
+        audit = await store.audit_log(update)
+    finally:
+        close()
+    result = {
+        "ok": audit.ok,
+        "leaves": audit.size,
+        "position": audit.first_bad,
+        "error": audit.detail,
+    }
+    if not audit.ok and not quiet:
+        print(fmt.log_failure_line(result))
+    return result
+
+
+async def cmd_reindex_log(args: argparse.Namespace) -> int:
+    async with _store(args) as store:
+        update, close = _audit_progress("rebuilding the log's stored tree")
+        try:
+            report = await store.reindex_log(update)
+        finally:
+            close()
+    result = {
+        "tenant": store.tenant,
+        "leaves": report.size,
+        "first_bad": report.first_bad,
+        "detail": report.detail,
+        "rewritten": report.repaired,
+    }
+    if args.json:
+        fmt.print_json(result)
+    else:
+        print(fmt.reindex_line(result))
+    return 0
 
 
 async def _check_seal(
@@ -693,6 +752,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="fail any record without a trusted signature",
     )
     add("checkpoint", "print the tenant's checkpoint note", cmd_checkpoint, database, reads)
+    add(
+        "reindex-log",
+        "rebuild the log's stored Merkle tree from the seals where they disagree (resumable)",
+        cmd_reindex_log,
+        database,
+        reads,
+    )
     prove = add("prove", "prove a sealed run is in the log", cmd_prove, database, reads)
     prove.add_argument("run", metavar="RUN", help="run id (run_<ULID>)")
     prove.add_argument(

@@ -72,18 +72,16 @@ def _driver(exc: DBAPIError) -> Any:
     return getattr(exc, "driver_exception", None) or getattr(exc, "orig", None)
 
 
-def counter_next(dialect: Dialect, name: str, initial: Any, step: int = 1) -> Any:
-    """Advance counter ``name`` under its row lock and return the (last) value handed out.
+def counter_next(dialect: Dialect, name: str, initial: Any) -> Any:
+    """Advance counter ``name`` under its row lock and return the value handed out.
 
     ``initial`` (an expression) is the first value of a counter that does not exist yet;
-    afterwards each call returns ``value + 1``. ``step`` hands out that many consecutive
-    values at once (the last is returned). The row stays locked until the transaction
+    afterwards each call returns ``value + 1``. The row stays locked until the transaction
     ends, so values are handed out in commit order.
     """
-    first = initial if step == 1 else initial + (step - 1)
-    stmt = dialect.insert(JournalCounter).values(name=name, value=first)
+    stmt = dialect.insert(JournalCounter).values(name=name, value=initial)
     return stmt.on_conflict_do_update(
-        index_elements=[JournalCounter.name], set_={"value": JournalCounter.value + step}
+        index_elements=[JournalCounter.name], set_={"value": JournalCounter.value + 1}
     ).returning(JournalCounter.value)
 
 

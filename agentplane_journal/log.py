@@ -33,7 +33,8 @@ from __future__ import annotations
 
 import functools
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import (
@@ -42,9 +43,11 @@ from sqlalchemy import (
     and_,
     bindparam,
     cast,
+    delete,
     func,
     literal_column,
     null,
+    or_,
     select,
     true,
     union,
@@ -54,18 +57,44 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from . import tree
 from .checkpoint import Checkpoint, Inclusion
-from .dialect import Dialect, counter_next
+from .dialect import Dialect
 from .errors import BackendError, CorruptLogError
 from .ids import Digest, RunId
 from .merkle import EMPTY_ROOT
-from .models import LogTree, RunSeal
+from .models import JournalCounter, LogTree, RunSeal
 from .statements import digest
 
-__all__ = ["SealedLeaf", "TenantLog"]
+__all__ = ["AUDIT_PAGE", "LogAudit", "SealedLeaf", "TenantLog"]
 
 _LOG_POSITION = "log_position/"
 _SIZE, _LEAF, _NODE = 0, 1, 2  # the tag column of a snapshot statement's rows
 _MAX_LEVEL = 62  # a log of 2**63 leaves would not fit a BIGINT position anyway
+
+#: Leaves per transaction when auditing or rebuilding the stored tree (a power of two).
+AUDIT_PAGE = 4096
+
+Progress = Callable[[int, int], None]
+Unit = Callable[..., Awaitable[Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class LogAudit:
+    """What re-deriving the stored tree from the seals found.
+
+    ``size`` leaves were checked; ``first_bad`` is the first leaf position whose part of the
+    stored tree disagrees with the seals (``None``: the tree is intact), ``detail`` says how.
+    ``repaired`` counts the stored rows a rebuild rewrote or removed (0 for an audit).
+    """
+
+    size: int
+    first_bad: int | None = None
+    detail: str | None = None
+    repaired: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return self.first_bad is None
+
 
 SealedLeaf = tuple[str, bytes, int, str]
 """``(run_id, chain_head, sealed_at, outcome)``: one leaf to append."""
@@ -230,14 +259,7 @@ class TenantLog:
         """
         if not leaves:
             return []
-        name = _LOG_POSITION + self.tenant
-        first = (
-            select(func.coalesce(func.max(RunSeal.log_index), -1) + 1)
-            .where(RunSeal.tenant == self.tenant)
-            .scalar_subquery()
-        )
-        counter = counter_next(self._dialect, name, first, len(leaves))
-        last = int((await session.execute(counter)).scalar_one())
+        last = int((await session.execute(self._counter(len(leaves)))).scalar_one())
         indexes = list(range(last - len(leaves) + 1, last + 1))
         snap = await self._snapshot(session, "frontier")
         try:
@@ -271,6 +293,24 @@ class TenantLog:
         await conn.execute(RunSeal.__table__.insert(), seals)
         await conn.execute(LogTree.__table__.insert(), nodes)
         return indexes
+
+    def _counter(self, step: int) -> Any:
+        """Advance the tenant's log counter by ``step`` under its row lock; the last value.
+
+        Never below the largest ``log_index`` sealed (a row some other writer put there,
+        agentplane 0.4.0 say): log order stays commit order for every seal made here.
+        """
+        d = self._dialect
+        top = (
+            select(func.coalesce(func.max(RunSeal.log_index), -1) + step)
+            .where(RunSeal.tenant == self.tenant)
+            .scalar_subquery()
+        )
+        stmt = d.insert(JournalCounter).values(name=_LOG_POSITION + self.tenant, value=top)
+        return stmt.on_conflict_do_update(
+            index_elements=[JournalCounter.name],
+            set_={"value": d.greatest(JournalCounter.value + step, stmt.excluded.value)},
+        ).returning(JournalCounter.value)
 
     # -- reading -----------------------------------------------------------------------
 
@@ -328,6 +368,200 @@ class TenantLog:
         except tree.MissingNodeError as error:
             raise _damaged(error) from None
         return Inclusion(index=position, size=snap.size, seal=seal, proof=tuple(proof))
+
+    # -- auditing and rebuilding the stored tree ---------------------------------------
+
+    async def audit(self, unit: Unit, progress: Progress | None = None) -> LogAudit:
+        """Re-derive the stored tree from the seals and name the first position it disagrees.
+
+        ``unit(fn)`` runs ``fn(session)`` in a read-only transaction of the store; one per
+        :data:`AUDIT_PAGE` leaves. Seals landing meanwhile extend the log beyond what is
+        checked and change nothing below it.
+        """
+        return await _audit_pages(self, unit, False, progress)
+
+    async def reindex(self, unit: Unit, progress: Progress | None = None) -> LogAudit:
+        """Rebuild the stored tree from the seals where it disagrees with them (resumable).
+
+        Each page is a transaction holding the tenant's log counter, so no seal interleaves
+        with a page; a page already right is left as it is, so running it again after an
+        interruption redoes nothing that was done. Seals between pages are repaired by the
+        pages that follow; the last page, under the counter, removes anything beyond the log.
+        """
+        return await _audit_pages(self, unit, True, progress)
+
+    async def _census(self, session: AsyncSession) -> tuple[int, int, list[tuple[int, int]]]:
+        """One snapshot: the tree's size, the number of seals, and each level's last index."""
+        tenant = self.tenant
+        size = (
+            select(func.coalesce(func.max(LogTree.idx) + 1, 0))
+            .where(LogTree.tenant == tenant, LogTree.level == 0)
+            .scalar_subquery()
+        )
+        seals = select(func.count()).where(RunSeal.tenant == tenant).scalar_subquery()
+        rows = (
+            await session.execute(
+                select(size, seals, LogTree.level, func.max(LogTree.idx))
+                .select_from(LogTree)
+                .where(LogTree.tenant == tenant)
+                .group_by(LogTree.level)
+            )
+        ).all()
+        if not rows:
+            count = (await session.execute(select(seals))).scalar_one()
+            return 0, int(count), []
+        return int(rows[0][0]), int(rows[0][1]), [(int(r[2]), int(r[3])) for r in rows]
+
+    async def _audit_page(
+        self, session: AsyncSession, state: dict[str, Any], finding: _Finding, fix: bool
+    ) -> tuple[int, bool]:
+        """Check (or rewrite) the next page of leaves; ``(rows rewritten, last page?)``."""
+        tenant, a = self.tenant, state["at"]
+        if fix:
+            # The counter's lock, as a seal takes it: no seal runs while this page does.
+            await session.execute(
+                select(JournalCounter.value)
+                .where(JournalCounter.name == _LOG_POSITION + tenant)
+                .with_for_update()
+            )
+        want = AUDIT_PAGE if state["limit"] is None else min(AUDIT_PAGE, state["limit"] - a)
+        query = (
+            select(RunSeal.run_id, RunSeal.chain_head, RunSeal.log_index)
+            .where(RunSeal.tenant == tenant)
+            .order_by(RunSeal.log_index)
+            .limit(want)
+        )
+        if state["after"] is not None:
+            query = query.where(RunSeal.log_index > state["after"])
+        seals = (await session.execute(query)).all()
+        b = a + len(seals)
+        stored: dict[tree.Node, tuple[bytes, str | None]] = {}
+        if seals:
+            ranges = [
+                and_(LogTree.level == level, LogTree.idx.between(lo, hi))
+                for level, lo, hi in _completed_ranges(a, b)
+            ]
+            rows = await session.execute(
+                select(LogTree.level, LogTree.idx, LogTree.hash, LogTree.run_id).where(
+                    LogTree.tenant == tenant, or_(*ranges)
+                )
+            )
+            stored = {(int(lv), int(ix)): (bytes(h), rid) for lv, ix, h, rid in rows}
+        builder: tree.TreeBuilder = state["builder"]
+        wrong: list[tree.Node] = []
+        expected: list[dict[str, Any]] = []
+        for offset, (run_id, head, _) in enumerate(seals):
+            position = a + offset
+            if head is None or len(head) != 32:
+                finding.add(position, f"the seal of {run_id} holds a chain head of bad length")
+            leaf = hashlib.sha256(b"\x00" + bytes(head or b"")).digest()
+            for node, value in builder.add(leaf):
+                run = run_id if node[0] == 0 else None
+                have = stored.get(node)
+                if have == (value, run):
+                    continue
+                level, idx = node
+                if have is None:
+                    what = "is missing"
+                elif have[0] != value:
+                    what = "does not hash its children" if level else "is not the seal's hash"
+                else:
+                    what = f"names run {have[1]}, not {run_id}"
+                finding.add(idx << level, f"stored node (level {level}, index {idx}) {what}")
+                wrong.append(node)
+                expected.append(
+                    {"tenant": tenant, "level": level, "idx": idx, "hash": value, "run_id": run}
+                )
+        limit = state["limit"]
+        state["at"], last = b, len(seals) < want or (limit is not None and b >= limit)
+        if seals:
+            state["after"] = seals[-1][2]
+        repaired = 0
+        if fix and wrong:
+            runs = [e["run_id"] for e in expected if e["run_id"] is not None]
+            if runs:  # a run's leaf row elsewhere (a permuted tree) would block the unique key
+                await session.execute(
+                    delete(LogTree).where(LogTree.tenant == tenant, LogTree.run_id.in_(runs))
+                )
+            await session.execute(
+                delete(LogTree).where(
+                    LogTree.tenant == tenant,
+                    or_(*(and_(LogTree.level == lv, LogTree.idx == ix) for lv, ix in wrong)),
+                )
+            )
+            await session.execute(LogTree.__table__.insert(), expected)
+            repaired += len(wrong)
+        if fix and last:
+            beyond = (LogTree.idx + 1).op("<<")(LogTree.level) > b
+            result = await session.execute(delete(LogTree).where(LogTree.tenant == tenant, beyond))
+            if result.rowcount:
+                finding.add(b, f"{result.rowcount} stored node(s) beyond the {b} sealed runs")
+                repaired += result.rowcount
+        return repaired, last
+
+
+class _Finding:
+    """The first (lowest) bad position seen so far."""
+
+    def __init__(self) -> None:
+        self.position: int | None = None
+        self.detail: str | None = None
+
+    def add(self, position: int, detail: str) -> None:
+        if self.position is None or position < self.position:
+            self.position, self.detail = position, detail
+
+
+def _completed_ranges(a: int, b: int) -> list[tuple[int, int, int]]:
+    """Per level, the index range of the stored nodes completed by leaves ``a..b-1``."""
+    out = []
+    for level in range(_MAX_LEVEL + 1):
+        lo, hi = ((a + 1) + (1 << level) - 1 >> level) - 1, (b >> level) - 1
+        if (1 << level) > b:
+            break
+        if lo <= hi:
+            out.append((level, lo, hi))
+    return out
+
+
+async def _audit_pages(
+    log: TenantLog, unit: Unit, fix: bool, progress: Progress | None
+) -> LogAudit:
+    """Re-derive the tree from the seals, page by page; report (and with ``fix``, rewrite)."""
+    census = await unit(log._census)
+    size, seals, maxima = census
+    total = max(size, seals)
+    finding = _Finding()
+    # An audit checks the log as the census saw it (seals landing meanwhile are beyond it);
+    # a rebuild goes on to whatever is sealed when its last page runs.
+    state = {"builder": tree.TreeBuilder(), "after": None, "at": 0, "limit": None}
+    if not fix:
+        state["limit"] = seals
+    repaired = 0
+    while True:
+        page, done = await unit(
+            lambda session: log._audit_page(session, state, finding, fix), primary=fix
+        )
+        repaired += page
+        if progress is not None:
+            progress(min(state["at"], total), total)
+        if done:
+            break
+    checked = state["at"]
+    if not fix:
+        if size != checked:
+            finding.add(
+                min(size, checked),
+                f"the stored tree holds {size} leaves, but {checked} runs are sealed",
+            )
+        for level, top in maxima:
+            if (top + 1) << level > size:
+                finding.add(
+                    max(top << level, size),
+                    f"the stored tree holds node (level {level}, index {top}) beyond its "
+                    f"{size} leaves",
+                )
+    return LogAudit(checked, finding.position, finding.detail, repaired)
 
 
 def _leaf_hash(value: Digest) -> bytes:

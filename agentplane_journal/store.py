@@ -47,7 +47,7 @@ from .errors import (
     RunSealedError,
 )
 from .ids import DEFAULT_TENANT, CaseId, Digest, EffectKey, RunId, validate_tenant
-from .log import TenantLog
+from .log import LogAudit, TenantLog
 from .models import Journal, RunActivity, RunCancel, RunLease, RunOutcome, RunSeal
 from .record import Append, Record, check_exactly_once, verify_attested, verify_chain
 from .repository import (
@@ -633,6 +633,27 @@ class SqlJournalStore(Repository):
             return await self._log.consistency_proof(session, old_size)
 
         return await self._unit(unit, read_only=True)
+
+    async def audit_log(self, progress: Callable[[int, int], None] | None = None) -> LogAudit:
+        """Re-derive the stored Merkle tree from the seals; the first bad position is named.
+
+        Read-only, one transaction per :data:`~agentplane_journal.log.AUDIT_PAGE` leaves;
+        ``progress(done, total)`` after each. ``verify --all`` runs it.
+        """
+
+        async def unit(fn: Callable[[AsyncSession], Awaitable[Any]], primary: bool = False) -> Any:
+            return await self._unit(fn, read_only=True)
+
+        return await self._log.audit(unit, progress)
+
+    async def reindex_log(self, progress: Callable[[int, int], None] | None = None) -> LogAudit:
+        """Rebuild the stored tree where it disagrees with the seals (resumable; see
+        :meth:`TenantLog.reindex <agentplane_journal.log.TenantLog.reindex>`)."""
+
+        async def unit(fn: Callable[[AsyncSession], Awaitable[Any]], primary: bool = False) -> Any:
+            return await self._unit(fn)
+
+        return await self._log.reindex(unit, progress)
 
     async def inclusion_proof(self, run: RunId) -> Inclusion | None:
         """``Inclusion`` for a sealed run from one snapshot of the log; ``None`` if never sealed."""

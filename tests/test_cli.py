@@ -54,6 +54,7 @@ COMMANDS = (
     "prove",
     "consistency",
     "export",
+    "reindex-log",
 )
 SIGNER = Ed25519Signer("test-key", bytes(range(32)))
 TRUST = f"test-key={SIGNER.public_key.hex()}"

@@ -189,3 +189,57 @@ async def test_a_tampered_leaf_row_is_refused_by_its_inclusion_proof(
     await _tamper(store, "DELETE FROM log_tree WHERE tenant = :t AND level = 2")
     with pytest.raises(CorruptLogError, match="lacks node"):
         await store.checkpoint()
+
+
+async def test_audit_names_the_first_position_where_the_stored_tree_lies_and_reindex_repairs(
+    make_store: Callable[..., Any],
+) -> None:
+    store = await make_store()
+    items = sealed(heads(5000, salt=2))  # more than one audit page (4096 leaves)
+    await bulk_seal(store, items)
+    leaves = [leaf_hash(Digest(h)) for _, h, _, _ in items]
+    good = await store.checkpoint()
+    assert good.root == root(leaves)
+    seen: list[tuple[int, int]] = []
+    audit = await store.audit_log(lambda done, total: seen.append((done, total)))
+    assert audit.ok and audit.size == 5000 and seen[-1] == (5000, 5000) and len(seen) == 2
+    rows = await store.reindex_log()
+    assert rows.ok and rows.repaired == 0
+
+    cases = [
+        ("UPDATE log_tree SET hash = :h WHERE tenant = :t AND level = 0 AND idx = 4500", 4500),
+        ("UPDATE log_tree SET hash = :h WHERE tenant = :t AND level = 3 AND idx = 100", 800),
+        ("DELETE FROM log_tree WHERE tenant = :t AND level = 5 AND idx = 140", 140 * 32),
+        ("UPDATE log_tree SET run_id = NULL WHERE tenant = :t AND level = 0 AND idx = 4097", 4097),
+        (
+            "INSERT INTO log_tree (tenant, level, idx, hash) VALUES (:t, 2, 1250, :h)",
+            5000,
+        ),
+        ("DELETE FROM log_tree WHERE tenant = :t AND level = 0 AND idx = 4999", 4999),
+        (
+            "INSERT INTO run_seal (tenant, run_id, chain_head, log_index, sealed_at, outcome) "
+            "VALUES (:t, :r, :h, 100000, 0, 'x')",
+            5000,
+        ),
+    ]
+    for sql, position in cases:
+        extra = RunId.generate()
+        await _tamper(store, sql, h=bytes(32), r=str(extra))
+        audit = await store.audit_log()
+        assert (audit.ok, audit.first_bad) == (False, position), (sql, audit)
+        repaired = await store.reindex_log()
+        assert repaired.first_bad == position and repaired.repaired >= 1, (sql, repaired)
+        assert (await store.audit_log()).ok, sql
+        if "run_seal" in sql:  # a seal the tree missed is in the log now
+            leaves.append(leaf_hash(Digest(bytes(32))))
+            inc = await store.inclusion_proof(extra)
+            assert inc is not None and inc.index == 5000
+        cp = await store.checkpoint()
+        assert (cp.size, cp.root) == (len(leaves), root(leaves)), sql
+        # and the log goes on: a seal after the repair lands at the next position
+    run = RunId.generate()
+    lease = await store.acquire(run, "w", 60)
+    await store.append(lease.epoch, [admitted(run)])
+    leaves.append(leaf_hash(await store.seal(run, lease.epoch, "succeeded")))
+    assert (await store.checkpoint()).root == root(leaves)
+    assert (await store.audit_log()).ok
