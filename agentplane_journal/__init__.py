@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .canon import canonical_bytes
     from .checkpoint import Checkpoint, Inclusion
-    from .dialect import configure_engine
+    from .dialect import WRITE_TRANSACTION, begin_write, configure_engine
     from .engine import pgbouncer_connect_args
     from .errors import (
         BackendError,
@@ -30,6 +30,7 @@ if TYPE_CHECKING:
         SchemaOutOfDateError,
         SecretUnavailableError,
         StoreError,
+        TransactionEndedError,
     )
     from .ids import DEFAULT_TENANT, CaseId, Digest, EffectKey, RunId, validate_tenant
     from .merkle import (
@@ -78,6 +79,8 @@ _EXPORTS = {
     "canonical_bytes": "canon",
     "Checkpoint": "checkpoint",
     "Inclusion": "checkpoint",
+    "WRITE_TRANSACTION": "dialect",
+    "begin_write": "dialect",
     "configure_engine": "dialect",
     "pgbouncer_connect_args": "engine",
     "BackendError": "errors",
@@ -93,6 +96,7 @@ _EXPORTS = {
     "SchemaOutOfDateError": "errors",
     "SecretUnavailableError": "errors",
     "StoreError": "errors",
+    "TransactionEndedError": "errors",
     "DEFAULT_TENANT": "ids",
     "CaseId": "ids",
     "Digest": "ids",
@@ -181,9 +185,12 @@ __all__ = [
     "SqlJournalStore",
     "SqlPushStore",
     "StoreError",
+    "TransactionEndedError",
     "UnreadableRegistration",
     "Verifier",
+    "WRITE_TRANSACTION",
     "__version__",
+    "begin_write",
     "canonical_bytes",
     "configure_engine",
     "pgbouncer_connect_args",

@@ -2,7 +2,8 @@
 
 Everything else in the repository is dialect-agnostic SQLAlchemy. What lives here:
 
-* engine configuration (SQLite: WAL, busy timeout, ``BEGIN IMMEDIATE`` for writes);
+* engine configuration (SQLite: WAL, busy timeout, ``BEGIN IMMEDIATE`` for the
+  transactions that write through the store; see :func:`configure_engine`);
 * the dialect's ``insert`` (for ``ON CONFLICT``), ``greatest``/``least``;
 * where the run-conclusion ordinal comes from (a sequence, or a counter row);
 * reading a driver error: which constraint it names, and whether the connection was lost.
@@ -16,29 +17,43 @@ from typing import Any, Protocol
 from sqlalchemy import ColumnElement, Table, event, func, literal, select
 from sqlalchemy.dialects import postgresql as pg
 from sqlalchemy.dialects import sqlite
+from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 from sqlalchemy.sql.dml import Insert
 
 from .models import JournalCounter, RunOutcome, run_conclusion_ordinal
 
 __all__ = [
     "READ_ONLY",
+    "WRITE_TRANSACTION",
     "Dialect",
     "PostgresDialect",
     "SqliteDialect",
+    "begin_write",
     "configure_engine",
     "counter_next",
     "dialect_for",
 ]
 
-#: Execution option marking a read-only unit of work (SQLite begins it DEFERRED, not IMMEDIATE).
+#: Execution option marking a read-only unit of work. Transactions begin DEFERRED unless
+#: they ask for :data:`WRITE_TRANSACTION`, so this is the default; it wins over a write flag.
 READ_ONLY = "agentplane_journal_read_only"
+
+#: Execution option asking SQLite for a write transaction (``BEGIN IMMEDIATE``) on an engine
+#: configured by :func:`configure_engine`: the store's own write units set it, and so does
+#: :func:`begin_write`. A host can put it on an engine for a sessionmaker that writes:
+#: ``async_sessionmaker(engine.execution_options(**{WRITE_TRANSACTION: True}))``. Ignored on
+#: PostgreSQL.
+WRITE_TRANSACTION = "agentplane_journal_write"
 
 #: How long a SQLite writer waits for another process's write lock before giving up.
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 
 _CONFIGURED = "_agentplane_journal_configured"
+# In a pooled connection's ``info``: how its current transaction began ("immediate" or
+# "deferred"); cleared when the transaction ends.
+_BEGUN = "agentplane_journal_begun"
 
 
 class Dialect(Protocol):
@@ -66,6 +81,9 @@ class Dialect(Protocol):
 
     def connection_lost(self, exc: DBAPIError) -> bool:
         """Whether ``exc`` means the connection dropped (so a COMMIT's outcome is unknown)."""
+
+    def writable(self, conn: AsyncConnection) -> bool:
+        """Whether the transaction open on ``conn`` may take the store's writes safely."""
 
 
 def _driver(exc: DBAPIError) -> Any:
@@ -125,6 +143,11 @@ class PostgresDialect:
         # shutting down or terminated the backend) are no answer either.
         return sqlstate is None or sqlstate.startswith(("08", "57P"))
 
+    def writable(self, conn: AsyncConnection) -> bool:
+        # Row locks are taken statement by statement: any READ COMMITTED transaction can
+        # take the run mutex at any point.
+        return True
+
 
 class SqliteDialect:
     """SQLite through aiosqlite: one writer at a time, across processes, by ``BEGIN IMMEDIATE``."""
@@ -132,29 +155,47 @@ class SqliteDialect:
     name = "sqlite"
 
     def configure(self, engine: AsyncEngine) -> None:
-        sync_engine = engine.sync_engine
+        sync_engine = _unproxied(engine.sync_engine)
         if getattr(sync_engine, _CONFIGURED, False):
             return
+        opened = _pooled_connections(sync_engine)
+        if opened:
+            raise ValueError(_unconfigured_message(f"already opened {opened} connection(s)"))
 
         @event.listens_for(sync_engine, "connect")
-        def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        def _on_connect(dbapi_connection: Any, record: Any) -> None:
             # pysqlite's own transaction handling begins lazily (and DEFERRED), which loses
             # updates between processes and fails at once with SQLITE_BUSY_SNAPSHOT. Take
             # transactions into our own hands, and set the pragmas outside any transaction.
+            # foreign_keys is left as the host has it (SQLite's default: off); the journal
+            # declares no foreign keys.
             dbapi_connection.isolation_level = None
             cursor = dbapi_connection.cursor()
             cursor.execute("PRAGMA journal_mode=WAL")
             cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
-            cursor.execute("PRAGMA foreign_keys=ON")
             cursor.close()
+            record.info[_CONFIGURED] = True
 
         @event.listens_for(sync_engine, "begin")
         def _on_begin(connection: Any) -> None:
             # A write transaction takes the database's write lock when it starts, so two
             # writers (threads or processes) queue on busy_timeout instead of both reading
-            # the same chain head. Reads begin DEFERRED and never block a writer under WAL.
-            read_only = connection.get_execution_options().get(READ_ONLY, False)
-            connection.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
+            # the same chain head; a DEFERRED transaction that has read and then writes
+            # fails at once with SQLITE_BUSY(_SNAPSHOT) instead of waiting. Only the
+            # transactions that ask for it are IMMEDIATE: the store's own write units and
+            # begin_write(); every other transaction (the host's reads) stays DEFERRED and
+            # never blocks a writer under WAL.
+            if not connection.info.get(_CONFIGURED):
+                raise ValueError(_unconfigured_message("has a connection opened before it"))
+            options = connection.get_execution_options()
+            write = options.get(WRITE_TRANSACTION, False) and not options.get(READ_ONLY, False)
+            connection.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+            connection.info[_BEGUN] = "immediate" if write else "deferred"
+
+        @event.listens_for(sync_engine, "commit")
+        @event.listens_for(sync_engine, "rollback")
+        def _on_end(connection: Any) -> None:
+            connection.info.pop(_BEGUN, None)
 
         setattr(sync_engine, _CONFIGURED, True)
 
@@ -194,6 +235,13 @@ class SqliteDialect:
     def connection_lost(self, exc: DBAPIError) -> bool:
         return bool(exc.connection_invalidated)
 
+    def writable(self, conn: AsyncConnection) -> bool:
+        # A DEFERRED transaction that has already read holds a snapshot: its first write
+        # fails at once (SQLITE_BUSY_SNAPSHOT, or SQLITE_BUSY without waiting on
+        # busy_timeout) whenever another connection wrote or is writing. Only a transaction
+        # that took the write lock at BEGIN is safe under concurrency.
+        return bool(conn.sync_connection.info.get(_BEGUN) == "immediate")
+
 
 # Stateless, so one of each: the repository caches statements per dialect object.
 _POSTGRES = PostgresDialect()
@@ -228,7 +276,69 @@ def configure_engine(engine: AsyncEngine) -> AsyncEngine:
     """Install the store's settings on a host application's engine (idempotent).
 
     Call it right after creating the engine, before it opens connections: SQLite's settings
-    apply as each connection opens.
+    apply as each connection opens, and an engine that already pooled connections is refused
+    (``ValueError``) rather than left half configured. What it changes, on SQLite only:
+
+    * each new connection: pysqlite's own transaction handling is switched off
+      (``isolation_level = None``; SQLAlchemy's ``BEGIN`` starts every transaction, reads
+      included), ``PRAGMA journal_mode=WAL`` (a property of the database file, which stays)
+      and ``PRAGMA busy_timeout=30000``;
+    * each transaction: ``BEGIN`` (DEFERRED, SQLite's default) unless its connection has the
+      :data:`WRITE_TRANSACTION` execution option, then ``BEGIN IMMEDIATE``.
+
+    ``foreign_keys`` and everything else stay as the host has them. On PostgreSQL nothing
+    is changed.
     """
     dialect_for(engine).configure(engine)
     return engine
+
+
+async def begin_write(session: AsyncSession) -> AsyncConnection:
+    """Begin ``session``'s transaction as a write transaction; return its connection.
+
+    On SQLite that is ``BEGIN IMMEDIATE`` (the engine must be configured by
+    :func:`configure_engine`, or be a store's): the transaction holds the write lock from its
+    first statement, so the host may read, then write its rows and append through the store
+    (``session=``) without SQLITE_BUSY under concurrency. On PostgreSQL it is an ordinary
+    ``BEGIN``. Call it first thing in a request that writes; a session whose transaction
+    already has a connection is refused (``ValueError``), since it can no longer change how
+    it began.
+    """
+    if not isinstance(session, AsyncSession):
+        raise TypeError(f"session must be an AsyncSession, not {type(session).__name__}")
+    transaction = session.sync_session.get_transaction()
+    if transaction is not None and getattr(transaction, "_connections", None):
+        raise ValueError(
+            "begin_write(session) must come before the transaction's first statement; "
+            "this session's transaction already has a connection"
+        )
+    return await session.connection(execution_options={WRITE_TRANSACTION: True})
+
+
+def _unproxied(sync_engine: Engine) -> Engine:
+    # engine.execution_options(...) makes an OptionEngine that shares the parent's pool and
+    # events; configuration belongs to the parent.
+    return getattr(sync_engine, "_proxied", sync_engine)
+
+
+def is_configured(sync_engine: Engine) -> bool:
+    """Whether :func:`configure_engine` (or a store) has configured this SQLite engine."""
+    return bool(getattr(_unproxied(sync_engine), _CONFIGURED, False))
+
+
+def _pooled_connections(sync_engine: Engine) -> int:
+    pool = sync_engine.pool
+    try:
+        return int(pool.checkedin()) + int(pool.checkedout())  # type: ignore[attr-defined]
+    except AttributeError:  # pools without counts; the begin listener catches their strays
+        return 0
+
+
+def _unconfigured_message(what: str) -> str:
+    return (
+        f"this SQLite engine {what} before agentplane_journal configured it: those "
+        "connections lack WAL, busy_timeout and the write-transaction BEGIN the store "
+        "relies on. Call agentplane_journal.configure_engine(engine) right after "
+        "create_async_engine(), before the engine's first use (or build the store on it "
+        "first), or `await engine.dispose()` before configuring it"
+    )

@@ -32,6 +32,7 @@ __all__ = [
     "SchemaOutOfDateError",
     "SecretUnavailableError",
     "StoreError",
+    "TransactionEndedError",
 ]
 
 
@@ -192,4 +193,22 @@ class CorruptRegistrationError(StoreError):
         self.detail = detail
         super().__init__(
             f"push registration {config_id!r} of task {task_id!r} is unreadable: {detail}"
+        )
+
+
+class TransactionEndedError(StoreError):
+    """``append_atomic``'s ``work`` ended the transaction that held the run mutex.
+
+    ``session.commit()``, ``rollback()`` or ``close()`` inside ``work`` releases the run mutex
+    and the fence the append was checked under, so the batch is refused: nothing of it was
+    appended. Whatever ``work`` committed itself before that stays committed.
+    """
+
+    def __init__(self, run: RunId) -> None:
+        self.run = _run(run)
+        super().__init__(
+            f"append_atomic's work ended the transaction on run {self.run} (it called "
+            "session.commit(), rollback() or close()), which released the run mutex and the "
+            "fence; nothing of its batch was appended. Return the appends and let the store "
+            "end the transaction (or, in your own session, pass session= and commit yourself)"
         )

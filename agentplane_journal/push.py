@@ -95,13 +95,33 @@ class PushStore(Protocol):
     tenant: str
 
     def for_tenant(self, name: str) -> PushStore: ...
-    async def put(self, config: PushConfig, next_seq: int) -> None: ...
-    async def get(self, task: RunId, id: str) -> PushConfig | None: ...
-    async def list(self, task: RunId) -> builtins.list[PushConfig]: ...
-    async def due(self, at: int, limit: int) -> builtins.list[PushRegistration]: ...
-    async def advance(self, task: RunId, id: str, next_seq: int) -> None: ...
-    async def retry(self, task: RunId, id: str, next_attempt_at: int, error: str) -> None: ...
-    async def delete(self, task: RunId, id: str) -> None: ...
+    async def put(
+        self, config: PushConfig, next_seq: int, *, session: AsyncSession | None = None
+    ) -> None: ...
+    async def get(
+        self, task: RunId, id: str, *, session: AsyncSession | None = None
+    ) -> PushConfig | None: ...
+    async def list(
+        self, task: RunId, *, session: AsyncSession | None = None
+    ) -> builtins.list[PushConfig]: ...
+    async def due(
+        self, at: int, limit: int, *, session: AsyncSession | None = None
+    ) -> builtins.list[PushRegistration]: ...
+    async def advance(
+        self, task: RunId, id: str, next_seq: int, *, session: AsyncSession | None = None
+    ) -> None: ...
+    async def retry(
+        self,
+        task: RunId,
+        id: str,
+        next_attempt_at: int,
+        error: str,
+        *,
+        session: AsyncSession | None = None,
+    ) -> None: ...
+    async def delete(
+        self, task: RunId, id: str, *, session: AsyncSession | None = None
+    ) -> None: ...
 
 
 class _Row(NamedTuple):
@@ -271,21 +291,23 @@ class SqlPushStore(Repository):
             logsafe.scrub(exc)
             raise
 
-    async def _read(self, stmt: Any) -> Sequence[Any]:
+    async def _read(self, stmt: Any, session: AsyncSession | None) -> Sequence[Any]:
         async def unit(session: AsyncSession) -> Sequence[Any]:
             return (await session.execute(stmt)).all()
 
-        return await self._unit(unit, read_only=True)
+        return await self._unit(unit, read_only=True, session=session)
 
-    async def _write(self, stmt: Any) -> None:
+    async def _write(self, stmt: Any, session: AsyncSession | None) -> None:
         async def unit(session: AsyncSession) -> None:
             await session.execute(stmt)
 
-        await self._unit(unit)
+        await self._unit(unit, session=session)
 
     # -- the contract -------------------------------------------------------------------
 
-    async def put(self, config: PushConfig, next_seq: int) -> None:
+    async def put(
+        self, config: PushConfig, next_seq: int, *, session: AsyncSession | None = None
+    ) -> None:
         """Register ``config``, or replace its url and secrets while keeping its cursor.
 
         A new registration starts at ``next_seq``; an existing one keeps its own (the
@@ -328,9 +350,11 @@ class SqlPushStore(Repository):
                 "last_error": None,
             },
         )
-        await self._write(stmt)
+        await self._write(stmt, session)
 
-    async def get(self, task: RunId | str, id: str) -> PushConfig | None:
+    async def get(
+        self, task: RunId | str, id: str, *, session: AsyncSession | None = None
+    ) -> PushConfig | None:
         """One registration's configuration, or ``None``.
 
         A row that cannot be read raises its reason (:class:`SecretUnavailableError`,
@@ -338,10 +362,12 @@ class SqlPushStore(Repository):
         claim it is not registered.
         """
         task_id, config_id = str(check_run(task, "task")), _check_config_id(id)
-        rows = await self._read(select(*_COLUMNS).where(self._where(task_id, config_id)))
+        rows = await self._read(select(*_COLUMNS).where(self._where(task_id, config_id)), session)
         return self._config(rows[0]) if rows else None
 
-    async def list(self, task: RunId | str) -> PushListing[PushConfig]:
+    async def list(
+        self, task: RunId | str, *, session: AsyncSession | None = None
+    ) -> PushListing[PushConfig]:
         """Every readable registration of ``task``, ordered by config id.
 
         Rows that cannot be read are left out and named in ``.unavailable`` (and logged).
@@ -354,14 +380,16 @@ class SqlPushStore(Repository):
         )
         good: builtins.list[PushConfig] = []
         bad: builtins.list[UnreadableRegistration] = []
-        for row in await self._read(stmt):
+        for row in await self._read(stmt, session):
             try:
                 good.append(self._config(row))
             except StoreError as exc:
                 bad.append(self._unreadable(row, exc, "left out of list()"))
         return PushListing(good, bad)
 
-    async def due(self, at: int, limit: int) -> PushListing[PushRegistration]:
+    async def due(
+        self, at: int, limit: int, *, session: AsyncSession | None = None
+    ) -> PushListing[PushRegistration]:
         """Registrations due at ``at``, by (next_attempt_at, task, config id), at most ``limit``.
 
         A row that cannot be read (a secret that does not open, a corrupt column) does not
@@ -416,10 +444,12 @@ class SqlPushStore(Repository):
                 after = (last.next_attempt_at, last.task_id, last.config_id)
                 stmt = base.where(tuple_(*order) > tuple_(*after))
 
-        await self._unit(unit, read_only=True)
+        await self._unit(unit, read_only=True, session=session)
         return PushListing(good, bad)
 
-    async def advance(self, task: RunId | str, id: str, next_seq: int) -> None:
+    async def advance(
+        self, task: RunId | str, id: str, next_seq: int, *, session: AsyncSession | None = None
+    ) -> None:
         """Record an acknowledgement: cursor = max(cursor, ``next_seq``); reset the backoff.
 
         A lower ``next_seq`` (a late, duplicate acknowledgement) leaves the cursor but still
@@ -437,10 +467,19 @@ class SqlPushStore(Repository):
                 attempts=0,
                 next_attempt_at=0,
                 last_error=None,
-            )
+            ),
+            session,
         )
 
-    async def retry(self, task: RunId | str, id: str, next_attempt_at: int, error: str) -> None:
+    async def retry(
+        self,
+        task: RunId | str,
+        id: str,
+        next_attempt_at: int,
+        error: str,
+        *,
+        session: AsyncSession | None = None,
+    ) -> None:
         """Record a failed delivery: one more attempt, due again at ``next_attempt_at``.
 
         The cursor is untouched. ``error`` is kept (cut to :data:`MAX_ERROR_BYTES`). An unknown
@@ -455,15 +494,18 @@ class SqlPushStore(Repository):
         await self._write(
             update(PushDelivery)
             .where(self._where(task_id, config_id))
-            .values(attempts=attempts, next_attempt_at=next_attempt_at, last_error=error)
+            .values(attempts=attempts, next_attempt_at=next_attempt_at, last_error=error),
+            session,
         )
 
-    async def delete(self, task: RunId | str, id: str) -> None:
+    async def delete(
+        self, task: RunId | str, id: str, *, session: AsyncSession | None = None
+    ) -> None:
         """Remove a registration; removing one that is not there is fine."""
         task_id, config_id = str(check_run(task, "task")), _check_config_id(id)
-        await self._write(delete(PushDelivery).where(self._where(task_id, config_id)))
+        await self._write(delete(PushDelivery).where(self._where(task_id, config_id)), session)
 
-    async def reseal(self) -> ResealReport:
+    async def reseal(self, *, session: AsyncSession | None = None) -> ResealReport:
         """Re-seal this tenant's secrets under the current key and format; report what it did.
 
         After adding a new current key to the keyring, this moves rows off the old key,
@@ -482,7 +524,9 @@ class SqlPushStore(Repository):
                 "reseal() seals under the store's current key, and this store has none; "
                 "open it with secret_key= or keyring="
             )
-        rows = await self._read(select(*_COLUMNS).where(PushDelivery.tenant == self.tenant))
+        rows = await self._read(
+            select(*_COLUMNS).where(PushDelivery.tenant == self.tenant), session
+        )
         resealed = current = changed = 0
         bad: builtins.list[UnreadableRegistration] = []
         for row in rows:
@@ -516,7 +560,7 @@ class SqlPushStore(Repository):
                 )
                 return int(result.rowcount or 0)  # type: ignore[attr-defined]
 
-            if await self._unit(unit):
+            if await self._unit(unit, session=session):
                 resealed += 1
             else:
                 changed += 1

@@ -5,6 +5,13 @@ driver errors into the contract's errors, keeping the driver's exception as ``__
 A connection lost during COMMIT is :class:`CommitUnknownError` (it may have landed); any
 other driver error is :class:`BackendError` unless the caller names a constraint it expects.
 
+Given the host's ``session=``, the same choke point runs the unit inside the host's current
+transaction instead, in a SAVEPOINT, and commits nothing: the host commits or rolls back, so
+the store's rows go with the host's. A unit that fails rolls back to its savepoint, which
+undoes only the store's part (and on PostgreSQL drops the row locks it took, the run mutex
+among them), so the host's transaction stays usable and the host decides. ``RELEASE`` keeps
+the locks to the host's COMMIT, as the guarantees need.
+
 The argument checks live here too: bad input is refused with ``ValueError``/``TypeError``
 before a connection is taken.
 """
@@ -21,16 +28,24 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Self, TypeVar
 
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import DBAPIError, UnboundExecutionError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
-from .dialect import READ_ONLY, Dialect, dialect_for
+from .dialect import READ_ONLY, WRITE_TRANSACTION, Dialect, dialect_for, is_configured
 from .engine import create_engine
 from .errors import BackendError, CommitUnknownError, SchemaOutOfDateError, StoreError
 from .ids import DEFAULT_TENANT, RunId, validate_tenant
 from .migrate import HEAD_REVISION, check_revision
 
-__all__ = ["Repository", "check_int", "check_run", "check_text", "check_ttl"]
+__all__ = [
+    "Repository",
+    "TransactionAnchor",
+    "check_int",
+    "check_run",
+    "check_text",
+    "check_ttl",
+]
 
 log = logging.getLogger("agentplane_journal.repository")
 
@@ -244,6 +259,7 @@ class Repository:
         read_only: bool = False,
         primary: bool = False,
         translate: Callable[[DBAPIError], StoreError | None] | None = None,
+        session: AsyncSession | None = None,
     ) -> T:
         """Run ``fn`` in one transaction and commit it, translating driver errors once, here.
 
@@ -252,15 +268,20 @@ class Repository:
         one, unless ``primary``: a read whose answer a writer acts on must see the latest
         commit. (The fence, the head and the log counter of a write are read inside the write
         transaction itself, which is never read-only.)
+        With ``session`` (the host's), ``fn`` runs in that session's transaction instead and
+        nothing is committed: see :meth:`_host_unit`.
         """
+        if session is not None:
+            return await self._host_unit(session, fn, read_only=read_only, translate=translate)
         await self._ready()
         shared = self._shared
         replica = read_only and not primary and shared.read_sessions is not None
         session = (shared.read_sessions if replica else shared.sessions)()  # type: ignore[misc]
         stage = "statement"
         try:
-            if read_only:
-                await session.connection(execution_options={READ_ONLY: True})
+            if not read_only:
+                # SQLite: BEGIN IMMEDIATE, the write lock before the first read.
+                await session.connection(execution_options={WRITE_TRANSACTION: True})
             try:
                 result = await fn(session)
             except _Rollback as rollback:
@@ -285,10 +306,7 @@ class Repository:
             await _quiet_rollback(session)
             if stage == "commit" and self._shared.dialect.connection_lost(exc):
                 raise CommitUnknownError(describe(exc)) from exc
-            mapped = translate(exc) if translate else None
-            if mapped is not None:
-                raise mapped from exc
-            raise BackendError(describe(exc)) from exc
+            raise self._translated(exc, translate) from exc
         except OSError as exc:
             await _quiet_rollback(session)
             raise BackendError(f"cannot reach the database: {exc}") from exc
@@ -297,6 +315,138 @@ class Repository:
             raise
         finally:
             await session.close()
+
+    async def _host_unit(
+        self,
+        session: AsyncSession,
+        fn: Callable[[AsyncSession], Awaitable[T]],
+        *,
+        read_only: bool,
+        translate: Callable[[DBAPIError], StoreError | None] | None,
+    ) -> T:
+        """Run ``fn`` in the host's transaction, in a SAVEPOINT, committing nothing.
+
+        The host's transaction is begun if none is open (on SQLite as a write transaction
+        when the unit writes). Errors are the same as in the store's own units, except that
+        :class:`CommitUnknownError` cannot arise here: the host commits, and a lost COMMIT is
+        the host's to treat as unknown. A unit that fails has rolled back to its savepoint.
+        """
+        self._check_session(session)
+        await self._ready()
+        try:
+            transaction = session.sync_session.get_transaction()
+            fresh = transaction is None or not getattr(transaction, "_connections", None)
+            options = {WRITE_TRANSACTION: True} if fresh and not read_only else None
+            conn = await session.connection(execution_options=options)
+            if not read_only and not self._dialect.writable(conn):
+                raise ValueError(
+                    "this SQLite transaction began as a read (BEGIN DEFERRED) and has already "
+                    "run statements: its first write would fail at once with 'database is "
+                    "locked' whenever another connection writes. Begin the session's "
+                    "transaction with `await agentplane_journal.begin_write(session)` (or let "
+                    "the store's call be its first statement)"
+                )
+            savepoint = await session.begin_nested()
+        except DBAPIError as exc:
+            raise self._translated(exc, translate) from exc
+        except OSError as exc:
+            raise BackendError(f"cannot reach the database: {exc}") from exc
+        try:
+            try:
+                result = await fn(session)
+            except _Rollback as rollback:
+                await savepoint.rollback()
+                return rollback.value  # type: ignore[return-value]
+            await savepoint.commit()
+            return result
+        except _Passthrough as passthrough:
+            await _quiet_rollback(savepoint)
+            raise passthrough.error from None
+        except DBAPIError as exc:
+            await _quiet_rollback(savepoint)
+            raise self._translated(exc, translate) from exc
+        except OSError as exc:
+            await _quiet_rollback(savepoint)
+            raise BackendError(f"cannot reach the database: {exc}") from exc
+        except BaseException:
+            await _quiet_rollback(savepoint)
+            raise
+
+    def _translated(
+        self, exc: DBAPIError, translate: Callable[[DBAPIError], StoreError | None] | None
+    ) -> StoreError:
+        mapped = translate(exc) if translate else None
+        return mapped if mapped is not None else BackendError(describe(exc))
+
+    def _check_session(self, session: object) -> None:
+        """Refuse a host session that is not an AsyncSession on this store's database."""
+        if not isinstance(session, AsyncSession):
+            raise TypeError(
+                f"session must be an sqlalchemy AsyncSession, not {type(session).__name__}"
+            )
+        try:
+            bind = session.sync_session.get_bind()
+        except UnboundExecutionError:
+            raise ValueError(
+                "session has no bind: give it this store's engine (AsyncSession(engine) or "
+                "async_sessionmaker(engine))"
+            ) from None
+        engine: Engine = bind.engine if isinstance(bind, Connection) else bind
+        ours = self._shared.engine.sync_engine
+        if engine.pool is ours.pool:
+            return
+        if engine.dialect.name != ours.dialect.name or _database(engine) != _database(ours):
+            raise ValueError(
+                "session is bound to "
+                f"{engine.url.render_as_string(hide_password=True)!r}, but this store runs on "
+                f"{ours.url.render_as_string(hide_password=True)!r}: the store can only write "
+                "in a transaction on its own database"
+            )
+        if ours.dialect.name == "sqlite" and not is_configured(engine):
+            raise ValueError(
+                "session is bound to another engine on this SQLite database that "
+                "agentplane_journal has not configured: call "
+                "agentplane_journal.configure_engine(engine) right after creating it (or "
+                "build the store on that engine)"
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionAnchor:
+    """The transaction a unit took the run mutex in, to check it still is the session's.
+
+    ``session.commit()``, ``rollback()`` or ``close()`` inside a host callback ends it: the
+    run mutex and the fence are gone, and nothing may be written on their strength.
+    """
+
+    root: Any
+    innermost: Any
+    connection: Any
+
+    @classmethod
+    async def take(cls, session: AsyncSession) -> TransactionAnchor:
+        conn = await session.connection()
+        sync = session.sync_session
+        return cls(sync.get_transaction(), sync.get_nested_transaction(), conn.sync_connection)
+
+    async def intact(self, session: AsyncSession) -> bool:
+        """Whether the anchored transaction (and savepoint) is still open on this session."""
+        root = session.sync_session.get_transaction()
+        if root is None or root is not self.root or not root.is_active:
+            return False
+        if self.innermost is not None and not self.innermost.is_active:
+            return False
+        conn = await session.connection()  # the transaction is open: no autobegin here
+        return conn.sync_connection is self.connection and not conn.invalidated
+
+
+def _database(engine: Engine) -> str | None:
+    """What names the database an engine reaches (a SQLite file's real path, or its name)."""
+    name = engine.url.database
+    if engine.dialect.name == "sqlite" and name and name != ":memory:":
+        if not name.startswith("file:"):
+            return os.path.realpath(name)
+    return name
 
 
 def describe(exc: DBAPIError) -> str:
@@ -307,7 +457,8 @@ def describe(exc: DBAPIError) -> str:
     return f"{type(driver).__name__}{f' [{code}]' if code else ''}: {text}"
 
 
-async def _quiet_rollback(session: AsyncSession) -> None:
+async def _quiet_rollback(session: Any) -> None:
+    """Roll back a session or a savepoint, ignoring a connection that is already gone."""
     try:
         await session.rollback()
     except Exception:  # the connection may already be gone; the pool discards it

@@ -45,6 +45,7 @@ from .errors import (
     FencedError,
     LeaseHeldError,
     RunSealedError,
+    TransactionEndedError,
 )
 from .ids import DEFAULT_TENANT, CaseId, Digest, EffectKey, RunId, validate_tenant
 from .log import LogAudit, TenantLog
@@ -52,6 +53,7 @@ from .models import Journal, RunActivity, RunCancel, RunLease, RunOutcome, RunSe
 from .record import Append, Record, check_exactly_once, verify_attested, verify_chain
 from .repository import (
     Repository,
+    TransactionAnchor,
     _Passthrough,
     _Rollback,
     check_int,
@@ -91,31 +93,66 @@ class JournalStore(Protocol):
     tenant: str
 
     def for_tenant(self, name: str) -> JournalStore: ...
-    async def append(self, epoch: int, batch: Sequence[Append]) -> list[Record]: ...
+    async def append(
+        self, epoch: int, batch: Sequence[Append], *, session: AsyncSession | None = None
+    ) -> list[Record]: ...
     async def append_atomic(
         self,
         run: RunId,
         epoch: int,
         work: Callable[[AsyncSession], Awaitable[Iterable[Append]]],
+        *,
+        session: AsyncSession | None = None,
     ) -> list[Record]: ...
-    async def read(self, run: RunId, from_seq: int = 1) -> list[Record]: ...
-    async def head(self, run: RunId) -> Head: ...
-    async def acquire(self, run: RunId, owner: str, ttl: int) -> Lease: ...
-    async def release_lease(self, run: RunId, epoch: int) -> None: ...
-    async def seal(self, run: RunId, epoch: int, outcome: str) -> Digest: ...
-    async def sealed_runs(self) -> list[tuple[RunId, Digest]]: ...
-    async def checkpoint(self) -> Checkpoint: ...
-    async def consistency_proof(self, old_size: int) -> list[Digest]: ...
-    async def inclusion_proof(self, run: RunId) -> Inclusion | None: ...
-    async def runs_by_outcome(self, outcome: str, limit: int) -> list[RunId]: ...
+    async def read(
+        self, run: RunId, from_seq: int = 1, *, session: AsyncSession | None = None
+    ) -> list[Record]: ...
+    async def head(self, run: RunId, *, session: AsyncSession | None = None) -> Head: ...
+    async def acquire(
+        self, run: RunId, owner: str, ttl: int, *, session: AsyncSession | None = None
+    ) -> Lease: ...
+    async def release_lease(
+        self, run: RunId, epoch: int, *, session: AsyncSession | None = None
+    ) -> None: ...
+    async def seal(
+        self, run: RunId, epoch: int, outcome: str, *, session: AsyncSession | None = None
+    ) -> Digest: ...
+    async def sealed_runs(
+        self, *, session: AsyncSession | None = None
+    ) -> list[tuple[RunId, Digest]]: ...
+    async def checkpoint(self, *, session: AsyncSession | None = None) -> Checkpoint: ...
+    async def consistency_proof(
+        self, old_size: int, *, session: AsyncSession | None = None
+    ) -> list[Digest]: ...
+    async def inclusion_proof(
+        self, run: RunId, *, session: AsyncSession | None = None
+    ) -> Inclusion | None: ...
+    async def runs_by_outcome(
+        self, outcome: str, limit: int, *, session: AsyncSession | None = None
+    ) -> list[RunId]: ...
     async def recent_runs(
-        self, after: tuple[RunId, int] | None = None, limit: int = 100
+        self,
+        after: tuple[RunId, int] | None = None,
+        limit: int = 100,
+        *,
+        session: AsyncSession | None = None,
     ) -> list[tuple[RunId, int]]: ...
-    async def case_history(self, case: CaseId, limit: int) -> list[Record]: ...
-    async def request_cancel(self, run: RunId, actor: str, reason: str) -> bool: ...
-    async def cancellation(self, run: RunId) -> Cancellation | None: ...
+    async def case_history(
+        self, case: CaseId, limit: int, *, session: AsyncSession | None = None
+    ) -> list[Record]: ...
+    async def request_cancel(
+        self, run: RunId, actor: str, reason: str, *, session: AsyncSession | None = None
+    ) -> bool: ...
+    async def cancellation(
+        self, run: RunId, *, session: AsyncSession | None = None
+    ) -> Cancellation | None: ...
     async def verify(
-        self, run: RunId, verifier: Verifier | None = None, require_signature: bool = False
+        self,
+        run: RunId,
+        verifier: Verifier | None = None,
+        require_signature: bool = False,
+        *,
+        session: AsyncSession | None = None,
     ) -> Digest: ...
 
 
@@ -361,7 +398,9 @@ class SqlJournalStore(Repository):
             )
         return records
 
-    async def append(self, epoch: int, batch: Sequence[Append]) -> list[Record]:
+    async def append(
+        self, epoch: int, batch: Sequence[Append], *, session: AsyncSession | None = None
+    ) -> list[Record]:
         """Write a batch of one run's records in one transaction: all or nothing.
 
         Fence first (a run with a lease row accepts only its current epoch, and a released
@@ -376,13 +415,15 @@ class SqlJournalStore(Repository):
             state = await self._lock_run(session, run, epoch)
             return await self._write_batch(session, run, epoch, state, items)
 
-        return await self._unit(work)
+        return await self._unit(work, session=session)
 
     async def append_atomic(
         self,
         run: RunId,
         epoch: int,
         work: Callable[[AsyncSession], Awaitable[Iterable[Append]]],
+        *,
+        session: AsyncSession | None = None,
     ) -> list[Record]:
         """Run ``work(session)`` inside the append's transaction, then append what it returns.
 
@@ -400,11 +441,15 @@ class SqlJournalStore(Repository):
             state = await self._lock_run(session, run, epoch)
             if state.sealed_outcome is not None:
                 raise RunSealedError(run, state.sealed_outcome)
+            anchor = await TransactionAnchor.take(session)
             try:
                 returned = await work(session)
                 items, batch_run = self._check_batch(returned if returned is not None else [])
             except Exception as error:
                 raise _Passthrough(error) from None
+            if not await anchor.intact(session):
+                # work committed, rolled back or closed: the mutex and the fence are gone.
+                raise _Passthrough(TransactionEndedError(run))
             if batch_run is not None and batch_run != run:
                 raise _Passthrough(
                     ValueError(f"work returned appends for {batch_run}, but the unit is for {run}")
@@ -412,11 +457,13 @@ class SqlJournalStore(Repository):
             await session.flush()
             return await self._write_batch(session, run, epoch, state, items)
 
-        return await self._unit(unit)
+        return await self._unit(unit, session=session)
 
     # -- reading -----------------------------------------------------------------------
 
-    async def read(self, run: RunId, from_seq: int = 1) -> list[Record]:
+    async def read(
+        self, run: RunId, from_seq: int = 1, *, session: AsyncSession | None = None
+    ) -> list[Record]:
         """The run's records from ``from_seq`` (inclusive; 0 reads like 1), hash-checked."""
         run = check_run(run)
         from_seq = check_int(from_seq, "from_seq")
@@ -429,9 +476,9 @@ class SqlJournalStore(Repository):
         async def unit(session: AsyncSession) -> list[Record]:
             return [record_from_row(row) for row in await session.execute(stmt)]
 
-        return await self._unit(unit, read_only=True)
+        return await self._unit(unit, read_only=True, session=session)
 
-    async def head(self, run: RunId) -> Head:
+    async def head(self, run: RunId, *, session: AsyncSession | None = None) -> Head:
         """``Head(seq, hash)``; an unwritten run is ``Head(0, Digest.ZERO)``.
 
         The last row is re-hashed and checked against its columns like any read, so a
@@ -447,9 +494,11 @@ class SqlJournalStore(Repository):
             record = record_from_row(row)
             return Head(record.seq, record.hash)
 
-        return await self._unit(unit, read_only=True, primary=True)
+        return await self._unit(unit, read_only=True, primary=True, session=session)
 
-    async def case_history(self, case: CaseId, limit: int) -> list[Record]:
+    async def case_history(
+        self, case: CaseId, limit: int, *, session: AsyncSession | None = None
+    ) -> list[Record]:
         """Every record naming ``case``, from any run, by run id then seq, hash-checked."""
         if isinstance(case, str):
             case = CaseId.parse(case)
@@ -466,10 +515,15 @@ class SqlJournalStore(Repository):
         async def unit(session: AsyncSession) -> list[Record]:
             return [record_from_row(row) for row in await session.execute(stmt)]
 
-        return await self._unit(unit, read_only=True)
+        return await self._unit(unit, read_only=True, session=session)
 
     async def verify(
-        self, run: RunId, verifier: Verifier | None = None, require_signature: bool = False
+        self,
+        run: RunId,
+        verifier: Verifier | None = None,
+        require_signature: bool = False,
+        *,
+        session: AsyncSession | None = None,
     ) -> Digest:
         """Check the whole run and return its head digest; the first bad seq is named.
 
@@ -493,7 +547,7 @@ class SqlJournalStore(Repository):
             records = [record_from_row(row) for row in await session.execute(records_stmt)]
             return sealed, records
 
-        sealed, records = await self._unit(unit, read_only=True)
+        sealed, records = await self._unit(unit, read_only=True, session=session)
         if records and records[0].seq != 1:
             raise CorruptRecordError(
                 records[0].seq, f"sequence gap: expected 1, found {records[0].seq}"
@@ -520,7 +574,9 @@ class SqlJournalStore(Repository):
 
     # -- leases ------------------------------------------------------------------------
 
-    async def acquire(self, run: RunId, owner: str, ttl: int | timedelta) -> Lease:
+    async def acquire(
+        self, run: RunId, owner: str, ttl: int | timedelta, *, session: AsyncSession | None = None
+    ) -> Lease:
         """Take, renew or take over the run's lease; ``ttl`` in whole seconds (at least 1).
 
         No lease: epoch 1. Expired or released: epoch + 1, for the same owner too. Live and
@@ -565,9 +621,11 @@ class SqlJournalStore(Repository):
                     raise LeaseHeldError(run, held.owner, int(held.epoch), held.expires_at - now)
             raise BackendError(f"the lease of {run} kept changing while acquiring it; retry")
 
-        return await self._unit(unit)
+        return await self._unit(unit, session=session)
 
-    async def release_lease(self, run: RunId, epoch: int) -> None:
+    async def release_lease(
+        self, run: RunId, epoch: int, *, session: AsyncSession | None = None
+    ) -> None:
         """Free the lease now if ``epoch`` is current; otherwise a silent no-op. Idempotent.
 
         An update, never a delete: the epoch stays in the row, so the next acquire gets
@@ -588,11 +646,13 @@ class SqlJournalStore(Repository):
         async def unit(session: AsyncSession) -> None:
             await session.execute(stmt)
 
-        await self._unit(unit)
+        await self._unit(unit, session=session)
 
     # -- sealing and the log -----------------------------------------------------------
 
-    async def seal(self, run: RunId, epoch: int, outcome: str) -> Digest:
+    async def seal(
+        self, run: RunId, epoch: int, outcome: str, *, session: AsyncSession | None = None
+    ) -> Digest:
         """Freeze the run into this tenant's Merkle log at its current head; return the head.
 
         Fenced like an append, and atomic with its head read under the run mutex. First seal
@@ -611,28 +671,32 @@ class SqlJournalStore(Repository):
             await self._log.append(session, [leaf])
             return state.head_hash
 
-        return await self._unit(unit)
+        return await self._unit(unit, session=session)
 
-    async def sealed_runs(self) -> list[tuple[RunId, Digest]]:
+    async def sealed_runs(
+        self, *, session: AsyncSession | None = None
+    ) -> list[tuple[RunId, Digest]]:
         """This tenant's log in order, from one snapshot: ``(run, sealed chain head)`` per leaf.
 
         An auditor's index: position ``i`` is leaf ``i``, so every run's current head can be
         compared with the head the log committed to, in one read of the log.
         """
-        return await self._unit(self._log.sealed_runs, read_only=True)
+        return await self._unit(self._log.sealed_runs, read_only=True, session=session)
 
-    async def checkpoint(self) -> Checkpoint:
+    async def checkpoint(self, *, session: AsyncSession | None = None) -> Checkpoint:
         """``Checkpoint(origin, size, root)`` over this tenant's sealed runs in log order."""
-        return await self._unit(self._log.checkpoint, read_only=True)
+        return await self._unit(self._log.checkpoint, read_only=True, session=session)
 
-    async def consistency_proof(self, old_size: int) -> list[Digest]:
+    async def consistency_proof(
+        self, old_size: int, *, session: AsyncSession | None = None
+    ) -> list[Digest]:
         """RFC 6962 proof that the log of ``old_size`` is a prefix of the current one."""
         old_size = check_int(old_size, "old_size")
 
         async def unit(session: AsyncSession) -> list[Digest]:
             return await self._log.consistency_proof(session, old_size)
 
-        return await self._unit(unit, read_only=True)
+        return await self._unit(unit, read_only=True, session=session)
 
     async def audit_log(self, progress: Callable[[int, int], None] | None = None) -> LogAudit:
         """Re-derive the stored Merkle tree from the seals; the first bad position is named.
@@ -655,18 +719,22 @@ class SqlJournalStore(Repository):
 
         return await self._log.reindex(unit, progress)
 
-    async def inclusion_proof(self, run: RunId) -> Inclusion | None:
+    async def inclusion_proof(
+        self, run: RunId, *, session: AsyncSession | None = None
+    ) -> Inclusion | None:
         """``Inclusion`` for a sealed run from one snapshot of the log; ``None`` if never sealed."""
         run = check_run(run)
 
         async def unit(session: AsyncSession) -> Inclusion | None:
             return await self._log.inclusion_proof(session, run)
 
-        return await self._unit(unit, read_only=True)
+        return await self._unit(unit, read_only=True, session=session)
 
     # -- indexes -----------------------------------------------------------------------
 
-    async def runs_by_outcome(self, outcome: str, limit: int) -> list[RunId]:
+    async def runs_by_outcome(
+        self, outcome: str, limit: int, *, session: AsyncSession | None = None
+    ) -> list[RunId]:
         """Runs whose latest ``RunSealed`` record says ``outcome``, newest conclusion first."""
         outcome = check_text(outcome, "outcome")
         limit = check_int(limit, "limit")
@@ -680,10 +748,14 @@ class SqlJournalStore(Repository):
         async def unit(session: AsyncSession) -> list[RunId]:
             return [RunId.parse(r) for r in (await session.execute(stmt)).scalars()]
 
-        return await self._unit(unit, read_only=True)
+        return await self._unit(unit, read_only=True, session=session)
 
     async def recent_runs(
-        self, after: tuple[RunId, int] | None = None, limit: int = 100
+        self,
+        after: tuple[RunId, int] | None = None,
+        limit: int = 100,
+        *,
+        session: AsyncSession | None = None,
     ) -> list[tuple[RunId, int]]:
         """``(run, updated_at)`` newest first, ties by run id descending; ``after`` pages."""
         limit = check_int(limit, "limit")
@@ -706,11 +778,13 @@ class SqlJournalStore(Repository):
         async def unit(session: AsyncSession) -> list[tuple[RunId, int]]:
             return [(RunId.parse(r[0]), int(r[1])) for r in await session.execute(stmt)]
 
-        return await self._unit(unit, read_only=True)
+        return await self._unit(unit, read_only=True, session=session)
 
     # -- cancellation ------------------------------------------------------------------
 
-    async def request_cancel(self, run: RunId, actor: str, reason: str) -> bool:
+    async def request_cancel(
+        self, run: RunId, actor: str, reason: str, *, session: AsyncSession | None = None
+    ) -> bool:
         """Record a stop request (no lease needed); ``True`` if recorded, ``False`` if one was."""
         run = check_run(run)
         actor = check_text(actor, "actor")
@@ -732,9 +806,11 @@ class SqlJournalStore(Repository):
             )
             return (await session.execute(stmt)).first() is not None
 
-        return await self._unit(unit)
+        return await self._unit(unit, session=session)
 
-    async def cancellation(self, run: RunId) -> Cancellation | None:
+    async def cancellation(
+        self, run: RunId, *, session: AsyncSession | None = None
+    ) -> Cancellation | None:
         """The recorded stop request, or ``None``."""
         run = check_run(run)
         stmt = select(RunCancel.actor, RunCancel.reason).where(
@@ -745,4 +821,4 @@ class SqlJournalStore(Repository):
             row = (await session.execute(stmt)).one_or_none()
             return None if row is None else Cancellation(row.actor, row.reason)
 
-        return await self._unit(unit, read_only=True, primary=True)
+        return await self._unit(unit, read_only=True, primary=True, session=session)

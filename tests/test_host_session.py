@@ -1,0 +1,503 @@
+"""The host's own session carries the store's statements: ``session=`` on every method.
+
+A host application (its own declarative models, its own engine, a request-scoped
+``AsyncSession`` handed out by a FastAPI-style dependency, without FastAPI itself) writes an
+order and its journal record in one transaction of its own, on SQLite and PostgreSQL. The
+store commits nothing in that session: commit keeps both, rollback drops both, and a refused
+append (fenced, sealed) rolls back only the store's part, so the host decides.
+
+Also here: ``append_atomic``'s ``work`` may not end the transaction it runs in, and on SQLite
+the host's read-only transactions stay DEFERRED while the ones the store writes in hold the
+write lock from their start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import Integer, Text, func, select, text
+from sqlalchemy.ext.asyncio import (
+    AsyncEngine,
+    AsyncSession,
+    async_sessionmaker,
+    create_async_engine,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from agentplane_journal import (
+    WRITE_TRANSACTION,
+    FencedError,
+    PushConfig,
+    RunId,
+    RunSealedError,
+    SqlJournalStore,
+    SqlPushStore,
+    TransactionEndedError,
+    begin_write,
+    configure_engine,
+)
+
+from conftest import FakeClock
+from helpers import admitted, note
+
+
+class ShopBase(DeclarativeBase):
+    pass
+
+
+class Order(ShopBase):
+    __tablename__ = "shop_order"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    number: Mapped[str] = mapped_column(Text, unique=True)
+    run_id: Mapped[str] = mapped_column(Text)
+
+
+@dataclass
+class Host:
+    """The host application: its engine, its sessionmaker, and the store built on its engine."""
+
+    dialect: str
+    engine: AsyncEngine
+    sessions: async_sessionmaker[AsyncSession]
+    store: SqlJournalStore
+    url: str
+
+    async def orders(self, run: RunId) -> list[str]:
+        async with self.sessions() as session:
+            stmt = select(Order.number).where(Order.run_id == str(run)).order_by(Order.number)
+            return list((await session.execute(stmt)).scalars())
+
+
+@pytest.fixture
+async def host(dialect: str, database_url: str, clock: FakeClock) -> AsyncIterator[Host]:
+    engine = configure_engine(create_async_engine(database_url))
+    try:
+        async with engine.begin() as conn:  # the host's own table, made the host's way
+            await conn.run_sync(ShopBase.metadata.create_all)
+        tenant = f"h{uuid.uuid4().hex[:12]}" if dialect == "postgresql" else "default"
+        store = SqlJournalStore(engine, tenant=tenant, clock=clock)
+        yield Host(
+            dialect, engine, async_sessionmaker(engine, expire_on_commit=False), store, database_url
+        )
+    finally:
+        await engine.dispose()
+
+
+# -- a request handler, FastAPI-dependency style ------------------------------------------
+
+
+async def get_session(host: Host) -> AsyncIterator[AsyncSession]:
+    """The request-scoped session dependency, as a host writes it for FastAPI."""
+    async with host.sessions() as session:
+        yield session
+
+
+async def serve(host: Host, handler: Callable[[AsyncSession], Awaitable[Any]]) -> Any:
+    """What the framework does around a handler: commit on success, roll back on error."""
+    dependency = get_session(host)
+    session = await anext(dependency)
+    try:
+        result = await handler(session)
+        await session.commit()
+        return result
+    except BaseException:
+        await session.rollback()
+        raise
+    finally:
+        await dependency.aclose()
+
+
+def place_order(host: Host, run: RunId, epoch: int, number: str) -> Any:
+    async def handler(session: AsyncSession) -> Any:
+        session.add(Order(number=number, run_id=str(run)))
+        return await host.store.append(epoch, [note(run, f"order {number}")], session=session)
+
+    return handler
+
+
+async def test_a_committed_request_keeps_the_hosts_row_and_the_record(host: Host) -> None:
+    run = RunId.generate()
+    lease = await host.store.acquire(run, "shop", 60)
+    written = await serve(host, place_order(host, run, lease.epoch, "A-1"))
+    assert [r.seq for r in written] == [1]
+    assert await host.orders(run) == ["A-1"]
+    assert await host.store.read(run) == written
+    await host.store.verify(run)
+
+
+async def test_a_failed_request_drops_the_hosts_row_and_the_record(host: Host) -> None:
+    run = RunId.generate()
+    lease = await host.store.acquire(run, "shop", 60)
+    order = place_order(host, run, lease.epoch, "A-2")
+
+    async def handler(session: AsyncSession) -> None:
+        await order(session)
+        raise RuntimeError("payment declined")
+
+    with pytest.raises(RuntimeError, match="payment declined"):
+        await serve(host, handler)
+    assert await host.orders(run) == []
+    assert await host.store.read(run) == []
+    assert await host.store.recent_runs() == []
+    # and the run carries on from where the committed journal is
+    assert [r.seq for r in await serve(host, place_order(host, run, lease.epoch, "A-3"))] == [1]
+
+
+async def test_a_fenced_append_rolls_back_the_hosts_rows_too(host: Host, clock: FakeClock) -> None:
+    run = RunId.generate()
+    old = await host.store.acquire(run, "old", 1)
+    await host.store.append(old.epoch, [admitted(run)])
+    clock.advance(5)
+    await host.store.acquire(run, "new", 60)
+
+    with pytest.raises(FencedError):
+        await serve(host, place_order(host, run, old.epoch, "A-4"))
+    assert await host.orders(run) == []
+    assert [r.seq for r in await host.store.read(run)] == [1]
+
+
+async def test_a_refused_append_leaves_the_hosts_transaction_usable(
+    host: Host, clock: FakeClock
+) -> None:
+    run = RunId.generate()
+    lease = await host.store.acquire(run, "shop", 60)
+    await host.store.seal(run, lease.epoch, "succeeded")
+
+    async with host.sessions() as session:
+        session.add(Order(number="A-5", run_id=str(run)))
+        with pytest.raises(RunSealedError):
+            await host.store.append(lease.epoch, [note(run)], session=session)
+        # only the store's part was rolled back (to its savepoint); the host decides
+        session.add(Order(number="A-6", run_id=str(run)))
+        await session.commit()
+    assert await host.orders(run) == ["A-5", "A-6"]
+    assert await host.store.read(run) == []
+
+
+async def test_the_run_mutex_is_held_until_the_host_commits(host: Host) -> None:
+    run = RunId.generate()
+    lease = await host.store.acquire(run, "shop", 60)
+    async with host.sessions() as session:
+        await host.store.append(
+            lease.epoch, [note(run, "in the host's transaction")], session=session
+        )
+        other = asyncio.create_task(host.store.append(lease.epoch, [note(run, "after")]))
+        await asyncio.sleep(0.5)
+        assert not other.done(), "a second writer got past the host's run mutex"
+        await session.commit()
+    written = await asyncio.wait_for(other, 30)
+    assert [r.seq for r in written] == [2]
+    await host.store.verify(run)
+
+
+async def test_every_method_runs_in_the_hosts_transaction(host: Host, clock: FakeClock) -> None:
+    store = host.store
+    run = RunId.generate()
+    for keep in (False, True):
+        async with host.sessions() as session:
+            lease = await store.acquire(run, "shop", 60, session=session)
+            await store.append(lease.epoch, [admitted(run)], session=session)
+            assert await store.request_cancel(run, "ops", "stop", session=session)
+            # reads in the same transaction see its uncommitted writes
+            assert [r.seq for r in await store.read(run, session=session)] == [1]
+            assert (await store.head(run, session=session)).seq == 1
+            assert (await store.cancellation(run, session=session)) is not None
+            assert [r for r, _ in await store.recent_runs(session=session)] == [run]
+            head = await store.seal(run, lease.epoch, "succeeded", session=session)
+            assert await store.verify(run, session=session) == head
+            assert (await store.checkpoint(session=session)).size == 1
+            assert await store.sealed_runs(session=session) == [(run, head)]
+            assert await store.inclusion_proof(run, session=session) is not None
+            assert await store.consistency_proof(1, session=session) == []
+            assert await store.runs_by_outcome("succeeded", 5, session=session) == []
+            await store.release_lease(run, lease.epoch, session=session)
+            # nothing is visible outside the host's transaction yet
+            assert await store.head(run) == (await store.head(RunId.generate()))
+            assert (await store.checkpoint()).size == 0
+            if keep:
+                await session.commit()
+            else:
+                await session.rollback()
+        if not keep:
+            assert await store.read(run) == []
+            assert await store.cancellation(run) is None
+            assert await store.recent_runs() == []
+    assert (await store.checkpoint()).size == 1
+    assert (await store.head(run)).seq == 1
+    assert await store.cancellation(run) is not None
+    with pytest.raises(FencedError):  # released in the committed transaction
+        await store.append(lease.epoch, [note(run)])
+
+
+async def test_the_push_store_runs_in_the_hosts_transaction(host: Host, clock: FakeClock) -> None:
+    push = SqlPushStore(
+        host.engine, tenant=host.store.tenant, secret_key=bytes(range(32)), clock=clock
+    )
+    task = RunId.generate()
+    config = PushConfig("hook", task, "https://receiver.example/hook", token="s3cret")
+    for keep in (False, True):
+        async with host.sessions() as session:
+            await push.put(config, 1, session=session)
+            await push.advance(task, "hook", 5, session=session)
+            await push.retry(task, "hook", 10, "503", session=session)
+            assert await push.get(task, "hook", session=session) == config
+            assert await push.list(task, session=session) == [config]
+            [due] = await push.due(10, 5, session=session)
+            assert (due.next_seq, due.attempts) == (5, 1)
+            assert await push.reseal(session=session) == 0
+            assert await push.get(task, "hook") is None  # not visible outside
+            if keep:
+                await session.commit()
+            else:
+                await session.rollback()
+        if not keep:
+            assert await push.list(task) == []
+    assert await push.get(task, "hook") == config
+    async with host.sessions() as session:
+        await push.delete(task, "hook", session=session)
+        await session.rollback()
+    assert await push.get(task, "hook") == config
+
+
+# -- refusals -----------------------------------------------------------------------------
+
+
+async def test_a_session_on_another_database_is_refused(
+    host: Host, dialect: str, sqlite_database: Callable[..., str], request: pytest.FixtureRequest
+) -> None:
+    other_url = (
+        sqlite_database() if dialect == "sqlite" else request.getfixturevalue("pg_database")()
+    )
+    other = configure_engine(create_async_engine(other_url))
+    run = RunId.generate()
+    try:
+        async with AsyncSession(other) as session:
+            with pytest.raises(ValueError, match="its own database"):
+                await host.store.append(1, [note(run)], session=session)
+            with pytest.raises(ValueError, match="its own database"):
+                await host.store.read(run, session=session)
+    finally:
+        await other.dispose()
+    with pytest.raises(TypeError, match="AsyncSession"):
+        await host.store.read(run, session=object())  # type: ignore[arg-type]
+    async with AsyncSession() as unbound:
+        with pytest.raises(ValueError, match="no bind"):
+            await host.store.read(run, session=unbound)
+
+
+async def test_a_session_on_another_engine_of_the_same_database_works(host: Host) -> None:
+    second = configure_engine(create_async_engine(host.url))
+    run = RunId.generate()
+    try:
+        async with AsyncSession(second) as session:
+            session.add(Order(number=f"B-{uuid.uuid4().hex[:6]}", run_id=str(run)))
+            await host.store.append(1, [note(run)], session=session)
+            await session.commit()
+    finally:
+        await second.dispose()
+    assert len(await host.orders(run)) == 1
+    assert [r.seq for r in await host.store.read(run)] == [1]
+
+
+# -- append_atomic's work may not end its transaction ------------------------------------
+
+
+@pytest.mark.parametrize("ending", ["commit", "rollback", "close"])
+async def test_a_work_that_ends_the_transaction_gets_nothing_appended(
+    host: Host, ending: str
+) -> None:
+    store = host.store
+    run = RunId.generate()
+    lease = await store.acquire(run, "shop", 60)
+    await store.append(lease.epoch, [admitted(run)])
+    number = f"C-{uuid.uuid4().hex[:6]}"
+
+    async def work(session: AsyncSession) -> list[Any]:
+        session.add(Order(number=number, run_id=str(run)))
+        await getattr(session, ending)()
+        return [note(run, "after the transaction ended")]
+
+    with pytest.raises(TransactionEndedError) as caught:
+        await store.append_atomic(run, lease.epoch, work)
+    assert caught.value.run == run and "nothing of its batch" in str(caught.value)
+    assert [r.seq for r in await store.read(run)] == [1]
+    # what work committed itself stays committed; the records never join it
+    assert await host.orders(run) == ([number] if ending == "commit" else [])
+
+
+async def test_a_displaced_work_cannot_append_after_the_new_owner_sealed(
+    host: Host, clock: FakeClock
+) -> None:
+    store = host.store
+    run = RunId.generate()
+    old = await store.acquire(run, "old", 1)
+    await store.append(old.epoch, [admitted(run)])
+
+    async def work(session: AsyncSession) -> list[Any]:
+        await session.commit()  # releases the run mutex and the fence
+        clock.advance(5)
+        new = await store.acquire(run, "new", 60)
+        await store.seal(run, new.epoch, "failed")
+        return [note(run, "displaced writer")]
+
+    with pytest.raises(TransactionEndedError):
+        await store.append_atomic(run, old.epoch, work)
+    records = await store.read(run)
+    assert [r.kind for r in records] == ["RunAdmitted"]
+    inclusion = await store.inclusion_proof(run)
+    assert inclusion is not None and inclusion.seal == records[-1].hash
+    assert await store.verify(run) == records[-1].hash
+
+
+async def test_a_work_in_the_hosts_session_that_commits_it_is_refused(host: Host) -> None:
+    store = host.store
+    run = RunId.generate()
+
+    async def work(session: AsyncSession) -> list[Any]:
+        await session.commit()
+        return [note(run)]
+
+    async with host.sessions() as session:
+        with pytest.raises(TransactionEndedError):
+            await store.append_atomic(run, 1, work, session=session)
+    assert await store.read(run) == []
+
+
+async def test_a_work_in_the_hosts_session_commits_with_the_host(host: Host) -> None:
+    store = host.store
+    run = RunId.generate()
+    number = f"D-{uuid.uuid4().hex[:6]}"
+
+    async def work(session: AsyncSession) -> list[Any]:
+        session.add(Order(number=number, run_id=str(run)))
+        return [note(run)]
+
+    async with host.sessions() as session:
+        await store.append_atomic(run, 1, work, session=session)
+        assert await store.read(run) == []  # not committed yet
+        await session.commit()
+    assert await host.orders(run) == [number]
+    assert [r.seq for r in await store.read(run)] == [1]
+
+
+# -- SQLite: the host's engine -------------------------------------------------------------
+
+
+@pytest.fixture
+def sqlite_url(sqlite_database: Callable[..., str]) -> str:
+    return sqlite_database()
+
+
+@pytest.fixture
+async def sqlite_host(sqlite_url: str, clock: FakeClock) -> AsyncIterator[Host]:
+    engine = configure_engine(create_async_engine(sqlite_url))
+    try:
+        async with engine.begin() as conn:
+            await conn.run_sync(ShopBase.metadata.create_all)
+        store = SqlJournalStore(engine, clock=clock)
+        yield Host("sqlite", engine, async_sessionmaker(engine), store, sqlite_url)
+    finally:
+        await engine.dispose()
+
+
+async def test_sqlite_read_only_host_transactions_stay_deferred(sqlite_host: Host) -> None:
+    engine, store = sqlite_host.engine, sqlite_host.store
+    run = RunId.generate()
+    await store.append(1, [admitted(run)])
+    async with AsyncSession(engine) as reader:
+        # a read-only host transaction, open across another writer's append
+        assert len(await store.read(run, session=reader)) == 1
+        assert (await reader.execute(select(func.count()).select_from(Order))).scalar() == 0
+        written = await asyncio.wait_for(store.append(1, [note(run)]), 10)
+        assert [r.seq for r in written] == [2]
+        # its snapshot is its own: it still sees one record
+        assert len(await store.read(run, session=reader)) == 1
+
+
+async def test_sqlite_a_write_in_a_transaction_that_began_as_a_read_is_refused(
+    sqlite_host: Host,
+) -> None:
+    host, run = sqlite_host, RunId.generate()
+    async with host.sessions() as session:
+        await session.execute(select(Order.id))  # BEGIN (deferred), then a read
+        with pytest.raises(ValueError, match="begin_write"):
+            await host.store.append(1, [note(run)], session=session)
+    assert await host.store.read(run) == []
+
+    # begin_write first: read, write the host's row, append, commit
+    async with host.sessions() as session:
+        await begin_write(session)
+        await session.execute(select(Order.id))
+        session.add(Order(number="E-1", run_id=str(run)))
+        await session.flush()
+        await host.store.append(1, [note(run)], session=session)
+        await session.commit()
+    assert await host.orders(run) == ["E-1"]
+
+    # or a sessionmaker whose engine asks for write transactions
+    writes = async_sessionmaker(host.engine.execution_options(**{WRITE_TRANSACTION: True}))
+    async with writes() as session:
+        await session.execute(select(Order.id))
+        await host.store.append(1, [note(run)], session=session)
+        await session.commit()
+    assert [r.seq for r in await host.store.read(run)] == [1, 2]
+
+    async with host.sessions() as session:
+        await session.execute(select(Order.id))
+        with pytest.raises(ValueError, match="before the transaction's first statement"):
+            await begin_write(session)
+
+
+async def test_sqlite_writers_in_host_sessions_queue_instead_of_failing(
+    sqlite_host: Host,
+) -> None:
+    """Each its own connection: read first (under begin_write), then append; none is BUSY."""
+    host, run = sqlite_host, RunId.generate()
+
+    async def request(i: int) -> None:
+        async with host.sessions() as session:
+            await begin_write(session)
+            await host.store.head(run, session=session)
+            session.add(Order(number=f"F-{i}", run_id=str(run)))
+            await host.store.append(1, [note(run, str(i))], session=session)
+            await session.commit()
+
+    await asyncio.gather(*(request(i) for i in range(8)))
+    assert [r.seq for r in await host.store.read(run)] == list(range(1, 9))
+    assert len(await host.orders(run)) == 8
+
+
+async def test_sqlite_an_engine_used_before_configuration_is_refused(sqlite_url: str) -> None:
+    engine = create_async_engine(sqlite_url)
+    try:
+        async with engine.connect() as conn:  # the host used it first
+            await conn.execute(text("SELECT 1"))
+        with pytest.raises(ValueError, match="configure_engine"):
+            SqlJournalStore(engine)
+        with pytest.raises(ValueError, match="configure_engine"):
+            configure_engine(engine)
+        await engine.dispose()  # as the message says: then it can be configured
+        store = SqlJournalStore(engine)
+        assert await store.head(RunId.generate()) == await store.head(RunId.generate())
+    finally:
+        await engine.dispose()
+
+
+async def test_sqlite_configuration_leaves_foreign_keys_as_the_host_has_them(
+    sqlite_url: str, tmp_path: Path
+) -> None:
+    engine = configure_engine(create_async_engine(sqlite_url))
+    try:
+        async with engine.connect() as conn:
+            assert (await conn.execute(text("PRAGMA foreign_keys"))).scalar() == 0
+            assert (await conn.execute(text("PRAGMA journal_mode"))).scalar() == "wal"
+            assert (await conn.execute(text("PRAGMA busy_timeout"))).scalar() == 30000
+    finally:
+        await engine.dispose()
