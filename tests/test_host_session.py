@@ -181,6 +181,31 @@ async def test_a_refused_append_leaves_the_hosts_transaction_usable(
     assert await host.store.read(run) == []
 
 
+async def test_a_fenced_append_in_an_open_host_transaction_holds_no_run_lock(
+    host: Host, clock: FakeClock
+) -> None:
+    """PostgreSQL: ROLLBACK TO SAVEPOINT drops the run mutex the fenced writer took, so the
+    new owner is not kept waiting by a host that has not ended its transaction yet. SQLite:
+    the host's write transaction holds the database's write lock until it ends (that is
+    what BEGIN IMMEDIATE is), so the new owner waits for exactly that."""
+    run = RunId.generate()
+    old = await host.store.acquire(run, "old", 1)
+    clock.advance(5)
+    new = await host.store.acquire(run, "new", 60)
+    async with host.sessions() as session:
+        with pytest.raises(FencedError):
+            await host.store.append(old.epoch, [note(run, "stale")], session=session)
+        owner = asyncio.create_task(host.store.append(new.epoch, [note(run, "new owner")]))
+        if host.dialect == "postgresql":
+            written = await asyncio.wait_for(owner, 10)
+        else:
+            await asyncio.sleep(0.5)
+            assert not owner.done()
+            await session.rollback()
+            written = await asyncio.wait_for(owner, 30)
+    assert [r.seq for r in written] == [1]
+
+
 async def test_the_run_mutex_is_held_until_the_host_commits(host: Host) -> None:
     run = RunId.generate()
     lease = await host.store.acquire(run, "shop", 60)
