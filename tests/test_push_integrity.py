@@ -27,6 +27,7 @@ from agentplane_journal import (
     CorruptRegistrationError,
     RunId,
     SecretUnavailableError,
+    configure_engine,
     logsafe,
 )
 from agentplane_journal.push import Keyring, PushListing, ResealReport, SqlPushStore
@@ -352,8 +353,8 @@ async def test_reseal_leaves_a_row_changed_under_it(make_push: Callable[..., Any
     replacement = full(task, "two", url="https://replaced.example/hook")
     read = rotated._read
 
-    async def read_then_put(stmt: Any) -> Any:
-        rows = await read(stmt)
+    async def read_then_put(stmt: Any, session: Any = None) -> Any:
+        rows = await read(stmt, session)
         await before.put(replacement, 1)  # a put (under k1) between the read and the rewrite
         return rows
 
@@ -482,7 +483,7 @@ async def test_a_failed_statement_carries_no_secret_out(
             "CREATE TRIGGER refuse_boom BEFORE INSERT ON push_delivery FOR EACH ROW "
             "WHEN (NEW.config_id = 'boom') EXECUTE FUNCTION refuse_boom()",
         ]
-    engine = create_async_engine(url)  # no hide_parameters
+    engine = configure_engine(create_async_engine(url))  # no hide_parameters
     try:
         with no_secret_in_logs.paused():
             async with engine.begin() as conn:
