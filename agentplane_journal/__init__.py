@@ -42,6 +42,14 @@ if TYPE_CHECKING:
         verify_inclusion,
     )
     from .migrate import HEAD_REVISION, current_revision, upgrade
+    from .note import (
+        NoteSigner,
+        NoteVerificationError,
+        NoteVerifier,
+        OpenedNote,
+        open_note,
+        sign_note,
+    )
     from .push import (
         PushAuthentication,
         PushConfig,
@@ -112,6 +120,12 @@ _EXPORTS = {
     "HEAD_REVISION": "migrate",
     "current_revision": "migrate",
     "upgrade": "migrate",
+    "NoteSigner": "note",
+    "NoteVerificationError": "note",
+    "NoteVerifier": "note",
+    "OpenedNote": "note",
+    "open_note": "note",
+    "sign_note": "note",
     "PushAuthentication": "push",
     "PushConfig": "push",
     "PushListing": "push",
@@ -169,6 +183,10 @@ __all__ = [
     "Keyring",
     "Lease",
     "LeaseHeldError",
+    "NoteSigner",
+    "NoteVerificationError",
+    "NoteVerifier",
+    "OpenedNote",
     "PushAuthentication",
     "PushConfig",
     "PushListing",
@@ -198,7 +216,9 @@ __all__ = [
     "current_revision",
     "inclusion_proof",
     "leaf_hash",
+    "open_note",
     "root",
+    "sign_note",
     "signing_hash",
     "upgrade",
     "validate_tenant",

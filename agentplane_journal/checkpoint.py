@@ -12,10 +12,15 @@ import base64
 import binascii
 import re
 import unicodedata
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from .ids import Digest
 from .merkle import EMPTY_ROOT, leaf_hash, verify_inclusion
+
+if TYPE_CHECKING:
+    from .note import NoteSigner, NoteVerifier
 
 __all__ = ["V040_EMPTY_ROOT", "Checkpoint", "Inclusion"]
 
@@ -82,6 +87,47 @@ class Checkpoint:
         """The C2SP checkpoint body: three lines, each ending in a newline."""
         root = base64.b64encode(bytes(self.root)).decode("ascii")
         return f"{self.origin}\n{self.size}\n{root}\n"
+
+    def to_signed_note(self, signer: NoteSigner, *others: NoteSigner) -> str:
+        """The C2SP signed note: :meth:`to_note`, a blank line, one signature line per signer.
+
+        The log's key name SHOULD be its origin (c2sp.org/tlog-checkpoint); that is the
+        caller's choice of ``NoteSigner(name, seed)``, not enforced here.
+        """
+        from .note import sign_note
+
+        return sign_note(self.to_note(), signer, *others)
+
+    @classmethod
+    def from_signed_note(
+        cls, text: str | bytes, verifier_keys: Iterable[NoteVerifier | str]
+    ) -> Checkpoint:
+        """The checkpoint of a signed note that a trusted key signed; refuse anything else.
+
+        ``verifier_keys`` are ``name+hash+base64key`` strings (or :class:`NoteVerifier`).
+        Refused: a note no trusted key signed (only unknown keys), a trusted key's signature
+        that does not verify (:class:`~agentplane_journal.note.NoteVerificationError`), a
+        malformed note, and a body that is not a strict checkpoint (``ValueError``).
+        Signatures from keys not trusted here (witness cosignatures, a rotated key) are
+        ignored, as the signed-note spec requires.
+
+        Extension lines (c2sp.org/tlog-checkpoint's optional fourth and later body lines)
+        are refused: this package's logs never write them, so a note carrying them was not
+        written by one, and the spec itself does not recommend them (monitors cannot audit
+        them). The signatures are checked before the body is parsed, so nothing unsigned is
+        ever interpreted.
+        """
+        from .note import open_note
+
+        body = open_note(text, verifier_keys).text
+        lines = body[:-1].split("\n")
+        if len(lines) > 3:
+            raise ValueError(
+                f"signed checkpoint: the body has {len(lines) - 3} extension line(s) after the "
+                "root; this package's logs never write extension lines, so it refuses them "
+                "rather than vouch for text it cannot check"
+            )
+        return cls.from_note(body)
 
     @classmethod
     def from_note(cls, text: str) -> Checkpoint:
