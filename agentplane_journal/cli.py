@@ -47,6 +47,8 @@ from . import __version__
 from .ids import DEFAULT_TENANT
 
 if TYPE_CHECKING:
+    from ._cli_notes import SavedNote
+    from .note import NoteVerifier
     from .signing import Verifier
 
 __all__ = ["build_parser", "main"]
@@ -59,7 +61,7 @@ def _load() -> None:
     cryptography cost most of a second to import: a shell expects ``--help`` at once.
     """
     global CommandError, make_url, ArgumentError, SQLAlchemyError, merkle, fmt, run_demo
-    global DemoRefused
+    global DemoRefused, notes
     global Checkpoint, Inclusion, CorruptRecordError, StoreError, Digest, RunId, verify_consistency
     global current_revision, upgrade, Ed25519Verifier, SqlJournalStore
     from alembic.util.exc import CommandError
@@ -67,6 +69,7 @@ def _load() -> None:
     from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
     from . import _cli_format as fmt
+    from . import _cli_notes as notes
     from . import merkle
     from ._cli_demo import DemoRefused, run_demo
     from .checkpoint import Checkpoint, Inclusion
@@ -267,27 +270,16 @@ async def _consistency_snapshot(
     raise _Exit(2, "the log kept growing while reading a proof; try again")
 
 
-def _read_note(value: str) -> Checkpoint:
-    """A checkpoint note from the argument, or from a file with ``@file`` (``@-``: stdin)."""
-    if value.startswith("@"):
-        name = value[1:]
-        try:
-            text = sys.stdin.read() if name == "-" else Path(name).read_text(encoding="utf-8")
-        except OSError as exc:
-            raise _Exit(2, f"cannot read the checkpoint note from {name}: {exc.strerror}") from None
-    else:
-        text = value
-    text = text.replace("\r\n", "\n")
-    # A signed note is the body, a blank line, then signature lines: keep only the body.
-    body, _, signatures = text.strip("\n").partition("\n\n")
-    if signatures.strip():
-        print(
-            f"{PROG}: note: ignoring the note's signature lines (not checked here)", file=sys.stderr
-        )
+def _read_note(value: str, keys: list[NoteVerifier]) -> SavedNote:
+    """A checkpoint note (``@file``, ``@-`` for stdin), its signature checked with ``keys``."""
     try:
-        return Checkpoint.from_note(body + "\n")
-    except ValueError as exc:
-        raise _Exit(2, f"not a checkpoint note: {exc}") from None
+        return notes.read_note(value, keys)
+    except notes.NoteProblem as exc:
+        raise _Exit(exc.code, exc.message) from None
+
+
+def _signed_check(saved: SavedNote) -> list[tuple[bool, str]]:
+    return [(True, f"the saved note is signed by trusted key {k}") for k in saved.signed_by]
 
 
 def _check_origin(store: SqlJournalStore, old: Checkpoint) -> None:
@@ -490,12 +482,23 @@ async def _check_seal(
 
 
 async def cmd_checkpoint(args: argparse.Namespace) -> int:
+    if args.key_name is not None and args.sign_key_file is None:
+        raise _Exit(2, "--key-name names the key of --sign-key-file; give both")
     async with _store(args) as store:
+        signer = None
+        if args.sign_key_file is not None:
+            # The log's key name SHOULD be its origin (c2sp.org/tlog-checkpoint).
+            try:
+                signer = notes.load_signer(args.sign_key_file, args.key_name or store.origin)
+            except notes.NoteProblem as exc:
+                raise _Exit(exc.code, exc.message) from None
         cp = await store.checkpoint()
+    note = cp.to_note() if signer is None else cp.to_signed_note(signer)
     if args.json:
-        fmt.print_json(fmt.checkpoint_json(cp))
+        extra = {} if signer is None else {"note": note, "verifier_key": signer.verifier_key}
+        fmt.print_json({**fmt.checkpoint_json(cp), **extra})
     else:
-        sys.stdout.write(cp.to_note())
+        sys.stdout.write(note)
     return 0
 
 
@@ -557,12 +560,17 @@ async def _prove(
 
 
 async def cmd_prove(args: argparse.Namespace) -> int:
-    old = _read_note(args.checkpoint) if args.checkpoint else None
+    if args.note_key and not args.checkpoint:
+        raise _Exit(2, "--note-key checks the signature of --checkpoint NOTE; give both")
+    saved = _read_note(args.checkpoint, args.note_key) if args.checkpoint else None
+    old = None if saved is None else saved.checkpoint
     async with _store(args) as store:
         run = await _existing(store, args.run)
         if old is not None:
             _check_origin(store, old)
         cp, inc, checks = await _prove(store, run, old)
+    if saved is not None:
+        checks = _signed_check(saved) + checks
     ok = all(passed for passed, _ in checks)
     if args.json:
         fmt.print_json(
@@ -582,7 +590,8 @@ async def cmd_prove(args: argparse.Namespace) -> int:
 
 
 async def cmd_consistency(args: argparse.Namespace) -> int:
-    old = _read_note(args.old_note)
+    saved = _read_note(args.old_note, args.note_key)
+    old = saved.checkpoint
     async with _store(args) as store:
         _check_origin(store, old)
         cp, proof = await _consistency_snapshot(store, old.size)
@@ -598,10 +607,12 @@ async def cmd_consistency(args: argparse.Namespace) -> int:
                 "current": fmt.checkpoint_json(cp),
                 "proof": None if proof is None else [p.hex() for p in proof],
                 "saved_is_agentplane_0_4_0_empty_log": old.is_v040_empty,
+                "saved_signed_by": list(saved.signed_by),
                 "ok": ok,
             }
         )
     else:
+        fmt.print_checks(_signed_check(saved))
         fmt.print_consistency(old, cp, proof, ok)
     return 0 if ok else 1
 
@@ -669,6 +680,12 @@ def _trust(text: str) -> tuple[str, bytes]:
             f"{text!r} is not KEY_ID=PUBLIC_KEY_HEX (64 hex digits of an Ed25519 public key)"
         )
     return key_id, public
+
+
+def _note_key(text: str) -> NoteVerifier:
+    from ._cli_notes import note_key  # argparse calls this before _load()
+
+    return note_key(text)
 
 
 Handler = Callable[[argparse.Namespace], Awaitable[int]]
@@ -751,7 +768,20 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="fail any record without a trusted signature",
     )
-    add("checkpoint", "print the tenant's checkpoint note", cmd_checkpoint, database, reads)
+    checkpoint = add(
+        "checkpoint", "print the tenant's checkpoint note", cmd_checkpoint, database, reads
+    )
+    checkpoint.add_argument(
+        "--sign-key-file",
+        metavar="PATH",
+        help="sign the note (C2SP signed note, Ed25519) with the 32-byte seed in PATH "
+        "(raw, or 64 hex digits)",
+    )
+    checkpoint.add_argument(
+        "--key-name",
+        metavar="NAME",
+        help="the signing key's name (default: the log's origin)",
+    )
     add(
         "reindex-log",
         "rebuild the log's stored Merkle tree from the seals where they disagree (resumable)",
@@ -759,7 +789,17 @@ def build_parser() -> argparse.ArgumentParser:
         database,
         reads,
     )
-    prove = add("prove", "prove a sealed run is in the log", cmd_prove, database, reads)
+    signed = argparse.ArgumentParser(add_help=False)
+    signed.add_argument(
+        "--note-key",
+        metavar="VKEY",
+        type=_note_key,
+        action="append",
+        default=[],
+        help="trust this verifier key (NAME+HASH+KEY) to have signed the saved note; "
+        "a signed note needs one (repeatable)",
+    )
+    prove = add("prove", "prove a sealed run is in the log", cmd_prove, database, reads, signed)
     prove.add_argument("run", metavar="RUN", help="run id (run_<ULID>)")
     prove.add_argument(
         "--checkpoint",
@@ -772,6 +812,7 @@ def build_parser() -> argparse.ArgumentParser:
         cmd_consistency,
         database,
         reads,
+        signed,
     )
     consistency.add_argument("old_note", metavar="OLD_NOTE", help="the saved note (text, or @file)")
     export = add(

@@ -32,6 +32,7 @@ from agentplane_journal import (
     Digest,
     Ed25519Signer,
     Ed25519Verifier,
+    NoteSigner,
     Record,
     RunId,
     SqlJournalStore,
@@ -536,6 +537,127 @@ def test_consistency_recognises_agentplane_0_4_0s_empty_log_note(journal: Journa
     # Another tenant's log is still another log.
     foreign = run_cli("consistency", note, "--url", journal.url, "--tenant", "acme")
     assert "agentplane/acme" in fails_cleanly(foreign, 1)
+
+
+LOG_SEED = bytes(range(7, 39))
+
+
+def test_checkpoint_signs_with_a_key_file_and_never_prints_the_seed(
+    journal: Journal, tmp_path: Path
+) -> None:
+    raw = tmp_path / "log.key"
+    raw.write_bytes(LOG_SEED)
+    raw.chmod(0o600)
+    hexed = tmp_path / "log.hex"
+    hexed.write_text(LOG_SEED.hex() + "\n")
+    hexed.chmod(0o600)
+    signer = NoteSigner("agentplane", LOG_SEED)  # default key name: the log's origin
+    plain = Checkpoint.from_note(run_cli("checkpoint", "--url", journal.url).stdout)
+    for key_file in (raw, hexed):
+        result = run_cli("checkpoint", "--url", journal.url, "--sign-key-file", str(key_file))
+        assert result.returncode == 0, result.stderr
+        assert result.stdout == plain.to_signed_note(signer)
+        assert result.stderr == ""
+        assert LOG_SEED.hex() not in result.stdout + result.stderr
+    as_json = json.loads(
+        run_cli(
+            "checkpoint", "--url", journal.url, "--sign-key-file", str(raw), "--json",
+            "--key-name", "example.com/plane-a",
+        ).stdout
+    )  # fmt: skip
+    named = NoteSigner("example.com/plane-a", LOG_SEED)
+    assert as_json["verifier_key"] == named.verifier_key
+    assert Checkpoint.from_signed_note(as_json["note"], [named.verifier_key]) == plain
+    assert as_json["size"] == plain.size
+
+
+def test_checkpoint_refuses_bad_key_files_without_echoing_them(
+    journal: Journal, tmp_path: Path
+) -> None:
+    short = tmp_path / "short.key"
+    short.write_text("deadbeef" * 7)
+    line = fails_cleanly(run_cli("checkpoint", "--url", journal.url, "--sign-key-file", str(short)))
+    assert "holds 56 bytes" in line and "deadbeef" not in line
+    missing = run_cli("checkpoint", "--url", journal.url, "--sign-key-file", str(tmp_path / "no"))
+    assert "cannot read the signing key file" in fails_cleanly(missing)
+    name_only = run_cli("checkpoint", "--url", journal.url, "--key-name", "k")
+    assert "give both" in fails_cleanly(name_only)
+    key = tmp_path / "ok.key"
+    key.write_bytes(LOG_SEED)
+    key.chmod(0o600)
+    spaced = run_cli(
+        "checkpoint", "--url", journal.url, "--sign-key-file", str(key), "--key-name", "a b"
+    )
+    assert "--key-name" in fails_cleanly(spaced)
+    key.chmod(0o644)
+    loose = run_cli("checkpoint", "--url", journal.url, "--sign-key-file", str(key))
+    assert loose.returncode == 0 and "chmod 600" in loose.stderr
+
+
+def test_consistency_and_prove_check_a_signed_note(journal: Journal, tmp_path: Path) -> None:
+    signer = NoteSigner("agentplane", LOG_SEED)
+    witness = NoteSigner("witness.example/w", bytes(32))
+    cp = Checkpoint.from_note(run_cli("checkpoint", "--url", journal.url).stdout)
+    saved = tmp_path / "signed.note"
+    saved.write_text(cp.to_signed_note(signer, witness))  # a witness cosigned it too
+    asyncio.run(add_runs(journal.url, sealed=1))
+    vkey = signer.verifier_key
+
+    grown = run_cli("consistency", f"@{saved}", "--url", journal.url, "--note-key", vkey)
+    assert grown.returncode == 0, grown.stdout + grown.stderr
+    assert f"signed by trusted key {vkey}" in grown.stdout
+    assert "extends the saved checkpoint (3 -> 4)" in grown.stdout
+    by_witness = run_cli(
+        "consistency", f"@{saved}", "--url", journal.url, "--json",
+        "--note-key", witness.verifier_key, "--note-key", vkey,
+    )  # fmt: skip
+    report = json.loads(by_witness.stdout)
+    assert report["ok"] is True and set(report["saved_signed_by"]) == {
+        vkey,
+        witness.verifier_key,
+    }
+    proved = run_cli(
+        "prove", journal.sealed[0], "--checkpoint", f"@{saved}", "--url", journal.url,
+        "--note-key", vkey, "--json",
+    )  # fmt: skip
+    assert proved.returncode == 0, proved.stdout + proved.stderr
+    checks = json.loads(proved.stdout)["checks"]
+    assert checks[0] == {"ok": True, "check": f"the saved note is signed by trusted key {vkey}"}
+
+
+def test_signed_notes_without_a_trusted_key_or_with_a_bad_signature_are_refused(
+    journal: Journal, tmp_path: Path
+) -> None:
+    signer = NoteSigner("agentplane", LOG_SEED)
+    cp = Checkpoint.from_note(run_cli("checkpoint", "--url", journal.url).stdout)
+    note = cp.to_signed_note(signer)
+    vkey = signer.verifier_key
+    # A signed note with no --note-key: refused, not silently read as unsigned.
+    for args in (["consistency", note], ["prove", journal.sealed[0], "--checkpoint", note]):
+        line = fails_cleanly(run_cli(*args, "--url", journal.url))
+        assert "the note is signed, but no --note-key" in line
+    # Only an unknown key signed it.
+    stranger = NoteSigner("agentplane", bytes(32)).verifier_key
+    unknown = run_cli("consistency", note, "--url", journal.url, "--note-key", stranger)
+    assert "no trusted key signed this note" in fails_cleanly(unknown, 1)
+    # The body was altered after signing (a forged root).
+    forged = (
+        Checkpoint(cp.origin, cp.size, Digest.of(b"forged")).to_note() + note[len(cp.to_note()) :]
+    )
+    bad = run_cli("consistency", forged, "--url", journal.url, "--note-key", vkey)
+    assert "does not verify" in fails_cleanly(bad, 1)
+    bad_prove = run_cli(
+        "prove", journal.sealed[0], "--checkpoint", forged, "--url", journal.url, "--note-key", vkey
+    )
+    assert "does not verify" in fails_cleanly(bad_prove, 1)
+    # An unsigned note when a signature was asked for.
+    unsigned = run_cli("consistency", cp.to_note(), "--url", journal.url, "--note-key", vkey)
+    assert "not signed" in fails_cleanly(unsigned, 1)
+    # A verifier key that does not parse is a usage error.
+    typo = run_cli("consistency", note, "--url", journal.url, "--note-key", vkey[:-2] + "AA")
+    assert typo.returncode == 2 and "--note-key" in typo.stderr
+    alone = run_cli("prove", journal.sealed[0], "--url", journal.url, "--note-key", vkey)
+    assert "give both" in fails_cleanly(alone)
 
 
 # -- export ----------------------------------------------------------------------------------
