@@ -124,11 +124,16 @@ def _snapshot_statement(leaf_source: str | None) -> Any:
     tenant = bindparam("tenant")
     levels = select(literal_column("0").label("k")).cte("levels", recursive=True)
     levels = levels.union_all(select((levels.c.k + 1).label("k")).where(levels.c.k < _MAX_LEVEL))
-    size = (
-        select(func.coalesce(func.max(LogTree.idx) + 1, literal_column("0")).label("n"))
+    # The last leaf by the primary key, backwards: one index probe. (``max(idx) + 1`` would
+    # be the same number, but SQLite only optimises a bare ``max()`` and scans otherwise.)
+    last = (
+        select(LogTree.idx)
         .where(LogTree.tenant == tenant, LogTree.level == 0)
-        .cte("size")
+        .order_by(LogTree.idx.desc())
+        .limit(1)
+        .scalar_subquery()
     )
+    size = select((func.coalesce(last, -1) + 1).label("n")).cte("size")
     k, n = levels.c.k, size.c.n
     base = levels.join(size, true())
     probes = [
@@ -146,21 +151,19 @@ def _snapshot_statement(leaf_source: str | None) -> Any:
     ]
     if leaf_source is not None:
         if leaf_source == "run":
-            leaf = (
-                select(RunSeal.chain_head.label("head"), LogTree.idx.label("m"))
-                .select_from(
-                    RunSeal.__table__.outerjoin(
-                        LogTree,
-                        and_(
-                            LogTree.tenant == RunSeal.tenant,
-                            LogTree.run_id == RunSeal.run_id,
-                            LogTree.level == 0,
-                        ),
-                    )
-                )
-                .where(RunSeal.tenant == tenant, RunSeal.run_id == bindparam("run_id"))
-                .cte("leaf")
-            )
+            # Two lookups by constants (the seal's primary key, the tree's run index): a
+            # join here lets a planner without fresh statistics scan the leaves instead.
+            run_id = bindparam("run_id")
+            leaf = select(
+                select(RunSeal.chain_head)
+                .where(RunSeal.tenant == tenant, RunSeal.run_id == run_id)
+                .scalar_subquery()
+                .label("head"),
+                select(LogTree.idx)
+                .where(LogTree.tenant == tenant, LogTree.run_id == run_id)
+                .scalar_subquery()
+                .label("m"),
+            ).cte("leaf")
             position, base = leaf.c.m, base.join(leaf, true())
             rows.append(
                 select(
@@ -301,11 +304,14 @@ class TenantLog:
         agentplane 0.4.0 say): log order stays commit order for every seal made here.
         """
         d = self._dialect
-        top = (
-            select(func.coalesce(func.max(RunSeal.log_index), -1) + step)
+        last = (
+            select(RunSeal.log_index)
             .where(RunSeal.tenant == self.tenant)
+            .order_by(RunSeal.log_index.desc())
+            .limit(1)
             .scalar_subquery()
-        )
+        )  # one probe of (tenant, log_index), backwards (see _snapshot_statement)
+        top = select(func.coalesce(last, -1) + step).scalar_subquery()
         stmt = d.insert(JournalCounter).values(name=_LOG_POSITION + self.tenant, value=top)
         return stmt.on_conflict_do_update(
             index_elements=[JournalCounter.name],
@@ -350,8 +356,8 @@ class TenantLog:
     async def inclusion_proof(self, session: AsyncSession, run: RunId) -> Inclusion | None:
         """``Inclusion`` for a sealed run from one snapshot; ``None`` if never sealed."""
         snap = await self._snapshot(session, "run", run_id=str(run))
-        if snap.leaf is None:
-            return None
+        if snap.leaf is None or snap.leaf[1] is None:
+            return None  # not sealed (a leaf row naming an unsealed run is audit's to report)
         position, head = snap.leaf
         seal = digest(head, 0)
         if position is None:
