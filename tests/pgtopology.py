@@ -126,14 +126,14 @@ class PgBouncer:
             shutil.rmtree(self.root, ignore_errors=True)
 
 
-def _dsn(url: str) -> str:
+def dsn(url: str) -> str:
     return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
 
 
 async def wait_replayed(primary: Cluster, standby: Cluster, within: float = 30) -> None:
     """Wait until ``standby`` has replayed everything ``primary`` has written so far."""
-    p = await asyncpg.connect(_dsn(primary.url))
-    s = await asyncpg.connect(_dsn(standby.url))
+    p = await asyncpg.connect(dsn(primary.url))
+    s = await asyncpg.connect(dsn(standby.url))
     try:
         target = await p.fetchval("SELECT pg_current_wal_lsn()")
         deadline = time.monotonic() + within

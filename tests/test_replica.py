@@ -8,15 +8,28 @@ proves it a prefix.
 
 from __future__ import annotations
 
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+import asyncpg
 import pytest
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from agentplane_journal import RunId, SqlJournalStore
+from agentplane_journal import RunId, SqlJournalStore, verify_consistency
+from agentplane_journal.migrate import upgrade
 
 from helpers import admitted, note
+from pgcluster import Cluster
+from pgtopology import dsn, wait_replayed
+
+CLI = [sys.executable, "-m", "agentplane_journal.cli"]
 
 
 @pytest.fixture
@@ -80,3 +93,84 @@ async def test_closing_disposes_a_read_engine_the_store_opened_but_not_a_callers
     await store.close()
     assert await SqlJournalStore(callers).read(RunId.generate()) == []  # still usable
     await callers.dispose()
+
+
+# -- a real streaming replica, paused behind the primary -------------------------------
+
+
+async def _sql(cluster: Cluster, statement: str) -> Any:
+    conn = await asyncpg.connect(dsn(cluster.url))
+    try:
+        return await conn.fetchval(statement)
+    finally:
+        await conn.close()
+
+
+async def test_a_lagging_replica_answers_an_older_checkpoint_that_is_a_prefix(
+    tmp_path: Path,
+) -> None:
+    primary = Cluster()
+    standby: Cluster | None = None
+    try:
+        await upgrade(primary.url)
+        standby = Cluster(replica_of=primary)
+        tenant = f"rr{uuid.uuid4().hex[:8]}"
+        store = await SqlJournalStore.connect(primary.url, read_url=standby.url, tenant=tenant)
+        direct = await SqlJournalStore.connect(primary.url, tenant=tenant)
+        try:
+
+            async def seal_new_run() -> RunId:
+                run = RunId.generate()
+                lease = await store.acquire(run, "owner", 60)
+                await store.append(lease.epoch, [admitted(run), note(run)])
+                await store.seal(run, lease.epoch, "succeeded")
+                return run
+
+            for _ in range(3):
+                await seal_new_run()
+            await wait_replayed(primary, standby)
+            assert await store.checkpoint() == await direct.checkpoint()
+
+            # Replay stops; the primary moves on.
+            await _sql(standby, "SELECT pg_wal_replay_pause()")
+            assert await _sql(standby, "SELECT pg_get_wal_replay_pause_state()") != "not paused"
+            later = [await seal_new_run() for _ in range(4)]  # writes go to the primary
+            lagging = await store.checkpoint()  # from the replica
+            current = await direct.checkpoint()
+            assert (lagging.size, current.size) == (3, 7)
+            assert lagging.origin == current.origin
+            proof = await direct.consistency_proof(lagging.size)
+            assert verify_consistency(lagging.size, lagging.root, current.size, current.root, proof)
+            # The replica does not know the later runs yet; the writer's reads do.
+            assert await store.inclusion_proof(later[0]) is None
+            assert await store.read(later[0]) == []
+            assert (await store.head(later[0])).seq == 2
+
+            # The CLI: an audit on the replica, then the primary proves the saved note a prefix.
+            env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTPLANE_JOURNAL_")}
+            base = ["--url", primary.url, "--tenant", tenant]
+
+            def cli(*args: str) -> subprocess.CompletedProcess[str]:
+                return subprocess.run(
+                    [*CLI, *args, *base], capture_output=True, text=True, env=env, timeout=60
+                )
+
+            shown = await asyncio.to_thread(cli, "checkpoint", "--json", "--read-url", standby.url)
+            assert shown.returncode == 0, shown.stderr
+            assert json.loads(shown.stdout)["size"] == 3
+            saved = tmp_path / "lagging.note"
+            saved.write_text(lagging.to_note())
+            proved = await asyncio.to_thread(cli, "consistency", f"@{saved}")
+            assert proved.returncode == 0, proved.stdout + proved.stderr
+
+            # Replay resumes: the replica catches up to the primary's checkpoint.
+            await _sql(standby, "SELECT pg_wal_replay_resume()")
+            await wait_replayed(primary, standby)
+            assert await store.checkpoint() == current
+        finally:
+            await store.close()
+            await direct.close()
+    finally:
+        if standby is not None:
+            standby.stop()
+        primary.stop()
