@@ -63,7 +63,7 @@ def _load() -> None:
     global CommandError, make_url, ArgumentError, SQLAlchemyError, merkle, fmt, run_demo
     global DemoRefused, notes
     global Checkpoint, Inclusion, CorruptRecordError, StoreError, Digest, RunId, verify_consistency
-    global current_revision, upgrade, Ed25519Verifier, SqlJournalStore
+    global current_revision, upgrade, Ed25519Verifier, SqlJournalStore, verify_run
     from alembic.util.exc import CommandError
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError, SQLAlchemyError
@@ -77,6 +77,7 @@ def _load() -> None:
     from .ids import Digest, RunId
     from .merkle import verify_consistency
     from .migrate import current_revision, upgrade
+    from .record import verify_run
     from .signing import Ed25519Verifier
     from .store import SqlJournalStore
 
@@ -181,51 +182,51 @@ async def _existing(store: SqlJournalStore, text: str) -> RunId:
         seq = (await store.head(run)).seq
     except CorruptRecordError:
         return run  # it exists; verification will name what is wrong with it
-    if seq == 0:
+    if seq == 0 and await store.inclusion_proof(run) is None:
         raise _Exit(
             2, f"no records for {run} in tenant {store.tenant!r} (check --tenant and --url)"
         )
     return run
 
 
-async def _all_runs(store: SqlJournalStore) -> list[RunId]:
-    """Every run with activity, newest first, paged; a run seen twice is listed once.
+async def _all_runs(store: SqlJournalStore) -> list[RunId | str]:
+    """Every run with a record or a seal, by run id, paged (``SqlJournalStore.audit_runs``).
 
-    Activity only grows, so a run written while we page jumps to the front, possibly past
-    the cursor. The front is swept again, down to where the listing started, until a sweep
-    finds nothing new (at most a few times: a journal that never stops is listed as it was).
+    From the journal and the log themselves, not from ``run_activity``: a run whose
+    activity row is gone is still audited, and so is a sealed run whose records are gone.
+    A stored id that is not a canonical run id is kept, as text, to be reported as a
+    failure. Runs first written after the listing passed their place are not included.
     """
-    runs: dict[RunId, None] = {}
-    top: int | None = None
+    runs: list[RunId | str] = []
     after = None
     while True:
-        page = await store.recent_runs(after, _PAGE)
-        if top is None and page:
-            top = page[0][1]
-        runs.update((run, None) for run, _ in page)
+        page = await store.audit_runs(after, _PAGE)
+        runs.extend(_stored_run(value) for value in page)
         if len(page) < _PAGE:
-            break
+            return runs
         after = page[-1]
-    for _ in range(3):
-        if top is None or not await _sweep_front(store, runs, top):
-            break
-    return list(runs)
 
 
-async def _sweep_front(store: SqlJournalStore, runs: dict[RunId, None], top: int) -> bool:
-    """Add runs active at or after ``top``; whether any was new."""
-    found, after = False, None
-    while True:
-        page = await store.recent_runs(after, _PAGE)
-        for run, updated in page:
-            if updated < top:
-                return found
-            if run not in runs:
-                runs[run] = None
-                found = True
-        if len(page) < _PAGE:
-            return found
-        after = page[-1]
+def _stored_run(value: object) -> RunId | str:
+    if isinstance(value, str):
+        try:
+            run = RunId.parse(value)
+        except ValueError:
+            return value
+        if str(run) == value:
+            return run
+        return value
+    return repr(value)
+
+
+def _not_a_run(text: str) -> dict[str, Any]:
+    return {
+        "run": text,
+        "ok": False,
+        "seq": 0,
+        "error": "rows are stored under this run id, which is not a canonical run id "
+        "(run_<ULID>): the table was edited",
+    }
 
 
 # -- verification and proof helpers --------------------------------------------------------
@@ -370,7 +371,10 @@ async def cmd_verify(args: argparse.Namespace) -> int:
         progress = fmt.Progress("verifying", len(runs))
         results = []
         for done, run in enumerate(runs, start=1):
-            result = await _verify_run(store, run, verifier, args.require_signature)
+            if isinstance(run, str):
+                result = _not_a_run(run)
+            else:
+                result = await _verify_run(store, run, verifier, args.require_signature)
             if result["ok"]:
                 await _check_seal(store, run, result, seals)
             results.append(result)
@@ -630,18 +634,31 @@ async def cmd_export(args: argparse.Namespace) -> int:
             for i, (run, head) in enumerate(log)
             if run in wanted
         }
+        heads = dict(log)
         out = sys.stdout
         out.write(fmt.export_header(store.tenant, cp) + "\n")
+        failed = 0
         for run in runs:
             try:
+                if isinstance(run, str):
+                    raise CorruptRecordError(0, _not_a_run(run)["error"])
                 records = await store.read(run)
+                # What verify checks: a run that would fail it is reported, not exported.
+                verify_run(records, heads.get(run))
             except CorruptRecordError as exc:
-                raise _Exit(1, f"FAILED {run} seq {exc.seq}: {exc.detail}") from None
+                if not args.all:
+                    raise _Exit(1, f"FAILED {run} seq {exc.seq}: {exc.detail}") from None
+                # An audit carries on past a bad run, names it, and fails at the end.
+                print(f"{PROG}: FAILED {run} seq {exc.seq}: {exc.detail}", file=sys.stderr)
+                failed += 1
+                continue
             for record in records:
                 out.write(fmt.export_record(run, record) + "\n")
             if run in proofs:
                 out.write(fmt.export_inclusion(run, proofs[run]) + "\n")
-    return 0
+    if failed:
+        print(f"{PROG}: {failed} run(s) FAILED and were left out of the export", file=sys.stderr)
+    return 1 if failed else 0
 
 
 async def cmd_demo(args: argparse.Namespace) -> int:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from sqlalchemy import ColumnElement, Table, event, func, literal, select
+from sqlalchemy import ColumnElement, LargeBinary, Table, event, func, literal, select
 from sqlalchemy.dialects import postgresql as pg
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.engine import Engine
@@ -79,6 +79,9 @@ class Dialect(Protocol):
     def constraint(self, exc: DBAPIError, table: Table) -> str | None:
         """The name of the unique/primary-key constraint ``exc`` reports on ``table``, if any."""
 
+    def contains_bytes(self, column: Any, needle: bytes) -> ColumnElement[bool]:
+        """Whether a binary column contains ``needle`` (byte for byte)."""
+
     def connection_lost(self, exc: DBAPIError) -> bool:
         """Whether ``exc`` means the connection dropped (so a COMMIT's outcome is unknown)."""
 
@@ -128,6 +131,10 @@ class PostgresDialect:
         # commit order by the width of a race, which the outcome index tolerates.
         return run_conclusion_ordinal.next_value()
 
+    def contains_bytes(self, column: Any, needle: bytes) -> ColumnElement[bool]:
+        # bytea LIKE bytea; the needle is a ULID, which holds neither % nor _ nor \.
+        return column.op("LIKE", is_comparison=True)(literal(b"%" + needle + b"%", LargeBinary))
+
     def constraint(self, exc: DBAPIError, table: Table) -> str | None:
         driver = _driver(exc)
         if getattr(driver, "sqlstate", None) != "23505":
@@ -147,6 +154,13 @@ class PostgresDialect:
         # Row locks are taken statement by statement: any READ COMMITTED transaction can
         # take the run mutex at any point.
         return True
+
+
+def _text_or_bytes(data: bytes) -> str | bytes:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return data
 
 
 class SqliteDialect:
@@ -175,6 +189,10 @@ class SqliteDialect:
             cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
             cursor.close()
             record.info[_CONFIGURED] = True
+            # A TEXT value that is not UTF-8 (SQLite stores whatever it is given) would make
+            # the driver fail the whole read with an OperationalError; read it as its bytes
+            # instead, so the row checks name it as corrupt (or find it harmless).
+            dbapi_connection.driver_connection.text_factory = _text_or_bytes
 
         @event.listens_for(sync_engine, "begin")
         def _on_begin(connection: Any) -> None:
@@ -218,6 +236,10 @@ class SqliteDialect:
             await conn.execute(counter_next(self, "run_conclusion_ordinal", initial))
         ).scalar_one()
         return literal(value)
+
+    def contains_bytes(self, column: Any, needle: bytes) -> ColumnElement[bool]:
+        # instr() compares BLOBs byte by byte (LIKE would fold case and stop at a NUL).
+        return func.instr(column, literal(needle, LargeBinary)) > 0
 
     def constraint(self, exc: DBAPIError, table: Table) -> str | None:
         code = getattr(_driver(exc), "sqlite_errorname", None)

@@ -62,7 +62,7 @@ from .errors import BackendError, CorruptLogError
 from .ids import Digest, RunId
 from .merkle import EMPTY_ROOT
 from .models import JournalCounter, LogTree, RunSeal
-from .statements import digest
+from .statements import digest, stored_run
 
 __all__ = ["AUDIT_PAGE", "LogAudit", "SealedLeaf", "TenantLog"]
 
@@ -327,7 +327,7 @@ class TenantLog:
             .where(RunSeal.tenant == self.tenant)
             .order_by(RunSeal.log_index)
         )
-        return [(RunId.parse(r), digest(h, 0)) for r, h in rows]
+        return [(stored_run(r, "run_seal.run_id"), digest(h, 0)) for r, h in rows]
 
     async def checkpoint(self, session: AsyncSession) -> Checkpoint:
         """``Checkpoint(origin, size, root)`` from the size and its frontier nodes."""

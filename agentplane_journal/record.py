@@ -41,6 +41,7 @@ __all__ = [
     "check_exactly_once",
     "verify_attested",
     "verify_chain",
+    "verify_run",
 ]
 
 MAX_RECORD_BYTES = 1_048_576
@@ -290,6 +291,14 @@ class Record:
             body_seq = body.get("seq")
             where = seq if seq is not None else body_seq if _is_int(body_seq) else 0
             raise CorruptRecordError(where, problem)
+        case = body.get("case")
+        if case is not None and case.encode() not in raw:
+            # The member was written with escapes: never by a canonical writer, and it would
+            # hide the record from case_history's scan of the bytes for the case's ULID.
+            raise CorruptRecordError(
+                seq if seq is not None else body["seq"],
+                "record body's 'case' member is escaped, not written out as a canonical ULID",
+            )
         if raw.count(b"[") + raw.count(b"{") > MAX_DEPTH and _depth(body) > MAX_DEPTH + 1:
             raise CorruptRecordError(
                 seq if seq is not None else body["seq"],
@@ -507,3 +516,38 @@ def check_exactly_once(records: Iterable[Record]) -> None:
                 f"a second EffectStarted for effect ek:{key[:16]}… (the first is seq {first}): "
                 "exactly-once was bypassed, the run's rows were edited",
             )
+
+
+def verify_run(
+    records: list[Record],
+    sealed_head: Digest | None = None,
+    verifier: Verifier | None = None,
+    require_signature: bool = False,
+) -> Digest:
+    """Everything a whole run's records must satisfy; return its head.
+
+    Seqs from 1 and contiguous, links, signatures (with a verifier), exactly-once over
+    the bodies, and, for a sealed run, that the records end exactly at ``sealed_head``:
+    a run whose records were deleted, truncated or extended under its seal fails. The
+    records must come from :meth:`Record.from_stored`, which has re-hashed each one.
+    """
+    if records and records[0].seq != 1:
+        raise CorruptRecordError(
+            records[0].seq, f"sequence gap: expected 1, found {records[0].seq}"
+        )
+    if verifier is not None:
+        head = verify_attested(records, verifier, require_signature=require_signature, rehash=False)
+    elif require_signature:
+        raise ValueError("require_signature needs a verifier that trusts the signers' keys")
+    else:
+        head = verify_chain(records, rehash=False)
+    check_exactly_once(records)
+    if sealed_head is not None and sealed_head != head:
+        last = records[-1].seq if records else 0
+        raise CorruptRecordError(
+            last,
+            f"the run is sealed at head {sealed_head.hex()[:12]}, but its records end at "
+            f"{head.hex()[:12]} (seq {last}): records were deleted, added or rewritten "
+            "after sealing",
+        )
+    return head

@@ -16,7 +16,7 @@ from sqlalchemy import bindparam, literal, select, text, true
 
 from .dialect import Dialect
 from .errors import CorruptRecordError
-from .ids import Digest
+from .ids import Digest, RunId
 from .models import Journal, RunActivity, RunLease, RunSeal
 from .record import Attestation, Record
 
@@ -27,6 +27,7 @@ __all__ = [
     "hot_statements",
     "record_from_row",
     "stored_int",
+    "stored_run",
     "stored_text",
 ]
 
@@ -147,6 +148,19 @@ def stored_text(value: object, seq: int, column: str, *, nullable: bool = False)
     if type(value) is not str:
         raise CorruptRecordError(seq, f"the {column} column holds {_what(value)}, not text")
     return value
+
+
+def stored_run(value: object, column: str = "run_id") -> RunId:
+    """A stored run id column as a :class:`RunId`; anything but its canonical text is corrupt."""
+    if type(value) is str:
+        try:
+            run = RunId.parse(value)
+        except ValueError:
+            pass
+        else:
+            if str(run) == value:
+                return run
+    raise CorruptRecordError(0, f"the {column} column holds {_short(value)}, not a run id")
 
 
 def _stored_bytes(value: object, seq: int, column: str) -> bytes:

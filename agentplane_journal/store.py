@@ -33,14 +33,13 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Protocol, runtime_checkable
 
-from sqlalchemy import and_, case, literal, or_, select, tuple_, update
+from sqlalchemy import and_, case, literal, or_, select, tuple_, union, update
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 from .checkpoint import Checkpoint, Inclusion
 from .errors import (
     BackendError,
-    CorruptRecordError,
     DuplicateEffectError,
     FencedError,
     LeaseHeldError,
@@ -50,7 +49,7 @@ from .errors import (
 from .ids import DEFAULT_TENANT, CaseId, Digest, EffectKey, RunId, validate_tenant
 from .log import LogAudit, TenantLog
 from .models import Journal, RunActivity, RunCancel, RunLease, RunOutcome, RunSeal
-from .record import Append, Record, check_exactly_once, verify_attested, verify_chain
+from .record import Append, Record, verify_run
 from .repository import (
     Repository,
     TransactionAnchor,
@@ -68,6 +67,7 @@ from .statements import (
     hot_statements,
     record_from_row,
     stored_int,
+    stored_run,
     stored_text,
 )
 from .values import Cancellation, Head, Lease
@@ -499,21 +499,50 @@ class SqlJournalStore(Repository):
     async def case_history(
         self, case: CaseId, limit: int, *, session: AsyncSession | None = None
     ) -> list[Record]:
-        """Every record naming ``case``, from any run, by run id then seq, hash-checked."""
+        """Every record whose body names ``case``, from any run, by run id then seq.
+
+        Exact even if the ``case_id`` index lies: candidates are the rows whose column names
+        the case *or* whose bytes contain its ULID (every body naming it does: a record is
+        refused on read unless its ``case`` member appears in its bytes as written), each is
+        hash-checked and compared with its columns, so a row whose ``case_id`` was added or
+        removed is :class:`CorruptRecordError`, and a row that merely mentions the ULID is
+        left out. The byte scan reads the tenant's journal: this costs a scan, not an index
+        lookup (see the README's "Tamper evidence").
+        """
         if isinstance(case, str):
             case = CaseId.parse(case)
         if not isinstance(case, CaseId):
             raise TypeError(f"case must be a CaseId, not {type(case).__name__}")
         limit = check_int(limit, "limit")
-        stmt = (
-            select(*RECORD_COLUMNS)
-            .where(Journal.tenant == self.tenant, Journal.case_id == str(case))
-            .order_by(Journal.run_id, Journal.seq)
-            .limit(limit)
+        ulid = case.ulid
+        candidates = or_(
+            Journal.case_id == str(case), self._dialect.contains_bytes(Journal.raw, ulid.encode())
         )
+        page = max(limit, 100)
 
         async def unit(session: AsyncSession) -> list[Record]:
-            return [record_from_row(row) for row in await session.execute(stmt)]
+            found: list[Record] = []
+            after: tuple[Any, Any] | None = None
+            while len(found) < limit:
+                stmt = select(*RECORD_COLUMNS).where(Journal.tenant == self.tenant, candidates)
+                if after is not None:
+                    stmt = stmt.where(
+                        tuple_(Journal.run_id, Journal.seq)
+                        > tuple_(literal(after[0]), literal(after[1]))
+                    )
+                rows = (
+                    await session.execute(stmt.order_by(Journal.run_id, Journal.seq).limit(page))
+                ).all()
+                for row in rows:
+                    record = record_from_row(row)
+                    if record.body.get("case") == ulid:
+                        found.append(record)
+                        if len(found) == limit:
+                            break
+                if len(rows) < page:
+                    break
+                after = (rows[-1].run_id, rows[-1].seq)
+            return found
 
         return await self._unit(unit, read_only=True, session=session)
 
@@ -548,29 +577,37 @@ class SqlJournalStore(Repository):
             return sealed, records
 
         sealed, records = await self._unit(unit, read_only=True, session=session)
-        if records and records[0].seq != 1:
-            raise CorruptRecordError(
-                records[0].seq, f"sequence gap: expected 1, found {records[0].seq}"
-            )
-        # record_from_row built every record with Record.from_stored, which re-hashed it: check the
-        # links and signatures here without hashing each row a second time.
-        if verifier is not None:
-            head = verify_attested(
-                records, verifier, require_signature=require_signature, rehash=False
-            )
-        else:
-            head = verify_chain(records, rehash=False)
-        check_exactly_once(records)
-        if sealed is not None:
-            last = records[-1].seq if records else 0
-            if digest(sealed, last) != head:
-                raise CorruptRecordError(
-                    last,
-                    f"the run is sealed at head {digest(sealed, last).hex()[:12]}, but its "
-                    f"records end at {head.hex()[:12]} (seq {last}): records were deleted, "
-                    "added or rewritten after sealing",
-                )
-        return head
+        last = records[-1].seq if records else 0
+        return verify_run(
+            records, None if sealed is None else digest(sealed, last), verifier, require_signature
+        )
+
+    async def audit_runs(
+        self, after: object = None, limit: int = 1000, *, session: AsyncSession | None = None
+    ) -> list[object]:
+        """Every run of this tenant with a record or a seal, by stored run id, ascending.
+
+        What an audit enumerates (``verify --all``, ``export --all``): the journal and the
+        log themselves, not ``run_activity``, which is a side index that can lose a row.
+        Values are the ``run_id`` columns *as stored*: one that is not a canonical run id
+        is a finding of the audit, not an error here. Page with ``after`` = the last value.
+        """
+        limit = check_int(limit, "limit", minimum=1)
+        journal = select(Journal.run_id).where(Journal.tenant == self.tenant)
+        sealed = select(RunSeal.run_id).where(RunSeal.tenant == self.tenant)
+        if after is not None:
+            journal = journal.where(Journal.run_id > after)
+            sealed = sealed.where(RunSeal.run_id > after)
+        # Each side stops after `limit` distinct ids (an ordered index scan), then the union.
+        j = journal.distinct().order_by(Journal.run_id).limit(limit).subquery()
+        s = sealed.order_by(RunSeal.run_id).limit(limit).subquery()
+        both = union(select(j.c.run_id), select(s.c.run_id)).subquery()
+        stmt = select(both.c.run_id).order_by(both.c.run_id).limit(limit)
+
+        async def unit(session: AsyncSession) -> list[object]:
+            return list((await session.execute(stmt)).scalars())
+
+        return await self._unit(unit, read_only=True, session=session)
 
     # -- leases ------------------------------------------------------------------------
 
@@ -617,8 +654,13 @@ class SqlJournalStore(Repository):
                         )
                     )
                 ).one_or_none()
-                if held is not None and held.expires_at > now and held.owner != owner:
-                    raise LeaseHeldError(run, held.owner, int(held.epoch), held.expires_at - now)
+                if held is None:
+                    continue
+                expires = stored_int(held.expires_at, 0, "run_lease.expires_at")
+                holder = stored_text(held.owner, 0, "run_lease.owner")
+                if expires > now and holder != owner:
+                    held_epoch = stored_int(held.epoch, 0, "run_lease.epoch")
+                    raise LeaseHeldError(run, holder, held_epoch, expires - now)
             raise BackendError(f"the lease of {run} kept changing while acquiring it; retry")
 
         return await self._unit(unit, session=session)
@@ -746,7 +788,8 @@ class SqlJournalStore(Repository):
         )
 
         async def unit(session: AsyncSession) -> list[RunId]:
-            return [RunId.parse(r) for r in (await session.execute(stmt)).scalars()]
+            rows = (await session.execute(stmt)).scalars()
+            return [stored_run(r, "run_outcome.run_id") for r in rows]
 
         return await self._unit(unit, read_only=True, session=session)
 
@@ -776,7 +819,13 @@ class SqlJournalStore(Repository):
         )
 
         async def unit(session: AsyncSession) -> list[tuple[RunId, int]]:
-            return [(RunId.parse(r[0]), int(r[1])) for r in await session.execute(stmt)]
+            return [
+                (
+                    stored_run(r[0], "run_activity.run_id"),
+                    stored_int(r[1], 0, "run_activity.updated_at"),
+                )
+                for r in await session.execute(stmt)
+            ]
 
         return await self._unit(unit, read_only=True, session=session)
 
@@ -819,6 +868,9 @@ class SqlJournalStore(Repository):
 
         async def unit(session: AsyncSession) -> Cancellation | None:
             row = (await session.execute(stmt)).one_or_none()
-            return None if row is None else Cancellation(row.actor, row.reason)
+            if row is None:
+                return None
+            actor = stored_text(row.actor, 0, "run_cancel.actor")
+            return Cancellation(actor, stored_text(row.reason, 0, "run_cancel.reason"))
 
         return await self._unit(unit, read_only=True, primary=True, session=session)

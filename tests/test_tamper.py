@@ -1,0 +1,536 @@
+"""The tamper battery: an attacker with write access to the database, but no signing key.
+
+Each case edits one thing with SQL straight on the database — one column of one row, rows
+copied under another run id, a forged head, deleted activity rows, records deleted under a
+seal, hash-valid hostile bodies, and on SQLite values of the wrong storage class — and
+every case must be caught by ``read``/``verify`` as :class:`CorruptRecordError` (never
+another exception), and by ``agentplane-journal verify --all`` in a subprocess, which
+reports every victim, carries on past it and exits 1. On both dialects.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from sqlalchemy import text
+
+from agentplane_journal import (
+    Append,
+    CaseId,
+    CorruptRecordError,
+    DuplicateEffectError,
+    Ed25519Signer,
+    Ed25519Verifier,
+    RunId,
+    SqlJournalStore,
+    StoreError,
+)
+
+from helpers import admitted, concluded, key, note, started
+
+SIGNER = Ed25519Signer("tamper-key", bytes(range(32)))
+VERIFIER = Ed25519Verifier().trust("tamper-key", SIGNER.public_key)
+CLI = [sys.executable, "-m", "agentplane_journal.cli"]
+
+
+@dataclass
+class Victim:
+    """A run built honestly, then tampered with."""
+
+    store: SqlJournalStore
+    run: RunId
+    case: CaseId
+    sealed: bool
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return {"t": self.store.tenant, "r": str(self.run)}
+
+    async def sql(self, statement: str, **params: Any) -> None:
+        async with self.store.engine.begin() as conn:
+            await conn.execute(text(statement), {**self.params, **params})
+
+    async def row(self, seq: int) -> Any:
+        async with self.store.engine.connect() as conn:
+            return (
+                await conn.execute(
+                    text(f"SELECT prev_hash, raw FROM journal {_AT_SEQ}"),
+                    {**self.params, "s": seq},
+                )
+            ).one()
+
+    async def rewrite_body(self, seq: int, raw: bytes) -> None:
+        """Replace a row's bytes with ``raw`` and recompute its hash: the row re-hashes."""
+        prev, _ = await self.row(seq)
+        digest = hashlib.sha256(bytes(prev) + raw).digest()
+        await self.sql(
+            "UPDATE journal SET raw=:raw, hash=:h, key_id=NULL, signature=NULL "
+            "WHERE tenant=:t AND run_id=:r AND seq=:s",
+            raw=raw,
+            h=digest,
+            s=seq,
+        )
+
+
+async def honest_run(store: SqlJournalStore, *, seal: bool = False) -> Victim:
+    """seq 1 RunAdmitted (names a case), 2 EffectStarted key(1), 3 Note, [4 RunSealed]."""
+    run, case = RunId.generate(), CaseId.generate()
+    lease = await store.acquire(run, "worker", 60)
+    await store.append(lease.epoch, [admitted(run, case), started(run, key(1)), note(run)])
+    if seal:
+        await store.append(lease.epoch, [concluded(run, "succeeded")])
+        await store.seal(run, lease.epoch, "succeeded")
+    return Victim(store, run, case, seal)
+
+
+def _body(victim: Victim, **members: Any) -> bytes:
+    body = {"seq": 3, "run": victim.run.ulid, "epoch": 1, "v": 4, "kind": "Note", "text": "x"}
+    body.update(members)
+    return json.dumps(
+        {k: v for k, v in body.items() if v is not _DROP}, separators=(",", ":")
+    ).encode()
+
+
+_DROP = object()
+_AT_SEQ = "WHERE tenant=:t AND run_id=:r AND seq=:s"
+_OTHER = RunId.generate()
+
+
+# -- the cases: each edits one thing --------------------------------------------------------
+
+#: A case returns the runs it broke, or None for just the victim.
+Tamper = Callable[[Victim], Awaitable["list[RunId] | None"]]
+CASES: dict[str, Tamper] = {}
+
+
+def case(name: str) -> Callable[[Tamper], Tamper]:
+    def register(fn: Tamper) -> Tamper:
+        CASES[name] = fn
+        return fn
+
+    return register
+
+
+@case("kind column")
+async def _kind(v: Victim) -> None:
+    await v.sql("UPDATE journal SET kind='Note' WHERE tenant=:t AND run_id=:r AND seq=2")
+
+
+@case("effect_key column edited")
+async def _effect_key(v: Victim) -> None:
+    await v.sql(
+        "UPDATE journal SET effect_key=:k WHERE tenant=:t AND run_id=:r AND seq=2", k=key(9).hex()
+    )
+
+
+@case("effect_key column removed")
+async def _effect_key_null(v: Victim) -> None:
+    await v.sql("UPDATE journal SET effect_key=NULL WHERE tenant=:t AND run_id=:r AND seq=2")
+
+
+@case("effect_key column added")
+async def _effect_key_added(v: Victim) -> None:
+    await v.sql(
+        "UPDATE journal SET effect_key=:k WHERE tenant=:t AND run_id=:r AND seq=3", k=key(9).hex()
+    )
+
+
+@case("case_id column edited")
+async def _case_edited(v: Victim) -> None:
+    await v.sql(
+        "UPDATE journal SET case_id=:c WHERE tenant=:t AND run_id=:r AND seq=1",
+        c=str(CaseId.generate()),
+    )
+
+
+@case("case_id column removed")
+async def _case_removed(v: Victim) -> None:
+    await v.sql("UPDATE journal SET case_id=NULL WHERE tenant=:t AND run_id=:r AND seq=1")
+
+
+@case("case_id column added")
+async def _case_added(v: Victim) -> None:
+    await v.sql(
+        "UPDATE journal SET case_id=:c WHERE tenant=:t AND run_id=:r AND seq=3", c=str(v.case)
+    )
+
+
+@case("epoch column")
+async def _epoch(v: Victim) -> None:
+    await v.sql("UPDATE journal SET epoch=7 WHERE tenant=:t AND run_id=:r AND seq=2")
+
+
+@case("seq column")
+async def _seq(v: Victim) -> None:
+    await v.sql("UPDATE journal SET seq=9 WHERE tenant=:t AND run_id=:r AND seq=3")
+
+
+@case("run_id column of one row")
+async def _run_id(v: Victim) -> list[RunId]:
+    other = RunId.generate()
+    await v.sql(
+        "UPDATE journal SET run_id=:o WHERE tenant=:t AND run_id=:r AND seq=1", o=str(other)
+    )
+    return [v.run, other]  # seq 1 of v.run now lives under `other`: both runs are broken
+
+
+@case("rows copied under another run id")
+async def _copied(v: Victim) -> list[RunId]:
+    other = RunId.generate()
+    await v.sql(
+        "INSERT INTO journal (tenant, run_id, seq, epoch, kind, effect_key, prev_hash, hash, "
+        "raw, key_id, signature, case_id) SELECT tenant, :o, seq, epoch, kind, effect_key, "
+        "prev_hash, hash, raw, key_id, signature, case_id FROM journal "
+        "WHERE tenant=:t AND run_id=:r",
+        o=str(other),
+    )
+    await v.sql(
+        "INSERT INTO run_activity (tenant, run_id, updated_at) VALUES (:t, :o, 1)", o=str(other)
+    )
+    return [other]  # the copy is what must not verify
+
+
+@case("head forged")
+async def _head(v: Victim) -> None:
+    await v.sql(
+        "UPDATE journal SET hash=:h WHERE tenant=:t AND run_id=:r AND seq=3", h=os.urandom(32)
+    )
+
+
+@case("activity row deleted")
+async def _activity(v: Victim) -> None:
+    await v.sql("DELETE FROM run_activity WHERE tenant=:t AND run_id=:r")
+    await v.sql("UPDATE journal SET epoch=5 WHERE tenant=:t AND run_id=:r AND seq=3")
+
+
+@case(
+    "tail deleted under a seal",
+)
+async def _sealed_tail(v: Victim) -> None:
+    await v.sql("DELETE FROM journal WHERE tenant=:t AND run_id=:r AND seq=4")
+
+
+@case("every record deleted under a seal")
+async def _sealed_all(v: Victim) -> None:
+    await v.sql("DELETE FROM journal WHERE tenant=:t AND run_id=:r")
+    await v.sql("DELETE FROM run_activity WHERE tenant=:t AND run_id=:r")
+
+
+@case("a record appended under a seal")
+async def _sealed_extended(v: Victim) -> None:
+    _, raw = await v.row(4)
+    body = json.loads(raw)
+    body.update(seq=5, kind="Note", text="after the seal")
+    body.pop("outcome"), body.pop("chain_head")
+    extra = json.dumps(body, separators=(",", ":"), sort_keys=True).encode()
+    prev = await _hash(v, 4)
+    await v.sql(
+        "INSERT INTO journal (tenant, run_id, seq, epoch, kind, prev_hash, hash, raw) "
+        "VALUES (:t, :r, 5, 1, 'Note', :p, :h, :raw)",
+        p=prev,
+        h=hashlib.sha256(prev + extra).digest(),
+        raw=extra,
+    )
+
+
+async def _hash(v: Victim, seq: int) -> bytes:
+    async with v.store.engine.connect() as conn:
+        return bytes(
+            (
+                await conn.execute(
+                    text("SELECT hash FROM journal WHERE tenant=:t AND run_id=:r AND seq=:s"),
+                    {**v.params, "s": seq},
+                )
+            ).scalar_one()
+        )
+
+
+@case("100k-deep body")
+async def _deep(v: Victim) -> None:
+    await v.rewrite_body(3, b'{"seq":3,"x":' + b"[" * 100_000 + b"]" * 100_000 + b"}")
+
+
+@case("200-deep body")
+async def _deepish(v: Victim) -> None:
+    await v.rewrite_body(3, _body(v, text=json.loads("[" * 200 + "]" * 200)))
+
+
+@case("body without epoch")
+async def _no_epoch(v: Victim) -> None:
+    await v.rewrite_body(3, _body(v, epoch=_DROP))
+
+
+@case("body with a text epoch")
+async def _text_epoch(v: Victim) -> None:
+    await v.rewrite_body(3, _body(v, epoch="1"))
+
+
+@case("body with a run that is not an id")
+async def _bad_run(v: Victim) -> None:
+    await v.rewrite_body(3, _body(v, run="not-a-ulid"))
+
+
+@case("body with a case that is not an id")
+async def _bad_case(v: Victim) -> None:
+    await v.rewrite_body(3, _body(v, case=12))
+
+
+@case("body with an effect key that is not a key")
+async def _bad_key(v: Victim) -> None:
+    await v.rewrite_body(3, _body(v, effect_key="ek:nothex"))
+
+
+@case("body that is an array")
+async def _array(v: Victim) -> None:
+    await v.rewrite_body(3, b"[1,2,3]")
+
+
+@case("body naming another run")
+async def _foreign_run(v: Victim) -> None:
+    await v.rewrite_body(3, _body(v, run=_OTHER.ulid))
+
+
+_ROW = "WHERE tenant=:t AND run_id=:r AND seq=3"
+SQLITE_ONLY: dict[str, str] = {
+    "raw as TEXT": f"UPDATE journal SET raw=CAST(raw AS TEXT) {_ROW}",
+    "hash as TEXT": f"UPDATE journal SET hash='0123456789abcdef0123456789abcdef' {_ROW}",
+    "prev_hash as TEXT": f"UPDATE journal SET prev_hash=hex(prev_hash) {_ROW}",
+    "seq as TEXT": f"UPDATE journal SET seq='three' {_ROW}",
+    "epoch as TEXT": f"UPDATE journal SET epoch='one' {_ROW}",
+    "kind as BLOB": f"UPDATE journal SET kind=CAST('Note' AS BLOB) {_ROW}",
+    "key_id as BLOB": f"UPDATE journal SET key_id=CAST(key_id AS BLOB) {_ROW}",
+    "signature as TEXT": f"UPDATE journal SET signature='sig' {_ROW}",
+    # The row drops out of `run_id = ?` (a BLOB never equals TEXT): a sealed run shows it.
+    "run_id as BLOB (sealed run)": f"UPDATE journal SET run_id=CAST(run_id AS BLOB) {_ROW}",
+}
+
+SEALED = {
+    "tail deleted under a seal",
+    "every record deleted under a seal",
+    "a record appended under a seal",
+    "run_id as BLOB (sealed run)",
+}
+
+
+async def tamper(store: SqlJournalStore, name: str) -> tuple[Victim, list[RunId]]:
+    """Build an honest run, apply case ``name``; the victim and every run it broke."""
+    victim = await honest_run(store, seal=name in SEALED)
+    if name in SQLITE_ONLY:
+        await victim.sql(SQLITE_ONLY[name])
+        return victim, [victim.run]
+    broken = await CASES[name](victim)
+    return victim, [victim.run] if broken is None else broken
+
+
+async def assert_detected(store: SqlJournalStore, run: RunId) -> None:
+    """verify fails with CorruptRecordError; no reader raises anything but a StoreError."""
+    with pytest.raises(CorruptRecordError):
+        await store.verify(run)
+    with pytest.raises(CorruptRecordError):
+        await store.verify(run, VERIFIER, require_signature=False)
+    for read in (store.read(run), store.head(run), store.inclusion_proof(run)):
+        try:
+            await read
+        except StoreError:
+            pass
+
+
+@pytest.mark.parametrize("name", list(CASES))
+async def test_each_tamper_is_caught_by_verify_and_crashes_no_reader(
+    make_store: Callable[..., Any], name: str
+) -> None:
+    store = await make_store(signer=SIGNER)
+    await _caught(store, name)
+
+
+@pytest.mark.parametrize("name", list(SQLITE_ONLY))
+async def test_each_value_of_the_wrong_storage_class_is_caught_on_sqlite(
+    sqlite_database: Callable[..., str], name: str
+) -> None:
+    # PostgreSQL's column types refuse these values outright; SQLite stores them.
+    store = await SqlJournalStore.connect(sqlite_database(), signer=SIGNER)
+    try:
+        await _caught(store, name)
+    finally:
+        await store.close()
+
+
+async def _caught(store: SqlJournalStore, name: str) -> None:
+    bystander = await honest_run(store)
+    victim, broken = await tamper(store, name)
+    for run in broken:
+        await assert_detected(store, run)
+    assert await store.verify(bystander.run, VERIFIER, require_signature=True)
+    # Readers that sweep many rows do not crash on the hostile one either.
+    for sweep in (
+        store.case_history(victim.case, 100),
+        store.recent_runs(None, 100),
+        store.checkpoint(),
+        store.sealed_runs(),
+        store.audit_runs(),
+    ):
+        try:
+            await sweep
+        except StoreError:
+            pass
+
+
+# -- what the store does with what it reads -------------------------------------------------
+
+
+async def test_a_forged_head_is_never_chained_onto_or_sealed(
+    make_store: Callable[..., Any],
+) -> None:
+    store = await make_store(signer=SIGNER)
+    victim = await honest_run(store)
+    before = await store.checkpoint()
+    await CASES["head forged"](victim)
+    with pytest.raises(CorruptRecordError, match="hash mismatch") as caught:
+        await store.append(1, [note(victim.run, "onto a forged head")])
+    assert caught.value.seq == 3
+    with pytest.raises(CorruptRecordError):
+        await store.seal(victim.run, 1, "succeeded")
+    with pytest.raises(CorruptRecordError):
+        await store.head(victim.run)
+    assert await store.checkpoint() == before  # nothing entered the log
+    assert await store.inclusion_proof(victim.run) is None
+
+
+@pytest.mark.parametrize("column", ["kind", "effect_key"])
+async def test_an_edited_effect_started_column_never_lets_a_second_start_verify(
+    make_store: Callable[..., Any], column: str
+) -> None:
+    store = await make_store(signer=SIGNER)
+    victim = await honest_run(store)
+    edit = "kind='Note'" if column == "kind" else f"effect_key='{key(9).hex()}'"
+    await victim.sql(f"UPDATE journal SET {edit} WHERE tenant=:t AND run_id=:r AND seq=2")
+    # The index no longer sees the first start, so the store writes (and signs) a second.
+    # The run must never verify again, whatever the attacker then does to the columns.
+    try:
+        await store.append(1, [started(victim.run, key(1))])
+    except (DuplicateEffectError, CorruptRecordError):
+        pass
+    for attempt in ("as left", "second start's column edited too"):
+        if attempt != "as left":
+            away = "kind='Note'" if column == "kind" else f"effect_key='{key(10).hex()}'"
+            await victim.sql(f"UPDATE journal SET {away} WHERE tenant=:t AND run_id=:r AND seq=4")
+            await victim.sql(
+                "UPDATE journal SET kind='EffectStarted', effect_key=:k "
+                "WHERE tenant=:t AND run_id=:r AND seq=2",
+                k=key(1).hex(),
+            )
+        with pytest.raises(CorruptRecordError):
+            await store.verify(victim.run, VERIFIER, require_signature=True)
+
+
+async def test_exactly_once_is_checked_over_the_bodies() -> None:
+    from agentplane_journal import Digest, Record
+    from agentplane_journal.record import verify_run
+
+    run = RunId.generate()
+    records, prev = [], Digest.ZERO
+    for seq, item in enumerate([started(run, key(1)), note(run), started(run, key(1))], 1):
+        records.append(Record.seal(item.body(seq, 1), prev))
+        prev = records[-1].hash
+    with pytest.raises(CorruptRecordError, match="second EffectStarted") as caught:
+        verify_run(records)
+    assert caught.value.seq == 3
+
+
+async def test_case_history_is_exact_when_the_case_index_lies(
+    make_store: Callable[..., Any],
+) -> None:
+    store = await make_store()
+    case_ = CaseId.generate()
+    first, second = RunId.generate(), RunId.generate()
+    await store.append(1, [admitted(first, case_), note(first)])
+    await store.append(1, [admitted(second, case_)])
+    # A record that only mentions the case's ULID in a field does not name the case.
+    mention = RunId.generate()
+    await store.append(1, [Append(mention, "Note", {"text": f"see {case_.ulid}"})])
+    history = await store.case_history(case_, 10)
+    assert [(r.run, r.seq) for r in history] == sorted([(first, 1), (second, 1)])
+    assert len(await store.case_history(case_, 1)) == 1
+
+    v = Victim(store, second, case_, False)
+    await v.sql("UPDATE journal SET case_id=NULL WHERE tenant=:t AND run_id=:r AND seq=1")
+    with pytest.raises(CorruptRecordError, match="case_id"):
+        await store.case_history(case_, 10)  # the removed entry is found, and refused
+    await v.sql(
+        "UPDATE journal SET case_id=:c WHERE tenant=:t AND run_id=:r AND seq=1", c=str(case_)
+    )
+    v = Victim(store, mention, case_, False)
+    await v.sql(
+        "UPDATE journal SET case_id=:c WHERE tenant=:t AND run_id=:r AND seq=1", c=str(case_)
+    )
+    with pytest.raises(CorruptRecordError, match="case_id"):
+        await store.case_history(case_, 10)  # the added entry is refused, not returned
+
+
+# -- the command line, as an auditor runs it --------------------------------------------------
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "AGENTPLANE_JOURNAL_URL"}
+    return subprocess.run(
+        [*CLI, *args], capture_output=True, text=True, env=env, timeout=300, check=False
+    )
+
+
+async def test_verify_all_and_export_all_report_every_tampered_run_and_carry_on(
+    make_store: Callable[..., Any], dialect: str, database_url: str
+) -> None:
+    store = await make_store(signer=SIGNER)
+    honest = [await honest_run(store), await honest_run(store, seal=True)]
+    broken: dict[str, list[RunId]] = {}
+    names = list(CASES) + (list(SQLITE_ONLY) if dialect == "sqlite" else [])
+    for name in names:
+        _, broken[name] = await tamper(store, name)
+    hostile_id = "run_not-a-run-id"
+    await Victim(store, honest[0].run, honest[0].case, False).sql(
+        "INSERT INTO journal (tenant, run_id, seq, epoch, kind, prev_hash, hash, raw) "
+        "SELECT tenant, :o, seq, epoch, kind, prev_hash, hash, raw FROM journal "
+        "WHERE tenant=:t AND run_id=:r",
+        o=hostile_id,
+    )
+
+    common = ["--url", database_url, "--tenant", store.tenant]
+    result = run_cli("verify", "--all", "--json", *common)
+    assert result.returncode == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    report = {r["run"]: r for r in json.loads(result.stdout)["runs"]}
+    for name, runs in broken.items():
+        for run in runs:
+            got = report.get(str(run))
+            assert got is not None and not got["ok"], (name, run, got)
+    assert not report[hostile_id]["ok"]
+    for run in honest:
+        assert report[str(run.run)]["ok"], report[str(run.run)]
+
+    signed = run_cli(
+        "verify",
+        "--all",
+        "--trust",
+        f"tamper-key={SIGNER.public_key.hex()}",
+        "--require-signature",
+        *common,
+    )
+    assert signed.returncode == 1 and "Traceback" not in signed.stderr
+    assert "FAILED" in signed.stdout
+
+    export = run_cli("export", "--all", *common)
+    assert export.returncode == 1 and "Traceback" not in export.stderr
+    exported = {json.loads(line).get("run") for line in export.stdout.splitlines()}
+    assert {str(r.run) for r in honest} <= exported  # the audit carried on past every bad run
+    for name, runs in broken.items():
+        for run in runs:
+            assert f"FAILED {run}" in export.stderr, (name, run)
+            assert str(run) not in exported, name
