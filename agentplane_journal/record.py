@@ -27,6 +27,7 @@ from typing import Any
 from .canon import MAX_DEPTH, canonical_bytes
 from .errors import CorruptRecordError, RecordTooLargeError
 from .ids import PHASES, CaseId, Digest, EffectKey, RunId, validate_step
+from .limits import check_label
 from .signing import DOMAIN_RECORD, Signer, Verifier, signing_hash
 
 __all__ = [
@@ -121,12 +122,8 @@ class Append:
     def __post_init__(self) -> None:
         set_ = object.__setattr__
         set_(self, "run", RunId.parse(self.run))
-        kind = self.kind
-        if not isinstance(kind, str):
-            raise TypeError(f"kind must be a str, not {type(kind).__name__}")
-        if not kind:
-            raise ValueError("kind must not be empty; it is the record's discriminator")
-        canonical_bytes(kind, path="kind")  # refuses a lone surrogate with a clear message
+        # The record's discriminator, also stored in the indexed ``kind`` column.
+        check_label(self.kind, "kind")
 
         payload = self.payload
         if payload is None:

@@ -24,6 +24,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from .ids import Digest
+from .limits import check_key_id
 
 __all__ = [
     "DOMAIN_RECORD",
@@ -85,10 +86,8 @@ class Ed25519Signer:
     public_key: bytes
 
     def __init__(self, key_id: str, seed: bytes) -> None:
-        if not isinstance(key_id, str):
-            raise TypeError(f"key_id must be a str, not {type(key_id).__name__}")
-        if not key_id:
-            raise ValueError("key_id must not be empty: it names the signer to verifiers")
+        # It names the signer to verifiers and is stored in every signed row.
+        key_id = check_key_id(key_id)
         if not isinstance(seed, bytes | bytearray | memoryview):
             raise TypeError(f"an Ed25519 seed is bytes, not {type(seed).__name__}")
         if len(seed) != _SEED_BYTES:
@@ -137,8 +136,7 @@ class Ed25519Verifier:
 
     def trust(self, key_id: str, public_key: bytes) -> Ed25519Verifier:
         """Trust ``public_key`` (32 raw bytes) under ``key_id``; returns self to chain."""
-        if not isinstance(key_id, str):
-            raise TypeError(f"key_id must be a str, not {type(key_id).__name__}")
+        key_id = check_key_id(key_id)
         if not isinstance(public_key, bytes | bytearray | memoryview):
             raise TypeError(f"a public key is bytes, not {type(public_key).__name__}")
         if len(public_key) != _PUBLIC_BYTES:

@@ -47,6 +47,7 @@ from .errors import (
     TransactionEndedError,
 )
 from .ids import DEFAULT_TENANT, CaseId, Digest, EffectKey, RunId, validate_tenant
+from .limits import MAX_I64, check_key_id, check_label
 from .log import LogAudit, TenantLog
 from .models import Journal, RunActivity, RunCancel, RunLease, RunOutcome, RunSeal
 from .record import Append, Record, verify_run
@@ -203,8 +204,10 @@ class SqlJournalStore(Repository):
                 "origin must be one line without control characters "
                 "(it is the checkpoint note's first line)"
             )
-        if signer is not None and not (hasattr(signer, "key_id") and hasattr(signer, "sign")):
-            raise TypeError("signer must have a key_id and a sign(message) method")
+        if signer is not None:
+            if not (hasattr(signer, "key_id") and hasattr(signer, "sign")):
+                raise TypeError("signer must have a key_id and a sign(message) method")
+            check_key_id(signer.key_id)  # stored in every row it signs
         super().__init__(
             engine, tenant=tenant, clock=clock, read_engine=read_engine, _shared=_shared
         )
@@ -304,11 +307,13 @@ class SqlJournalStore(Repository):
             if not isinstance(item, Append):
                 raise TypeError(f"batch[{i}] must be an Append, not {type(item).__name__}")
             if item.kind == _RUN_SEALED:
+                # Its outcome feeds the outcome index (an indexed text column).
                 outcome = item.payload.get("outcome")
-                if not isinstance(outcome, str) or not outcome:
+                if not isinstance(outcome, str):
                     raise ValueError(
                         f"batch[{i}] is a RunSealed record without a non-empty string 'outcome'"
                     )
+                check_label(outcome, f"batch[{i}]'s RunSealed outcome")
         if not items:
             return items, None
         run = items[0].run
@@ -620,8 +625,13 @@ class SqlJournalStore(Repository):
         ours: renewal, same epoch. Live and another's: :class:`LeaseHeldError`.
         """
         run = check_run(run)
-        owner = check_text(owner, "owner")
+        owner = check_label(owner, "owner")
         ttl = check_ttl(ttl)
+        if self._now() + ttl > MAX_I64:
+            raise ValueError(
+                f"ttl {ttl} is too long: now + ttl must fit a signed 64-bit integer "
+                f"(at most {MAX_I64 - self._now()} seconds from now)"
+            )
         d = self._dialect
 
         async def unit(session: AsyncSession) -> Lease:
@@ -703,7 +713,7 @@ class SqlJournalStore(Repository):
         """
         run = check_run(run)
         epoch = check_int(epoch, "epoch")
-        outcome = check_text(outcome, "outcome")
+        outcome = check_label(outcome, "outcome")
 
         async def unit(session: AsyncSession) -> Digest:
             state = await self._lock_run(session, run, epoch)
@@ -778,7 +788,7 @@ class SqlJournalStore(Repository):
         self, outcome: str, limit: int, *, session: AsyncSession | None = None
     ) -> list[RunId]:
         """Runs whose latest ``RunSealed`` record says ``outcome``, newest conclusion first."""
-        outcome = check_text(outcome, "outcome")
+        outcome = check_label(outcome, "outcome")
         limit = check_int(limit, "limit")
         stmt = (
             select(RunOutcome.run_id)
@@ -836,7 +846,7 @@ class SqlJournalStore(Repository):
     ) -> bool:
         """Record a stop request (no lease needed); ``True`` if recorded, ``False`` if one was."""
         run = check_run(run)
-        actor = check_text(actor, "actor")
+        actor = check_label(actor, "actor")
         reason = check_text(reason, "reason", allow_empty=True)
         d = self._dialect
 
