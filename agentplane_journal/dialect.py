@@ -204,7 +204,7 @@ class SqliteDialect:
             # begin_write(); every other transaction (the host's reads) stays DEFERRED and
             # never blocks a writer under WAL.
             if not connection.info.get(_CONFIGURED):
-                raise ValueError(_unconfigured_message("has a connection opened before it"))
+                raise ValueError(_unconfigured_message("has a connection opened"))
             options = connection.get_execution_options()
             write = options.get(WRITE_TRANSACTION, False) and not options.get(READ_ONLY, False)
             connection.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")

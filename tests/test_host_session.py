@@ -32,6 +32,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from agentplane_journal import (
     WRITE_TRANSACTION,
+    BackendError,
     FencedError,
     PushConfig,
     RunId,
@@ -220,6 +221,29 @@ async def test_the_run_mutex_is_held_until_the_host_commits(host: Host) -> None:
     written = await asyncio.wait_for(other, 30)
     assert [r.seq for r in written] == [2]
     await host.store.verify(run)
+
+
+async def test_postgresql_a_repeatable_read_writer_queued_on_the_mutex_is_refused_not_forked(
+    pg_battery_url: str, clock: FakeClock
+) -> None:
+    store = await SqlJournalStore.connect(pg_battery_url, tenant=f"rr{uuid.uuid4().hex[:8]}")
+    rr = store.engine.execution_options(isolation_level="REPEATABLE READ")
+    run = RunId.generate()
+    try:
+        await store.append(1, [admitted(run)])
+        async with AsyncSession(rr) as first, AsyncSession(rr) as second:
+            await store.append(1, [note(run, "first")], session=first)  # holds the mutex
+            await second.execute(text("SELECT 1"))  # its snapshot predates first's commit
+            queued = asyncio.create_task(store.append(1, [note(run, "second")], session=second))
+            await asyncio.sleep(0.3)
+            assert not queued.done()
+            await first.commit()
+            with pytest.raises(BackendError, match="40001"):
+                await queued
+        assert [r.body.get("text") for r in await store.read(run)] == [None, "first"]
+        await store.verify(run)
+    finally:
+        await store.close()
 
 
 async def test_every_method_runs_in_the_hosts_transaction(host: Host, clock: FakeClock) -> None:
@@ -511,6 +535,22 @@ async def test_sqlite_an_engine_used_before_configuration_is_refused(sqlite_url:
         await engine.dispose()  # as the message says: then it can be configured
         store = SqlJournalStore(engine)
         assert await store.head(RunId.generate()) == await store.head(RunId.generate())
+    finally:
+        await engine.dispose()
+
+
+async def test_sqlite_a_connection_older_than_the_configuration_is_named_when_it_begins() -> None:
+    """A pool without counts (StaticPool, SQLite's in-memory default) cannot be checked up
+    front; its stray connection is refused when it begins a transaction, not used half set
+    up."""
+    engine = create_async_engine("sqlite+aiosqlite://")
+    try:
+        async with engine.connect() as conn:
+            await conn.execute(text("SELECT 1"))
+        configure_engine(engine)
+        with pytest.raises(ValueError, match=r"has a connection opened before .*configure_engine"):
+            async with engine.connect() as conn:
+                await conn.execute(text("SELECT 1"))
     finally:
         await engine.dispose()
 
