@@ -38,6 +38,7 @@ __all__ = [
     "Append",
     "Attestation",
     "Record",
+    "RunCheck",
     "check_envelope",
     "check_exactly_once",
     "verify_attested",
@@ -493,14 +494,16 @@ def verify_attested(
     return head
 
 
-def check_exactly_once(records: Iterable[Record]) -> None:
+def check_exactly_once(records: Iterable[Record], started: dict[str, int] | None = None) -> None:
     """No two ``EffectStarted`` records of one run name the same effect key.
 
     The database's unique index enforces this on the ``kind``/``effect_key`` *columns*;
     this checks the hashed bodies, so a column edited to slip a second start past the index
     is caught even where the edit itself is not (for instance, edited back afterwards).
+    ``started`` (key -> first seq) carries what earlier pages of the same run started.
     """
-    started: dict[str, int] = {}
+    if started is None:
+        started = {}
     for record in records:
         body = record.body
         key = body.get("effect_key")
@@ -513,6 +516,54 @@ def check_exactly_once(records: Iterable[Record]) -> None:
                 f"a second EffectStarted for effect ek:{key[:16]}… (the first is seq {first}): "
                 "exactly-once was bypassed, the run's rows were edited",
             )
+
+
+class RunCheck:
+    """:func:`verify_run`, fed page by page: memory is one page (plus one entry per effect).
+
+    ``feed(records)`` with each page in seq order, then ``finish(sealed_head)`` for the
+    head. The same checks and the same first bad seq as :func:`verify_run` on the whole run.
+    """
+
+    def __init__(self, verifier: Verifier | None = None, require_signature: bool = False) -> None:
+        if require_signature and verifier is None:
+            raise ValueError("require_signature needs a verifier that trusts the signers' keys")
+        self._verifier = verifier
+        self._require = require_signature
+        self._started: dict[str, int] = {}
+        self.head = Digest.ZERO
+        self.last = 0
+
+    def feed(self, records: list[Record]) -> None:
+        if not records:
+            return
+        expected = self.last + 1
+        if records[0].seq != expected:
+            raise CorruptRecordError(
+                records[0].seq, f"sequence gap: expected {expected}, found {records[0].seq}"
+            )
+        if self._verifier is not None:
+            head = verify_attested(
+                records,
+                self._verifier,
+                require_signature=self._require,
+                start=self.head,
+                rehash=False,
+            )
+        else:
+            head = verify_chain(records, self.head, rehash=False)
+        check_exactly_once(records, self._started)
+        self.head, self.last = head, records[-1].seq
+
+    def finish(self, sealed_head: Digest | None = None) -> Digest:
+        if sealed_head is not None and sealed_head != self.head:
+            raise CorruptRecordError(
+                self.last,
+                f"the run is sealed at head {sealed_head.hex()[:12]}, but its records end at "
+                f"{self.head.hex()[:12]} (seq {self.last}): records were deleted, added or "
+                "rewritten after sealing",
+            )
+        return self.head
 
 
 def verify_run(
@@ -528,23 +579,6 @@ def verify_run(
     a run whose records were deleted, truncated or extended under its seal fails. The
     records must come from :meth:`Record.from_stored`, which has re-hashed each one.
     """
-    if records and records[0].seq != 1:
-        raise CorruptRecordError(
-            records[0].seq, f"sequence gap: expected 1, found {records[0].seq}"
-        )
-    if verifier is not None:
-        head = verify_attested(records, verifier, require_signature=require_signature, rehash=False)
-    elif require_signature:
-        raise ValueError("require_signature needs a verifier that trusts the signers' keys")
-    else:
-        head = verify_chain(records, rehash=False)
-    check_exactly_once(records)
-    if sealed_head is not None and sealed_head != head:
-        last = records[-1].seq if records else 0
-        raise CorruptRecordError(
-            last,
-            f"the run is sealed at head {sealed_head.hex()[:12]}, but its records end at "
-            f"{head.hex()[:12]} (seq {last}): records were deleted, added or rewritten "
-            "after sealing",
-        )
-    return head
+    check = RunCheck(verifier, require_signature)
+    check.feed(records)
+    return check.finish(sealed_head)

@@ -28,12 +28,12 @@ How the concurrency guarantees are made (each is a storage invariant, not a code
 from __future__ import annotations
 
 import unicodedata
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Protocol, runtime_checkable
 
-from sqlalchemy import and_, case, literal, or_, select, tuple_, union, update
+from sqlalchemy import and_, bindparam, case, literal, or_, select, tuple_, union, update
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
@@ -50,7 +50,7 @@ from .ids import DEFAULT_TENANT, CaseId, Digest, EffectKey, RunId, validate_tena
 from .limits import MAX_I64, check_key_id, check_label
 from .log import LogAudit, TenantLog
 from .models import Journal, RunActivity, RunCancel, RunLease, RunOutcome, RunSeal
-from .record import Append, Record, verify_run
+from .record import Append, Record, RunCheck
 from .repository import (
     Repository,
     TransactionAnchor,
@@ -78,6 +78,9 @@ __all__ = ["MAX_INSERT_ROWS", "JournalStore", "SqlJournalStore"]
 #: Records per multi-row INSERT. Far under both backends' bound-parameter limits
 #: (12 parameters a row); a batch larger than this costs one more statement per chunk.
 MAX_INSERT_ROWS = 1000
+
+#: Records per page when ``verify`` streams a run (its memory is one page, not the run).
+STREAM_PAGE = 1000
 
 _RELEASED_OWNER = ""  # 0.4.0 marks a released lease with an empty owner and expires_at = 0
 _EFFECT_STARTED = "EffectStarted"
@@ -483,6 +486,55 @@ class SqlJournalStore(Repository):
 
         return await self._unit(unit, read_only=True, session=session)
 
+    def stream(
+        self,
+        run: RunId,
+        from_seq: int = 1,
+        *,
+        page_size: int = 1000,
+        session: AsyncSession | None = None,
+    ) -> AsyncIterator[Record]:
+        """``async for record in store.stream(run)``: :meth:`read` in bounded memory.
+
+        Pages of ``page_size`` records by seq, each its own read (records never change once
+        written, so the pages join up; records appended meanwhile are streamed too, up to
+        the page that comes back short). Every record is hash-checked as by :meth:`read`.
+        """
+        run = check_run(run)
+        from_seq = check_int(from_seq, "from_seq")
+        page_size = check_int(page_size, "page_size", minimum=1, maximum=MAX_INSERT_ROWS * 100)
+
+        async def records() -> AsyncIterator[Record]:
+            async for page in self._pages(run, from_seq, page_size, session):
+                for record in page:
+                    yield record
+
+        return records()
+
+    async def _pages(
+        self, run: RunId, from_seq: int, size: int, session: AsyncSession | None
+    ) -> AsyncIterator[list[Record]]:
+        """The run's records from ``from_seq`` in pages of ``size``, one read each."""
+        stmt = (
+            select(*RECORD_COLUMNS)
+            .where(self._key(run), Journal.seq >= bindparam("from_seq"))
+            .order_by(Journal.seq)
+            .limit(size)
+        )
+        at = from_seq
+        while True:
+
+            async def unit(session: AsyncSession, at: int = at) -> list[Record]:
+                rows = await session.execute(stmt, {"from_seq": at})
+                return [record_from_row(row) for row in rows]
+
+            page = await self._unit(unit, read_only=True, session=session)
+            if page:
+                yield page
+            if len(page) < size:
+                return
+            at = page[-1].seq + 1
+
     async def head(self, run: RunId, *, session: AsyncSession | None = None) -> Head:
         """``Head(seq, hash)``; an unwritten run is ``Head(0, Digest.ZERO)``.
 
@@ -569,23 +621,20 @@ class SqlJournalStore(Repository):
         run = check_run(run)
         if require_signature and verifier is None:
             raise ValueError("require_signature needs a verifier that trusts the signers' keys")
-        records_stmt = select(*RECORD_COLUMNS).where(self._key(run)).order_by(Journal.seq)
         seal_stmt = select(RunSeal.chain_head).where(
             RunSeal.tenant == self.tenant, RunSeal.run_id == str(run)
         )
 
-        async def unit(session: AsyncSession) -> tuple[object, list[Record]]:
-            # The seal first: once it is there no append lands, so the records read next
-            # (a later snapshot at READ COMMITTED) are the ones it sealed.
-            sealed = (await session.execute(seal_stmt)).scalar_one_or_none()
-            records = [record_from_row(row) for row in await session.execute(records_stmt)]
-            return sealed, records
+        async def seal_unit(session: AsyncSession) -> object:
+            return (await session.execute(seal_stmt)).scalar_one_or_none()
 
-        sealed, records = await self._unit(unit, read_only=True, session=session)
-        last = records[-1].seq if records else 0
-        return verify_run(
-            records, None if sealed is None else digest(sealed, last), verifier, require_signature
-        )
+        # The seal first: once it is there no append lands, so the records read next (later
+        # snapshots, page by page) are the ones it sealed. Pages keep memory bounded.
+        sealed = await self._unit(seal_unit, read_only=True, session=session)
+        check = RunCheck(verifier, require_signature)
+        async for page in self._pages(run, 1, STREAM_PAGE, session):
+            check.feed(page)
+        return check.finish(None if sealed is None else digest(sealed, check.last))
 
     async def audit_runs(
         self, after: object = None, limit: int = 1000, *, session: AsyncSession | None = None
