@@ -8,6 +8,8 @@ instead (see the README's "Production topology"). ``?pgbouncer=true`` on a Postg
 makes its connections safe behind PgBouncer's transaction pooling.
 ``demo`` shows the whole package working in one command: on a new SQLite file in the current
 directory by default, or on ``--url`` / ``$AGENTPLANE_JOURNAL_URL`` if it holds no journal rows.
+``checkpoint --sign-key-file`` prints a C2SP signed note; ``prove --checkpoint`` and
+``consistency`` check a signed note with ``--note-key`` (see ``_cli_notes.py`` for the rules).
 
 Exit codes: 0 ok; 1 something failed to verify (the output names the run and ``seq N``),
 or a run that must be sealed is not; 2 a usage, connection or schema problem, reported on
