@@ -349,7 +349,7 @@ class Repository:
                     "the store's call be its first statement)"
                 )
             # Writes only: a read changes nothing to undo, and the two statements cost a
-            # host-session write about a fifth of its time (bench figures in the README).
+            # host-session write a tenth to a fifth of its time (bench/session.py, README).
             savepoint = None if read_only else await session.begin_nested()
         except DBAPIError as exc:
             raise self._translated(exc, translate) from exc
