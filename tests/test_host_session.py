@@ -342,8 +342,16 @@ async def test_a_session_on_another_database_is_refused(
 
 
 async def test_a_session_on_another_engine_of_the_same_database_works(host: Host) -> None:
-    second = configure_engine(create_async_engine(host.url))
     run = RunId.generate()
+    if host.dialect == "sqlite":  # unconfigured, it would not take the write lock at BEGIN
+        bare = create_async_engine(host.url)
+        try:
+            async with AsyncSession(bare) as session:
+                with pytest.raises(ValueError, match="configure_engine"):
+                    await host.store.append(1, [note(run)], session=session)
+        finally:
+            await bare.dispose()
+    second = configure_engine(create_async_engine(host.url))
     try:
         async with AsyncSession(second) as session:
             session.add(Order(number=f"B-{uuid.uuid4().hex[:6]}", run_id=str(run)))
@@ -504,17 +512,18 @@ async def test_sqlite_a_write_in_a_transaction_that_began_as_a_read_is_refused(
             await begin_write(session)
 
 
-async def test_sqlite_writers_in_host_sessions_queue_instead_of_failing(
-    sqlite_host: Host,
+async def test_writers_in_host_sessions_that_read_first_queue_instead_of_failing(
+    host: Host,
 ) -> None:
-    """Each its own connection: read first (under begin_write), then append; none is BUSY."""
-    host, run = sqlite_host, RunId.generate()
+    """Each its own connection: read first (under begin_write), then append. On SQLite none
+    is SQLITE_BUSY; on PostgreSQL begin_write is a plain BEGIN and the run mutex queues."""
+    run, tag = RunId.generate(), uuid.uuid4().hex[:6]
 
     async def request(i: int) -> None:
         async with host.sessions() as session:
             await begin_write(session)
             await host.store.head(run, session=session)
-            session.add(Order(number=f"F-{i}", run_id=str(run)))
+            session.add(Order(number=f"F-{tag}-{i}", run_id=str(run)))
             await host.store.append(1, [note(run, str(i))], session=session)
             await session.commit()
 
