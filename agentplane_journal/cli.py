@@ -62,23 +62,23 @@ def _load() -> None:
     ``--help``, ``--version`` and usage errors need none of it, and SQLAlchemy, Alembic and
     cryptography cost most of a second to import: a shell expects ``--help`` at once.
     """
-    global CommandError, make_url, ArgumentError, SQLAlchemyError, merkle, fmt, run_demo
+    global CommandError, async_url, SQLAlchemyError, merkle, fmt, run_demo
     global DemoRefused, notes
     global Checkpoint, Inclusion, CorruptRecordError, StoreError, Digest, RunId, verify_consistency
-    global current_revision, upgrade, Ed25519Verifier, SqlJournalStore, verify_run
+    global current_revision, upgrade, upgrade_sql, Ed25519Verifier, SqlJournalStore, verify_run
     from alembic.util.exc import CommandError
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError, SQLAlchemyError
+    from sqlalchemy.exc import SQLAlchemyError
 
     from . import _cli_format as fmt
     from . import _cli_notes as notes
     from . import merkle
     from ._cli_demo import DemoRefused, run_demo
     from .checkpoint import Checkpoint, Inclusion
+    from .engine import async_url
     from .errors import CorruptRecordError, StoreError
     from .ids import Digest, RunId
     from .merkle import verify_consistency
-    from .migrate import current_revision, upgrade
+    from .migrate import current_revision, upgrade, upgrade_sql
     from .record import verify_run
     from .signing import Ed25519Verifier
     from .store import SqlJournalStore
@@ -89,14 +89,6 @@ URL_ENV = "AGENTPLANE_JOURNAL_URL"
 READ_URL_ENV = "AGENTPLANE_JOURNAL_READ_URL"
 DEFAULT_URL = "sqlite+aiosqlite:///agentplane_journal.db"
 
-# The only drivers the store runs on; a bare dialect name gets its async driver.
-_DRIVERS = {
-    "postgresql": "postgresql+asyncpg",
-    "postgres": "postgresql+asyncpg",
-    "postgresql+asyncpg": "postgresql+asyncpg",
-    "sqlite": "sqlite+aiosqlite",
-    "sqlite+aiosqlite": "sqlite+aiosqlite",
-}
 _DEMO_FILE = "agentplane-journal-demo.db"  # _cli_demo.DEMO_FILE, without importing the store
 _PAGE = 500
 _RETRIES = 5  # snapshots re-taken when the log grows between two reads
@@ -128,21 +120,10 @@ def _redact(text: str) -> str:
 
 def _target(raw: str, *, must_exist: bool) -> _Target:
     try:
-        url = make_url(raw)
-    except (ArgumentError, ValueError):
-        raise _Exit(
-            2,
-            f"{_redact(raw)!r} is not a database URL; expected postgresql+asyncpg://user@host/db"
-            " or sqlite+aiosqlite:///path/to/journal.db",
-        ) from None
-    driver = _DRIVERS.get(url.drivername)
-    if driver is None:
-        raise _Exit(
-            2,
-            f"unsupported database {url.drivername!r}: agentplane_journal runs on "
-            "postgresql+asyncpg:// and sqlite+aiosqlite://",
-        )
-    url = url.set(drivername=driver)
+        url = async_url(raw)  # the library's own normalisation: one set of accepted URLs
+    except ValueError as exc:
+        raise _Exit(2, f"{_redact(raw)!r}: {exc}") from None
+    driver = url.drivername
     shown = url.render_as_string(hide_password=True)
     if must_exist and driver.startswith("sqlite") and url.database not in (None, "", ":memory:"):
         path = Path(url.database)
@@ -163,6 +144,7 @@ async def _store(args: argparse.Namespace) -> AsyncIterator[SqlJournalStore]:
         args.target.url,
         tenant=args.tenant,
         origin=args.origin,
+        schema=args.schema,
         read_url=None if read is None else read.url,
     )
     try:
@@ -298,9 +280,14 @@ def _check_origin(store: SqlJournalStore, old: Checkpoint) -> None:
 
 
 async def cmd_upgrade(args: argparse.Namespace) -> int:
-    before = await current_revision(args.target.url)
-    await upgrade(args.target.url)
-    after = await current_revision(args.target.url)
+    if args.sql:
+        # Offline: the script a DBA reviews and runs, from an empty database; no connection.
+        dialect = "postgresql" if args.target.url.startswith("postgresql") else "sqlite"
+        upgrade_sql(dialect, schema=args.schema, output=sys.stdout)
+        return 0
+    before = await current_revision(args.target.url, schema=args.schema)
+    await upgrade(args.target.url, schema=args.schema)
+    after = await current_revision(args.target.url, schema=args.schema)
     verb = "already at" if before == after else f"upgraded from {before or 'no revision'} to"
     print(f"{args.target.shown}: {verb} revision {after}")
     return 0
@@ -728,6 +715,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     group.add_argument("--tenant", default=DEFAULT_TENANT, help="tenant (default: %(default)s)")
     group.add_argument(
+        "--schema",
+        help="PostgreSQL schema holding the journal's tables (default: the database's "
+        "default schema; see `upgrade --schema`)",
+    )
+    group.add_argument(
         "--origin",
         default="agentplane",
         help="the log's name in checkpoint notes (default: %(default)s; "
@@ -750,7 +742,14 @@ def build_parser() -> argparse.ArgumentParser:
         sub.set_defaults(handler=handler, subparser=sub)
         return sub
 
-    add("upgrade", "migrate the database to this version's schema", cmd_upgrade, database)
+    upgrade_cmd = add(
+        "upgrade", "migrate the database to this version's schema", cmd_upgrade, database
+    )
+    upgrade_cmd.add_argument(
+        "--sql",
+        action="store_true",
+        help="print the DDL for an empty database (of --url's dialect) instead of running it",
+    )
     demo = add(
         "demo",
         "build a demo journal and show everything working (a new SQLite file by default)",

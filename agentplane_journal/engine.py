@@ -16,6 +16,9 @@ on :func:`pgbouncer_connect_args`: no statement cache in asyncpg or in SQLAlchem
 and a unique name for every statement SQLAlchemy prepares (the recipe of SQLAlchemy's asyncpg
 dialect documentation, "Prepared Statement Name with PGBouncer"). A host application that
 builds its own engine passes the same dict as ``connect_args``.
+
+:func:`async_url` is the one place the library, the migrations and the command line turn
+``postgresql://``, ``postgres://`` or ``sqlite://`` into the async drivers.
 """
 
 from __future__ import annotations
@@ -27,13 +30,58 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-__all__ = ["PGBOUNCER_OPTION", "create_engine", "pgbouncer_connect_args", "split_url"]
+__all__ = [
+    "PGBOUNCER_OPTION",
+    "async_url",
+    "create_engine",
+    "pgbouncer_connect_args",
+    "split_url",
+]
 
 #: The URL query option that asks for pooler-safe connections.
 PGBOUNCER_OPTION = "pgbouncer"
 
 _TRUE = ("true", "1", "yes", "on")
 _FALSE = ("false", "0", "no", "off")
+
+
+#: The only drivers the store runs on; a bare dialect name (and Heroku-style ``postgres``)
+#: gets its async driver, so one URL works for the library, the migrations and the CLI.
+_ASYNC_DRIVERS = {
+    "postgresql": "postgresql+asyncpg",
+    "postgres": "postgresql+asyncpg",
+    "postgresql+asyncpg": "postgresql+asyncpg",
+    "sqlite": "sqlite+aiosqlite",
+    "sqlite+aiosqlite": "sqlite+aiosqlite",
+}
+
+_URL_EXAMPLES = "postgresql+asyncpg://user@host/db or sqlite+aiosqlite:///path/to/journal.db"
+
+
+def async_url(url: str | URL) -> URL:
+    """``url`` with the async driver this package runs on (``postgresql://`` -> asyncpg).
+
+    Refuses, with ``ValueError``, what is not a database URL or names another database or
+    driver (``postgresql+psycopg://``: the store's guarantees are tested on asyncpg only).
+    The message never repeats the URL, which may carry a password.
+    """
+    if isinstance(url, URL):
+        parsed = url
+    elif isinstance(url, str):
+        try:
+            parsed = make_url(url)
+        except (ArgumentError, ValueError):
+            raise ValueError(f"not a database URL; expected {_URL_EXAMPLES}") from None
+    else:
+        raise TypeError(f"url must be a string or an sqlalchemy URL, not {type(url).__name__}")
+    driver = _ASYNC_DRIVERS.get(parsed.drivername)
+    if driver is None:
+        raise ValueError(
+            f"unsupported database {parsed.drivername!r}: agentplane_journal runs on "
+            "postgresql+asyncpg:// and sqlite+aiosqlite:// (postgresql:// and sqlite:// "
+            "get those drivers)"
+        )
+    return parsed.set(drivername=driver)
 
 
 def _statement_name() -> str:
@@ -85,10 +133,13 @@ def split_url(url: str | URL) -> tuple[URL, dict[str, Any]]:
 def create_engine(url: str | URL, **options: Any) -> AsyncEngine:
     """``create_async_engine`` that understands ``?pgbouncer=true`` (see the module docs).
 
+    Any URL the command line takes: ``postgresql://`` and ``sqlite://`` get the async
+    drivers (:func:`async_url`).
+
     ``options`` win over the URL's, except ``connect_args``, which are merged (the caller's
     keys win).
     """
-    parsed, implied = split_url(url)
+    parsed, implied = split_url(async_url(url))
     connect_args = {**implied.pop("connect_args", {}), **options.pop("connect_args", {})}
     if connect_args:
         options["connect_args"] = connect_args

@@ -29,6 +29,7 @@ __all__ = [
     "LeaseHeldError",
     "RecordTooLargeError",
     "RunSealedError",
+    "SchemaConflictError",
     "SchemaOutOfDateError",
     "SecretUnavailableError",
     "StoreError",
@@ -146,15 +147,53 @@ class CommitUnknownError(StoreError):
 
 
 class SchemaOutOfDateError(StoreError):
-    """The database is not at the schema revision this package version expects."""
+    """The database is not at the schema revision this package version expects.
 
-    def __init__(self, current: str | None, expected: str) -> None:
+    ``newer`` is true when the database's revision is one this package does not ship: a
+    newer version of the package migrated it, and the fix is upgrading the package.
+    """
+
+    def __init__(self, current: str | None, expected: str, *, newer: bool = False) -> None:
         self.current = current
         self.expected = expected
-        where = "has never been migrated" if current is None else f"is at revision {current}"
+        self.newer = newer
+        if newer:
+            message = (
+                f"the database is at revision {current}, newer than this version of "
+                f"agentplane_journal knows (it needs revision {expected}): a newer version "
+                "migrated it; upgrade the package (pip install -U agentplane-journal), "
+                "not the database"
+            )
+        else:
+            where = "has never been migrated" if current is None else f"is at revision {current}"
+            message = (
+                f"the database {where}, but this version of agentplane_journal needs "
+                f"revision {expected}; run `agentplane-journal upgrade` (or `alembic upgrade "
+                "head`) first"
+            )
+        super().__init__(message)
+
+
+class SchemaConflictError(StoreError):
+    """A table the journal would create already exists and is not the journal's.
+
+    Raised by the upgrade before it creates anything, so a host's own ``journal`` table
+    is never half-adopted (and no version row claims a schema that is not there).
+    """
+
+    def __init__(self, table: str, schema: str, columns: list[str], dialect: str) -> None:
+        self.table = table
+        self.schema = schema
+        self.columns = list(columns)
+        way_out = (
+            "put the journal in a schema of its own (schema=..., --schema NAME) or rename "
+            "your table"
+            if dialect == "postgresql"
+            else "give the journal a database file of its own or rename your table"
+        )
         super().__init__(
-            f"the database {where}, but this version of agentplane_journal needs revision "
-            f"{expected}; run `agentplane-journal upgrade` (or `alembic upgrade head`) first"
+            f"table {table!r} already exists in schema {schema!r} and is not the journal's "
+            f"(its columns: {', '.join(columns)}); nothing was created: {way_out}"
         )
 
 

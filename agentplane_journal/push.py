@@ -163,6 +163,7 @@ class SqlPushStore(Repository):
         secret_key: bytes | None = None,
         keyring: Keyring | None = None,
         accept_plaintext: bool = False,
+        schema: str | None = None,
         clock: Callable[[], float] | None = None,
         _shared: Any = None,
     ) -> None:
@@ -170,7 +171,7 @@ class SqlPushStore(Repository):
         if not isinstance(accept_plaintext, bool):
             raise TypeError("accept_plaintext must be True or False")
         self._accept_plaintext = accept_plaintext
-        super().__init__(engine, tenant=tenant, clock=clock, _shared=_shared)
+        super().__init__(engine, tenant=tenant, schema=schema, clock=clock, _shared=_shared)
         logsafe.install(engine)
 
     @classmethod
@@ -182,6 +183,7 @@ class SqlPushStore(Repository):
         secret_key: bytes | None = None,
         keyring: Keyring | None = None,
         accept_plaintext: bool = False,
+        schema: str | None = None,
         clock: Callable[[], float] | None = None,
         engine_options: dict[str, Any] | None = None,
     ) -> SqlPushStore:
@@ -197,6 +199,7 @@ class SqlPushStore(Repository):
             tenant=tenant,
             keyring=keyring,
             accept_plaintext=accept_plaintext,
+            schema=schema,
             clock=clock,
         )
 

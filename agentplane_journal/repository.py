@@ -33,10 +33,10 @@ from sqlalchemy.exc import DBAPIError, UnboundExecutionError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from .dialect import READ_ONLY, WRITE_TRANSACTION, Dialect, dialect_for, is_configured
-from .engine import create_engine
+from .engine import async_url, create_engine
 from .errors import BackendError, CommitUnknownError, SchemaOutOfDateError, StoreError
 from .ids import DEFAULT_TENANT, RunId, validate_tenant
-from .migrate import HEAD_REVISION, check_revision
+from .migrate import HEAD_REVISION, check_revision, check_schema, schema_options
 
 __all__ = [
     "Repository",
@@ -118,6 +118,10 @@ class _Shared:
     read_sessions: async_sessionmaker[AsyncSession] | None = None
     read_engine: AsyncEngine | None = None
     owns_read_engine: bool = False
+    #: The PostgreSQL schema the tables are in (``None``: the default schema), and the
+    #: engine the store's own units run on: ``engine`` with ``schema_options(schema)``.
+    schema: str | None = None
+    bind: AsyncEngine | None = None
     schema_checked: bool = False
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
@@ -144,6 +148,7 @@ class Repository:
         engine: AsyncEngine,
         *,
         tenant: str = DEFAULT_TENANT,
+        schema: str | None = None,
         clock: Callable[[], float] | None = None,
         read_engine: AsyncEngine | None = None,
         _shared: _Shared | None = None,
@@ -158,17 +163,25 @@ class Repository:
             raise TypeError("clock must be a zero-argument callable returning seconds")
         if _shared is None:
             dialect = dialect_for(engine)
+            schema = check_schema(schema, dialect.name)
             dialect.configure(engine)
+            # The tables' schema as an execution option on every statement the store runs
+            # (SQLAlchemy's schema_translate_map): the models stay schema-less, so the
+            # default layout is agentplane's and a schema costs no second set of tables.
+            bind = engine.execution_options(**schema_options(schema)) if schema else engine
             _shared = _Shared(
                 engine=engine,
                 dialect=dialect,
-                sessions=async_sessionmaker(engine, expire_on_commit=False, autoflush=True),
+                sessions=async_sessionmaker(bind, expire_on_commit=False, autoflush=True),
                 owns_engine=False,
+                schema=schema,
+                bind=bind,
             )
             if read_engine is not None:
                 _shared.read_engine = _check_read_engine(read_engine, dialect)
                 dialect.configure(read_engine)
-                _shared.read_sessions = async_sessionmaker(read_engine, expire_on_commit=False)
+                read_bind = read_engine.execution_options(**schema_options(schema))
+                _shared.read_sessions = async_sessionmaker(read_bind, expire_on_commit=False)
         self._shared = _shared
         self._clock = clock or time.time
         #: The tenant this handle serves; every statement carries it.
@@ -222,8 +235,18 @@ class Repository:
         return f"{type(self).__name__}({url!r}, tenant={self.tenant!r})"
 
     @property
+    def schema(self) -> str | None:
+        """The PostgreSQL schema the journal's tables are in (``None``: the default schema)."""
+        return self._shared.schema
+
+    @property
     def _dialect(self) -> Dialect:
         return self._shared.dialect
+
+    @property
+    def _bind(self) -> AsyncEngine:
+        """The engine the store's own connections come from (carrying the schema)."""
+        return self._shared.bind or self._shared.engine
 
     def _now(self) -> int:
         return math.floor(self._clock())
@@ -243,9 +266,9 @@ class Repository:
                     # Connecting would create an empty file: refuse without touching disk.
                     raise SchemaOutOfDateError(None, HEAD_REVISION)
             try:
-                async with shared.engine.connect() as conn:
+                async with self._bind.connect() as conn:
                     conn = await conn.execution_options(**{READ_ONLY: True})
-                    await check_revision(conn)
+                    await check_revision(conn, schema=shared.schema)
             except DBAPIError as exc:
                 raise BackendError(f"cannot read the schema revision: {describe(exc)}") from exc
             except OSError as exc:
@@ -492,13 +515,14 @@ def _create_engine(url: str, options: dict[str, Any] | None) -> AsyncEngine:
             "url must be a database URL such as postgresql+asyncpg://user@host/db or "
             "sqlite+aiosqlite:///path/to/journal.db"
         )
+    target = async_url(url)  # the CLI's URLs: postgresql:// and sqlite:// get async drivers
     # Bound parameters stay out of error messages and logs: they can hold push secrets.
     opts: dict[str, Any] = {"hide_parameters": True}
-    if url.startswith("postgresql"):
+    if target.get_backend_name() == "postgresql":
         # Enough connections for a runtime's concurrent appends without queueing on the pool.
         opts.update(pool_size=10, max_overflow=40)
     opts.update(options or {})
     try:
-        return create_engine(url, **opts)
-    except Exception as exc:  # an unknown driver or a malformed URL
-        raise ValueError(f"cannot open a {url.split('://')[0]}:// database: {exc}") from exc
+        return create_engine(target, **opts)
+    except Exception as exc:  # a malformed URL the parser let through
+        raise ValueError(f"cannot open a {target.drivername}:// database: {exc}") from exc

@@ -196,6 +196,7 @@ class SqlJournalStore(Repository):
         tenant: str = DEFAULT_TENANT,
         origin: str = "agentplane",
         signer: Signer | None = None,
+        schema: str | None = None,
         clock: Callable[[], float] | None = None,
         read_engine: AsyncEngine | None = None,
         _shared: Any = None,
@@ -212,7 +213,12 @@ class SqlJournalStore(Repository):
                 raise TypeError("signer must have a key_id and a sign(message) method")
             check_key_id(signer.key_id)  # stored in every row it signs
         super().__init__(
-            engine, tenant=tenant, clock=clock, read_engine=read_engine, _shared=_shared
+            engine,
+            tenant=tenant,
+            schema=schema,
+            clock=clock,
+            read_engine=read_engine,
+            _shared=_shared,
         )
         self._base_origin = origin
         self._signer = signer
@@ -231,15 +237,18 @@ class SqlJournalStore(Repository):
         tenant: str = DEFAULT_TENANT,
         origin: str = "agentplane",
         signer: Signer | None = None,
+        schema: str | None = None,
         clock: Callable[[], float] | None = None,
         engine_options: dict[str, Any] | None = None,
         read_url: str | None = None,
     ) -> SqlJournalStore:
-        """Open a store from a URL (``postgresql+asyncpg://…`` or ``sqlite+aiosqlite:///…``).
+        """Open a store from a URL (``postgresql://…`` or ``sqlite:///…``; async drivers).
 
         The engine is the store's own and :meth:`close` disposes of it. The schema revision
         is checked here, so a database that needs ``upgrade`` fails now, not mid-run.
         ``read_url`` (a replica) takes the audit reads; see the README's "Production topology".
+        ``schema``: the PostgreSQL schema the tables were migrated into (``upgrade(url,
+        schema=...)``); none means the default schema.
         """
         return await cls._open(
             url,
@@ -248,6 +257,7 @@ class SqlJournalStore(Repository):
             tenant=tenant,
             origin=origin,
             signer=signer,
+            schema=schema,
             clock=clock,
         )
 

@@ -11,6 +11,11 @@ Where the database comes from, first match wins:
 
 The package's version table is ``agentplane_journal_alembic_version`` and autogenerate only
 looks at the package's own tables, so this history lives beside a host's without touching it.
+
+Where the tables go (PostgreSQL): ``config.attributes["schema"]``, else the
+``AGENTPLANE_JOURNAL_SCHEMA`` environment variable, else ``-x schema=...``; none means the
+default schema. The revision scripts read it from the ``agentplane_journal_schema`` option.
+Offline (``--sql``) without a URL, ``config.attributes["dialect_name"]`` names the dialect.
 """
 
 from __future__ import annotations
@@ -23,11 +28,17 @@ from sqlalchemy import pool
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from agentplane_journal.engine import create_engine
-from agentplane_journal.migrate import include_name, include_object
+from agentplane_journal.engine import async_url, create_engine
+from agentplane_journal.migrate import SCHEMA_OPTION, include_name, include_object, prepare
 from agentplane_journal.models import VERSION_TABLE, metadata
 
 config = context.config
+SCHEMA = (
+    config.attributes.get("schema")
+    or os.environ.get("AGENTPLANE_JOURNAL_SCHEMA")
+    or context.get_x_argument(as_dictionary=True).get("schema")
+    or None
+)
 
 
 def _url() -> str:
@@ -43,17 +54,24 @@ def _configure(**kwargs: object) -> None:
     context.configure(
         target_metadata=metadata,
         version_table=VERSION_TABLE,
+        version_table_schema=SCHEMA,
         include_name=include_name,
         include_object=include_object,
         compare_type=True,
         compare_server_default=True,
         render_as_batch=True,
+        **{SCHEMA_OPTION: SCHEMA},
         **kwargs,
     )
 
 
 def _run_sync(connection: Connection) -> None:
     _configure(connection=connection)
+    if "connection" not in config.attributes:
+        # Run by the alembic CLI itself (migrate.upgrade_connection has done this already):
+        # refuse a newer database or a colliding table before creating anything.
+        fn = context.get_context().environment_context.context_opts.get("fn")
+        prepare(connection, SCHEMA, upgrading=getattr(fn, "__name__", None) == "upgrade")
     with context.begin_transaction():
         context.run_migrations()
 
@@ -69,7 +87,11 @@ async def _run_async(engine: AsyncEngine, dispose: bool) -> None:
 
 
 def run_migrations_offline() -> None:
-    _configure(url=_url(), literal_binds=True, dialect_opts={"paramstyle": "named"})
+    dialect_name = config.attributes.get("dialect_name")
+    where = {"dialect_name": dialect_name} if dialect_name else {"url": async_url(_url())}
+    _configure(literal_binds=True, dialect_opts={"paramstyle": "named"}, **where)
+    if SCHEMA is not None:
+        context.execute(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}")
     with context.begin_transaction():
         context.run_migrations()
 

@@ -12,6 +12,9 @@ database that is not at head without touching it. Nothing in the package calls
 from __future__ import annotations
 
 import ast
+import asyncio
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -33,7 +36,12 @@ from sqlalchemy import create_engine, pool
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from agentplane_journal import RunId, SchemaOutOfDateError, SqlJournalStore, migrate
-from agentplane_journal.migrate import HEAD_REVISION, current_revision, upgrade
+from agentplane_journal.migrate import (
+    HEAD_REVISION,
+    current_revision,
+    known_revisions,
+    upgrade,
+)
 from agentplane_journal.models import TABLE_NAMES, VERSION_TABLE, Journal, RunActivity, metadata
 
 OUR_TABLES = set(metadata.tables)
@@ -352,39 +360,59 @@ async def test_store_refuses_an_unmigrated_database_and_creates_nothing(empty_ur
     assert await table_names(empty_url) == set()
 
 
-OLDER = "0000_older_schema"
+NEWER = "0099_from_a_newer_package"
 
 
-@pytest.mark.parametrize("shape", ["version_table_only", "migrated_then_rewound"])
-async def test_store_refuses_a_database_at_an_older_revision_and_changes_nothing(
+@pytest.mark.parametrize("shape", ["version_table_only", "migrated_then_moved_on"])
+async def test_a_database_newer_than_the_package_is_told_to_upgrade_the_package(
     shape: str, empty_url: str
 ) -> None:
     if shape == "version_table_only":
         await execute(
             empty_url,
             f"CREATE TABLE {VERSION_TABLE} (version_num VARCHAR(32) NOT NULL PRIMARY KEY)",
-            f"INSERT INTO {VERSION_TABLE} (version_num) VALUES ('{OLDER}')",
+            f"INSERT INTO {VERSION_TABLE} (version_num) VALUES ('{NEWER}')",
         )
     else:
         await upgrade(empty_url)
         await execute(
             empty_url,
             "INSERT INTO journal_counter (name, value) VALUES ('log_position/t', 4)",
-            f"UPDATE {VERSION_TABLE} SET version_num = '{OLDER}'",
+            f"UPDATE {VERSION_TABLE} SET version_num = '{NEWER}'",
         )
     before = await _schema_and_rows(empty_url)
 
     with pytest.raises(SchemaOutOfDateError) as caught:
         await SqlJournalStore.connect(empty_url)
-
     err = caught.value
-    assert err.current == OLDER
-    assert err.expected == HEAD_REVISION
-    assert f"is at revision {OLDER}" in str(err)
-    assert HEAD_REVISION in str(err)
-    assert "agentplane-journal upgrade" in str(err)
+    assert (err.current, err.expected, err.newer) == (NEWER, HEAD_REVISION, True)
+    assert NEWER in str(err) and HEAD_REVISION in str(err)
+    assert "upgrade the package" in str(err)
+    assert "run `agentplane-journal upgrade`" not in str(err)
+
+    # Upgrading the database cannot help, and says so the same way (not "Can't locate").
+    with pytest.raises(SchemaOutOfDateError, match="upgrade the package"):
+        await upgrade(empty_url)
+    cli = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "agentplane_journal", "upgrade", "--url", empty_url],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert cli.returncode == 2, cli.stderr
+    assert "upgrade the package" in cli.stderr and NEWER in cli.stderr, cli.stderr
     assert await _schema_and_rows(empty_url) == before
-    assert await _version_rows(empty_url) == [OLDER]
+    assert await _version_rows(empty_url) == [NEWER]
+
+
+def test_a_database_at_an_older_revision_is_told_to_run_upgrade() -> None:
+    older = sorted(known_revisions() - {HEAD_REVISION}) or ["0000_older"]
+    err = SchemaOutOfDateError(older[0], HEAD_REVISION)
+    assert not err.newer
+    assert f"is at revision {older[0]}" in str(err) and HEAD_REVISION in str(err)
+    assert "run `agentplane-journal upgrade`" in str(err)
+    assert "alembic upgrade head" in str(err)
 
 
 async def test_store_refuses_before_its_first_statement_on_a_caller_engine(

@@ -4,6 +4,9 @@ Every statement is ``IF NOT EXISTS``, on purpose: upgrading a database that agen
 store already created (its DDL is 0.4.0's, which this revision reproduces exactly) adopts it
 into this history without touching a row. On a fresh database it simply creates everything.
 
+Every object goes in the schema our ``env.py`` names in the ``agentplane_journal_schema``
+option (the default schema when it names none).
+
 Revision ID: 0001_journal_schema
 Revises:
 Create Date: 2026-11-29
@@ -25,10 +28,21 @@ _EFFECT_STARTED = "kind = 'EffectStarted' AND effect_key IS NOT NULL"
 _HAS_CASE = "case_id IS NOT NULL"
 
 
+def _schema() -> str | None:
+    return op.get_context().opts.get("agentplane_journal_schema")
+
+
+def _postgresql() -> bool:
+    return op.get_context().dialect.name == "postgresql"
+
+
 def upgrade() -> None:
-    if op.get_bind().dialect.name == "postgresql":
-        op.execute("CREATE SEQUENCE IF NOT EXISTS run_log_position")
-        op.execute("CREATE SEQUENCE IF NOT EXISTS run_conclusion_ordinal")
+    schema = _schema()
+    if _postgresql():
+        for name in ("run_log_position", "run_conclusion_ordinal"):
+            op.execute(
+                sa.schema.CreateSequence(sa.Sequence(name, schema=schema), if_not_exists=True)
+            )
 
     op.create_table(
         "journal",
@@ -46,6 +60,7 @@ def upgrade() -> None:
         sa.Column("case_id", sa.Text(), nullable=True),
         sa.PrimaryKeyConstraint("tenant", "run_id", "seq", name="journal_pkey"),
         if_not_exists=True,
+        schema=schema,
     )
     op.create_index(
         "journal_by_case",
@@ -54,6 +69,7 @@ def upgrade() -> None:
         postgresql_where=sa.text(_HAS_CASE),
         sqlite_where=sa.text(_HAS_CASE),
         if_not_exists=True,
+        schema=schema,
     )
     op.create_index(
         "journal_effect_started",
@@ -63,6 +79,7 @@ def upgrade() -> None:
         postgresql_where=sa.text(_EFFECT_STARTED),
         sqlite_where=sa.text(_EFFECT_STARTED),
         if_not_exists=True,
+        schema=schema,
     )
 
     op.create_table(
@@ -72,12 +89,14 @@ def upgrade() -> None:
         sa.Column("updated_at", sa.BigInteger(), nullable=False),
         sa.PrimaryKeyConstraint("tenant", "run_id", name="run_activity_pkey"),
         if_not_exists=True,
+        schema=schema,
     )
     op.create_index(
         "run_activity_recent",
         "run_activity",
         ["tenant", sa.text("updated_at DESC"), sa.text("run_id DESC")],
         if_not_exists=True,
+        schema=schema,
     )
 
     op.create_table(
@@ -89,6 +108,7 @@ def upgrade() -> None:
         sa.Column("expires_at", sa.BigInteger(), nullable=False),
         sa.PrimaryKeyConstraint("tenant", "run_id", name="run_lease_pkey"),
         if_not_exists=True,
+        schema=schema,
     )
 
     op.create_table(
@@ -102,6 +122,7 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("tenant", "run_id", name="run_seal_pkey"),
         sa.UniqueConstraint("tenant", "log_index", name="run_seal_tenant_log_index_key"),
         if_not_exists=True,
+        schema=schema,
     )
 
     op.create_table(
@@ -112,12 +133,14 @@ def upgrade() -> None:
         sa.Column("ordinal", sa.BigInteger(), nullable=False),
         sa.PrimaryKeyConstraint("tenant", "run_id", name="run_outcome_pkey"),
         if_not_exists=True,
+        schema=schema,
     )
     op.create_index(
         "run_outcome_by_outcome",
         "run_outcome",
         ["tenant", "outcome", "ordinal"],
         if_not_exists=True,
+        schema=schema,
     )
 
     op.create_table(
@@ -129,6 +152,7 @@ def upgrade() -> None:
         sa.Column("requested_at", sa.BigInteger(), nullable=False),
         sa.PrimaryKeyConstraint("tenant", "run_id", name="run_cancel_pkey"),
         if_not_exists=True,
+        schema=schema,
     )
 
     op.create_table(
@@ -146,12 +170,14 @@ def upgrade() -> None:
         sa.Column("last_error", sa.Text(), nullable=True),
         sa.PrimaryKeyConstraint("tenant", "task_id", "config_id", name="push_delivery_pkey"),
         if_not_exists=True,
+        schema=schema,
     )
     op.create_index(
         "push_delivery_due",
         "push_delivery",
         ["tenant", "next_attempt_at", "task_id", "config_id"],
         if_not_exists=True,
+        schema=schema,
     )
 
     op.create_table(
@@ -160,23 +186,25 @@ def upgrade() -> None:
         sa.Column("value", sa.BigInteger(), nullable=False),
         sa.PrimaryKeyConstraint("name", name="journal_counter_pkey"),
         if_not_exists=True,
+        schema=schema,
     )
 
 
 def downgrade() -> None:
-    op.drop_table("journal_counter")
-    op.drop_index("push_delivery_due", table_name="push_delivery")
-    op.drop_table("push_delivery")
-    op.drop_table("run_cancel")
-    op.drop_index("run_outcome_by_outcome", table_name="run_outcome")
-    op.drop_table("run_outcome")
-    op.drop_table("run_seal")
-    op.drop_table("run_lease")
-    op.drop_index("run_activity_recent", table_name="run_activity")
-    op.drop_table("run_activity")
-    op.drop_index("journal_effect_started", table_name="journal")
-    op.drop_index("journal_by_case", table_name="journal")
-    op.drop_table("journal")
-    if op.get_bind().dialect.name == "postgresql":
-        op.execute("DROP SEQUENCE IF EXISTS run_conclusion_ordinal")
-        op.execute("DROP SEQUENCE IF EXISTS run_log_position")
+    schema = _schema()
+    op.drop_table("journal_counter", schema=schema)
+    op.drop_index("push_delivery_due", table_name="push_delivery", schema=schema)
+    op.drop_table("push_delivery", schema=schema)
+    op.drop_table("run_cancel", schema=schema)
+    op.drop_index("run_outcome_by_outcome", table_name="run_outcome", schema=schema)
+    op.drop_table("run_outcome", schema=schema)
+    op.drop_table("run_seal", schema=schema)
+    op.drop_table("run_lease", schema=schema)
+    op.drop_index("run_activity_recent", table_name="run_activity", schema=schema)
+    op.drop_table("run_activity", schema=schema)
+    op.drop_index("journal_effect_started", table_name="journal", schema=schema)
+    op.drop_index("journal_by_case", table_name="journal", schema=schema)
+    op.drop_table("journal", schema=schema)
+    if _postgresql():
+        for name in ("run_conclusion_ordinal", "run_log_position"):
+            op.execute(sa.schema.DropSequence(sa.Sequence(name, schema=schema), if_exists=True))

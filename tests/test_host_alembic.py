@@ -1,0 +1,303 @@
+"""The README's Alembic recipe, in a host made by ``alembic init -t async``, on both dialects.
+
+Each test builds the host as its developers would: ``alembic init -t async migrations`` run
+for real in a temporary directory, the host's own models (``shop/models.py``: its own
+``DeclarativeBase``, an ``orders`` table) and its own revisions, its URL in ``alembic.ini``.
+The database is first brought to the host's head *without* the journal. Then exactly the
+lines the README documents are added to the generated ``env.py`` (:data:`ADDITIONS`; a
+README test checks it shows these very lines), and:
+
+* ``alembic current`` / ``check`` / ``history`` / ``revision --autogenerate`` leave the
+  journal alone (nothing created, no journal operation in the generated revision);
+* ``alembic upgrade head --sql`` carries the journal's DDL, and touches nothing;
+* ``alembic upgrade head`` adopts the journal on the database already at the host's head,
+  and commits it (on SQLite too: the version row is there, a second run is a no-op);
+* a host downgrade to one of its own revisions leaves the journal; ``downgrade base``
+  takes everything down, and ``upgrade head`` brings everything back.
+
+And the alternative: our versions folder in the host's ``version_locations``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from migration_tools import alembic_ok, output, query, run_alembic, table_names
+
+from agentplane_journal import RunId, SqlJournalStore
+from agentplane_journal.migrate import HEAD_REVISION, current_revision, versions_location
+from agentplane_journal.models import TABLE_NAMES, VERSION_TABLE
+
+from helpers import admitted, concluded
+
+HOST_MODELS = '''
+"""The shop's own models: its own base, its own metadata."""
+
+from sqlalchemy import BigInteger, Integer, MetaData, Text
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention={"pk": "pk_%(table_name)s"})
+
+
+class Order(Base):
+    __tablename__ = "orders"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    item: Mapped[str] = mapped_column(Text, nullable=False)
+    amount_cents: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    run_id: Mapped[str | None] = mapped_column(Text)
+'''
+
+REV_1 = "s0001_orders"
+REV_2 = "s0002_order_run"
+
+HOST_REVISIONS = {
+    REV_1: f'''
+revision = "{REV_1}"
+down_revision = None
+branch_labels = None
+depends_on = None
+
+import sqlalchemy as sa
+from alembic import op
+
+
+def upgrade():
+    op.create_table(
+        "orders",
+        sa.Column("id", sa.Integer(), nullable=False),
+        sa.Column("item", sa.Text(), nullable=False),
+        sa.Column("amount_cents", sa.BigInteger(), nullable=False),
+        sa.PrimaryKeyConstraint("id", name="pk_orders"),
+    )
+
+
+def downgrade():
+    op.drop_table("orders")
+''',
+    REV_2: f'''
+revision = "{REV_2}"
+down_revision = "{REV_1}"
+branch_labels = None
+depends_on = None
+
+import sqlalchemy as sa
+from alembic import op
+
+
+def upgrade():
+    with op.batch_alter_table("orders") as batch:
+        batch.add_column(sa.Column("run_id", sa.Text(), nullable=True))
+
+
+def downgrade():
+    with op.batch_alter_table("orders") as batch:
+        batch.drop_column("run_id")
+''',
+}
+
+# The host's own wiring of its models (not ours: every autogenerate user writes these).
+HOST_OWN = [
+    (
+        "target_metadata = None\n",
+        "from shop.models import Base\n\ntarget_metadata = Base.metadata\n",
+    ),
+]
+
+#: The lines the README tells a host to add to its ``alembic init -t async`` env.py:
+#: (the generated text they go after or replace, the text that results).
+ADDITIONS = [
+    (
+        "from alembic import context\n",
+        "from alembic import context\n"
+        "from agentplane_journal.migrate import (\n"
+        "    host_include_name,\n"
+        "    host_include_object,\n"
+        "    run_journal_migrations,\n"
+        ")\n",
+    ),
+    (
+        '        dialect_opts={"paramstyle": "named"},\n    )\n',
+        '        dialect_opts={"paramstyle": "named"},\n    )\n'
+        "    run_journal_migrations(context)\n",
+    ),
+    (
+        "    context.configure(connection=connection, target_metadata=target_metadata)\n",
+        "    context.configure(\n"
+        "        connection=connection,\n"
+        "        target_metadata=target_metadata,\n"
+        "        include_name=host_include_name,\n"
+        "        include_object=host_include_object,\n"
+        "    )\n"
+        "    run_journal_migrations(context)\n",
+    ),
+]
+
+
+def _edit(path: Path, edits: list[tuple[str, str]]) -> None:
+    text = path.read_text()
+    for anchor, replacement in edits:
+        assert text.count(anchor) == 1, f"`alembic init -t async` changed: {anchor!r}"
+        text = text.replace(anchor, replacement)
+    path.write_text(text)
+
+
+def make_host(root: Path, url: str, *, schema: str | None = None) -> Path:
+    """``alembic init -t async`` in ``root``, plus the shop's models, revisions and URL."""
+    root.mkdir(parents=True)
+    alembic_ok("init", "-t", "async", "migrations", cwd=root)
+    (root / "shop").mkdir()
+    (root / "shop" / "__init__.py").write_text("")
+    (root / "shop" / "models.py").write_text(HOST_MODELS.lstrip())
+    for name, body in HOST_REVISIONS.items():
+        (root / "migrations" / "versions" / f"{name}.py").write_text(body.lstrip())
+    _edit(root / "migrations" / "env.py", HOST_OWN)
+    ini = root / "alembic.ini"
+    _edit(ini, [("driver://user:pass@localhost/dbname", url.replace("%", "%%"))])
+    return root
+
+
+def add_journal(root: Path, *, schema: str | None = None) -> None:
+    """Add exactly the README's lines (with ``schema=`` when the journal has its own)."""
+    edits = ADDITIONS
+    if schema is not None:
+        edits = [(a, r.replace("(context)", f'(context, schema="{schema}")')) for a, r in edits]
+    _edit(root / "migrations" / "env.py", edits)
+
+
+def host(root: Path, *args: str) -> str:
+    return alembic_ok(*args, cwd=root)
+
+
+async def _journal_state(url: str) -> tuple[set[str], str | None]:
+    return (await table_names(url)) & TABLE_NAMES, await current_revision(url)
+
+
+@pytest.fixture
+def url(dialect: str, request: pytest.FixtureRequest, sqlite_database: Callable[..., str]) -> str:
+    if dialect == "sqlite":
+        return sqlite_database(migrated=False)
+    return request.getfixturevalue("pg_database")(migrated=False)
+
+
+async def test_the_hosts_env_adopts_the_journal_only_on_upgrade_and_commits_it(
+    tmp_path: Path, url: str
+) -> None:
+    root = make_host(tmp_path / "shop", url)
+    host(root, "upgrade", "head")  # the shop in production, before it takes the journal in
+    host_tables = {"orders", "alembic_version"}
+    assert await table_names(url) == host_tables
+    add_journal(root)
+
+    # Read-only commands leave the journal alone: nothing is created or migrated.
+    assert REV_2 in host(root, "current")
+    assert "No new upgrade operations detected" in host(root, "check")
+    host(root, "history", "--indicate-current")
+    host(root, "heads")
+    assert await table_names(url) == host_tables
+    generated = host(root, "revision", "--autogenerate", "-m", "nothing to do")
+    [script] = [p for p in (root / "migrations" / "versions").glob("*.py") if "nothing" in p.name]
+    body = script.read_text()
+    assert "op." not in body.split("def upgrade()")[1], body  # no journal table proposed
+    script.unlink()
+    assert await table_names(url) == host_tables, generated
+
+    # The SQL a DBA reviews carries the journal's DDL, and running it touches nothing.
+    sql = host(root, "upgrade", "head", "--sql")
+    for table in ("journal", "run_seal", "push_delivery", "journal_counter", VERSION_TABLE):
+        assert f"CREATE TABLE {table}" in sql or f"CREATE TABLE IF NOT EXISTS {table}" in sql, sql
+    assert f"INSERT INTO {VERSION_TABLE} (version_num) VALUES ('{HEAD_REVISION}')" in sql
+    assert "CREATE TABLE alembic_version" in sql and "CREATE TABLE orders" in sql
+    assert await table_names(url) == host_tables
+
+    # Adoption: one `alembic upgrade head`, with nothing of the host's own pending.
+    said = host(root, "upgrade", "head")
+    assert await _journal_state(url) == (set(TABLE_NAMES), HEAD_REVISION), said
+    assert await query(url, "SELECT version_num FROM alembic_version") == [(REV_2,)]
+    host(root, "upgrade", "head")  # a second deployment: nothing to do for either history
+    assert await query(url, f"SELECT version_num FROM {VERSION_TABLE}") == [(HEAD_REVISION,)]
+    assert "No new upgrade operations detected" in host(root, "check")
+
+    store = await SqlJournalStore.connect(url)
+    try:
+        run = RunId.generate()
+        lease = await store.acquire(run, "shop", 60)
+        await store.append(lease.epoch, [admitted(run), concluded(run, "succeeded")])
+        head = await store.seal(run, lease.epoch, "succeeded")
+        assert await store.verify(run) == head
+    finally:
+        await store.close()
+
+    # A host downgrade to one of its own revisions is the host's business only...
+    host(root, "downgrade", REV_1)
+    assert await _journal_state(url) == (set(TABLE_NAMES), HEAD_REVISION)
+    assert await query(url, "SELECT count(*) FROM journal") == [(2,)]
+    # ... `downgrade base` takes the whole database down, and `upgrade head` brings it back.
+    host(root, "downgrade", "base")
+    # (as Alembic leaves them: both version tables, empty)
+    assert await table_names(url) == {"alembic_version", VERSION_TABLE}
+    assert await current_revision(url) is None
+    host(root, "upgrade", "head")
+    assert await _journal_state(url) == (set(TABLE_NAMES), HEAD_REVISION)
+    assert await query(url, "SELECT version_num FROM alembic_version") == [(REV_2,)]
+    assert "No new upgrade operations detected" in host(root, "check")
+
+
+async def test_a_pending_journal_migration_is_not_applied_by_current_or_check(
+    tmp_path: Path, url: str
+) -> None:
+    root = make_host(tmp_path / "shop", url)
+    add_journal(root)
+    # A fresh database: everything is pending, and only upgrade may apply it.
+    for args in (("current",), ("check",), ("history", "-i"), ("heads",)):
+        result = run_alembic(*args, cwd=root)
+        assert await _journal_state(url) == (set(), None), output(result)
+    host(root, "upgrade", "head")
+    assert await _journal_state(url) == (set(TABLE_NAMES), HEAD_REVISION)
+
+
+async def test_the_hosts_version_locations_can_carry_our_revisions_instead(
+    tmp_path: Path, url: str
+) -> None:
+    """The alternative: our revisions in the host's own history (`alembic upgrade heads`)."""
+    root = make_host(tmp_path / "shop", url)
+    # Only the autogenerate filters in env.py, and our folder in version_locations.
+    _edit(root / "migrations" / "env.py", [ADDITIONS[0], ADDITIONS[2]])
+    _edit(root / "migrations" / "env.py", [("    run_journal_migrations(context)\n", "")])
+    ours = versions_location()
+    assert " " not in str(ours)
+    _edit(
+        root / "alembic.ini",
+        [
+            ("path_separator = os\n", "path_separator = space\n"),
+            (
+                "# version_locations = %(here)s/bar:%(here)s/bat:%(here)s/alembic/versions\n",
+                f"version_locations = %(here)s/migrations/versions {ours}\n",
+            ),
+        ],
+    )
+    heads = host(root, "heads")
+    assert REV_2 in heads and HEAD_REVISION in heads
+    host(root, "upgrade", "heads")
+    rows = {r[0] for r in await query(url, "SELECT version_num FROM alembic_version")}
+    assert rows == {REV_2, HEAD_REVISION}
+    assert VERSION_TABLE not in await table_names(url)
+    assert await current_revision(url) == HEAD_REVISION  # the store finds it there
+    assert "No new upgrade operations detected" in host(root, "check")
+    store = await SqlJournalStore.connect(url)
+    try:
+        assert (await store.checkpoint()).size == 0
+    finally:
+        await store.close()
+
+
+def test_alembic_init_is_the_one_this_test_ran(tmp_path: Path) -> None:
+    """The generated env.py is Alembic's own async template (not a copy kept in tests/)."""
+    alembic_ok("init", "-t", "async", "m", cwd=tmp_path)
+    env = (tmp_path / "m" / "env.py").read_text()
+    assert "async_engine_from_config" in env and "await connection.run_sync" in env
+    assert "commit" not in env  # the template never commits: why the journal commits itself
