@@ -1,0 +1,98 @@
+"""Write ``agentplane-0.4.0-catalog.json``: the catalog of a database made by 0.4.0's DDL.
+
+Run once, from the repository root, where ``../shared/reference`` holds agentplane's
+reference source (or point ``AGENTPLANE_JOURNAL_REFERENCE`` at it)::
+
+    python tests/data/make_catalog_040.py
+
+It starts a throwaway PostgreSQL cluster (``tests/pgcluster.py``; or uses
+``AGENTPLANE_JOURNAL_TEST_PG_URL``), creates an empty database, runs 0.4.0's ``SCHEMA``
+exactly as its store does on connect, and writes what the catalogs say about it. Commit
+the result; ``tests/test_schema_compat.py`` checks it against the source whenever the
+source is present.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import uuid
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+import asyncpg  # noqa: E402
+from migration_tools import catalog  # noqa: E402
+from reference import CATALOG_040, REFERENCE, reference_dir, schema_040, to_json  # noqa: E402
+from sqlalchemy.engine import make_url  # noqa: E402
+
+from pgcluster import Cluster  # noqa: E402
+
+
+def _dsn(url: str, database: str | None = None) -> str:
+    u = make_url(url)
+    if database:
+        u = u.set(database=database)
+    return u.set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+def _dump(snapshot: dict) -> str:
+    """JSON with one catalog row a line, so a diff of the file reads like a schema diff."""
+    out = ["{"]
+    for key in ("about", "postgresql"):
+        out.append(f"  {json.dumps(key)}: {json.dumps(snapshot[key])},")
+    out.append('  "catalog": {')
+    sections = list(snapshot["catalog"].items())
+    for i, (section, rows) in enumerate(sections):
+        out.append(f"    {json.dumps(section)}: [")
+        out.extend(
+            f"      {json.dumps(row)}{',' if j < len(rows) - 1 else ''}"
+            for j, row in enumerate(rows)
+        )
+        out.append("    ]" + ("," if i < len(sections) - 1 else ""))
+    out += ["  }", "}", ""]
+    text = "\n".join(out)
+    assert json.loads(text) == snapshot
+    return text
+
+
+async def main(server: str) -> None:
+    name = f"apj_ddl040_{uuid.uuid4().hex[:8]}"
+    admin = await asyncpg.connect(_dsn(server))
+    await admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        conn = await asyncpg.connect(_dsn(server, name))
+        try:
+            await conn.execute(schema_040())
+            version = await conn.fetchval("SHOW server_version")
+        finally:
+            await conn.close()
+        url = make_url(server).set(database=name).render_as_string(hide_password=False)
+        snapshot = {
+            "about": (
+                "Catalog of a PostgreSQL database created by agentplane 0.4.0's DDL "
+                f"(the SCHEMA constant of {REFERENCE}); made by tests/data/make_catalog_040.py"
+            ),
+            "postgresql": version.split()[0],
+            "catalog": to_json(await catalog(url)),
+        }
+    finally:
+        await admin.execute(f'DROP DATABASE "{name}"')
+        await admin.close()
+    CATALOG_040.write_text(_dump(snapshot))
+    print(f"wrote {CATALOG_040}")
+
+
+if __name__ == "__main__":
+    if reference_dir() is None:
+        sys.exit(f"{REFERENCE} not found: put ../shared/reference beside the repository")
+    server = os.environ.get("AGENTPLANE_JOURNAL_TEST_PG_URL")
+    cluster = None if server else Cluster()
+    try:
+        asyncio.run(main(server or cluster.url))
+    finally:
+        if cluster is not None:
+            cluster.stop()
