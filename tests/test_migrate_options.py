@@ -46,6 +46,7 @@ from agentplane_journal.models import TABLE_NAMES, VERSION_TABLE
 from helpers import admitted, concluded
 
 SCHEMA = "agent_journal"
+PREVIOUS = "0001_journal_schema"
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -137,6 +138,23 @@ async def test_the_journal_in_its_own_schema_leaves_the_default_schema_untouched
         (HEAD_REVISION,)
     ]
     assert await tables_in(pg_url, "public") == {"journal"}
+
+    # The stored tree dropped and rebuilt from the schema's run_seal (0002's data migration).
+    engine = create_async_engine(pg_url, poolclass=pool.NullPool)
+    try:
+        async with engine.connect() as conn:
+            await conn.run_sync(lambda c: downgrade_connection(c, PREVIOUS, schema=SCHEMA))
+    finally:
+        await engine.dispose()
+    assert "log_tree" not in await tables_in(pg_url, SCHEMA)
+    await upgrade(pg_url, schema=SCHEMA)
+    store = await SqlJournalStore.connect(pg_url, schema=SCHEMA, tenant="acme")
+    try:
+        assert await store.checkpoint() == checkpoint
+        again = await store.inclusion_proof(run)
+        assert again is not None and again.verify(checkpoint.root)
+    finally:
+        await store.close()
 
     # Down and up again, inside the schema only.
     engine = create_async_engine(pg_url, poolclass=pool.NullPool)
@@ -232,7 +250,8 @@ def test_cli_upgrade_sql_prints_the_ddl_and_connects_nowhere(dialect: str, tmp_p
     assert f"CREATE TABLE {VERSION_TABLE}" in sql
     assert "CREATE TABLE IF NOT EXISTS journal (" in sql
     assert "CREATE UNIQUE INDEX IF NOT EXISTS journal_effect_started" in sql
-    assert f"INSERT INTO {VERSION_TABLE} (version_num) VALUES ('{HEAD_REVISION}')" in sql
+    assert f"INSERT INTO {VERSION_TABLE} (version_num) VALUES (" in sql
+    assert f"version_num='{HEAD_REVISION}'" in sql or f"VALUES ('{HEAD_REVISION}')" in sql
     if dialect == "postgresql":
         assert "CREATE SEQUENCE IF NOT EXISTS run_conclusion_ordinal" in sql
         assert sql.count("BEGIN;") == 1 and sql.count("COMMIT;") == 1

@@ -59,7 +59,7 @@ from agentplane_journal import (
     verify_consistency,
 )
 from agentplane_journal.migrate import HEAD_REVISION, current_revision, upgrade
-from agentplane_journal.models import VERSION_TABLE
+from agentplane_journal.models import VERSION_TABLE, metadata
 
 from helpers import admitted, concluded, key, note, started
 
@@ -101,7 +101,8 @@ async def make_040_database(url: str) -> None:
         await run_040_ddl(url)
         return
     await upgrade(url)
-    await execute(url, "DROP TABLE journal_counter", f"DROP TABLE {VERSION_TABLE}")
+    ours = sorted(set(metadata.tables) - TABLES_040)  # what our revisions add
+    await execute(url, *(f"DROP TABLE {t}" for t in [*ours, VERSION_TABLE]))
     assert await catalog(url) == load_catalog_040()
 
 

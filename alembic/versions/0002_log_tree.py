@@ -29,24 +29,36 @@ depends_on: str | Sequence[str] | None = None
 
 _PAGE = 5000
 
-_run_seal = sa.table(
-    "run_seal",
-    sa.column("tenant", sa.Text()),
-    sa.column("run_id", sa.Text()),
-    sa.column("chain_head", sa.LargeBinary()),
-    sa.column("log_index", sa.BigInteger()),
-)
-_log_tree = sa.table(
-    "log_tree",
-    sa.column("tenant", sa.Text()),
-    sa.column("level", sa.Integer()),
-    sa.column("idx", sa.BigInteger()),
-    sa.column("hash", sa.LargeBinary()),
-    sa.column("run_id", sa.Text()),
-)
+
+def _tables(schema: str | None) -> tuple[sa.TableClause, sa.TableClause]:
+    """``run_seal`` and ``log_tree`` as the data migration reads and writes them."""
+    run_seal = sa.table(
+        "run_seal",
+        sa.column("tenant", sa.Text()),
+        sa.column("run_id", sa.Text()),
+        sa.column("chain_head", sa.LargeBinary()),
+        sa.column("log_index", sa.BigInteger()),
+        schema=schema,
+    )
+    log_tree = sa.table(
+        "log_tree",
+        sa.column("tenant", sa.Text()),
+        sa.column("level", sa.Integer()),
+        sa.column("idx", sa.BigInteger()),
+        sa.column("hash", sa.LargeBinary()),
+        sa.column("run_id", sa.Text()),
+        schema=schema,
+    )
+    return run_seal, log_tree
+
+
+def _schema() -> str | None:
+    # The schema our env.py names (see 0001); None: the default schema.
+    return op.get_context().opts.get("agentplane_journal_schema")
 
 
 def upgrade() -> None:
+    schema = _schema()
     op.create_table(
         "log_tree",
         sa.Column("tenant", sa.Text(), nullable=False),
@@ -56,32 +68,36 @@ def upgrade() -> None:
         sa.Column("run_id", sa.Text(), nullable=True),
         sa.PrimaryKeyConstraint("tenant", "level", "idx", name="log_tree_pkey"),
         sa.UniqueConstraint("tenant", "run_id", name="log_tree_tenant_run_id_key"),
+        schema=schema,
     )
     if context.is_offline_mode():
         return  # `--sql`: no rows to read; run `agentplane-journal reindex-log` afterwards
     conn = op.get_bind()
-    tenants = conn.execute(sa.select(_run_seal.c.tenant).distinct()).scalars().all()
+    run_seal, log_tree = _tables(schema)
+    tenants = conn.execute(sa.select(run_seal.c.tenant).distinct()).scalars().all()
     for tenant in tenants:
-        _adopt(conn, tenant)
+        _adopt(conn, tenant, run_seal, log_tree)
     if tenants and conn.dialect.name == "postgresql":
         # Fresh statistics for the planner: every checkpoint and proof probes this table by
         # its primary key, which a plan made while it looked empty would not do.
-        op.execute("ANALYZE log_tree")
+        op.execute(f"ANALYZE {schema}.log_tree" if schema else "ANALYZE log_tree")
 
 
-def _adopt(conn: sa.Connection, tenant: str) -> None:
+def _adopt(
+    conn: sa.Connection, tenant: str, run_seal: sa.TableClause, log_tree: sa.TableClause
+) -> None:
     """Store the tree of ``tenant``'s log, leaf ``i`` being its ``i``-th smallest log_index."""
     builder = TreeBuilder()
     after = None
     while True:
         query = (
-            sa.select(_run_seal.c.run_id, _run_seal.c.chain_head, _run_seal.c.log_index)
-            .where(_run_seal.c.tenant == tenant)
-            .order_by(_run_seal.c.log_index)
+            sa.select(run_seal.c.run_id, run_seal.c.chain_head, run_seal.c.log_index)
+            .where(run_seal.c.tenant == tenant)
+            .order_by(run_seal.c.log_index)
             .limit(_PAGE)
         )
         if after is not None:
-            query = query.where(_run_seal.c.log_index > after)
+            query = query.where(run_seal.c.log_index > after)
         page = conn.execute(query).all()
         if not page:
             return
@@ -98,9 +114,9 @@ def _adopt(conn: sa.Connection, tenant: str) -> None:
                         "run_id": run_id if level == 0 else None,
                     }
                 )
-        conn.execute(_log_tree.insert(), rows)
+        conn.execute(log_tree.insert(), rows)
         after = page[-1][2]
 
 
 def downgrade() -> None:
-    op.drop_table("log_tree")
+    op.drop_table("log_tree", schema=_schema())
