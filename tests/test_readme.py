@@ -2,12 +2,31 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
 import re
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+from migration_tools import alembic_ok, query, table_names
+from sqlalchemy.engine import make_url
+from test_host_alembic import HOST_OWN, add_journal, make_host
+from test_host_alembic import _edit as edit
+
+from agentplane_journal.migrate import HEAD_REVISION, current_revision, upgrade
+
 README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+@pytest.fixture
+def url(dialect: str, request: pytest.FixtureRequest, sqlite_database: Callable[..., str]) -> str:
+    """A fresh, never-migrated database of each dialect."""
+    if dialect == "sqlite":
+        return sqlite_database(migrated=False)
+    return request.getfixturevalue("pg_database")(migrated=False)
 
 
 def test_the_readme_example_runs_as_written(tmp_path: Path) -> None:
@@ -19,3 +38,109 @@ def test_the_readme_example_runs_as_written(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("agentplane\n1\n")
+
+
+def block(heading: str, first_line: str) -> str:
+    """The README's code block under ``heading`` whose first line is ``first_line``."""
+    text = README.read_text(encoding="utf-8")
+    section = text.split(f"\n{heading}\n", 1)
+    assert len(section) == 2, f"the README lost its {heading!r} section"
+    body = section[1].split("\n## ", 1)[0]
+    for match in re.finditer(r"```(?:python|sh|ini)\n(.*?)```", body, re.S):
+        if match.group(1).startswith(first_line):
+            return match.group(1)
+    raise AssertionError(f"no code block starting {first_line!r} under {heading!r}")
+
+
+INSIDE = "## Inside your application"
+
+
+def test_the_readme_shows_exactly_the_env_py_lines_the_host_test_adds(tmp_path: Path) -> None:
+    """Every line of the README's env.py excerpt is in the env.py the host tests run."""
+    excerpt = block(INSIDE, "# migrations/env.py")
+    root = make_host(tmp_path / "shop", "sqlite+aiosqlite:///unused.db")
+    add_journal(root)
+    tested = {line.strip() for line in (root / "migrations" / "env.py").read_text().splitlines()}
+    for line in excerpt.splitlines()[1:]:
+        code = line.split("  # ")[0].strip()
+        if code:
+            assert code in tested, f"README env.py line not in the tested env.py: {line!r}"
+    added = [line for line in excerpt.splitlines() if "# added" in line]
+    assert len(added) == 5
+
+
+async def test_the_readme_host_example_runs_as_written(tmp_path: Path, url: str) -> None:
+    """shop/models.py and shop/app.py from the README, alembic init, the README's commands."""
+    root = tmp_path / "project"
+    (root / "shop").mkdir(parents=True)
+    (root / "shop" / "__init__.py").write_text("")
+    (root / "shop" / "models.py").write_text(block(INSIDE, "# shop/models.py"))
+    (root / "shop" / "app.py").write_text(block(INSIDE, "# shop/app.py"))
+
+    commands = block(INSIDE, "alembic init -t async migrations")
+    steps = [line.split("#")[0].split() for line in commands.splitlines() if line.strip()]
+    assert steps[0] == ["alembic", "init", "-t", "async", "migrations"]
+    alembic_ok(*steps[0][1:], cwd=root)
+    # The host's own edits: its URL in alembic.ini, its models as target_metadata; then ours.
+    edit(root / "alembic.ini", [("driver://user:pass@localhost/dbname", url.replace("%", "%%"))])
+    edit(root / "migrations" / "env.py", HOST_OWN)
+    add_journal(root)
+    for step in steps[1:]:
+        assert step[0] == "alembic"
+        alembic_ok(*step[1:], cwd=root)
+    assert await current_revision(url) == HEAD_REVISION
+    assert "orders" in await table_names(url)
+
+    plain = make_url(url).set(drivername=make_url(url).get_backend_name())
+    env = {**os.environ, "DATABASE_URL": plain.render_as_string(hide_password=False)}
+    result = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "shop.app"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert re.fullmatch(r"1 order, run run_[0-9A-Z]{26}: 2 records\n", result.stdout), result.stdout
+    assert await query(url, "SELECT count(*) FROM journal") == [(2,)]
+
+
+async def test_the_readme_sync_pattern_runs_and_asyncio_run_per_call_does_not(
+    tmp_path: Path, url: str
+) -> None:
+    await upgrade(url)
+    code = block(INSIDE, "import asyncio\nimport threading")
+    assert 'Journal("sqlite:///journal.db")' in code
+    code = code.replace('Journal("sqlite:///journal.db")', f"Journal({url!r})")
+    result = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "1\n"
+    if url.startswith("postgresql"):
+        broken = await asyncio.to_thread(
+            subprocess.run,
+            [sys.executable, "-c", ASYNCIO_RUN_PER_CALL, url],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert "attached to a different loop" in broken.stdout + broken.stderr, broken
+
+
+# What the README says is not supported: a store kept across asyncio.run() calls.
+ASYNCIO_RUN_PER_CALL = """
+import asyncio, sys
+from agentplane_journal import RunId, SqlJournalStore
+
+store = asyncio.run(SqlJournalStore.connect(sys.argv[1]))
+asyncio.run(store.acquire(RunId.generate(), "web", 30))
+"""
