@@ -23,7 +23,8 @@ import logging
 import math
 import os
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Self, TypeVar
@@ -380,7 +381,8 @@ class Repository:
             raise BackendError(f"cannot reach the database: {exc}") from exc
         try:
             try:
-                result = await fn(session)
+                async with self._schema_for(session, ours=True):
+                    result = await fn(session)
             except _Rollback as rollback:
                 if savepoint is not None:
                     await savepoint.rollback()
@@ -400,6 +402,31 @@ class Repository:
         except BaseException:
             await _quiet_rollback(savepoint)
             raise
+
+    @asynccontextmanager
+    async def _schema_for(self, session: AsyncSession, *, ours: bool) -> AsyncIterator[None]:
+        """In the block, unqualified tables are the journal's (``ours``) or the host's.
+
+        With ``schema=``, the journal's tables are reached through ``schema_translate_map``
+        on the connection, which would move a host's own (schema-less) models too: a host
+        session (``session=``) gets the map only while the store's statements run, and
+        ``append_atomic``'s ``work`` runs without it. Pending ORM rows are flushed on the
+        side they belong to before the map changes.
+        """
+        if self._shared.schema is None:
+            yield
+            return
+        conn = await session.connection()
+        previous = conn.sync_connection.get_execution_options().get("schema_translate_map")
+        await session.flush()
+        await conn.execution_options(
+            schema_translate_map={None: self._shared.schema} if ours else None
+        )
+        try:
+            yield
+            await session.flush()
+        finally:
+            await conn.execution_options(schema_translate_map=previous)
 
     def _translated(
         self, exc: DBAPIError, translate: Callable[[DBAPIError], StoreError | None] | None

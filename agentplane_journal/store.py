@@ -461,7 +461,8 @@ class SqlJournalStore(Repository):
                 raise RunSealedError(run, state.sealed_outcome)
             anchor = await TransactionAnchor.take(session)
             try:
-                returned = await work(session)
+                async with self._schema_for(session, ours=False):  # the host's own tables
+                    returned = await work(session)
                 items, batch_run = self._check_batch(returned if returned is not None else [])
             except Exception as error:
                 raise _Passthrough(error) from None

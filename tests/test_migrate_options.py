@@ -17,13 +17,15 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 import pytest
 from migration_tools import catalog, execute, query, table_names
-from sqlalchemy import pool
+from sqlalchemy import Text, pool
 from sqlalchemy.engine import make_url
-from sqlalchemy.ext.asyncio import create_async_engine
+from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from agentplane_journal import (
     PushConfig,
@@ -168,6 +170,55 @@ async def test_the_journal_in_its_own_schema_leaves_the_default_schema_untouched
     await upgrade(pg_url, schema=SCHEMA)
     assert await tables_in(pg_url, SCHEMA) == set(TABLE_NAMES)
     assert await tables_in(pg_url, "public") == {"journal"}
+
+
+class _Host(DeclarativeBase):
+    pass
+
+
+class _Order(_Host):
+    """A host's own model: schema-less, so it lives in the host's default schema."""
+
+    __tablename__ = "orders"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    run_id: Mapped[str] = mapped_column(Text)
+
+
+@pytest.mark.postgres
+async def test_host_rows_stay_in_the_hosts_schema_beside_a_journal_in_its_own(
+    pg_url: str,
+) -> None:
+    """append_atomic's work and session= write the host's rows where its models say."""
+    await upgrade(pg_url, schema=SCHEMA)
+    await execute(pg_url, "CREATE TABLE orders (id integer PRIMARY KEY, run_id text NOT NULL)")
+    engine = create_async_engine(pg_url)
+    try:
+        store = SqlJournalStore(engine, schema=SCHEMA)
+        run = RunId.generate()
+        lease = await store.acquire(run, "w", 60)
+
+        async def work(session: AsyncSession) -> list[Any]:
+            session.add(_Order(id=1, run_id=str(run)))
+            return [admitted(run)]
+
+        await store.append_atomic(run, lease.epoch, work)
+
+        async with AsyncSession(engine) as session:
+            session.add(_Order(id=2, run_id=str(run)))  # pending when the store's call runs
+            await store.append(lease.epoch, [concluded(run, "succeeded")], session=session)
+            session.add(_Order(id=3, run_id=str(run)))
+            await session.commit()
+        async with AsyncSession(engine) as session:
+            session.add(_Order(id=4, run_id=str(run)))
+            await store.append(lease.epoch, [concluded(run, "failed")], session=session)
+            await session.rollback()  # neither the order nor the record
+        assert (await store.head(run)).seq == 2
+    finally:
+        await engine.dispose()
+    assert await query(pg_url, "SELECT id FROM public.orders ORDER BY id") == [(1,), (2,), (3,)]
+    assert await tables_in(pg_url, SCHEMA) == set(TABLE_NAMES)
+    assert await query(pg_url, f"SELECT count(*) FROM {SCHEMA}.journal") == [(2,)]
 
 
 @pytest.mark.postgres
