@@ -125,6 +125,8 @@ class _Shared:
     bind: AsyncEngine | None = None
     schema_checked: bool = False
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    #: Each run's head after this process's last append to it (fastpath.HeadCache).
+    heads: Any = None
 
 
 class _Rollback(Exception):

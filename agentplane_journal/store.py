@@ -37,6 +37,7 @@ from sqlalchemy import and_, bindparam, case, literal, or_, select, tuple_, unio
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
+from . import fastpath
 from .checkpoint import Checkpoint, Inclusion
 from .errors import (
     BackendError,
@@ -220,6 +221,8 @@ class SqlJournalStore(Repository):
             read_engine=read_engine,
             _shared=_shared,
         )
+        if self._shared.heads is None:
+            self._shared.heads = fastpath.HeadCache()
         self._base_origin = origin
         self._signer = signer
         #: The name of this tenant's log in checkpoint notes.
@@ -433,7 +436,14 @@ class SqlJournalStore(Repository):
             state = await self._lock_run(session, run, epoch)
             return await self._write_batch(session, run, epoch, state, items)
 
-        return await self._unit(work, session=session)
+        if session is not None:  # the host's transaction: the general unit, no commit
+            return await self._unit(work, session=session)
+
+        async def general() -> list[Record]:
+            return await self._unit(work)
+
+        # One round trip on PostgreSQL, one thread hop on SQLite; `general` when it cannot.
+        return await fastpath.append(self, run, epoch, items, general)
 
     async def append_atomic(
         self,
