@@ -1,7 +1,9 @@
-"""An append costs a fixed number of statements, whatever the batch size.
+"""An append costs a fixed number of round trips, whatever the batch size.
 
-Counted with SQLAlchemy's engine events (statements sent through a cursor, plus the
-transaction's BEGIN and COMMIT), not timed.
+Counted, not timed, at the driver: on PostgreSQL every request the client waits on (each
+SQLAlchemy statement, asyncpg's BEGIN and COMMIT, and each call the hot path makes on the asyncpg
+connection itself); on SQLite every aiosqlite thread hop (each wakes the event loop), and
+the statements SQLite runs (its trace callback).
 """
 
 from __future__ import annotations
@@ -10,6 +12,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import aiosqlite
+import asyncpg
+import pytest
 from sqlalchemy import event
 
 from agentplane_journal import RunId, SqlJournalStore
@@ -18,48 +23,101 @@ from helpers import concluded, note
 
 
 @contextmanager
-def counting(store: SqlJournalStore) -> Iterator[list[str]]:
+def counting(store: SqlJournalStore, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """What the client waited on: ``BEGIN``/``COMMIT``/the statement's verb, or ``hop``."""
     seen: list[str] = []
     engine = store.engine.sync_engine
+    postgres = store.engine.dialect.name == "postgresql"
 
     def on_execute(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
-        seen.append(statement.split(None, 1)[0].upper())
+        if postgres:
+            seen.append(statement.split(None, 1)[0].upper())
 
-    def on_begin(conn: Any) -> None:
-        if store.engine.dialect.name == "postgresql":
-            seen.append("BEGIN")  # asyncpg begins without a cursor; SQLite's is a statement
+    def raw(name: str) -> None:
+        original = getattr(asyncpg.Connection, name)
 
-    def on_commit(conn: Any) -> None:
-        seen.append("COMMIT")
+        async def wrapper(self: Any, query: str, *args: Any, **kw: Any) -> Any:
+            seen.append(query.split(None, 1)[0].upper())
+            return await original(self, query, *args, **kw)
 
+        monkeypatch.setattr(asyncpg.Connection, name, wrapper)
+
+    # The hot path's own calls, and asyncpg's BEGIN and COMMIT (SQLAlchemy's statements go
+    # through prepared statements, counted by the cursor event above).
+    for name in ("execute", "executemany", "fetch", "fetchrow", "fetchval"):
+        raw(name)
+
+    original_hop = aiosqlite.Connection._execute
+
+    async def hop(self: Any, fn: Any, *args: Any, **kw: Any) -> Any:
+        seen.append("hop")
+        return await original_hop(self, fn, *args, **kw)
+
+    monkeypatch.setattr(aiosqlite.Connection, "_execute", hop)
     event.listen(engine, "before_cursor_execute", on_execute)
-    event.listen(engine, "begin", on_begin)
-    event.listen(engine, "commit", on_commit)
     try:
         yield seen
     finally:
         event.remove(engine, "before_cursor_execute", on_execute)
-        event.remove(engine, "begin", on_begin)
-        event.remove(engine, "commit", on_commit)
+        monkeypatch.undo()
 
 
-async def test_an_append_costs_five_statements_whatever_its_size(store: SqlJournalStore) -> None:
+async def test_an_append_costs_one_round_trip_whatever_its_size(
+    store: SqlJournalStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
     run = RunId.generate()
-    await store.append(1, [note(run)])  # the schema check and pool warm-up happen once
+    lease = await store.acquire(run, "owner", 300)
+    await store.append(lease.epoch, [note(run)])  # the schema check, the pool, the head
     sizes = {}
     for n in (1, 10, 1000):
-        with counting(store) as seen:
-            await store.append(1, [note(run, str(i)) for i in range(n)])
+        with counting(store, monkeypatch) as seen:
+            await store.append(lease.epoch, [note(run, str(i)) for i in range(n)])
         sizes[n] = list(seen)
     assert sizes[1] == sizes[10] == sizes[1000]
-    assert len(sizes[1]) == 5, sizes[1]  # BEGIN, run mutex, fence+seal+head, INSERT, COMMIT
+    if store.engine.dialect.name == "postgresql":
+        # one autocommitted statement: mutex, fence, seal, head check, records, activity
+        assert sizes[1] == ["WITH"], sizes[1]
+    else:
+        # the whole transaction on the connection's thread, and the pool's reset on return
+        assert sizes[1] == ["hop", "hop"], sizes[1]
 
 
-async def test_a_concluding_append_costs_one_more(store: SqlJournalStore) -> None:
+async def test_a_first_append_to_a_run_costs_the_general_unit_of_work(
+    store: SqlJournalStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run = RunId.generate()
+    await store.append(1, [note(run)])  # warm the pool and the schema check
+    other = RunId.generate()
+    with counting(store, monkeypatch) as seen:
+        await store.append(1, [note(other)])
+    if store.engine.dialect.name == "postgresql":
+        # no known head yet: BEGIN, run mutex, fence+seal+head, INSERT, COMMIT
+        assert len(seen) == 5, seen
+    else:
+        assert seen == ["hop", "hop"], seen  # SQLite reads its head under the write lock
+
+
+async def test_a_concluding_append_costs_the_general_unit_of_work(
+    store: SqlJournalStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
     run = RunId.generate()
     await store.append(1, [note(run)])
-    with counting(store) as seen:
+    with counting(store, monkeypatch) as seen:
         await store.append(1, [note(run), concluded(run, "succeeded")])
-    # the outcome upsert; SQLite also advances its ordinal counter (no sequences there)
-    expected = 6 if store.engine.dialect.name == "postgresql" else 7
+    if store.engine.dialect.name == "postgresql":
+        assert len(seen) == 6, seen  # + the outcome upsert
+    else:
+        # SQLAlchemy's statements hop for the cursor, the execute and each fetch
+        assert len(seen) == 23, seen
+
+
+async def test_a_seal_costs_a_fixed_number_of_round_trips(
+    store: SqlJournalStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run = RunId.generate()
+    await store.append(1, [note(run)])
+    with counting(store, monkeypatch) as seen:
+        await store.seal(run, 1, "succeeded")
+    # PostgreSQL: BEGIN, run mutex, fence+seal+head, log counter, seal INSERT, COMMIT
+    expected = 6 if store.engine.dialect.name == "postgresql" else 19
     assert len(seen) == expected, seen
