@@ -32,97 +32,25 @@ what an append means. Nothing here weakens a guarantee:
 
 from __future__ import annotations
 
-import hashlib
-import sqlite3
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy.exc import DBAPIError
 
+from . import sqlitepath
+from ._batch import EFFECT_STARTED, RUN_SEALED, fenced, seal_batch
 from .errors import (
     BackendError,
     CommitUnknownError,
-    CorruptRecordError,
     DuplicateEffectError,
-    FencedError,
     RunSealedError,
 )
 from .ids import Digest, EffectKey, RunId
 from .record import Append, Record
-from .signing import Signer
 
-__all__ = ["HeadCache", "PgOutcome", "seal_batch"]
-
-_RELEASED_OWNER = ""
-_EFFECT_STARTED = "EffectStarted"
-_RUN_SEALED = "RunSealed"
-
-#: The journal's columns, in the order :func:`seal_batch` lays out a row.
-COLUMNS = (
-    "tenant",
-    "run_id",
-    "seq",
-    "epoch",
-    "kind",
-    "effect_key",
-    "prev_hash",
-    "hash",
-    "raw",
-    "key_id",
-    "signature",
-    "case_id",
-)
-
-
-def seal_batch(
-    tenant: str,
-    run_id: str,
-    epoch: int,
-    head_seq: int,
-    head_hash: Digest,
-    items: Sequence[Append],
-    signer: Signer | None,
-) -> tuple[list[Record], list[tuple[Any, ...]], str | None]:
-    """Chain, canonicalise and sign ``items`` after ``head``: the records, their journal rows
-    (in :data:`COLUMNS` order) and the batch's ``RunSealed`` outcome, if it concludes the run.
-    Pure: no I/O, so it runs wherever the transaction does."""
-    records: list[Record] = []
-    rows: list[tuple[Any, ...]] = []
-    prev, seq, conclusion = head_hash, head_seq, None
-    for item in items:
-        seq += 1
-        record = Record.seal(item.body(seq, epoch), prev, signer)
-        prev = record.hash
-        records.append(record)
-        att = record.attestation
-        rows.append(
-            (
-                tenant,
-                run_id,
-                seq,
-                epoch,
-                item.kind,
-                None if item.effect_key is None else item.effect_key.hex(),
-                bytes(record.prev_hash),
-                bytes(record.hash),
-                record.raw,
-                None if att is None else att.key_id,
-                None if att is None else att.signature,
-                None if item.case is None else str(item.case),
-            )
-        )
-        if item.kind == _RUN_SEALED:
-            conclusion = item.payload["outcome"]
-    return records, rows, conclusion
-
-
-def fenced(run: RunId, epoch: int, lease_epoch: Any, lease_owner: Any) -> FencedError | None:
-    """The fence: a run with a lease row accepts only its current epoch, a released one none."""
-    if lease_epoch is not None and (epoch != lease_epoch or lease_owner == _RELEASED_OWNER):
-        return FencedError(run, epoch, int(lease_epoch))
-    return None
+__all__ = ["HeadCache", "PgOutcome", "append"]
 
 
 class HeadCache:
@@ -255,93 +183,6 @@ def pg_answered(exc: BaseException) -> bool:
     return isinstance(sqlstate, str) and not sqlstate.startswith(_PG_LOST_PREFIXES)
 
 
-# -- SQLite: one function on the connection's thread --------------------------------------
-
-_SQLITE_MUTEX = (
-    "INSERT INTO run_activity (tenant, run_id, updated_at) VALUES (?, ?, ?) "
-    "ON CONFLICT (tenant, run_id) DO UPDATE SET updated_at = max(updated_at, excluded.updated_at)"
-)
-_SQLITE_STATE = (
-    "SELECT (SELECT epoch FROM run_lease WHERE tenant = ?1 AND run_id = ?2),"
-    " (SELECT owner FROM run_lease WHERE tenant = ?1 AND run_id = ?2),"
-    " (SELECT outcome FROM run_seal WHERE tenant = ?1 AND run_id = ?2)"
-)
-_SQLITE_HEAD = (
-    "SELECT seq, prev_hash, hash, raw FROM journal WHERE tenant = ? AND run_id = ?"
-    " ORDER BY seq DESC LIMIT 1"
-)
-_SQLITE_INSERT = f"INSERT INTO journal ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * 12)})"
-_SQLITE_STARTED = (
-    "SELECT effect_key FROM journal WHERE tenant = ? AND run_id = ? AND kind = 'EffectStarted'"
-    " AND effect_key = ? AND seq <= ?"
-)
-
-
-def _stored_head(row: Any) -> tuple[int, Digest]:
-    """The head row, re-hashed: a hash column that does not cover its bytes is not chained to."""
-    if row is None:
-        return 0, Digest.ZERO
-    seq, prev, hash_, raw = int(row[0]), row[1], row[2], row[3]
-    for value in (prev, hash_):
-        if not isinstance(value, bytes) or len(value) != 32:
-            raise CorruptRecordError(seq, "a hash column of the run's head is not 32 bytes")
-    if not isinstance(raw, bytes) or hashlib.sha256(prev + raw).digest() != hash_:
-        raise CorruptRecordError(
-            seq, "the run's head was altered after it was written: its hash does not cover it"
-        )
-    record = Record.from_stored(raw, Digest(prev), Digest(hash_), seq=seq)
-    if record.seq != seq:
-        raise CorruptRecordError(
-            seq, f"the head row's seq column says {seq}, its body {record.seq}"
-        )
-    return seq, record.hash
-
-
-def sqlite_append(
-    conn: sqlite3.Connection,
-    tenant: str,
-    run: RunId,
-    epoch: int,
-    now: int,
-    items: Sequence[Append],
-    signer: Signer | None,
-    keys: Sequence[EffectKey],
-) -> list[Record]:
-    """One whole append transaction, run on the aiosqlite connection's own thread."""
-    run_id = str(run)
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        conn.execute(_SQLITE_MUTEX, (tenant, run_id, now))
-        lease_epoch, lease_owner, sealed_outcome = conn.execute(
-            _SQLITE_STATE, (tenant, run_id)
-        ).fetchone()
-        error = fenced(run, epoch, lease_epoch, lease_owner)
-        if error is not None:
-            raise error
-        if sealed_outcome is not None:
-            raise RunSealedError(run, sealed_outcome)
-        head_seq, head_hash = _stored_head(conn.execute(_SQLITE_HEAD, (tenant, run_id)).fetchone())
-        records, rows, _ = seal_batch(tenant, run_id, epoch, head_seq, head_hash, items, signer)
-        try:
-            conn.executemany(_SQLITE_INSERT, rows)
-        except sqlite3.IntegrityError as exc:
-            if getattr(exc, "sqlite_errorname", None) != "SQLITE_CONSTRAINT_UNIQUE":
-                raise
-            # The only unique index on the journal besides its key: exactly-once. Which key
-            # had started before this batch (its own earlier rows are in the transaction)?
-            for key in keys:
-                found = conn.execute(_SQLITE_STARTED, (tenant, run_id, key.hex(), head_seq))
-                if found.fetchone():
-                    raise DuplicateEffectError(key) from exc
-            raise DuplicateEffectError(keys[0]) from exc
-        conn.execute("COMMIT")
-    except BaseException:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        raise
-    return records
-
-
 # -- the append, end to end ---------------------------------------------------------------
 
 
@@ -373,13 +214,13 @@ async def append(
     ``store`` is the :class:`SqlJournalStore` (its engine, tenant, signer and clock);
     ``general`` is the same append as a unit of work, whose answers are the reference.
     """
-    keys = [i.effect_key for i in items if i.kind == _EFFECT_STARTED and i.effect_key is not None]
-    if len(set(keys)) != len(keys) or any(i.kind == _RUN_SEALED for i in items):
+    keys = [i.effect_key for i in items if i.kind == EFFECT_STARTED and i.effect_key is not None]
+    if len(set(keys)) != len(keys) or any(i.kind == RUN_SEALED for i in items):
         return await general()  # rare batches: a duplicate in the batch, or a conclusion
     await store._ready()
     shared = store._shared
     if shared.dialect.name == "sqlite":
-        return await _sqlite(store, run, epoch, items, keys, general)
+        return await sqlitepath.append(store, run, epoch, items, keys, general)
     tenant, run_id = store.tenant, str(run)
     head = shared.heads.get(tenant, run_id)
     if head is None:
@@ -437,36 +278,3 @@ async def _postgres(
         raise outcome.error
     heads.drop(tenant, run_id)
     return await general()
-
-
-async def _sqlite(
-    store: Any,
-    run: RunId,
-    epoch: int,
-    items: list[Append],
-    keys: list[EffectKey],
-    general: Callable[[], Awaitable[list[Record]]],
-) -> list[Record]:
-    try:
-        async with store._shared.engine.connect() as conn:
-            driver = (await conn.get_raw_connection()).driver_connection
-            run_on_thread = getattr(driver, "_execute", None)
-            if run_on_thread is None:  # not the aiosqlite this path was written against
-                return await general()
-            try:
-                return await run_on_thread(
-                    sqlite_append,
-                    driver._conn,
-                    store.tenant,
-                    run,
-                    epoch,
-                    store._now(),
-                    items,
-                    store._signer,
-                    keys,
-                )
-            except sqlite3.Error as exc:
-                code = getattr(exc, "sqlite_errorname", None)
-                raise BackendError(f"{type(exc).__name__} [{code}]: {exc}") from exc
-    except (DBAPIError, OSError) as exc:
-        raise BackendError(f"cannot reach the database: {exc}") from exc

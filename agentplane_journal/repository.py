@@ -127,6 +127,8 @@ class _Shared:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     #: Each run's head after this process's last append to it (fastpath.HeadCache).
     heads: Any = None
+    #: SQLite: the process's write queue for this store (sqlitepath.Writer).
+    sqlite_writer: Any = None
 
 
 class _Rollback(Exception):

@@ -1,0 +1,241 @@
+"""The SQLite append hot path: one thread hop per transaction, and optional group commit.
+
+Part of the repository (see :mod:`agentplane_journal.fastpath`). aiosqlite runs each call
+on its connection's thread and wakes the event loop for each result; the general unit of
+work makes several such hops per statement. Here a whole transaction (``BEGIN IMMEDIATE``,
+and per append: the run mutex, the fence, the seal, the head re-hashed from its row, the
+records; then ``COMMIT``) is one function run on that thread. ``BEGIN IMMEDIATE`` holds the
+database's write lock throughout, so every read in it is current; durability is the
+connection's ``synchronous`` (the store sets ``FULL``: the commit is on disk before any
+append in it is acknowledged).
+
+One :class:`Writer` per store (shared by its tenant handles) queues the process's appends,
+so in-process writers wait on the queue instead of on SQLite's busy handler, which sleeps
+in steps of milliseconds. Other processes still queue on ``BEGIN IMMEDIATE``.
+
+**Group commit** (``group_commit=True``): appends that arrive while a transaction is in
+flight share the next one, each inside its own ``SAVEPOINT``, so each keeps its own
+all-or-nothing outcome and its own error (fenced, sealed, duplicate effect, corrupt head)
+while the group pays for one commit and one hop. Off by default: a lone writer gains
+nothing from it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import sqlite3
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy.exc import DBAPIError
+
+from ._batch import COLUMNS, fenced, seal_batch
+from .errors import (
+    BackendError,
+    CorruptRecordError,
+    DuplicateEffectError,
+    FencedError,
+    RunSealedError,
+)
+from .ids import Digest, EffectKey, RunId
+from .record import Append, Record
+from .signing import Signer
+
+__all__ = ["Writer", "append"]
+
+_MUTEX = (
+    "INSERT INTO run_activity (tenant, run_id, updated_at) VALUES (?, ?, ?) "
+    "ON CONFLICT (tenant, run_id) DO UPDATE SET updated_at = max(updated_at, excluded.updated_at)"
+)
+_STATE = (
+    "SELECT (SELECT epoch FROM run_lease WHERE tenant = ?1 AND run_id = ?2),"
+    " (SELECT owner FROM run_lease WHERE tenant = ?1 AND run_id = ?2),"
+    " (SELECT outcome FROM run_seal WHERE tenant = ?1 AND run_id = ?2)"
+)
+_HEAD = (
+    "SELECT seq, prev_hash, hash, raw FROM journal WHERE tenant = ? AND run_id = ?"
+    " ORDER BY seq DESC LIMIT 1"
+)
+_INSERT = f"INSERT INTO journal ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * 12)})"
+_STARTED = (
+    "SELECT effect_key FROM journal WHERE tenant = ? AND run_id = ? AND kind = 'EffectStarted'"
+    " AND effect_key = ? AND seq <= ?"
+)
+_SAVEPOINT = "agentplane_journal_append"
+
+#: The contract's answers an append can get in a group, besides the database's own errors.
+_ANSWERS = (CorruptRecordError, DuplicateEffectError, FencedError, RunSealedError)
+
+
+@dataclass
+class _Request:
+    """One append waiting for a transaction: its inputs, and where its answer goes."""
+
+    tenant: str
+    run: RunId
+    epoch: int
+    now: int
+    items: Sequence[Append]
+    signer: Signer | None
+    keys: Sequence[EffectKey]
+    future: asyncio.Future[list[Record]] = field(repr=False)
+
+
+def _stored_head(row: Any) -> tuple[int, Digest]:
+    """The head row, re-hashed: a hash column that does not cover its bytes is not chained to."""
+    if row is None:
+        return 0, Digest.ZERO
+    seq, prev, hash_, raw = int(row[0]), row[1], row[2], row[3]
+    for value in (prev, hash_):
+        if not isinstance(value, bytes) or len(value) != 32:
+            raise CorruptRecordError(seq, "a hash column of the run's head is not 32 bytes")
+    if not isinstance(raw, bytes) or hashlib.sha256(prev + raw).digest() != hash_:
+        raise CorruptRecordError(
+            seq, "the run's head was altered after it was written: its hash does not cover it"
+        )
+    record = Record.from_stored(raw, Digest(prev), Digest(hash_), seq=seq)
+    if record.seq != seq:
+        raise CorruptRecordError(
+            seq, f"the head row's seq column says {seq}, its body {record.seq}"
+        )
+    return seq, record.hash
+
+
+def _append_in(conn: sqlite3.Connection, r: _Request) -> list[Record]:
+    """One append inside the open write transaction: mutex, fence, seal, head, records."""
+    tenant, run_id = r.tenant, str(r.run)
+    conn.execute(_MUTEX, (tenant, run_id, r.now))
+    lease_epoch, lease_owner, sealed_outcome = conn.execute(_STATE, (tenant, run_id)).fetchone()
+    error = fenced(r.run, r.epoch, lease_epoch, lease_owner)
+    if error is not None:
+        raise error
+    if sealed_outcome is not None:
+        raise RunSealedError(r.run, sealed_outcome)
+    head_seq, head_hash = _stored_head(conn.execute(_HEAD, (tenant, run_id)).fetchone())
+    records, rows, _ = seal_batch(tenant, run_id, r.epoch, head_seq, head_hash, r.items, r.signer)
+    try:
+        conn.executemany(_INSERT, rows)
+    except sqlite3.IntegrityError as exc:
+        if getattr(exc, "sqlite_errorname", None) != "SQLITE_CONSTRAINT_UNIQUE" or not r.keys:
+            raise
+        # The only unique index on the journal besides its key: exactly-once. Which key had
+        # started before this batch (the batch's own earlier rows are in the transaction)?
+        for key in r.keys:
+            if conn.execute(_STARTED, (tenant, run_id, key.hex(), head_seq)).fetchone():
+                raise DuplicateEffectError(key) from exc
+        raise DuplicateEffectError(r.keys[0]) from exc
+    return records
+
+
+def _transaction(conn: sqlite3.Connection, group: list[_Request]) -> list[Any]:
+    """Run ``group`` in one write transaction, on the connection's thread.
+
+    A lone append is the whole transaction (its error rolls it back and propagates). In a
+    group each append has its own savepoint: a failure rolls back that append alone and
+    becomes its answer; the others commit together. Returns one answer per request.
+    """
+    conn.execute("BEGIN IMMEDIATE")
+    answers: list[Any] = []
+    try:
+        if len(group) == 1:
+            answers.append(_append_in(conn, group[0]))
+        else:
+            for request in group:
+                conn.execute(f"SAVEPOINT {_SAVEPOINT}")
+                try:
+                    answers.append(_append_in(conn, request))
+                except (sqlite3.DatabaseError, *_ANSWERS) as exc:
+                    conn.execute(f"ROLLBACK TO {_SAVEPOINT}")
+                    answers.append(exc)
+                conn.execute(f"RELEASE {_SAVEPOINT}")
+        try:
+            conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            if len(group) == 1:
+                raise
+            conn.execute("ROLLBACK")
+            # Nothing of the group landed: the commit's error is every written append's.
+            return [a if isinstance(a, BaseException) else exc for a in answers]
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    return answers
+
+
+def _translate(exc: BaseException) -> BaseException:
+    if isinstance(exc, sqlite3.Error):
+        code = getattr(exc, "sqlite_errorname", None)
+        error = BackendError(f"{type(exc).__name__} [{code}]: {exc}")
+        error.__cause__ = exc
+        return error
+    return exc
+
+
+class Writer:
+    """The process's SQLite write queue for one store: one transaction in flight at a time."""
+
+    def __init__(self, *, group_commit: bool = False) -> None:
+        self.group_commit = group_commit
+        self._pending: list[_Request] = []
+        self._leader: asyncio.Task[None] | None = None
+
+    async def append(self, engine: Any, request: _Request) -> list[Record]:
+        self._pending.append(request)
+        if self._leader is None or self._leader.done():
+            self._leader = asyncio.get_running_loop().create_task(self._lead(engine))
+        return await request.future
+
+    async def _lead(self, engine: Any) -> None:
+        """Drain the queue, one transaction at a time (a group of them with group commit)."""
+        while self._pending:
+            take = len(self._pending) if self.group_commit else 1
+            group = [r for r in self._pending[:take] if not r.future.done()]
+            del self._pending[:take]
+            if group:
+                await self._run(engine, group)
+
+    async def _run(self, engine: Any, group: list[_Request]) -> None:
+        try:
+            async with engine.connect() as conn:
+                # aiosqlite's own queue onto its connection's thread (``_execute``) and the
+                # sqlite3 connection it owns (``_conn``): private, present since 0.17.
+                driver = (await conn.get_raw_connection()).driver_connection
+                answers = await driver._execute(_transaction, driver._conn, group)
+        except (DBAPIError, OSError) as exc:
+            answers = [BackendError(f"cannot reach the database: {exc}")] * len(group)
+        except BaseException as exc:  # the lone append's own error, or the commit's
+            answers = [exc] * len(group)
+            if not isinstance(exc, Exception):
+                for request in group:
+                    if not request.future.done():
+                        request.future.cancel()
+                raise
+        for request, answer in zip(group, answers, strict=True):
+            if request.future.done():
+                continue
+            if isinstance(answer, BaseException):
+                request.future.set_exception(_translate(answer))
+            else:
+                request.future.set_result(answer)
+
+
+async def append(
+    store: Any,
+    run: RunId,
+    epoch: int,
+    items: list[Append],
+    keys: list[EffectKey],
+    general: Callable[[], Awaitable[list[Record]]],
+) -> list[Record]:
+    """Append through the store's :class:`Writer`: one thread hop (``general`` is unused:
+    under ``BEGIN IMMEDIATE`` every append can be settled here)."""
+    shared = store._shared
+    writer = shared.sqlite_writer
+    loop = asyncio.get_running_loop()
+    request = _Request(
+        store.tenant, run, epoch, store._now(), items, store._signer, keys, loop.create_future()
+    )
+    return await writer.append(shared.engine, request)
