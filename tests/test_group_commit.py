@@ -76,7 +76,8 @@ async def test_one_failing_append_in_a_group_fails_alone(grouped: SqlJournalStor
     calls += [
         lambda: store.append(epochs[fenced_run] + 1, [note(fenced_run)]),  # a stale epoch
         lambda: store.append(epochs[sealed_run], [note(sealed_run)]),
-        lambda: store.append(epochs[effect_run], [started(effect_run, key(7))]),
+        # fails on its second record, after its first is in the group's transaction
+        lambda: store.append(epochs[effect_run], [note(effect_run), started(effect_run, key(7))]),
     ]
     results = await asyncio.gather(*(go(c) for c in calls), return_exceptions=True)
 
