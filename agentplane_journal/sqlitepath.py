@@ -23,7 +23,6 @@ nothing from it.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import sqlite3
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -42,6 +41,7 @@ from .errors import (
 from .ids import Digest, EffectKey, RunId
 from .record import Append, Record
 from .signing import Signer
+from .statements import RECORD_COLUMNS, record_from_row, stored_int, stored_text
 
 __all__ = ["Writer", "append"]
 
@@ -54,9 +54,11 @@ _STATE = (
     " (SELECT owner FROM run_lease WHERE tenant = ?1 AND run_id = ?2),"
     " (SELECT outcome FROM run_seal WHERE tenant = ?1 AND run_id = ?2)"
 )
+#: The whole last row, so the head is re-hashed and checked against its columns before
+#: anything is chained onto it (``statements.record_from_row``, as every read does).
 _HEAD = (
-    "SELECT seq, prev_hash, hash, raw FROM journal WHERE tenant = ? AND run_id = ?"
-    " ORDER BY seq DESC LIMIT 1"
+    f"SELECT {', '.join(c.name for c in RECORD_COLUMNS)} FROM journal"
+    " WHERE tenant = ? AND run_id = ? ORDER BY seq DESC LIMIT 1"
 )
 _INSERT = f"INSERT INTO journal ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * 12)})"
 _STARTED = (
@@ -83,37 +85,25 @@ class _Request:
     future: asyncio.Future[list[Record]] = field(repr=False)
 
 
-def _stored_head(row: Any) -> tuple[int, Digest]:
-    """The head row, re-hashed: a hash column that does not cover its bytes is not chained to."""
-    if row is None:
-        return 0, Digest.ZERO
-    seq, prev, hash_, raw = int(row[0]), row[1], row[2], row[3]
-    for value in (prev, hash_):
-        if not isinstance(value, bytes) or len(value) != 32:
-            raise CorruptRecordError(seq, "a hash column of the run's head is not 32 bytes")
-    if not isinstance(raw, bytes) or hashlib.sha256(prev + raw).digest() != hash_:
-        raise CorruptRecordError(
-            seq, "the run's head was altered after it was written: its hash does not cover it"
-        )
-    record = Record.from_stored(raw, Digest(prev), Digest(hash_), seq=seq)
-    if record.seq != seq:
-        raise CorruptRecordError(
-            seq, f"the head row's seq column says {seq}, its body {record.seq}"
-        )
-    return seq, record.hash
-
-
 def _append_in(conn: sqlite3.Connection, r: _Request) -> list[Record]:
     """One append inside the open write transaction: mutex, fence, seal, head, records."""
     tenant, run_id = r.tenant, str(r.run)
     conn.execute(_MUTEX, (tenant, run_id, r.now))
     lease_epoch, lease_owner, sealed_outcome = conn.execute(_STATE, (tenant, run_id)).fetchone()
+    if lease_epoch is not None:  # SQLite columns can hold any type: a hostile row is corrupt
+        lease_epoch = stored_int(lease_epoch, 0, "run_lease.epoch")
+        lease_owner = stored_text(lease_owner, 0, "run_lease.owner")
     error = fenced(r.run, r.epoch, lease_epoch, lease_owner)
     if error is not None:
         raise error
     if sealed_outcome is not None:
-        raise RunSealedError(r.run, sealed_outcome)
-    head_seq, head_hash = _stored_head(conn.execute(_HEAD, (tenant, run_id)).fetchone())
+        raise RunSealedError(r.run, stored_text(sealed_outcome, 0, "run_seal.outcome"))
+    last = conn.execute(_HEAD, (tenant, run_id)).fetchone()
+    if last is None:
+        head_seq, head_hash = 0, Digest.ZERO
+    else:
+        head = record_from_row(last)
+        head_seq, head_hash = head.seq, head.hash
     records, rows, _ = seal_batch(tenant, run_id, r.epoch, head_seq, head_hash, r.items, r.signer)
     try:
         conn.executemany(_INSERT, rows)
