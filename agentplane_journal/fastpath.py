@@ -21,7 +21,9 @@ what an append means. Nothing here weakens a guarantee:
   The primary key refuses a stale head too. The commit is PostgreSQL's own, waiting for the
   WAL flush (``synchronous_commit`` as the server has it); a connection lost during the
   statement is :class:`CommitUnknownError`, since an autocommitted statement may have
-  committed.
+  committed. Behind a transaction pooler (``?pgbouncer=true``: no statement cache) the
+  statement runs inside ``BEGIN``/``COMMIT``, which keeps its two protocol exchanges on one
+  server connection.
 * **SQLite: one thread hop per append.** aiosqlite runs each call on its connection's
   thread and wakes the event loop for each result; the general path makes one such hop per
   statement. Here the whole transaction (``BEGIN IMMEDIATE``, mutex, fence, seal, head
@@ -117,10 +119,11 @@ WITH lock AS (
     INSERT INTO {s}journal
         (tenant, run_id, seq, epoch, kind, effect_key, prev_hash, hash, raw, key_id,
          signature, case_id)
-    SELECT $1, $2, u.seq, $4, u.kind, u.effect_key, u.prev_hash, u.hash, u.raw, u.key_id,
-           u.signature, u.case_id
-    FROM ok, unnest($7::bigint[], $8::text[], $9::text[], $10::bytea[], $11::bytea[],
-                    $12::bytea[], $13::text[], $14::bytea[], $15::text[])
+    SELECT $1, $2, u.seq::bigint, $4, u.kind, u.effect_key, decode(u.prev_hash, 'hex'),
+           decode(u.hash, 'hex'), decode(u.raw, 'hex'), u.key_id, decode(u.signature, 'hex'),
+           u.case_id
+    FROM ok, unnest($7::text[], $8::text[], $9::text[], $10::text[], $11::text[],
+                    $12::text[], $13::text[], $14::text[], $15::text[])
          AS u(seq, kind, effect_key, prev_hash, hash, raw, key_id, signature, case_id)
     RETURNING 1
 )
@@ -139,7 +142,24 @@ def pg_append_sql(schema: str | None) -> str:
 def pg_append_args(
     tenant: str, run_id: str, now: int, epoch: int, head: tuple[int, Digest], rows: list[Any]
 ) -> tuple[Any, ...]:
-    columns = list(zip(*rows, strict=True))
+    """The statement's parameters; the rows go as text arrays (numbers and hex): asyncpg has
+    built-in codecs for ``text[]`` but introspects ``bigint[]`` and ``bytea[]`` on each new
+    connection, which also leaves a session-level setting behind (``jit``), and the store
+    keeps no session state (a pooler may hand the server connection to someone else)."""
+    hexed = [
+        (
+            str(r[2]),
+            r[4],
+            r[5],
+            r[6].hex(),
+            r[7].hex(),
+            r[8].hex(),
+            r[9],
+            None if r[10] is None else r[10].hex(),
+            r[11],
+        )
+        for r in rows
+    ]
     return (
         tenant,
         run_id,
@@ -147,7 +167,7 @@ def pg_append_args(
         epoch,
         head[0],
         bytes(head[1]),
-        *(list(columns[i]) for i in (2, 4, 5, 6, 7, 8, 9, 10, 11)),
+        *map(list, zip(*hexed, strict=True)),
     )
 
 
@@ -248,26 +268,35 @@ async def _postgres(
         async with store._shared.engine.connect() as conn:
             usable, schema = _schema(conn)
             if not usable:
-                return await general()
-            driver = (await conn.get_raw_connection()).driver_connection
-            try:
-                row = await driver.fetchrow(pg_append_sql(schema), *args)
-            except BaseException as exc:
-                if pg_answered(exc):
-                    if getattr(exc, "constraint_name", None) == "journal_effect_started":
-                        heads.drop(tenant, run_id)
-                        raise DuplicateEffectError(await store._which_started(run, keys)) from exc
-                    if getattr(exc, "sqlstate", None) == "23505":
-                        row = None  # the key refused a stale head: the general path
+                row = None
+            else:
+                driver = (await conn.get_raw_connection()).driver_connection
+                try:
+                    if getattr(driver, "_stmt_cache_enabled", True):
+                        row = await driver.fetchrow(pg_append_sql(schema), *args)
                     else:
-                        raise BackendError(_driver_error(exc)) from exc
-                else:
-                    # Lost with the statement in flight: autocommitted, it may have landed.
-                    heads.drop(tenant, run_id)
-                    await conn.invalidate()
-                    if isinstance(exc, Exception):
-                        raise CommitUnknownError(_driver_error(exc)) from exc
-                    raise
+                        # Behind a transaction pooler (no statement cache): asyncpg prepares
+                        # and executes an uncached statement in two exchanges, and only an
+                        # open transaction keeps both on one server connection.
+                        async with driver.transaction():
+                            row = await driver.fetchrow(pg_append_sql(schema), *args)
+                except BaseException as exc:
+                    if pg_answered(exc):
+                        if getattr(exc, "constraint_name", None) == "journal_effect_started":
+                            if len(keys) == 1:
+                                raise DuplicateEffectError(keys[0]) from exc
+                            row = None  # which of the keys had started: the general path says
+                        elif getattr(exc, "sqlstate", None) == "23505":
+                            row = None  # the key refused a stale head: the general path
+                        else:
+                            raise BackendError(_driver_error(exc)) from exc
+                    else:
+                        # Lost with the statement in flight: autocommitted, it may have landed.
+                        heads.drop(tenant, run_id)
+                        await conn.invalidate()
+                        if isinstance(exc, Exception):
+                            raise CommitUnknownError(_driver_error(exc)) from exc
+                        raise
     except (DBAPIError, OSError) as exc:  # checking out or opening the connection
         heads.drop(tenant, run_id)
         raise BackendError(f"cannot reach the database: {exc}") from exc
