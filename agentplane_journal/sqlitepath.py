@@ -13,11 +13,11 @@ One :class:`Writer` per store (shared by its tenant handles) queues the process'
 so in-process writers wait on the queue instead of on SQLite's busy handler, which sleeps
 in steps of milliseconds. Other processes still queue on ``BEGIN IMMEDIATE``.
 
-**Group commit** (``group_commit=True``): appends that arrive while a transaction is in
-flight share the next one, each inside its own ``SAVEPOINT``, so each keeps its own
-all-or-nothing outcome and its own error (fenced, sealed, duplicate effect, corrupt head)
-while the group pays for one commit and one hop. Off by default: a lone writer gains
-nothing from it.
+**Group commit** (on unless ``group_commit=False``): appends that arrive while a
+transaction is in flight share the next one, each inside its own ``SAVEPOINT``, so each
+keeps its own all-or-nothing outcome and its own error (fenced, sealed, duplicate effect,
+corrupt head) while the group pays for one commit and one hop. A lone writer's append is a
+group of one, run exactly as without group commit (no savepoint).
 """
 
 from __future__ import annotations
@@ -167,7 +167,7 @@ def _translate(exc: BaseException) -> BaseException:
 class Writer:
     """The process's SQLite write queue for one store: one transaction in flight at a time."""
 
-    def __init__(self, *, group_commit: bool = False) -> None:
+    def __init__(self, *, group_commit: bool = True) -> None:
         self.group_commit = group_commit
         self._pending: list[_Request] = []
         self._leader: asyncio.Task[None] | None = None

@@ -189,11 +189,14 @@ class SqlJournalStore(Repository):
     prefix of the primary's). ``head`` and ``cancellation`` stay on the primary: a writer
     acts on them (reconciling after :class:`CommitUnknownError`, stopping a run).
 
-    ``group_commit=True`` (SQLite): appends that arrive while a commit is in flight share
-    the next transaction, each in its own savepoint (its own outcome, its own error), so
-    many concurrent writers in one process pay for far fewer commits. Off by default, since
-    a lone writer gains nothing. On PostgreSQL it changes nothing: concurrent commits there
-    already share a WAL flush, and each append is a single statement.
+    ``group_commit`` (SQLite, on by default): appends that arrive while a commit is in
+    flight share the next transaction, each in its own savepoint (its own outcome, its own
+    error), so concurrent writers in one process pay for one commit per group instead of
+    one each. A lone writer's append is a group of one: the same transaction as without it,
+    so its latency does not change. ``group_commit=False`` commits each append on its own
+    (appends still queue in the process, one transaction at a time). On PostgreSQL it
+    changes nothing: each append is one statement, and concurrent commits there already
+    share a WAL flush.
     """
 
     def __init__(
@@ -206,7 +209,7 @@ class SqlJournalStore(Repository):
         schema: str | None = None,
         clock: Callable[[], float] | None = None,
         read_engine: AsyncEngine | None = None,
-        group_commit: bool = False,
+        group_commit: bool = True,
         _shared: Any = None,
         _named: bool = False,
     ) -> None:
@@ -253,7 +256,7 @@ class SqlJournalStore(Repository):
         clock: Callable[[], float] | None = None,
         engine_options: dict[str, Any] | None = None,
         read_url: str | None = None,
-        group_commit: bool = False,
+        group_commit: bool = True,
     ) -> SqlJournalStore:
         """Open a store from a URL (``postgresql://…`` or ``sqlite:///…``; async drivers).
 
