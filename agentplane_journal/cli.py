@@ -62,16 +62,16 @@ def _load() -> None:
     ``--help``, ``--version`` and usage errors need none of it, and SQLAlchemy, Alembic and
     cryptography cost most of a second to import: a shell expects ``--help`` at once.
     """
-    global CommandError, async_url, SQLAlchemyError, merkle, fmt, run_demo
+    global CommandError, async_url, SQLAlchemyError, fmt, run_demo
     global DemoRefused, notes
     global Checkpoint, Inclusion, CorruptRecordError, StoreError, Digest, RunId, verify_consistency
-    global current_revision, upgrade, upgrade_sql, Ed25519Verifier, SqlJournalStore, verify_run
+    global current_revision, upgrade, upgrade_sql, Ed25519Verifier, SqlJournalStore
+    global RunCheck, RunRead, digest
     from alembic.util.exc import CommandError
     from sqlalchemy.exc import SQLAlchemyError
 
     from . import _cli_format as fmt
     from . import _cli_notes as notes
-    from . import merkle
     from ._cli_demo import DemoRefused, run_demo
     from .checkpoint import Checkpoint, Inclusion
     from .engine import async_url
@@ -79,9 +79,10 @@ def _load() -> None:
     from .ids import Digest, RunId
     from .merkle import verify_consistency
     from .migrate import current_revision, upgrade, upgrade_sql
-    from .record import verify_run
+    from .record import RunCheck
     from .signing import Ed25519Verifier
-    from .store import SqlJournalStore
+    from .statements import digest
+    from .store import RunRead, SqlJournalStore
 
 
 PROG = "agentplane-journal"
@@ -91,6 +92,7 @@ DEFAULT_URL = "sqlite+aiosqlite:///agentplane_journal.db"
 
 _DEMO_FILE = "agentplane-journal-demo.db"  # _cli_demo.DEMO_FILE, without importing the store
 _PAGE = 500
+_AUDIT_PAGE = 200  # runs read (records and seals) per transaction by verify/export --all
 _RETRIES = 5  # snapshots re-taken when the log grows between two reads
 
 
@@ -214,6 +216,39 @@ def _not_a_run(text: str) -> dict[str, Any]:
 
 
 # -- verification and proof helpers --------------------------------------------------------
+
+
+def _judge(
+    run: RunId, read: RunRead, verifier: Verifier | None, require: bool
+) -> tuple[dict[str, Any], Digest | None]:
+    """What ``verify(run)`` would say of a run read by ``read_runs``, and its sealed head."""
+    try:
+        if read.error is not None:
+            raise read.error
+        check = RunCheck(verifier, require)
+        check.feed(read.records)
+        sealed = None if read.sealed is None else digest(read.sealed, check.last)
+        head = check.finish(sealed)
+    except CorruptRecordError as exc:
+        return {"run": str(run), "ok": False, "seq": exc.seq, "error": exc.detail}, None
+    result = {
+        "run": str(run),
+        "ok": True,
+        "head": head.hex(),
+        "records": check.last,
+        "sealed": read.position,
+    }
+    return result, sealed
+
+
+async def _verify_page(
+    store: SqlJournalStore, page: list[RunId | str], verifier: Verifier | None, require: bool
+) -> list[dict[str, Any]]:
+    reads = await store.read_runs([r for r in page if not isinstance(r, str)])
+    return [
+        _not_a_run(run) if isinstance(run, str) else _judge(run, reads[run], verifier, require)[0]
+        for run in page
+    ]
 
 
 async def _verify_run(
@@ -355,22 +390,17 @@ async def cmd_verify(args: argparse.Namespace) -> int:
             runs = await _all_runs(store)
         else:
             runs = [await _existing(store, args.run)]
-        # One read of the log for every run's sealed head (a run is compared with its seal).
-        seals = {r: (i, h) for i, (r, h) in enumerate(await store.sealed_runs())}
+        # Pages of runs, each read (records and seals) in one transaction of two statements.
         progress = fmt.Progress("verifying", len(runs))
-        results = []
-        for done, run in enumerate(runs, start=1):
-            if isinstance(run, str):
-                result = _not_a_run(run)
-            else:
-                result = await _verify_run(store, run, verifier, args.require_signature)
-            if result["ok"]:
-                await _check_seal(store, run, result, seals)
-            results.append(result)
-            if not result["ok"] and not args.json:
-                progress.close()
-                print(fmt.failure_line(result))
-            progress.update(done)
+        results: list[dict[str, Any]] = []
+        for start in range(0, len(runs), _AUDIT_PAGE):
+            page = runs[start : start + _AUDIT_PAGE]
+            for result in await _verify_page(store, page, verifier, args.require_signature):
+                results.append(result)
+                if not result["ok"] and not args.json:
+                    progress.close()
+                    print(fmt.failure_line(result))
+            progress.update(start + len(page))
         progress.close()
         # The stored Merkle tree against the seals it is derived from.
         log = await _audit_log(store, args.json) if args.all else None
@@ -452,26 +482,6 @@ async def cmd_reindex_log(args: argparse.Namespace) -> int:
     else:
         print(fmt.reindex_line(result))
     return 0
-
-
-async def _check_seal(
-    store: SqlJournalStore,
-    run: RunId,
-    result: dict[str, Any],
-    seals: dict[RunId, tuple[int, Digest]],
-) -> None:
-    """A verified run's head must be the head sealed into the log for it (if it is sealed)."""
-    head = await store.head(run)
-    result["records"] = head.seq
-    index, sealed = seals.get(run, (None, None))
-    result["sealed"] = index
-    if sealed is not None and sealed.hex() != result["head"]:
-        result.update(
-            ok=False,
-            seq=head.seq,
-            error=f"the records end at {result['head'][:12]}, but the log sealed "
-            f"{sealed.hex()[:12]} for this run: its records were rewritten after sealing",
-        )
 
 
 async def cmd_checkpoint(args: argparse.Namespace) -> int:
@@ -613,38 +623,46 @@ async def cmd_consistency(args: argparse.Namespace) -> int:
 async def cmd_export(args: argparse.Namespace) -> int:
     async with _store(args) as store:
         runs = await _all_runs(store) if args.all else [await _existing(store, args.run)]
-        # The header's checkpoint and every proof come from one snapshot of the log.
-        log = await store.sealed_runs()
-        leaves = [merkle.leaf_hash(head) for _, head in log]
-        cp = Checkpoint(store.origin, len(leaves), merkle.root(leaves))
-        wanted = set(runs)
-        proofs = {
-            run: Inclusion(i, len(leaves), head, tuple(merkle.inclusion_proof(leaves, i)))
-            for i, (run, head) in enumerate(log)
-            if run in wanted
-        }
-        heads = dict(log)
+        # Every proof is taken at the header's size from the stored tree, whose nodes below
+        # that size never change: one snapshot of the log, read page by page.
+        cp = await store.checkpoint()
         out = sys.stdout
         out.write(fmt.export_header(store.tenant, cp) + "\n")
+        progress = fmt.Progress("exporting", len(runs))
         failed = 0
-        for run in runs:
-            try:
+        for start in range(0, len(runs), _AUDIT_PAGE):
+            page = runs[start : start + _AUDIT_PAGE]
+            reads = await store.read_runs([r for r in page if not isinstance(r, str)])
+            logged = [
+                r.position
+                for r in reads.values()
+                if r.position is not None and r.position < cp.size
+            ]
+            paths = await store.inclusion_paths_at(cp.size, logged)
+            for run in page:
+                sealed = None
                 if isinstance(run, str):
-                    raise CorruptRecordError(0, _not_a_run(run)["error"])
-                records = await store.read(run)
-                # What verify checks: a run that would fail it is reported, not exported.
-                verify_run(records, heads.get(run))
-            except CorruptRecordError as exc:
-                if not args.all:
-                    raise _Exit(1, f"FAILED {run} seq {exc.seq}: {exc.detail}") from None
-                # An audit carries on past a bad run, names it, and fails at the end.
-                print(f"{PROG}: FAILED {run} seq {exc.seq}: {exc.detail}", file=sys.stderr)
-                failed += 1
-                continue
-            for record in records:
-                out.write(fmt.export_record(run, record) + "\n")
-            if run in proofs:
-                out.write(fmt.export_inclusion(run, proofs[run]) + "\n")
+                    problem = _not_a_run(run)
+                else:
+                    problem, sealed = _judge(run, reads[run], None, False)
+                if not problem["ok"]:
+                    # What verify checks: a run that would fail it is reported, not exported.
+                    line = f"FAILED {run} seq {problem['seq']}: {problem['error']}"
+                    if not args.all:
+                        raise _Exit(1, line)
+                    # An audit carries on past a bad run, names it, and fails at the end.
+                    progress.close()
+                    print(f"{PROG}: {line}", file=sys.stderr)
+                    failed += 1
+                    continue
+                read = reads[run]  # type: ignore[index]
+                for record in read.records:
+                    out.write(fmt.export_record(run, record) + "\n")
+                if sealed is not None and read.position in paths:
+                    inc = Inclusion(read.position, cp.size, sealed, tuple(paths[read.position]))
+                    out.write(fmt.export_inclusion(run, inc) + "\n")
+            progress.update(start + len(page))
+        progress.close()
     if failed:
         print(f"{PROG}: {failed} run(s) FAILED and were left out of the export", file=sys.stderr)
     return 1 if failed else 0

@@ -375,6 +375,66 @@ class TenantLog:
             raise _damaged(error) from None
         return Inclusion(index=position, size=snap.size, seal=seal, proof=tuple(proof))
 
+    async def seals_of(
+        self, session: AsyncSession, run_ids: Sequence[str]
+    ) -> dict[str, tuple[Any, int | None]]:
+        """``run_id -> (sealed chain head column, leaf position or None)`` for sealed runs."""
+        rows = await session.execute(
+            select(RunSeal.run_id, RunSeal.chain_head, LogTree.idx)
+            .select_from(
+                RunSeal.__table__.outerjoin(
+                    LogTree,
+                    and_(
+                        LogTree.tenant == RunSeal.tenant,
+                        LogTree.run_id == RunSeal.run_id,
+                        LogTree.level == 0,
+                    ),
+                )
+            )
+            .where(RunSeal.tenant == self.tenant, RunSeal.run_id.in_(list(run_ids)))
+        )
+        return {r: (h, None if i is None else int(i)) for r, h, i in rows}
+
+    async def paths_at(
+        self, session: AsyncSession, size: int, positions: Sequence[int]
+    ) -> dict[int, list[Digest]]:
+        """Inclusion paths of ``positions`` in the log of ``size`` leaves (a past size too).
+
+        Stored nodes never change below the size they were complete at, so every path of
+        one export is taken at the size of its header's checkpoint, page by page. One
+        statement per 500 distinct nodes; the nodes of a page are shared by its paths.
+        """
+        wanted: dict[int, list[tuple[int, int]]] = {}
+        ranges = {p: tree.inclusion_ranges(p, size) for p in positions if 0 <= p < size}
+        for plan in ranges.values():
+            for lo, hi in plan:
+                for level, idx in tree.range_nodes(lo, hi):
+                    wanted.setdefault(level, []).append(idx)
+        pairs = [(lv, ix) for lv, ixs in wanted.items() for ix in sorted(set(ixs))]
+        nodes: dict[tree.Node, bytes] = {}
+        for start in range(0, len(pairs), 500):
+            chunk = pairs[start : start + 500]
+            levels: dict[int, list[int]] = {}
+            for lv, ix in chunk:
+                levels.setdefault(lv, []).append(ix)
+            rows = await session.execute(
+                select(LogTree.level, LogTree.idx, LogTree.hash).where(
+                    LogTree.tenant == self.tenant,
+                    or_(
+                        *(
+                            and_(LogTree.level == lv, LogTree.idx.in_(ixs))
+                            for lv, ixs in levels.items()
+                        )
+                    ),
+                )
+            )
+            for lv, ix, h in rows:
+                nodes[(int(lv), int(ix))] = _node_hash(h, int(lv), int(ix))
+        try:
+            return {p: tree.proof_from_nodes(plan, nodes) for p, plan in ranges.items()}
+        except tree.MissingNodeError as error:
+            raise _damaged(error) from None
+
     # -- auditing and rebuilding the stored tree ---------------------------------------
 
     async def audit(self, unit: Unit, progress: Progress | None = None) -> LogAudit:

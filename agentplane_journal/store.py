@@ -41,6 +41,7 @@ from . import fastpath, sqlitepath
 from .checkpoint import Checkpoint, Inclusion
 from .errors import (
     BackendError,
+    CorruptRecordError,
     DuplicateEffectError,
     FencedError,
     LeaseHeldError,
@@ -74,7 +75,7 @@ from .statements import (
 )
 from .values import Cancellation, Head, Lease
 
-__all__ = ["MAX_INSERT_ROWS", "JournalStore", "SqlJournalStore"]
+__all__ = ["MAX_INSERT_ROWS", "JournalStore", "RunRead", "SqlJournalStore"]
 
 #: Records per multi-row INSERT. Far under both backends' bound-parameter limits
 #: (12 parameters a row); a batch larger than this costs one more statement per chunk.
@@ -159,6 +160,21 @@ class JournalStore(Protocol):
         *,
         session: AsyncSession | None = None,
     ) -> Digest: ...
+
+
+@dataclass(slots=True)
+class RunRead:
+    """One run of :meth:`SqlJournalStore.read_runs`: its records, or why they are unreadable.
+
+    ``records`` stops before the first row that is corrupt (``error`` names its seq);
+    ``sealed`` is the run's ``run_seal.chain_head`` column as stored (``None``: not
+    sealed), ``position`` its leaf in the stored tree.
+    """
+
+    records: list[Record]
+    error: CorruptRecordError | None = None
+    sealed: Any = None
+    position: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -569,6 +585,51 @@ class SqlJournalStore(Repository):
             if len(page) < size:
                 return
             at = page[-1].seq + 1
+
+    async def read_runs(
+        self, runs: Sequence[RunId], *, session: AsyncSession | None = None
+    ) -> dict[RunId, RunRead]:
+        """Many runs' records and seals in one transaction of two statements (audits' pages).
+
+        A corrupt row ends its own run's records (``RunRead.error``), never the others'.
+        Memory is the page: keep ``runs`` to a few hundred small runs.
+        """
+        runs = [check_run(r) for r in runs]
+        by_id = {str(r): r for r in runs}
+        stmt = (
+            select(*RECORD_COLUMNS)
+            .where(Journal.tenant == self.tenant, Journal.run_id.in_(list(by_id)))
+            .order_by(Journal.run_id, Journal.seq)
+        )
+
+        async def unit(session: AsyncSession) -> dict[RunId, RunRead]:
+            # Seals first, as verify does: a sealed run's records cannot change after it.
+            seals = await self._log.seals_of(session, list(by_id))
+            out = {r: RunRead([]) for r in runs}
+            for run_id, (head, position) in seals.items():
+                out[by_id[run_id]].sealed, out[by_id[run_id]].position = head, position
+            for row in await session.execute(stmt):
+                entry = out[by_id[row[6]]]
+                if entry.error is None:
+                    try:
+                        entry.records.append(record_from_row(row))
+                    except CorruptRecordError as error:
+                        entry.error = error
+            return out
+
+        return await self._unit(unit, read_only=True, session=session)
+
+    async def inclusion_paths_at(
+        self, size: int, positions: Sequence[int], *, session: AsyncSession | None = None
+    ) -> dict[int, list[Digest]]:
+        """Inclusion paths of leaf ``positions`` at a past log ``size`` (an export's header)."""
+        size = check_int(size, "size")
+        positions = [check_int(p, "position") for p in positions]
+
+        async def unit(session: AsyncSession) -> dict[int, list[Digest]]:
+            return await self._log.paths_at(session, size, positions)
+
+        return await self._unit(unit, read_only=True, session=session)
 
     async def head(self, run: RunId, *, session: AsyncSession | None = None) -> Head:
         """``Head(seq, hash)``; an unwritten run is ``Head(0, Digest.ZERO)``.
