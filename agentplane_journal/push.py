@@ -153,6 +153,9 @@ class SqlPushStore(Repository):
     unless ``accept_plaintext=True`` (adopting agentplane's rows: then :meth:`reseal`).
     Without a key they are stored as agentplane stores them, in plain text, and a sealed
     value is :class:`SecretUnavailableError`.
+
+    Every method takes ``session=``, the host's own ``AsyncSession``, as the journal store's
+    do: its transaction, no commit.
     """
 
     def __init__(

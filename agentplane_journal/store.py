@@ -213,6 +213,11 @@ class SqlJournalStore(Repository):
     (appends still queue in the process, one transaction at a time). On PostgreSQL it
     changes nothing: each append is one statement, and concurrent commits there already
     share a WAL flush.
+
+    Every method takes ``session=``, the host's own ``AsyncSession``: the store then runs in
+    that session's transaction (in a savepoint when it writes) and commits nothing, so the
+    records go with the host's rows (reads with it go to the session's database, never to
+    ``read_engine``). See :meth:`Repository._host_unit` and the README.
     """
 
     def __init__(
