@@ -450,6 +450,11 @@ async def _audit_log(store: SqlJournalStore, quiet: bool) -> dict[str, Any]:
     update, close = _audit_progress("checking the log's stored tree")
     try:
         audit = await store.audit_log(update)
+    except CorruptRecordError as exc:  # a seal row that is not a seal: the log is damaged
+        result = {"ok": False, "leaves": None, "position": None, "error": exc.detail}
+        if not quiet:
+            print(fmt.log_failure_line(result))
+        return result
     finally:
         close()
     result = {

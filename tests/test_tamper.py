@@ -534,3 +534,25 @@ async def test_verify_all_and_export_all_report_every_tampered_run_and_carry_on(
         for run in runs:
             assert f"FAILED {run}" in export.stderr, (name, run)
             assert str(run) not in exported, name
+
+
+@pytest.mark.parametrize(
+    "edit",
+    ["run_id='run_not-a-run'", "chain_head=:short"],
+    ids=["seal row's run id", "seal row's chain head"],
+)
+async def test_a_hostile_seal_row_is_reported_and_the_audit_carries_on(
+    make_store: Callable[..., Any], database_url: str, edit: str
+) -> None:
+    store = await make_store(signer=SIGNER)
+    victim = await honest_run(store, seal=True)
+    bystander = await honest_run(store)
+    await victim.sql(f"UPDATE run_seal SET {edit} WHERE tenant=:t AND run_id=:r", short=b"\x01")
+    with pytest.raises(CorruptRecordError):
+        await store.sealed_runs()
+    result = run_cli("verify", "--all", "--json", "--url", database_url, "--tenant", store.tenant)
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    out = json.loads(result.stdout)
+    report = {r["run"]: r for r in out["runs"]}
+    assert report[str(bystander.run)]["ok"]  # carried on past the bad seal
+    assert not out["log"]["ok"] or not all(r["ok"] for r in report.values())
