@@ -401,8 +401,8 @@ class TenantLog:
         """Inclusion paths of ``positions`` in the log of ``size`` leaves (a past size too).
 
         Stored nodes never change below the size they were complete at, so every path of
-        one export is taken at the size of its header's checkpoint, page by page. One
-        statement per 500 distinct nodes; the nodes of a page are shared by its paths.
+        one export is taken at the size of its header's checkpoint, page by page. The
+        nodes of a page are shared by its paths; one SELECT per level.
         """
         wanted: dict[int, list[tuple[int, int]]] = {}
         ranges = {p: tree.inclusion_ranges(p, size) for p in positions if 0 <= p < size}
@@ -410,25 +410,24 @@ class TenantLog:
             for lo, hi in plan:
                 for level, idx in tree.range_nodes(lo, hi):
                     wanted.setdefault(level, []).append(idx)
-        pairs = [(lv, ix) for lv, ixs in wanted.items() for ix in sorted(set(ixs))]
-        nodes: dict[tree.Node, bytes] = {}
-        for start in range(0, len(pairs), 500):
-            chunk = pairs[start : start + 500]
-            levels: dict[int, list[int]] = {}
-            for lv, ix in chunk:
-                levels.setdefault(lv, []).append(ix)
-            rows = await session.execute(
-                select(LogTree.level, LogTree.idx, LogTree.hash).where(
-                    LogTree.tenant == self.tenant,
-                    or_(
-                        *(
-                            and_(LogTree.level == lv, LogTree.idx.in_(ixs))
-                            for lv, ixs in levels.items()
-                        )
-                    ),
+        # One SELECT per level (and per 500 indexes), by the primary key's prefix; an OR
+        # across levels would let SQLite scan the tenant's whole tree instead.
+        parts = []
+        for level, idxs in sorted(wanted.items()):
+            ordered = sorted(set(idxs))
+            for start in range(0, len(ordered), 500):
+                parts.append(
+                    select(LogTree.level, LogTree.idx, LogTree.hash).where(
+                        LogTree.tenant == self.tenant,
+                        LogTree.level == level,
+                        LogTree.idx.in_(ordered[start : start + 500]),
+                    )
                 )
-            )
-            for lv, ix, h in rows:
+        nodes: dict[tree.Node, bytes] = {}
+        for start in range(0, len(parts), 16):
+            group = parts[start : start + 16]
+            stmt = group[0] if len(group) == 1 else union_all(*group)
+            for lv, ix, h in await session.execute(stmt):
                 nodes[(int(lv), int(ix))] = _node_hash(h, int(lv), int(ix))
         try:
             return {p: tree.proof_from_nodes(plan, nodes) for p, plan in ranges.items()}
@@ -503,15 +502,16 @@ class TenantLog:
         b = a + len(seals)
         stored: dict[tree.Node, tuple[bytes, str | None]] = {}
         if seals:
-            ranges = [
-                and_(LogTree.level == level, LogTree.idx.between(lo, hi))
+            # One SELECT per level by the primary key's prefix (see paths_at), in one statement.
+            parts = [
+                select(LogTree.level, LogTree.idx, LogTree.hash, LogTree.run_id).where(
+                    LogTree.tenant == tenant,
+                    LogTree.level == level,
+                    LogTree.idx.between(lo, hi),
+                )
                 for level, lo, hi in _completed_ranges(a, b)
             ]
-            rows = await session.execute(
-                select(LogTree.level, LogTree.idx, LogTree.hash, LogTree.run_id).where(
-                    LogTree.tenant == tenant, or_(*ranges)
-                )
-            )
+            rows = await session.execute(parts[0] if len(parts) == 1 else union_all(*parts))
             stored = {(int(lv), int(ix)): (bytes(h), rid) for lv, ix, h, rid in rows}
         builder: tree.TreeBuilder = state["builder"]
         wrong: list[tree.Node] = []
