@@ -218,6 +218,8 @@ class Repository:
 
     async def close(self) -> None:
         """Dispose of the engines this store opened (a caller's engines stay open)."""
+        if self._shared.sqlite_writer is not None:  # its connection back in the pool first
+            await self._shared.sqlite_writer.idle()
         if self._shared.owns_engine:
             await self._shared.engine.dispose()
         if self._shared.owns_read_engine and self._shared.read_engine is not None:

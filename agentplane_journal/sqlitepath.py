@@ -178,31 +178,65 @@ class Writer:
             self._leader = asyncio.get_running_loop().create_task(self._lead(engine))
         return await request.future
 
-    async def _lead(self, engine: Any) -> None:
-        """Drain the queue, one transaction at a time (a group of them with group commit)."""
-        while self._pending:
-            take = len(self._pending) if self.group_commit else 1
-            group = [r for r in self._pending[:take] if not r.future.done()]
-            del self._pending[:take]
-            if group:
-                await self._run(engine, group)
+    async def idle(self) -> None:
+        """Wait until the queue is drained and the connection is back in the pool."""
+        while self._leader is not None and not self._leader.done():
+            await asyncio.wait([self._leader])
 
-    async def _run(self, engine: Any, group: list[_Request]) -> None:
+    async def _lead(self, engine: Any) -> None:
+        """Drain the queue, one transaction at a time (a group of them with group commit).
+
+        One connection serves while work keeps arriving: a writer woken by its answer that
+        appends again at once finds it still checked out, so back-to-back appends skip the
+        pool's checkout and its reset on return (a thread hop). It goes back to the pool as
+        soon as one turn of the event loop brings nothing new.
+        """
+        while self._pending:
+            try:
+                async with engine.connect() as conn:
+                    # aiosqlite's own queue onto its connection's thread (``_execute``) and
+                    # the sqlite3 connection it owns (``_conn``): private, present since 0.17.
+                    driver = (await conn.get_raw_connection()).driver_connection
+                    while await self._more():
+                        group = self._take()
+                        if group and not await self._run(driver, group):
+                            break  # not an answer: the connection may be gone, take another
+            except (DBAPIError, OSError) as exc:
+                group = self._take()
+                self._answer(
+                    group, [BackendError(f"cannot reach the database: {exc}")] * len(group)
+                )
+
+    async def _more(self) -> bool:
+        if not self._pending:
+            await asyncio.sleep(0)  # let the writers just answered append again
+        return bool(self._pending)
+
+    def _take(self) -> list[_Request]:
+        take = len(self._pending) if self.group_commit else 1
+        group = [r for r in self._pending[:take] if not r.future.done()]
+        del self._pending[:take]
+        return group
+
+    async def _run(self, driver: Any, group: list[_Request]) -> bool:
+        """Run one transaction and answer its appends; ``False`` if the connection failed."""
+        usable = True
         try:
-            async with engine.connect() as conn:
-                # aiosqlite's own queue onto its connection's thread (``_execute``) and the
-                # sqlite3 connection it owns (``_conn``): private, present since 0.17.
-                driver = (await conn.get_raw_connection()).driver_connection
-                answers = await driver._execute(_transaction, driver._conn, group)
-        except (DBAPIError, OSError) as exc:
-            answers = [BackendError(f"cannot reach the database: {exc}")] * len(group)
-        except BaseException as exc:  # the lone append's own error, or the commit's
+            answers = await driver._execute(_transaction, driver._conn, group)
+        except (sqlite3.Error, *_ANSWERS) as exc:  # the lone append's own error, or the commit's
             answers = [exc] * len(group)
-            if not isinstance(exc, Exception):
-                for request in group:
-                    if not request.future.done():
-                        request.future.cancel()
-                raise
+        except Exception as exc:
+            answers, usable = [exc] * len(group), False
+        except BaseException:
+            for request in group:
+                if not request.future.done():
+                    request.future.cancel()
+            raise
+        self._answer(group, answers)
+        return usable
+
+    @staticmethod
+    def _answer(group: list[_Request], answers: list[Any]) -> None:
         for request, answer in zip(group, answers, strict=True):
             if request.future.done():
                 continue

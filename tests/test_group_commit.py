@@ -42,9 +42,9 @@ def watch_groups(store: SqlJournalStore) -> list[list[RunId]]:
     if writer is not None:
         run = writer._run
 
-        async def watching(engine: Any, group: list[Any]) -> None:
+        async def watching(driver: Any, group: list[Any]) -> bool:
             groups.append([request.run for request in group])
-            await run(engine, group)
+            return await run(driver, group)
 
         writer._run = watching
     return groups
