@@ -573,5 +573,6 @@ async def test_sqlite_configuration_leaves_foreign_keys_as_the_host_has_them(
             assert (await conn.execute(text("PRAGMA foreign_keys"))).scalar() == 0
             assert (await conn.execute(text("PRAGMA journal_mode"))).scalar() == "wal"
             assert (await conn.execute(text("PRAGMA busy_timeout"))).scalar() == 30000
+            assert (await conn.execute(text("PRAGMA synchronous"))).scalar() == 2  # FULL
     finally:
         await engine.dispose()
