@@ -1,0 +1,177 @@
+"""The audit commands, ``verify`` and ``export``: every record of a run checked as a verifier would.
+
+Both read runs page by page (:data:`_AUDIT_PAGE` runs, records and seals, per transaction)
+and judge each as ``SqlJournalStore.verify`` would; ``--all`` carries on past a bad run,
+names it, and fails at the end.
+
+Export format (``export RUN | --all``): JSON lines, UTF-8, one object per line, so that a
+verifier needs nothing of this package but SHA-256, Ed25519 and RFC 6962:
+
+* first, ``{"type": "header", "format": "agentplane-journal-export/1", "tenant", "origin",
+  "checkpoint": the C2SP note text, "size", "root": hex}``;
+* per record, in seq order per run: ``{"type": "record", "run": "run_<ULID>", "seq",
+  "raw": base64 of the exact canonical bytes that were hashed, "prev_hash": hex,
+  "hash": hex, "key_id": str or null, "signature": base64 or null}``. A record verifies when
+  ``SHA-256(prev_hash || raw) == hash``, ``prev_hash`` is the previous record's ``hash``
+  (32 zero bytes for seq 1), seqs run 1, 2, 3...; a signature is Ed25519 over
+  ``SHA-256("io.github.hupe1980.agentplane/record/v1" || 0x00 || hash)``;
+* after a sealed run's records, ``{"type": "inclusion", "run", "index", "size", "seal": hex,
+  "proof": [hex, ...]}``: ``seal`` equals the run's last ``hash``, and the RFC 6962 audit
+  path from ``SHA-256(0x00 || seal)`` at ``index`` reaches the header's ``root`` (``size``
+  always equals the header's).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TYPE_CHECKING, Any
+
+from . import _cli_format as fmt
+from ._cli_base import PROG, _Exit
+from ._cli_log import _audit_log
+from ._cli_store import _all_runs, _existing, _not_a_run, _store
+from .checkpoint import Inclusion
+from .errors import CorruptRecordError
+from .ids import Digest, RunId
+from .record import RunCheck
+from .signing import Ed25519Verifier
+from .statements import digest
+from .store import RunRead, SqlJournalStore
+
+if TYPE_CHECKING:
+    from .signing import Verifier
+
+_AUDIT_PAGE = 200  # runs read (records and seals) per transaction by verify/export --all
+
+
+def _judge(
+    run: RunId, read: RunRead, verifier: Verifier | None, require: bool
+) -> tuple[dict[str, Any], Digest | None]:
+    """What ``verify(run)`` would say of a run read by ``read_runs``, and its sealed head."""
+    try:
+        if read.error is not None:
+            raise read.error
+        check = RunCheck(verifier, require)
+        check.feed(read.records)
+        sealed = None if read.sealed is None else digest(read.sealed, check.last)
+        head = check.finish(sealed)
+    except CorruptRecordError as exc:
+        return {"run": str(run), "ok": False, "seq": exc.seq, "error": exc.detail}, None
+    result = {
+        "run": str(run),
+        "ok": True,
+        "head": head.hex(),
+        "records": check.last,
+        "sealed": read.position,
+    }
+    return result, sealed
+
+
+async def _verify_page(
+    store: SqlJournalStore, page: list[RunId | str], verifier: Verifier | None, require: bool
+) -> list[dict[str, Any]]:
+    reads = await store.read_runs([r for r in page if not isinstance(r, str)])
+    return [
+        _not_a_run(run) if isinstance(run, str) else _judge(run, reads[run], verifier, require)[0]
+        for run in page
+    ]
+
+
+async def cmd_verify(args: argparse.Namespace) -> int:
+    verifier = None
+    if args.trust:
+        verifier = Ed25519Verifier()
+        for key_id, public in args.trust:
+            verifier.trust(key_id, public)
+    async with _store(args) as store:
+        if args.all:
+            runs = await _all_runs(store)
+        else:
+            runs = [await _existing(store, args.run)]
+        # Pages of runs, each read (records and seals) in one transaction of two statements.
+        progress = fmt.Progress("verifying", len(runs))
+        results: list[dict[str, Any]] = []
+        for start in range(0, len(runs), _AUDIT_PAGE):
+            page = runs[start : start + _AUDIT_PAGE]
+            for result in await _verify_page(store, page, verifier, args.require_signature):
+                results.append(result)
+                if not result["ok"] and not args.json:
+                    progress.close()
+                    print(fmt.failure_line(result))
+            progress.update(start + len(page))
+        progress.close()
+        # The stored Merkle tree against the seals it is derived from.
+        log = await _audit_log(store, args.json) if args.all else None
+    failed = [r for r in results if not r["ok"]]
+    signatures = (
+        "not checked (pass --trust KEY_ID=PUBLIC_KEY_HEX)"
+        if verifier is None
+        else f"checked against {len(args.trust)} trusted key(s)"
+        + ("; unsigned records refused" if args.require_signature else "")
+    )
+    if args.json:
+        fmt.print_json(
+            {
+                "tenant": store.tenant,
+                "checked": len(results),
+                "intact": len(results) - len(failed),
+                "failed": len(failed),
+                "signatures": signatures,
+                "runs": results,
+                **({} if log is None else {"log": log}),
+            }
+        )
+    else:
+        fmt.print_verify_summary(results, store.tenant, signatures, single=not args.all)
+        if log is not None:
+            print(fmt.log_audit_line(log))
+    return 1 if failed or (log is not None and not log["ok"]) else 0
+
+
+async def cmd_export(args: argparse.Namespace) -> int:
+    async with _store(args) as store:
+        runs = await _all_runs(store) if args.all else [await _existing(store, args.run)]
+        # Every proof is taken at the header's size from the stored tree, whose nodes below
+        # that size never change: one snapshot of the log, read page by page.
+        cp = await store.checkpoint()
+        out = sys.stdout
+        out.write(fmt.export_header(store.tenant, cp) + "\n")
+        progress = fmt.Progress("exporting", len(runs))
+        failed = 0
+        for start in range(0, len(runs), _AUDIT_PAGE):
+            page = runs[start : start + _AUDIT_PAGE]
+            reads = await store.read_runs([r for r in page if not isinstance(r, str)])
+            logged = [
+                r.position
+                for r in reads.values()
+                if r.position is not None and r.position < cp.size
+            ]
+            paths = await store.inclusion_paths_at(cp.size, logged)
+            for run in page:
+                sealed = None
+                if isinstance(run, str):
+                    problem = _not_a_run(run)
+                else:
+                    problem, sealed = _judge(run, reads[run], None, False)
+                if not problem["ok"]:
+                    # What verify checks: a run that would fail it is reported, not exported.
+                    line = f"FAILED {run} seq {problem['seq']}: {problem['error']}"
+                    if not args.all:
+                        raise _Exit(1, line)
+                    # An audit carries on past a bad run, names it, and fails at the end.
+                    progress.close()
+                    print(f"{PROG}: {line}", file=sys.stderr)
+                    failed += 1
+                    continue
+                read = reads[run]  # type: ignore[index]
+                for record in read.records:
+                    out.write(fmt.export_record(run, record) + "\n")
+                if sealed is not None and read.position in paths:
+                    inc = Inclusion(read.position, cp.size, sealed, tuple(paths[read.position]))
+                    out.write(fmt.export_inclusion(run, inc) + "\n")
+            progress.update(start + len(page))
+        progress.close()
+    if failed:
+        print(f"{PROG}: {failed} run(s) FAILED and were left out of the export", file=sys.stderr)
+    return 1 if failed else 0
