@@ -1,0 +1,423 @@
+"""The read side of :class:`~agentplane_journal.store.SqlJournalStore`: what a run says.
+
+Records (whole, streamed, or many runs' at once for an audit's page), heads, the case
+history, verification, the runs an audit enumerates, the run indexes, and the tenant's
+Merkle log as readers see it: checkpoints, proofs, and its audit and rebuild (the SQL of
+which is :mod:`agentplane_journal.log`'s). Every record is hash-checked and compared with
+its columns on the way out (:func:`~agentplane_journal.statements.record_from_row`), so a
+row an attacker edited is :class:`CorruptRecordError`, never an answer.
+
+:class:`RunReads` is a base of ``SqlJournalStore``; it holds no state of its own (the
+store's ``__init__`` sets ``_log``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import and_, bindparam, literal, or_, select, tuple_, union
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from .checkpoint import Checkpoint, Inclusion
+from .errors import CorruptRecordError
+from .ids import CaseId, Digest, RunId
+from .limits import check_label
+from .log import LogAudit, TenantLog
+from .models import Journal, RunActivity, RunOutcome, RunSeal
+from .record import Record, RunCheck
+from .repository import Repository, check_int, check_run
+from .signing import Verifier
+from .statements import RECORD_COLUMNS, digest, record_from_row, stored_int, stored_run
+from .values import Head
+
+__all__ = ["STREAM_PAGE", "RunRead", "RunReads"]
+
+#: Records per page when ``verify`` streams a run (its memory is one page, not the run).
+STREAM_PAGE = 1000
+
+#: The largest ``page_size`` :meth:`RunReads.stream` takes (100 x ``store.MAX_INSERT_ROWS``).
+_MAX_STREAM_PAGE = 100_000
+
+
+@dataclass(slots=True)
+class RunRead:
+    """One run of :meth:`SqlJournalStore.read_runs`: its records, or why they are unreadable.
+
+    ``records`` stops before the first row that is corrupt (``error`` names its seq);
+    ``sealed`` is the run's ``run_seal.chain_head`` column as stored (``None``: not
+    sealed), ``position`` its leaf in the stored tree.
+    """
+
+    records: list[Record]
+    error: CorruptRecordError | None = None
+    sealed: Any = None
+    position: int | None = None
+
+
+class RunReads(Repository):
+    """The store's reads: every method here only reads (``reindex_log`` repairs the log's
+    derived tree from the seals, never a record)."""
+
+    _log: TenantLog
+
+    def _key(self, run: RunId) -> Any:
+        return and_(Journal.tenant == self.tenant, Journal.run_id == str(run))
+
+    # -- reading -----------------------------------------------------------------------
+
+    async def read(
+        self, run: RunId, from_seq: int = 1, *, session: AsyncSession | None = None
+    ) -> list[Record]:
+        """The run's records from ``from_seq`` (inclusive; 0 reads like 1), hash-checked."""
+        run = check_run(run)
+        from_seq = check_int(from_seq, "from_seq")
+        stmt = (
+            select(*RECORD_COLUMNS)
+            .where(self._key(run), Journal.seq >= from_seq)
+            .order_by(Journal.seq)
+        )
+
+        async def unit(session: AsyncSession) -> list[Record]:
+            return [record_from_row(row) for row in await session.execute(stmt)]
+
+        return await self._unit(unit, read_only=True, session=session)
+
+    def stream(
+        self,
+        run: RunId,
+        from_seq: int = 1,
+        *,
+        page_size: int = 1000,
+        session: AsyncSession | None = None,
+    ) -> AsyncIterator[Record]:
+        """``async for record in store.stream(run)``: :meth:`read` in bounded memory.
+
+        Pages of ``page_size`` records by seq, each its own read (records never change once
+        written, so the pages join up; records appended meanwhile are streamed too, up to
+        the page that comes back short). Every record is hash-checked as by :meth:`read`.
+        """
+        run = check_run(run)
+        from_seq = check_int(from_seq, "from_seq")
+        page_size = check_int(page_size, "page_size", minimum=1, maximum=_MAX_STREAM_PAGE)
+
+        async def records() -> AsyncIterator[Record]:
+            async for page in self._pages(run, from_seq, page_size, session):
+                for record in page:
+                    yield record
+
+        return records()
+
+    async def _pages(
+        self, run: RunId, from_seq: int, size: int, session: AsyncSession | None
+    ) -> AsyncIterator[list[Record]]:
+        """The run's records from ``from_seq`` in pages of ``size``, one read each."""
+        stmt = (
+            select(*RECORD_COLUMNS)
+            .where(self._key(run), Journal.seq >= bindparam("from_seq"))
+            .order_by(Journal.seq)
+            .limit(size)
+        )
+        at = from_seq
+        while True:
+
+            async def unit(session: AsyncSession, at: int = at) -> list[Record]:
+                rows = await session.execute(stmt, {"from_seq": at})
+                return [record_from_row(row) for row in rows]
+
+            page = await self._unit(unit, read_only=True, session=session)
+            if page:
+                yield page
+            if len(page) < size:
+                return
+            at = page[-1].seq + 1
+
+    async def read_runs(
+        self, runs: Sequence[RunId], *, session: AsyncSession | None = None
+    ) -> dict[RunId, RunRead]:
+        """Many runs' records and seals in one transaction of two statements (audits' pages).
+
+        A corrupt row ends its own run's records (``RunRead.error``), never the others'.
+        Memory is the page: keep ``runs`` to a few hundred small runs.
+        """
+        runs = [check_run(r) for r in runs]
+        by_id = {str(r): r for r in runs}
+        stmt = (
+            select(*RECORD_COLUMNS)
+            .where(Journal.tenant == self.tenant, Journal.run_id.in_(list(by_id)))
+            .order_by(Journal.run_id, Journal.seq)
+        )
+
+        async def unit(session: AsyncSession) -> dict[RunId, RunRead]:
+            # Seals first, as verify does: a sealed run's records cannot change after it.
+            seals = await self._log.seals_of(session, list(by_id))
+            out = {r: RunRead([]) for r in runs}
+            for run_id, (head, position) in seals.items():
+                out[by_id[run_id]].sealed, out[by_id[run_id]].position = head, position
+            for row in await session.execute(stmt):
+                entry = out[by_id[row[6]]]
+                if entry.error is None:
+                    try:
+                        entry.records.append(record_from_row(row))
+                    except CorruptRecordError as error:
+                        entry.error = error
+            return out
+
+        return await self._unit(unit, read_only=True, session=session)
+
+    async def inclusion_paths_at(
+        self, size: int, positions: Sequence[int], *, session: AsyncSession | None = None
+    ) -> dict[int, list[Digest]]:
+        """Inclusion paths of leaf ``positions`` at a past log ``size`` (an export's header)."""
+        size = check_int(size, "size")
+        positions = [check_int(p, "position") for p in positions]
+
+        async def unit(session: AsyncSession) -> dict[int, list[Digest]]:
+            return await self._log.paths_at(session, size, positions)
+
+        return await self._unit(unit, read_only=True, session=session)
+
+    async def head(self, run: RunId, *, session: AsyncSession | None = None) -> Head:
+        """``Head(seq, hash)``; an unwritten run is ``Head(0, Digest.ZERO)``.
+
+        The last row is re-hashed and checked against its columns like any read, so a
+        forged head is :class:`CorruptRecordError`, not an answer.
+        """
+        run = check_run(run)
+        stmt = select(*RECORD_COLUMNS).where(self._key(run)).order_by(Journal.seq.desc()).limit(1)
+
+        async def unit(session: AsyncSession) -> Head:
+            row = (await session.execute(stmt)).one_or_none()
+            if row is None:
+                return Head(0, Digest.ZERO)
+            record = record_from_row(row)
+            return Head(record.seq, record.hash)
+
+        return await self._unit(unit, read_only=True, primary=True, session=session)
+
+    async def case_history(
+        self, case: CaseId, limit: int, *, session: AsyncSession | None = None
+    ) -> list[Record]:
+        """Every record whose body names ``case``, from any run, by run id then seq.
+
+        Exact even if the ``case_id`` index lies: candidates are the rows whose column names
+        the case *or* whose bytes contain its ULID (every body naming it does: a record is
+        refused on read unless its ``case`` member appears in its bytes as written), each is
+        hash-checked and compared with its columns, so a row whose ``case_id`` was added or
+        removed is :class:`CorruptRecordError`, and a row that merely mentions the ULID is
+        left out. The byte scan reads the tenant's journal: this costs a scan, not an index
+        lookup (see the README's "Tamper evidence").
+        """
+        if isinstance(case, str):
+            case = CaseId.parse(case)
+        if not isinstance(case, CaseId):
+            raise TypeError(f"case must be a CaseId, not {type(case).__name__}")
+        limit = check_int(limit, "limit")
+        ulid = case.ulid
+        candidates = or_(
+            Journal.case_id == str(case), self._dialect.contains_bytes(Journal.raw, ulid.encode())
+        )
+        page = max(limit, 100)
+
+        async def unit(session: AsyncSession) -> list[Record]:
+            found: list[Record] = []
+            after: tuple[Any, Any] | None = None
+            while len(found) < limit:
+                stmt = select(*RECORD_COLUMNS).where(Journal.tenant == self.tenant, candidates)
+                if after is not None:
+                    stmt = stmt.where(
+                        tuple_(Journal.run_id, Journal.seq)
+                        > tuple_(literal(after[0]), literal(after[1]))
+                    )
+                rows = (
+                    await session.execute(stmt.order_by(Journal.run_id, Journal.seq).limit(page))
+                ).all()
+                for row in rows:
+                    record = record_from_row(row)
+                    if record.body.get("case") == ulid:
+                        found.append(record)
+                        if len(found) == limit:
+                            break
+                if len(rows) < page:
+                    break
+                after = (rows[-1].run_id, rows[-1].seq)
+            return found
+
+        return await self._unit(unit, read_only=True, session=session)
+
+    async def verify(
+        self,
+        run: RunId,
+        verifier: Verifier | None = None,
+        require_signature: bool = False,
+        *,
+        session: AsyncSession | None = None,
+    ) -> Digest:
+        """Check the whole run and return its head digest; the first bad seq is named.
+
+        Contiguity from seq 1, links, hashes, every column against its body, exactly-once
+        over the bodies (no two ``EffectStarted`` of one key), signatures when a verifier is
+        given, and, for a sealed run, that its records end exactly at the sealed head (a
+        run whose records were deleted, truncated or extended under its seal fails).
+        """
+        run = check_run(run)
+        if require_signature and verifier is None:
+            raise ValueError("require_signature needs a verifier that trusts the signers' keys")
+        seal_stmt = select(RunSeal.chain_head).where(
+            RunSeal.tenant == self.tenant, RunSeal.run_id == str(run)
+        )
+
+        async def seal_unit(session: AsyncSession) -> object:
+            return (await session.execute(seal_stmt)).scalar_one_or_none()
+
+        # The seal first: once it is there no append lands, so the records read next (later
+        # snapshots, page by page) are the ones it sealed. Pages keep memory bounded.
+        sealed = await self._unit(seal_unit, read_only=True, session=session)
+        check = RunCheck(verifier, require_signature)
+        async for page in self._pages(run, 1, STREAM_PAGE, session):
+            check.feed(page)
+        return check.finish(None if sealed is None else digest(sealed, check.last))
+
+    async def audit_runs(
+        self, after: object = None, limit: int = 1000, *, session: AsyncSession | None = None
+    ) -> list[object]:
+        """Every run of this tenant with a record or a seal, by stored run id, ascending.
+
+        What an audit enumerates (``verify --all``, ``export --all``): the journal and the
+        log themselves, not ``run_activity``, which is a side index that can lose a row.
+        Values are the ``run_id`` columns *as stored*: one that is not a canonical run id
+        is a finding of the audit, not an error here. Page with ``after`` = the last value.
+        """
+        limit = check_int(limit, "limit", minimum=1)
+        journal = select(Journal.run_id).where(Journal.tenant == self.tenant)
+        sealed = select(RunSeal.run_id).where(RunSeal.tenant == self.tenant)
+        if after is not None:
+            journal = journal.where(Journal.run_id > after)
+            sealed = sealed.where(RunSeal.run_id > after)
+        # Each side stops after `limit` distinct ids (an ordered index scan), then the union.
+        j = journal.distinct().order_by(Journal.run_id).limit(limit).subquery()
+        s = sealed.order_by(RunSeal.run_id).limit(limit).subquery()
+        both = union(select(j.c.run_id), select(s.c.run_id)).subquery()
+        stmt = select(both.c.run_id).order_by(both.c.run_id).limit(limit)
+
+        async def unit(session: AsyncSession) -> list[object]:
+            return list((await session.execute(stmt)).scalars())
+
+        return await self._unit(unit, read_only=True, session=session)
+
+    # -- the log -----------------------------------------------------------------------
+
+    async def sealed_runs(
+        self, *, session: AsyncSession | None = None
+    ) -> list[tuple[RunId, Digest]]:
+        """This tenant's log in order, from one snapshot: ``(run, sealed chain head)`` per leaf.
+
+        An auditor's index: position ``i`` is leaf ``i``, so every run's current head can be
+        compared with the head the log committed to, in one read of the log.
+        """
+        return await self._unit(self._log.sealed_runs, read_only=True, session=session)
+
+    async def checkpoint(self, *, session: AsyncSession | None = None) -> Checkpoint:
+        """``Checkpoint(origin, size, root)`` over this tenant's sealed runs in log order."""
+        return await self._unit(self._log.checkpoint, read_only=True, session=session)
+
+    async def consistency_proof(
+        self, old_size: int, *, session: AsyncSession | None = None
+    ) -> list[Digest]:
+        """RFC 6962 proof that the log of ``old_size`` is a prefix of the current one."""
+        old_size = check_int(old_size, "old_size")
+
+        async def unit(session: AsyncSession) -> list[Digest]:
+            return await self._log.consistency_proof(session, old_size)
+
+        return await self._unit(unit, read_only=True, session=session)
+
+    async def audit_log(self, progress: Callable[[int, int], None] | None = None) -> LogAudit:
+        """Re-derive the stored Merkle tree from the seals; the first bad position is named.
+
+        Read-only, one transaction per :data:`~agentplane_journal.log.AUDIT_PAGE` leaves;
+        ``progress(done, total)`` after each. ``verify --all`` runs it.
+        """
+
+        async def unit(fn: Callable[[AsyncSession], Awaitable[Any]], primary: bool = False) -> Any:
+            return await self._unit(fn, read_only=True)
+
+        return await self._log.audit(unit, progress)
+
+    async def reindex_log(self, progress: Callable[[int, int], None] | None = None) -> LogAudit:
+        """Rebuild the stored tree where it disagrees with the seals (resumable; see
+        :meth:`TenantLog.reindex <agentplane_journal.log.TenantLog.reindex>`)."""
+
+        async def unit(fn: Callable[[AsyncSession], Awaitable[Any]], primary: bool = False) -> Any:
+            return await self._unit(fn)
+
+        return await self._log.reindex(unit, progress)
+
+    async def inclusion_proof(
+        self, run: RunId, *, session: AsyncSession | None = None
+    ) -> Inclusion | None:
+        """``Inclusion`` for a sealed run from one snapshot of the log; ``None`` if never sealed."""
+        run = check_run(run)
+
+        async def unit(session: AsyncSession) -> Inclusion | None:
+            return await self._log.inclusion_proof(session, run)
+
+        return await self._unit(unit, read_only=True, session=session)
+
+    # -- indexes -----------------------------------------------------------------------
+
+    async def runs_by_outcome(
+        self, outcome: str, limit: int, *, session: AsyncSession | None = None
+    ) -> list[RunId]:
+        """Runs whose latest ``RunSealed`` record says ``outcome``, newest conclusion first."""
+        outcome = check_label(outcome, "outcome")
+        limit = check_int(limit, "limit")
+        stmt = (
+            select(RunOutcome.run_id)
+            .where(RunOutcome.tenant == self.tenant, RunOutcome.outcome == outcome)
+            .order_by(RunOutcome.ordinal.desc())
+            .limit(limit)
+        )
+
+        async def unit(session: AsyncSession) -> list[RunId]:
+            rows = (await session.execute(stmt)).scalars()
+            return [stored_run(r, "run_outcome.run_id") for r in rows]
+
+        return await self._unit(unit, read_only=True, session=session)
+
+    async def recent_runs(
+        self,
+        after: tuple[RunId, int] | None = None,
+        limit: int = 100,
+        *,
+        session: AsyncSession | None = None,
+    ) -> list[tuple[RunId, int]]:
+        """``(run, updated_at)`` newest first, ties by run id descending; ``after`` pages."""
+        limit = check_int(limit, "limit")
+        where = [RunActivity.tenant == self.tenant]
+        if after is not None:
+            if not isinstance(after, tuple) or len(after) != 2:
+                raise TypeError("after must be a (run, updated_at) pair as recent_runs returns")
+            after_run, after_at = check_run(after[0]), check_int(after[1], "after's updated_at")
+            where.append(
+                tuple_(RunActivity.updated_at, RunActivity.run_id)
+                < tuple_(literal(after_at), literal(str(after_run)))
+            )
+        stmt = (
+            select(RunActivity.run_id, RunActivity.updated_at)
+            .where(*where)
+            .order_by(RunActivity.updated_at.desc(), RunActivity.run_id.desc())
+            .limit(limit)
+        )
+
+        async def unit(session: AsyncSession) -> list[tuple[RunId, int]]:
+            return [
+                (
+                    stored_run(r[0], "run_activity.run_id"),
+                    stored_int(r[1], 0, "run_activity.updated_at"),
+                )
+                for r in await session.execute(stmt)
+            ]
+
+        return await self._unit(unit, read_only=True, session=session)
