@@ -42,7 +42,7 @@ from .errors import (
     TransactionEndedError,
 )
 from .ids import DEFAULT_TENANT, CaseId, Digest, EffectKey, RunId, validate_tenant
-from .leases import RunControl
+from .leases import _RELEASED_OWNER, RunControl
 from .limits import check_key_id, check_label
 from .log import TenantLog
 from .models import Journal, RunOutcome
@@ -73,7 +73,6 @@ __all__ = ["MAX_INSERT_ROWS", "JournalStore", "RunRead", "SqlJournalStore"]
 #: (12 parameters a row); a batch larger than this costs one more statement per chunk.
 MAX_INSERT_ROWS = 1000
 
-_RELEASED_OWNER = ""  # 0.4.0 marks a released lease with an empty owner and expires_at = 0
 _EFFECT_STARTED = "EffectStarted"
 _RUN_SEALED = "RunSealed"
 
