@@ -123,7 +123,10 @@ class RunReads(Repository):
         while True:
 
             async def unit(session: AsyncSession, at: int = at) -> list[Record]:
-                rows = await session.execute(stmt, {"from_seq": at})
+                # Core on the session's connection (same transaction, same execution
+                # options): the ORM's result handling costs more than the rows' checks.
+                conn = await session.connection()
+                rows = await conn.execute(stmt, {"from_seq": at})
                 return [record_from_row(row) for row in rows]
 
             page = await self._unit(unit, read_only=True, session=session)

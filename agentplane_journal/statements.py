@@ -115,6 +115,9 @@ def hot_statements(dialect: Dialect) -> HotStatements:
     return HotStatements(run_mutex=run_mutex, run_state=run_state, insert_records=insert_records)
 
 
+_trusted_digest = Digest._trusted
+
+
 def digest(value: object, seq: int) -> Digest:
     """A hash column as a :class:`Digest`; a column that is not 32 bytes is corrupt."""
     if type(value) is not bytes:
@@ -206,8 +209,17 @@ def record_from_row(row: Any) -> Record:
     attestation = (
         None if key_id is None else Attestation(key_id, _stored_bytes(signature, seq, "signature"))
     )
+    if type(prev) is bytes and type(hash_) is bytes and len(prev) == len(hash_) == 32:
+        # The common case, without two calls per row (this is every read's inner loop).
+        prev_digest, hash_digest = _trusted_digest(prev), _trusted_digest(hash_)
+    else:
+        prev_digest, hash_digest = digest(prev, seq), digest(hash_, seq)
     record = Record.from_stored(
-        _stored_bytes(raw, seq, "raw"), digest(prev, seq), digest(hash_, seq), attestation, seq=seq
+        raw if type(raw) is bytes else _stored_bytes(raw, seq, "raw"),
+        prev_digest,
+        hash_digest,
+        attestation,
+        seq=seq,
     )
     body = record.body
     if body["seq"] != seq:
