@@ -10,9 +10,10 @@ from .ids import Digest, RunId
 from .record import Append, Record
 from .signing import Signer
 
-__all__ = ["COLUMNS", "EFFECT_STARTED", "RUN_SEALED", "fenced", "seal_batch"]
+__all__ = ["COLUMNS", "EFFECT_STARTED", "RELEASED_OWNER", "RUN_SEALED", "fenced", "seal_batch"]
 
-_RELEASED_OWNER = ""
+#: 0.4.0 marks a released lease with an empty owner (and ``expires_at = 0``).
+RELEASED_OWNER = ""
 EFFECT_STARTED = "EffectStarted"
 RUN_SEALED = "RunSealed"
 
@@ -77,6 +78,6 @@ def seal_batch(
 
 def fenced(run: RunId, epoch: int, lease_epoch: Any, lease_owner: Any) -> FencedError | None:
     """The fence: a run with a lease row accepts only its current epoch, a released one none."""
-    if lease_epoch is not None and (epoch != lease_epoch or lease_owner == _RELEASED_OWNER):
+    if lease_epoch is not None and (epoch != lease_epoch or lease_owner == RELEASED_OWNER):
         return FencedError(run, epoch, int(lease_epoch))
     return None

@@ -19,6 +19,7 @@ from datetime import timedelta
 from sqlalchemy import case, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from ._batch import RELEASED_OWNER
 from .errors import BackendError, LeaseHeldError
 from .ids import RunId
 from .limits import MAX_I64, check_label
@@ -28,8 +29,6 @@ from .statements import stored_int, stored_text
 from .values import Cancellation, Lease
 
 __all__ = ["RunControl"]
-
-_RELEASED_OWNER = ""  # 0.4.0 marks a released lease with an empty owner and expires_at = 0
 
 
 class RunControl(Repository):
@@ -113,7 +112,7 @@ class RunControl(Repository):
                 RunLease.run_id == str(run),
                 RunLease.epoch == epoch,
             )
-            .values(owner=_RELEASED_OWNER, expires_at=0)
+            .values(owner=RELEASED_OWNER, expires_at=0)
         )
 
         async def unit(session: AsyncSession) -> None:

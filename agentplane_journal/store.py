@@ -34,15 +34,15 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 from . import fastpath, sqlitepath
+from ._batch import COLUMNS, EFFECT_STARTED, RUN_SEALED, fenced, seal_batch
 from .checkpoint import Checkpoint, Inclusion
 from .errors import (
     DuplicateEffectError,
-    FencedError,
     RunSealedError,
     TransactionEndedError,
 )
 from .ids import DEFAULT_TENANT, CaseId, Digest, EffectKey, RunId, validate_tenant
-from .leases import _RELEASED_OWNER, RunControl
+from .leases import RunControl
 from .limits import check_key_id, check_label
 from .log import TenantLog
 from .models import Journal, RunOutcome
@@ -72,9 +72,6 @@ __all__ = ["MAX_INSERT_ROWS", "JournalStore", "RunRead", "SqlJournalStore"]
 #: Records per multi-row INSERT. Far under both backends' bound-parameter limits
 #: (12 parameters a row); a batch larger than this costs one more statement per chunk.
 MAX_INSERT_ROWS = 1000
-
-_EFFECT_STARTED = "EffectStarted"
-_RUN_SEALED = "RunSealed"
 
 
 # -- the contract ----------------------------------------------------------------------
@@ -301,9 +298,10 @@ class SqlJournalStore(RunReads, RunControl):
         if lease_epoch is not None:
             lease_epoch = stored_int(lease_epoch, 0, "run_lease.epoch")
             lease_owner = stored_text(lease_owner, 0, "run_lease.owner")
-            if epoch != lease_epoch or lease_owner == _RELEASED_OWNER:
-                # A released lease fences every epoch until someone acquires it again.
-                raise FencedError(run, epoch, lease_epoch)
+            # A released lease fences every epoch until someone acquires it again.
+            refused = fenced(run, epoch, lease_epoch, lease_owner)
+            if refused is not None:
+                raise refused
         if sealed_outcome is not None:
             sealed_outcome = stored_text(sealed_outcome, 0, "run_seal.outcome")
         if row[4] is None:
@@ -327,7 +325,7 @@ class SqlJournalStore(RunReads, RunControl):
         for i, item in enumerate(items):
             if not isinstance(item, Append):
                 raise TypeError(f"batch[{i}] must be an Append, not {type(item).__name__}")
-            if item.kind == _RUN_SEALED:
+            if item.kind == RUN_SEALED:
                 # Its outcome feeds the outcome index (an indexed text column).
                 outcome = item.payload.get("outcome")
                 if not isinstance(outcome, str):
@@ -356,39 +354,16 @@ class SqlJournalStore(RunReads, RunControl):
             return []
         seen: set[EffectKey] = set()
         for item in batch:
-            if item.kind == _EFFECT_STARTED and item.effect_key is not None:
+            if item.kind == EFFECT_STARTED and item.effect_key is not None:
                 if item.effect_key in seen:
                     raise DuplicateEffectError(item.effect_key)
                 seen.add(item.effect_key)
 
-        records: list[Record] = []
-        rows: list[dict[str, Any]] = []
-        prev, seq, conclusion = state.head_hash, state.head_seq, None
-        tenant, run_id, signer = self.tenant, str(run), self._signer
-        for item in batch:
-            seq += 1
-            record = Record.seal(item.body(seq, epoch), prev, signer)
-            prev = record.hash
-            records.append(record)
-            att = record.attestation
-            rows.append(
-                {
-                    "tenant": tenant,
-                    "run_id": run_id,
-                    "seq": seq,
-                    "epoch": epoch,
-                    "kind": item.kind,
-                    "effect_key": None if item.effect_key is None else item.effect_key.hex(),
-                    "prev_hash": bytes(record.prev_hash),
-                    "hash": bytes(record.hash),
-                    "raw": record.raw,
-                    "key_id": None if att is None else att.key_id,
-                    "signature": None if att is None else att.signature,
-                    "case_id": None if item.case is None else str(item.case),
-                }
-            )
-            if item.kind == _RUN_SEALED:
-                conclusion = item.payload["outcome"]
+        tenant, run_id = self.tenant, str(run)
+        records, row_tuples, conclusion = seal_batch(
+            tenant, run_id, epoch, state.head_seq, state.head_hash, batch, self._signer
+        )
+        rows = [dict(zip(COLUMNS, row, strict=True)) for row in row_tuples]
 
         insert = hot_statements(self._dialect).insert_records
         conn = await session.connection()
