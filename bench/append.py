@@ -17,6 +17,10 @@ and for 1 and 8 concurrent writers, each writer on its own run (or aggregate), o
 * ``tx floor``: the bare driver, ``BEGIN`` / ``INSERT`` of a precomputed journal row /
   ``COMMIT`` (SQLite: ``BEGIN IMMEDIATE``): the least a transaction of one row costs;
 * ``autocommit``: the bare driver, one autocommitted ``INSERT``: the least a row costs;
+* ``sqlite3 tx`` (SQLite only): the same ``BEGIN IMMEDIATE`` / ``INSERT`` / ``COMMIT`` with
+  the blocking ``sqlite3`` module, same pragmas, on one thread per writer as eventsourcing
+  runs: no event loop and no thread hop, the physical floor of a durable SQLite append on
+  this file system (one WAL write and its ``fsync`` per commit);
 * ``es aggregate`` / ``es application``: eventsourcing's ``AggregateRecorder`` (one
   optimistic-concurrency insert, the same job as an append) and ``ApplicationRecorder``
   (the same plus its global notification order, what an eventsourcing ``Application`` uses),
@@ -36,6 +40,7 @@ import argparse
 import asyncio
 import inspect
 import os
+import sqlite3
 import statistics
 import threading
 import time
@@ -176,6 +181,35 @@ async def open_sqlite_floor(db: Backend, writers: int, *, transaction: bool) -> 
     return Contender(name, one, close, "journal_mode=wal, synchronous=FULL (set)")
 
 
+async def open_sqlite3_floor(db: Backend, writers: int) -> Contender:
+    """The blocking floor: what eventsourcing's recorder pays, minus its own work."""
+    conns = []
+    for _ in range(writers):
+        # Threads of each round are new: the connection is used from whichever thread runs.
+        c = sqlite3.connect(db.driver_target, isolation_level=None, check_same_thread=False)
+        c.execute("PRAGMA journal_mode=WAL")
+        c.execute("PRAGMA synchronous=FULL")
+        c.execute("PRAGMA busy_timeout=30000")
+        conns.append(c)
+    tenant = f"sqlite3{uuid.uuid4().hex[:8]}"
+    bases = [template(tenant, RunId.generate()) for _ in range(writers)]
+    seqs = [0] * writers
+    sql = INSERT.format(", ".join("?" * 12))
+
+    def one(w: int) -> None:
+        seqs[w] += 1
+        conn = conns[w]
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute(sql, floor_row(bases[w], seqs[w]))
+        conn.execute("COMMIT")
+
+    async def close() -> None:
+        for c in conns:
+            c.close()
+
+    return Contender("sqlite3 tx", one, close, "journal_mode=wal, synchronous=FULL (set)")
+
+
 async def open_pg_floor(db: Backend, writers: int, *, transaction: bool) -> Contender:
     conns = [await asyncpg.connect(db.driver_target) for _ in range(writers)]
     tenant = f"floor{uuid.uuid4().hex[:8]}"
@@ -274,6 +308,8 @@ async def open_all(db: Backend, writers: int) -> list[Contender]:
         await open_eventsourcing(db, writers, application=False),
         await open_eventsourcing(db, writers, application=True),
     ]
+    if db.name == "sqlite":
+        contenders.insert(3, await open_sqlite3_floor(db, writers))
     if has_group_commit() and db.name == "sqlite":
         contenders.insert(1, await open_store(db, writers, group=False))
     return contenders
@@ -323,6 +359,13 @@ def ratios(name: str, medians: dict[int, dict[str, float]]) -> None:
             ]
             print(f"  {store:<12} {writers} writer(s): " + ", ".join(parts))
         print(f"  {store:<12} 8 writers / 1 writer: {medians[8][store] / medians[1][store]:.2f}x")
+    floor, es = medians[1].get("sqlite3 tx"), medians[1].get("es aggregate")
+    if floor and es:  # where the 1-writer target sits against the physical floor
+        print(
+            f"  1 writer: 1.2x es aggregate = {1.2 * es:.0f}/s"
+            f" = {1.2 * es / floor:.2f}x the blocking sqlite3 tx floor ({floor:.0f}/s);"
+            f" es aggregate itself {es / floor:.2f}x it"
+        )
 
 
 async def main() -> None:
