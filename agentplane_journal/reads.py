@@ -29,7 +29,14 @@ from .models import Journal, RunActivity, RunOutcome, RunSeal
 from .record import Record, RunCheck
 from .repository import Repository, check_int, check_run
 from .signing import Verifier
-from .statements import RECORD_COLUMNS, digest, record_from_row, stored_int, stored_run
+from .statements import (
+    RECORD_COLUMNS,
+    digest,
+    record_from_row,
+    records_from_rows,
+    stored_int,
+    stored_run,
+)
 from .values import Head
 
 __all__ = ["STREAM_PAGE", "RunRead", "RunReads"]
@@ -80,7 +87,9 @@ class RunReads(Repository):
         )
 
         async def unit(session: AsyncSession) -> list[Record]:
-            return [record_from_row(row) for row in await session.execute(stmt)]
+            # Core on the session's connection, as _pages reads (see there).
+            conn = await session.connection()
+            return records_from_rows(await conn.execute(stmt))
 
         return await self._unit(unit, read_only=True, session=session)
 
@@ -126,8 +135,7 @@ class RunReads(Repository):
                 # Core on the session's connection (same transaction, same execution
                 # options): the ORM's result handling costs more than the rows' checks.
                 conn = await session.connection()
-                rows = await conn.execute(stmt, {"from_seq": at})
-                return [record_from_row(row) for row in rows]
+                return records_from_rows(await conn.execute(stmt, {"from_seq": at}))
 
             page = await self._unit(unit, read_only=True, session=session)
             if page:
