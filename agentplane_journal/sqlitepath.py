@@ -45,17 +45,31 @@ from .statements import RECORD_COLUMNS, record_from_row, stored_int, stored_text
 
 __all__ = ["Writer", "append"]
 
+#: The run's activity, kept at ``max(updated_at, now)`` as the general unit of work keeps it.
+#: On SQLite the run mutex itself is the database's write lock, taken by ``BEGIN IMMEDIATE``
+#: before anything is read, so this statement runs only when the row is missing or behind
+#: (``_STATE`` says which): a row rewritten with its own value would still cost a page in the
+#: WAL, written and synced at every commit.
 _MUTEX = (
     "INSERT INTO run_activity (tenant, run_id, updated_at) VALUES (?, ?, ?) "
     "ON CONFLICT (tenant, run_id) DO UPDATE SET updated_at = max(updated_at, excluded.updated_at)"
 )
+#: Everything an append checks, in one statement: the lease, the seal, whether the activity
+#: is current (``updated_at >= now``, the same order ``max`` uses, whatever a hostile row's
+#: storage class), and whether the head row's ``seq`` and ``hash`` columns are the ones this
+#: process wrote (``?4``, ``?5``; NULL without a cached head). ``=`` never equates a BLOB with
+#: a TEXT or a number.
 _STATE = (
     "SELECT (SELECT epoch FROM run_lease WHERE tenant = ?1 AND run_id = ?2),"
     " (SELECT owner FROM run_lease WHERE tenant = ?1 AND run_id = ?2),"
-    " (SELECT outcome FROM run_seal WHERE tenant = ?1 AND run_id = ?2)"
+    " (SELECT outcome FROM run_seal WHERE tenant = ?1 AND run_id = ?2),"
+    " (SELECT updated_at >= ?3 FROM run_activity WHERE tenant = ?1 AND run_id = ?2),"
+    " (SELECT seq = ?4 AND hash = ?5 FROM journal WHERE tenant = ?1 AND run_id = ?2"
+    " ORDER BY seq DESC LIMIT 1)"
 )
 #: The whole last row, so the head is re-hashed and checked against its columns before
-#: anything is chained onto it (``statements.record_from_row``, as every read does).
+#: anything is chained onto it (``statements.record_from_row``, as every read does), unless
+#: ``_STATE`` found the head this process wrote.
 _HEAD = (
     f"SELECT {', '.join(c.name for c in RECORD_COLUMNS)} FROM journal"
     " WHERE tenant = ? AND run_id = ? ORDER BY seq DESC LIMIT 1"
@@ -71,7 +85,7 @@ _SAVEPOINT = "agentplane_journal_append"
 _ANSWERS = (CorruptRecordError, DuplicateEffectError, FencedError, RunSealedError)
 
 
-@dataclass
+@dataclass(slots=True)
 class _Request:
     """One append waiting for a transaction: its inputs, and where its answer goes."""
 
@@ -82,14 +96,25 @@ class _Request:
     items: Sequence[Append]
     signer: Signer | None
     keys: Sequence[EffectKey]
+    known: tuple[int, Digest] | None  # the head after this process's last commit to the run
     future: asyncio.Future[list[Record]] = field(repr=False)
 
 
 def _append_in(conn: sqlite3.Connection, r: _Request) -> list[Record]:
-    """One append inside the open write transaction: mutex, fence, seal, head, records."""
-    tenant, run_id = r.tenant, str(r.run)
-    conn.execute(_MUTEX, (tenant, run_id, r.now))
-    lease_epoch, lease_owner, sealed_outcome = conn.execute(_STATE, (tenant, run_id)).fetchone()
+    """One append inside the open write transaction: fence, seal, activity, head, records.
+
+    The head: when its row's ``seq`` and ``hash`` columns are the ones this process computed
+    at its last commit to the run (``r.known``), the records chain onto that hash, which is
+    what the head row must hash to; an edit of the row's other columns is then verify's to
+    report, and the new records chain onto the true chain. Any other head (another writer's,
+    an edited ``hash`` or ``seq``, no cached entry) is re-hashed from its whole row first, so
+    a forged one is refused before anything is chained onto it.
+    """
+    tenant, run_id, known = r.tenant, str(r.run), r.known
+    lease_epoch, lease_owner, sealed_outcome, current, head_known = conn.execute(
+        _STATE,
+        (tenant, run_id, r.now, *((None, None) if known is None else (known[0], bytes(known[1])))),
+    ).fetchone()
     if lease_epoch is not None:  # SQLite columns can hold any type: a hostile row is corrupt
         lease_epoch = stored_int(lease_epoch, 0, "run_lease.epoch")
         lease_owner = stored_text(lease_owner, 0, "run_lease.owner")
@@ -98,12 +123,17 @@ def _append_in(conn: sqlite3.Connection, r: _Request) -> list[Record]:
         raise error
     if sealed_outcome is not None:
         raise RunSealedError(r.run, stored_text(sealed_outcome, 0, "run_seal.outcome"))
-    last = conn.execute(_HEAD, (tenant, run_id)).fetchone()
-    if last is None:
-        head_seq, head_hash = 0, Digest.ZERO
+    if current != 1:
+        conn.execute(_MUTEX, (tenant, run_id, r.now))
+    if known is not None and head_known == 1:
+        head_seq, head_hash = known
     else:
-        head = record_from_row(last)
-        head_seq, head_hash = head.seq, head.hash
+        last = conn.execute(_HEAD, (tenant, run_id)).fetchone()
+        if last is None:
+            head_seq, head_hash = 0, Digest.ZERO
+        else:
+            head = record_from_row(last)
+            head_seq, head_hash = head.seq, head.hash
     records, rows, _ = seal_batch(tenant, run_id, r.epoch, head_seq, head_hash, r.items, r.signer)
     try:
         conn.executemany(_INSERT, rows)
@@ -255,11 +285,31 @@ async def append(
     general: Callable[[], Awaitable[list[Record]]],
 ) -> list[Record]:
     """Append through the store's :class:`Writer`: one thread hop (``general`` is unused:
-    under ``BEGIN IMMEDIATE`` every append can be settled here)."""
+    under ``BEGIN IMMEDIATE`` every append can be settled here).
+
+    The run's known head (the store's ``HeadCache``, shared with the PostgreSQL path) is read
+    and written only here, on the event loop: filled after a commit, dropped on any failure
+    (an error may be about the head, and a later append re-reads it from its row).
+    """
     shared = store._shared
-    writer = shared.sqlite_writer
-    loop = asyncio.get_running_loop()
+    tenant, run_id, heads = store.tenant, str(run), shared.heads
     request = _Request(
-        store.tenant, run, epoch, store._now(), items, store._signer, keys, loop.create_future()
+        tenant,
+        run,
+        epoch,
+        store._now(),
+        items,
+        store._signer,
+        keys,
+        heads.get(tenant, run_id),
+        asyncio.get_running_loop().create_future(),
     )
-    return await writer.append(shared.engine, request)
+    try:
+        records = await shared.sqlite_writer.append(shared.engine, request)
+    except BaseException:
+        heads.drop(tenant, run_id)
+        raise
+    if records:
+        last = records[-1]
+        heads.put(tenant, run_id, last.seq, last.hash)
+    return records
