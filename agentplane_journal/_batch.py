@@ -52,6 +52,7 @@ def seal_batch(
     for item in items:
         seq += 1
         record = Record.seal(item.body(seq, epoch), prev, signer)
+        prev_bytes = prev._bytes
         prev = record.hash
         records.append(record)
         att = record.attestation
@@ -63,8 +64,8 @@ def seal_batch(
                 epoch,
                 item.kind,
                 None if item.effect_key is None else item.effect_key.hex(),
-                bytes(record.prev_hash),
-                bytes(record.hash),
+                prev_bytes,
+                prev._bytes,
                 record.raw,
                 None if att is None else att.key_id,
                 None if att is None else att.signature,

@@ -16,14 +16,20 @@ and a journal written that way never verifies under agentplane. The rules (wire-
 Refusals are ``ValueError`` / ``TypeError`` naming the offending path (``payload.items[3]``)
 so a caller can find the bad field in a large payload.
 
-This is on the append hot path: one pass, appending string parts to a list joined once,
-with the exact-type checks first and the path only assembled when something is refused.
+This is on the append hot path. The common value (exact dicts with str keys below U+D800,
+lists, tuples, str, int within 64 bits, bool, None, floats repr writes without a negative
+exponent, at most 127 levels deep) is checked by one walk and written by json's C encoder,
+whose text for exactly such values is this module's (see :func:`_plain`); anything else,
+and every refusal, goes through the general encoder: one pass, appending string parts to a
+list joined once, with the exact-type checks first and the path only assembled when
+something is refused.
 """
 
 from __future__ import annotations
 
 import math
-from json.encoder import encode_basestring
+import sys
+from json.encoder import c_make_encoder, encode_basestring
 from typing import Any
 
 __all__ = ["MAX_DEPTH", "canonical_bytes", "format_float"]
@@ -44,6 +50,24 @@ _U64_MAX = 2**64 - 1
 # tests, so a change in a future Python would be caught.
 _encode_str = encode_basestring
 
+_FLOAT_MAX = sys.float_info.max
+
+
+def _unexpected(value: object) -> object:
+    # Never called for a value _plain accepted; kept so that a gap in _plain fails loudly.
+    raise TypeError(f"{type(value).__name__} reached the C encoder")
+
+
+# json's C encoder, configured as canonical JSON's rules say: no whitespace, keys sorted
+# (by code point: _plain only lets through keys below U+D800, where that is UTF-16 order),
+# strings through the same escaper as the general encoder, NaN refused. Without _json (not
+# CPython), every value takes the general encoder.
+_c_encode = (
+    None
+    if c_make_encoder is None
+    else c_make_encoder(None, _unexpected, _encode_str, None, ":", ",", True, False, False)
+)
+
 
 class _Refusal(Exception):
     """Internal: carries a refusal up the recursion, collecting the path on the way."""
@@ -61,6 +85,16 @@ def canonical_bytes(value: object, *, path: str = "value") -> bytes:
     ``path`` names the root in error messages, so the store can say ``payload.x`` or
     ``body.x`` rather than ``value.x``.
     """
+    if _c_encode is not None and _plain(value, 1):
+        try:
+            return "".join(_c_encode(value, 0)).encode("utf-8")
+        except UnicodeEncodeError:
+            pass  # a lone surrogate: the general encoder names where it is
+    return _general_bytes(value, path)
+
+
+def _general_bytes(value: object, path: str) -> bytes:
+    """:func:`canonical_bytes` without the fast path: the encoder every value can take."""
     out: list[str] = []
     try:
         _write(value, out, 1)
@@ -78,6 +112,64 @@ def canonical_bytes(value: object, *, path: str = "value") -> bytes:
             f"{where}: string contains a lone surrogate, which is not valid Unicode "
             "and cannot be written as UTF-8"
         ) from None
+
+
+def _plain(value: object, depth: int) -> bool:
+    """Whether json's C encoder writes ``value`` (a container at nesting ``depth``) exactly
+    as the general encoder would, so that its text can be used as is.
+
+    The C encoder (``sort_keys``, compact separators, :data:`_encode_str`) agrees with this
+    module wherever its own choices coincide with the spec's, and this walk admits only
+    values made entirely of such places, by exact type:
+
+    * dicts whose keys are all ``str`` (the C encoder would turn int, float, bool and None
+      keys into strings, where the spec refuses them) and all below U+D800 (it sorts by code
+      point; UTF-16 order differs only at and above U+D800);
+    * lists and tuples (both arrays in both encoders);
+    * ``str`` (the same escaper; a lone surrogate is caught when the text is encoded to
+      UTF-8), ``bool``, ``None``;
+    * ``int`` within i64..u64 (the C encoder writes any size; the spec refuses the rest);
+    * ``float`` that is zero or at least 1e-4 in magnitude, and finite: both write
+      ``float.__repr__`` there (repr goes scientific with a padded negative exponent below
+      1e-4, which :func:`format_float` lays out differently);
+    * at most :data:`MAX_DEPTH` levels (the C encoder only stops at Python's recursion
+      limit; a self-referencing value is caught here too).
+
+    Subclasses (enums, OrderedDict) and every other type return False: the general encoder
+    writes them, or refuses them with their path.
+    """
+    if depth > MAX_DEPTH:
+        return False
+    t = type(value)
+    if t is dict:
+        try:
+            joined = "".join(value)  # type: ignore[arg-type]
+        except TypeError:
+            return False
+        if not joined.isascii() and max(joined) >= "\ud800":
+            return False
+        items: Any = value.values()  # type: ignore[union-attr]
+    elif t is list or t is tuple:
+        items = value
+    else:
+        return False
+    depth += 1
+    for item in items:
+        t = type(item)
+        if t is str or item is None or t is bool:
+            continue
+        if t is int:
+            if _I64_MIN <= item <= _U64_MAX:
+                continue
+            return False
+        if t is dict or t is list or t is tuple:
+            if _plain(item, depth):
+                continue
+            return False
+        if t is float and (item == 0.0 or 1e-4 <= abs(item) <= _FLOAT_MAX):
+            continue
+        return False
+    return True
 
 
 def format_float(x: float) -> str:

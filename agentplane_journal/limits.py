@@ -41,6 +41,15 @@ def check_label(value: object, name: str, *, max_bytes: int = MAX_LABEL_BYTES) -
     on one line by the command line and in error messages (a newline or an escape sequence
     there forges output), and compared byte for byte; an outcome is also indexed.
     """
+    if type(value) is str and value.isascii() and value.isprintable():
+        # The common label (``Note``, ``EffectStarted``, an outcome word): printable ASCII
+        # has no control character and no surrogate, and is as many bytes as characters,
+        # so the per-character walk below would accept it. Same checks, same order.
+        if not value.strip():
+            raise ValueError(f"{name} must not be empty")
+        if len(value) > max_bytes:
+            raise ValueError(f"{name} is {len(value)} bytes in UTF-8; the limit is {max_bytes}")
+        return value
     if not isinstance(value, str):
         raise TypeError(f"{name} must be a str, not {type(value).__name__}")
     if not value.strip():

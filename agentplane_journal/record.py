@@ -138,12 +138,12 @@ class Append:
             )
         else:
             payload = dict(payload)  # the caller's later edits must not reach the record
-        for key in payload:
-            if key in RESERVED_MEMBERS:
-                raise ValueError(
-                    f"payload field {key!r} collides with the record body's own member "
-                    f"{key!r}; rename the field (reserved: {', '.join(sorted(RESERVED_MEMBERS))})"
-                )
+        if not RESERVED_MEMBERS.isdisjoint(payload):
+            key = next(key for key in payload if key in RESERVED_MEMBERS)
+            raise ValueError(
+                f"payload field {key!r} collides with the record body's own member "
+                f"{key!r}; rename the field (reserved: {', '.join(sorted(RESERVED_MEMBERS))})"
+            )
         canonical_bytes(payload, path="payload")
         set_(self, "payload", payload)
 
@@ -229,12 +229,21 @@ class Record:
         raw = canonical_bytes(body, path="body")
         if len(raw) > MAX_RECORD_BYTES:
             raise RecordTooLargeError(len(raw), MAX_RECORD_BYTES)
-        hash_ = Digest.chain(prev_hash, raw)
+        if type(prev_hash) is Digest:  # Digest.chain inlined: this is once per append
+            h = hashlib.sha256(prev_hash._bytes)
+            h.update(raw)
+            hash_ = Digest._trusted(h.digest())
+        else:
+            hash_ = Digest.chain(prev_hash, raw)  # refuses a subclass, as it always has
         attestation = None
         if signer is not None:
             signature = signer.sign(signing_hash(DOMAIN_RECORD, hash_))
             attestation = Attestation(signer.key_id, signature)
-        return cls(body, raw, prev_hash, hash_, attestation)
+        if cls is not Record:
+            return cls(body, raw, prev_hash, hash_, attestation)
+        # Built as the read path builds its records: the frozen __init__ costs a guarded
+        # setattr per field, a measurable share of sealing a small record.
+        return stored_record(body, raw, prev_hash, hash_, attestation)
 
     @classmethod
     def from_stored(
