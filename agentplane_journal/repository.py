@@ -129,6 +129,8 @@ class _Shared:
     heads: Any = None
     #: SQLite: the process's write queue for this store (sqlitepath.Writer).
     sqlite_writer: Any = None
+    #: PostgreSQL: the process's hot-append queue for this store (pgpath.Writer).
+    pg_writer: Any = None
 
 
 class _Rollback(Exception):
@@ -218,8 +220,9 @@ class Repository:
 
     async def close(self) -> None:
         """Dispose of the engines this store opened (a caller's engines stay open)."""
-        if self._shared.sqlite_writer is not None:  # its connection back in the pool first
-            await self._shared.sqlite_writer.idle()
+        for writer in (self._shared.sqlite_writer, self._shared.pg_writer):
+            if writer is not None:  # its connections back in the pool first
+                await writer.idle()
         if self._shared.owns_engine:
             await self._shared.engine.dispose()
         if self._shared.owns_read_engine and self._shared.read_engine is not None:

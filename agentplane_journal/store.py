@@ -33,7 +33,7 @@ from typing import Any, Protocol, runtime_checkable
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
-from . import fastpath, sqlitepath
+from . import fastpath, pgpath, sqlitepath
 from ._batch import COLUMNS, EFFECT_STARTED, RUN_SEALED, fenced, seal_batch
 from .checkpoint import Checkpoint, Inclusion
 from .errors import (
@@ -175,14 +175,15 @@ class SqlJournalStore(RunReads, RunControl):
     prefix of the primary's). ``head`` and ``cancellation`` stay on the primary: a writer
     acts on them (reconciling after :class:`CommitUnknownError`, stopping a run).
 
-    ``group_commit`` (SQLite, on by default): appends that arrive while a commit is in
-    flight share the next transaction, each in its own savepoint (its own outcome, its own
-    error), so concurrent writers in one process pay for one commit per group instead of
-    one each. A lone writer's append is a group of one: the same transaction as without it,
-    so its latency does not change. ``group_commit=False`` commits each append on its own
-    (appends still queue in the process, one transaction at a time). On PostgreSQL it
-    changes nothing: each append is one statement, and concurrent commits there already
-    share a WAL flush.
+    ``group_commit`` (on by default): appends that arrive while a commit is in flight share
+    the next one, so concurrent writers in one process pay for one commit per group instead
+    of one each, and each append keeps its own outcome and its own error. SQLite: one
+    transaction, each append in its own savepoint. PostgreSQL: one statement for appends to
+    distinct runs, each run checked on its own (:mod:`agentplane_journal.pgpath`). A lone
+    writer's append is a group of one: the same transaction or statement as without it, so
+    its latency does not change. ``group_commit=False`` commits each append on its own
+    (SQLite: appends still queue in the process, one transaction at a time; PostgreSQL: up
+    to ``pgpath.UNGROUPED_CONNECTIONS`` statements in flight).
 
     Every method takes ``session=``, the host's own ``AsyncSession``: the store then runs in
     that session's transaction (in a savepoint when it writes) and commits nothing, so the
@@ -226,6 +227,16 @@ class SqlJournalStore(RunReads, RunControl):
             self._shared.heads = fastpath.HeadCache()
         if self._shared.sqlite_writer is None and self._dialect.name == "sqlite":
             self._shared.sqlite_writer = sqlitepath.Writer(group_commit=bool(group_commit))
+        if self._shared.pg_writer is None and self._dialect.name == "postgresql":
+            # Group commit: one statement in flight, carrying every append that waited for
+            # it (a second connection would split the groups). Without: one per writer, up
+            # to as many as a small pool holds.
+            self._shared.pg_writer = pgpath.Writer(
+                self._bind,
+                self._shared.heads,
+                group_commit=bool(group_commit),
+                connections=1 if group_commit else pgpath.UNGROUPED_CONNECTIONS,
+            )
         self._base_origin = origin
         self._signer = signer
         #: The name of this tenant's log in checkpoint notes.

@@ -1,9 +1,10 @@
 """Group commit: concurrent appends share a transaction, and each keeps its own outcome.
 
 With ``group_commit=True``, appends that arrive while a commit is in flight share the next
-transaction, each in its own savepoint. Raced here with many tasks of one store (group
-commit groups one process's writers) on SQLite, where it applies; on PostgreSQL the option
-changes nothing, and the same race must come out the same.
+one: on SQLite a transaction, each append in its own savepoint; on PostgreSQL one statement
+whose checks are per run. Raced here with many tasks of one store (group commit groups one
+process's writers) on both; ``tests/test_group_commit_pg.py`` races PostgreSQL's groups
+against other processes.
 """
 
 from __future__ import annotations
@@ -36,9 +37,10 @@ async def grouped(database_url: str, clock: FakeClock) -> AsyncIterator[SqlJourn
 
 
 def watch_groups(store: SqlJournalStore) -> list[list[RunId]]:
-    """The runs of the appends each transaction carried, from now on (SQLite's writer)."""
+    """The runs of the appends each transaction (SQLite) or statement (PostgreSQL) carried,
+    from now on."""
     groups: list[list[RunId]] = []
-    writer = store._shared.sqlite_writer
+    writer = store._shared.sqlite_writer or store._shared.pg_writer
     if writer is not None:
         run = writer._run
 
@@ -86,10 +88,9 @@ async def test_one_failing_append_in_a_group_fails_alone(grouped: SqlJournalStor
     assert isinstance(was_fenced, FencedError), was_fenced
     assert isinstance(was_sealed, RunSealedError), was_sealed
     assert isinstance(was_duplicate, DuplicateEffectError) and was_duplicate.effect_key == key(7)
-    if store.engine.dialect.name == "sqlite":
-        for failing in (fenced_run, sealed_run, effect_run):  # it failed alone: others landed
-            shared = [g for g in groups if failing in g and any(r in good for r in g)]
-            assert shared, f"the append to {failing} never shared a transaction: {groups}"
+    for failing in (fenced_run, sealed_run, effect_run):  # it failed alone: others landed
+        shared = [g for g in groups if failing in g and any(r in good for r in g)]
+        assert shared, f"the append to {failing} never shared a transaction: {groups}"
     for run in good:  # every batch whole, in one chain
         records = await store.read(run)
         assert [r.seq for r in records] == list(range(1, 8))

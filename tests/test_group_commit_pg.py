@@ -1,0 +1,193 @@
+"""Group commit on PostgreSQL: one multi-run statement, and each append's own outcome.
+
+``tests/test_group_commit.py`` runs the same battery on both dialects. Here, PostgreSQL
+only: the group statement raced against other processes' stores (each on its own engine),
+a takeover and a refused statement. Every group is watched, so a test that means to race a
+group proves that the failing append really shared its statement with appends that
+committed. Seen red against broken mechanisms: see the README's "Performance" section.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import asyncpg
+import pytest
+
+from agentplane_journal import FencedError, RunId, SqlJournalStore, upgrade
+from agentplane_journal._batch import seal_batch
+
+from conftest import FakeClock, _dsn
+from helpers import admitted, note
+
+pytestmark = [pytest.mark.race, pytest.mark.postgres]
+
+
+@pytest.fixture
+async def pair(pg_battery_url: str, clock: FakeClock) -> AsyncIterator[list[SqlJournalStore]]:
+    """Two stores of one fresh tenant on their own engines (two processes, in effect)."""
+    tenant = f"group{uuid.uuid4().hex[:10]}"
+    opened = [
+        await SqlJournalStore.connect(pg_battery_url, tenant=tenant, clock=clock, group_commit=True)
+        for _ in range(2)
+    ]
+    yield opened
+    await asyncio.gather(*(s.close() for s in opened))
+
+
+def watch(store: SqlJournalStore) -> list[list[tuple[RunId, str]]]:
+    """Each statement's appends from now on: (run, how it was answered)."""
+    seen: list[list[tuple[RunId, str]]] = []
+    writer = store._shared.pg_writer
+    answer = writer._answer
+
+    def watching(group: list[Any], answers: list[Any]) -> None:
+        seen.append([(r.run, type(a).__name__) for r, a in zip(group, answers, strict=True)])
+        answer(group, answers)
+
+    writer._answer = watching
+    return seen
+
+
+def shared_with_commits(groups: list[list[tuple[RunId, str]]], run: RunId, how: str) -> bool:
+    """Whether an append to ``run`` answered ``how`` shared a statement with a commit."""
+    return any((run, how) in g and any(r != run and a == "list" for r, a in g) for g in groups)
+
+
+async def race(*calls: Callable[[], Awaitable[Any]]) -> list[Any]:
+    barrier = asyncio.Barrier(len(calls))
+
+    async def one(call: Callable[[], Awaitable[Any]]) -> Any:
+        await barrier.wait()
+        return await call()
+
+    return await asyncio.gather(*(one(c) for c in calls), return_exceptions=True)
+
+
+async def test_a_takeover_racing_a_group_fences_its_run_alone(
+    pair: list[SqlJournalStore], clock: FakeClock
+) -> None:
+    """A group's appends keep coming while another process takes one run over: from the
+    takeover on, that run's appends are fenced; every other append of their groups lands."""
+    grouped, other = pair
+    for _ in range(3):
+        await _takeover_round(grouped, other, clock)
+
+
+async def _takeover_round(
+    grouped: SqlJournalStore, other: SqlJournalStore, clock: FakeClock
+) -> None:
+    good = [RunId.generate() for _ in range(6)]
+    victim = RunId.generate()
+    epochs = {r: (await grouped.acquire(r, "owner", 300)).epoch for r in good}
+    old = await grouped.acquire(victim, "old-owner", 1)
+    for r in [*good, victim]:
+        await grouped.append(epochs.get(r, old.epoch), [admitted(r)])  # heads known
+    clock.advance(5)  # the victim's lease lapses; its holder does not know yet
+    groups = watch(grouped)
+    stop = asyncio.Event()
+    done = {r: 0 for r in good}
+
+    async def good_writer(run: RunId) -> None:
+        while not stop.is_set():
+            await grouped.append(epochs[run], [note(run, "a"), note(run, "b")])
+            done[run] += 1
+
+    async def stale_writer() -> int:
+        fenced = 0
+        for i in range(500):
+            try:
+                await grouped.append(old.epoch, [note(victim, f"stale {i}")])
+            except FencedError:
+                fenced += 1
+                if fenced == 3:
+                    break
+        stop.set()
+        return fenced
+
+    async def new_owner() -> tuple[int, int]:
+        await asyncio.sleep(0.01)
+        lease = await other.acquire(victim, "new-owner", 300)
+        # An append in flight at the takeover held the lease row, so the acquire waited
+        # for it: nothing at the old epoch may land past the head seen now.
+        seen = (await other.head(victim)).seq
+        await other.append(lease.epoch, [note(victim, "new")])
+        return lease.epoch, seen
+
+    results = await race(*(lambda r=r: good_writer(r) for r in good), stale_writer, new_owner)
+    assert not [r for r in results if isinstance(r, BaseException)], results
+    assert results[-2] == 3, "the stale writer was never fenced"
+    new_epoch, seen = results[-1]
+    records = await grouped.read(victim)
+    late = [r.seq for r in records if r.seq > seen and r.epoch != new_epoch]
+    assert not late, f"old-epoch records {late} landed after the takeover returned"
+    assert new_epoch == old.epoch + 1
+    for run in good:  # every batch whole, in one chain, none lost
+        chain = await grouped.read(run)
+        assert len(chain) == 1 + 2 * done[run]
+        assert [r.body["text"] for r in chain[1:]] == ["a", "b"] * done[run]
+        await grouped.verify(run)
+    assert shared_with_commits(groups, victim, "FencedError"), groups
+
+
+async def test_a_refused_group_statement_still_commits_every_other_append(
+    pair: list[SqlJournalStore], pg_battery_url: str
+) -> None:
+    """A unique violation the statement's checks cannot see (a row inserted behind the run
+    mutex's back, committed while the group waits on it) refuses the whole statement; the
+    group's appends are then run one by one, and all of them land."""
+    grouped, _ = pair
+    runs = [RunId.generate() for _ in range(6)]
+    epochs = {r: (await grouped.acquire(r, "owner", 300)).epoch for r in runs}
+    heads = {}
+    for r in runs:
+        heads[r] = (await grouped.append(epochs[r], [admitted(r)]))[-1]
+    target = runs[2]
+    head = heads[target].hash
+    _, rows, _ = seal_batch(
+        grouped.tenant, str(target), epochs[target], 1, head, [note(target, "x")], None
+    )
+    intruder = await asyncpg.connect(_dsn(pg_battery_url))
+    try:
+        tx = intruder.transaction()
+        await tx.start()
+        await intruder.execute(
+            "INSERT INTO journal (tenant, run_id, seq, epoch, kind, effect_key, prev_hash, hash,"
+            " raw, key_id, signature, case_id) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10,"
+            " $11, $12)",
+            *rows[0],
+        )
+        groups = watch(grouped)
+        appends = [
+            asyncio.ensure_future(grouped.append(epochs[r], [note(r, "grouped")])) for r in runs
+        ]
+        await asyncio.sleep(0.3)  # the group statement waits on the intruder's row
+        await tx.commit()
+        results = await asyncio.gather(*appends, return_exceptions=True)
+    finally:
+        await intruder.close()
+    assert all(isinstance(r, list) and len(r) == 1 for r in results), results
+    assert len(groups[0]) == len(runs), groups
+    for r in runs:
+        chain = await grouped.read(r)
+        expected = ["RunAdmitted", "Note", "Note"] if r == target else ["RunAdmitted", "Note"]
+        assert [c.kind for c in chain] == expected
+        await grouped.verify(r)
+
+
+async def test_a_store_in_its_own_schema_appends_by_the_hot_path(pg_database: Any) -> None:
+    """The writer names the store's schema (its bind's schema_translate_map)."""
+    url = pg_database(migrated=False)
+    await upgrade(url, schema="journal_here")
+    store = await SqlJournalStore.connect(url, schema="journal_here")
+    try:
+        run = RunId.generate()
+        lease = await store.acquire(run, "w", 60)
+        for i in range(3):  # the first by the general unit, then the hot path
+            await store.append(lease.epoch, [note(run, str(i))])
+        assert [r.seq for r in await store.read(run)] == [1, 2, 3]
+    finally:
+        await store.close()
