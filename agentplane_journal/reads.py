@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import and_, bindparam, literal, or_, select, tuple_, union
+from sqlalchemy.engine import Connection
+from sqlalchemy.engine.cursor import _DEFAULT_FETCH as _PLAIN_FETCH
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from .checkpoint import Checkpoint, Inclusion
@@ -39,7 +41,7 @@ from .statements import (
 )
 from .values import Head
 
-__all__ = ["STREAM_PAGE", "RunRead", "RunReads"]
+__all__ = ["STREAM_PAGE", "RunRead", "RunReads", "driver_rows"]
 
 #: Records per page when ``verify`` streams a run (its memory is one page, not the run).
 STREAM_PAGE = 1000
@@ -61,6 +63,33 @@ class RunRead:
     error: CorruptRecordError | None = None
     sealed: Any = None
     position: int | None = None
+
+
+async def driver_rows(
+    session: AsyncSession, stmt: Any, params: dict[str, Any] | None = None
+) -> list[Any]:
+    """``stmt``'s rows as the driver returned them (tuples; asyncpg's records), in a list.
+
+    Executed by SQLAlchemy Core on the session's connection (its transaction, execution
+    options, compiled-statement cache, and its wrapping of driver errors, which
+    ``Repository._unit`` translates), but the rows are taken from the DBAPI cursor, which
+    already holds them all: the ORM's and even Core's per-row ``Row`` objects cost more than
+    a read of a long run spends anywhere but on its checks. If SQLAlchemy ever buffers
+    the rows itself (another fetch strategy), they come through its result instead, so no
+    row is ever skipped.
+    """
+    conn = await session.connection()
+    return await conn.run_sync(_driver_rows, stmt, params)
+
+
+def _driver_rows(conn: Connection, stmt: Any, params: dict[str, Any] | None) -> list[Any]:
+    result = conn.execute(stmt, params)
+    try:
+        if result.cursor_strategy is _PLAIN_FETCH and result.cursor is not None:
+            return list(result.cursor.fetchall())
+        return list(result)
+    finally:
+        result.close()
 
 
 class RunReads(Repository):
@@ -87,9 +116,7 @@ class RunReads(Repository):
         )
 
         async def unit(session: AsyncSession) -> list[Record]:
-            # Core on the session's connection, as _pages reads (see there).
-            conn = await session.connection()
-            return records_from_rows(await conn.execute(stmt))
+            return records_from_rows(await driver_rows(session, stmt))
 
         return await self._unit(unit, read_only=True, session=session)
 
@@ -132,10 +159,7 @@ class RunReads(Repository):
         while True:
 
             async def unit(session: AsyncSession, at: int = at) -> list[Record]:
-                # Core on the session's connection (same transaction, same execution
-                # options): the ORM's result handling costs more than the rows' checks.
-                conn = await session.connection()
-                return records_from_rows(await conn.execute(stmt, {"from_seq": at}))
+                return records_from_rows(await driver_rows(session, stmt, {"from_seq": at}))
 
             page = await self._unit(unit, read_only=True, session=session)
             if page:

@@ -9,8 +9,10 @@ started here unless --pg-url is given):
 * read: ``SqlJournalStore.read`` (every row re-hashed and decoded into a ``Record``);
 * verify: ``SqlJournalStore.verify`` (read, then contiguity and links; each row hashed once).
 
-Prints seconds, records per second and peak Python memory (tracemalloc) for each, and the
-ratios to the floor. Figures, never assertions.
+The three are timed in interleaved rounds (``--rounds``; the machine may be shared): each
+line gives the best and the median rate, the peak Python memory (tracemalloc, a separate
+call), and the time as a multiple of the floor's best and, per round, of that round's floor.
+Figures, never assertions.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import statistics
 import time
 import tracemalloc
 from collections.abc import Awaitable, Callable
@@ -36,43 +39,68 @@ SELECT = (
 PAYLOAD = {"text": "a realistic note of a few dozen bytes", "step_output": {"ok": True, "n": 42}}
 
 
-async def measure(fn: Callable[[], Awaitable[Any]]) -> tuple[float, float]:
-    """Seconds (best of 3, untraced) and peak MiB (a separate, traced call) of one call."""
-    seconds = float("inf")
-    for _ in range(3):
-        start = time.perf_counter()
-        await fn()
-        seconds = min(seconds, time.perf_counter() - start)
-    tracemalloc.start()
+async def seconds(fn: Callable[[], Awaitable[Any]]) -> float:
+    start = time.perf_counter()
     await fn()
-    peak = tracemalloc.get_traced_memory()[1] / 2**20
-    tracemalloc.stop()
-    return seconds, peak
+    return time.perf_counter() - start
 
 
-async def bench(name: str, url: str, floor: Callable[[str], Awaitable[Any]], n: int) -> None:
+async def peak_mib(fn: Callable[[], Awaitable[Any]]) -> float:
+    """Peak traced Python memory of one call (tracemalloc slows it down; timed apart)."""
+    tracemalloc.start()
+    try:
+        await fn()
+        return tracemalloc.get_traced_memory()[1] / 2**20
+    finally:
+        tracemalloc.stop()
+
+
+async def bench(
+    name: str, url: str, floor: Callable[[str], Awaitable[Any]], n: int, rounds: int
+) -> None:
     store = await SqlJournalStore.connect(url)
     run = RunId.generate()
     for start in range(0, n, 1000):
         await store.append(1, [Append(run, "Note", PAYLOAD) for _ in range(min(1000, n - start))])
-    base_s, base_m = await measure(lambda: floor(str(run)))
-    read_s, read_m = await measure(lambda: store.read(run))
-    ver_s, ver_m = await measure(lambda: store.verify(run))
+    calls: dict[str, Callable[[], Awaitable[Any]]] = {
+        "floor": lambda: floor(str(run)),
+        "read": lambda: store.read(run),
+        "verify": lambda: store.verify(run),
+    }
+    for fn in calls.values():  # warm: connections, statement caches
+        await fn()
+    # Interleaved rounds (the machine is shared): each round times every call once, so a
+    # burst of someone else's load lands on all of them; the ratio of each round is kept too.
+    times: dict[str, list[float]] = {label: [] for label in calls}
+    ratios: dict[str, list[float]] = {label: [] for label in calls}
+    for _ in range(rounds):
+        this = {label: await seconds(fn) for label, fn in calls.items()}
+        for label, s in this.items():
+            times[label].append(s)
+            ratios[label].append(s / this["floor"])
+    memory = {label: await peak_mib(fn) for label, fn in calls.items()}
     await store.close()
-    print(
-        f"{name:<10} {n} records: floor  {base_s:6.3f}s {n / base_s:>9,.0f} records/s"
-        f" {base_m:6.1f} MiB"
-    )
-    for label, s, m in (("read", read_s, read_m), ("verify", ver_s, ver_m)):
-        print(
-            f"{'':<10} {label:>14} {s:6.3f}s {n / s:>9,.0f} records/s {m:6.1f} MiB"
-            f"   time x{s / base_s:5.1f}, memory x{m / base_m:5.1f}"
+    base = min(times["floor"])
+    for label in calls:
+        best, median = min(times[label]), statistics.median(times[label])
+        head = f"{name:<10} {n} records:" if label == "floor" else ""
+        line = (
+            f"{head:<24} {label:>6} best {best:6.3f}s {n / best:>9,.0f} records/s"
+            f" (median {n / median:>9,.0f}/s) {memory[label]:6.1f} MiB"
         )
+        if label != "floor":
+            line += (
+                f"   time x{best / base:4.1f} of the floor's best"
+                f" (per round: median x{statistics.median(ratios[label]):4.1f},"
+                f" best x{min(ratios[label]):4.1f}), memory x{memory[label] / memory['floor']:4.1f}"
+            )
+        print(line)
 
 
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=20000)
+    parser.add_argument("--rounds", type=int, default=9, help="interleaved rounds (default 9)")
     parser.add_argument("--pg-url", default=os.environ.get("AGENTPLANE_JOURNAL_BENCH_PG_URL"))
     args = parser.parse_args()
 
@@ -84,7 +112,7 @@ async def main() -> None:
                 cursor = await conn.execute(SELECT.format("?", "?"), ("default", run))
                 return list(await cursor.fetchall())
 
-        await bench(db.name, db.url, floor_sqlite, args.records)
+        await bench(db.name, db.url, floor_sqlite, args.records, args.rounds)
 
     async with postgres_backend(args.pg_url) as db:
         dsn = db.driver_target
@@ -96,7 +124,7 @@ async def main() -> None:
             finally:
                 await conn.close()
 
-        await bench(db.name, db.url, floor_pg, args.records)
+        await bench(db.name, db.url, floor_pg, args.records, args.rounds)
 
 
 if __name__ == "__main__":

@@ -135,3 +135,28 @@ async def test_a_run_of_50000_records_streams_and_verifies_in_a_few_mib(
     # One page of 1,000 records is about 1.5 MiB; the whole run would be about 60 MiB.
     assert streamed < 8 * MiB, f"stream peaked at {streamed / MiB:.1f} MiB"
     assert verified < 8 * MiB, f"verify peaked at {verified / MiB:.1f} MiB"
+
+
+async def test_driver_rows_are_the_rows_core_returns_even_when_sqlalchemy_buffers_them(
+    store: SqlJournalStore,
+) -> None:
+    # reads.driver_rows takes the rows from the DBAPI cursor; under a fetch strategy that
+    # buffers rows in SQLAlchemy (here a server-side cursor) it must take them from there.
+    from sqlalchemy import select
+
+    from agentplane_journal.reads import _driver_rows
+    from agentplane_journal.statements import RECORD_COLUMNS
+
+    run = await _run_of(store, 1200)
+    stmt = select(*RECORD_COLUMNS).where(Journal.run_id == str(run)).order_by(Journal.seq)
+    buffered = stmt.execution_options(stream_results=True, max_row_buffer=100)
+
+    async def unit(session: Any) -> tuple[list[Any], ...]:
+        conn = await session.connection()
+        core = [tuple(row) for row in await conn.execute(stmt)]
+        plain = await conn.run_sync(_driver_rows, stmt, None)
+        streamed = await conn.run_sync(_driver_rows, buffered, None)
+        return core, [tuple(r) for r in plain], [tuple(r) for r in streamed]
+
+    core, plain, streamed = await store._unit(unit, read_only=True)
+    assert len(core) == 1200 and plain == core and streamed == core
