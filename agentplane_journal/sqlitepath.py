@@ -97,6 +97,7 @@ class _Request:
     signer: Signer | None
     keys: Sequence[EffectKey]
     known: tuple[int, Digest] | None  # the head after this process's last commit to the run
+    sealed: tuple[list[Record], list[tuple[Any, ...]]] | None  # the batch chained onto it
     future: asyncio.Future[list[Record]] = field(repr=False)
 
 
@@ -125,8 +126,9 @@ def _append_in(conn: sqlite3.Connection, r: _Request) -> list[Record]:
         raise RunSealedError(r.run, stored_text(sealed_outcome, 0, "run_seal.outcome"))
     if current != 1:
         conn.execute(_MUTEX, (tenant, run_id, r.now))
-    if known is not None and head_known == 1:
-        head_seq, head_hash = known
+    if known is not None and head_known == 1 and r.sealed is not None:
+        head_seq = known[0]
+        records, rows = r.sealed
     else:
         last = conn.execute(_HEAD, (tenant, run_id)).fetchone()
         if last is None:
@@ -134,7 +136,9 @@ def _append_in(conn: sqlite3.Connection, r: _Request) -> list[Record]:
         else:
             head = record_from_row(last)
             head_seq, head_hash = head.seq, head.hash
-    records, rows, _ = seal_batch(tenant, run_id, r.epoch, head_seq, head_hash, r.items, r.signer)
+        records, rows, _ = seal_batch(
+            tenant, run_id, r.epoch, head_seq, head_hash, r.items, r.signer
+        )
     try:
         conn.executemany(_INSERT, rows)
     except sqlite3.IntegrityError as exc:
@@ -289,19 +293,27 @@ async def append(
 
     The run's known head (the store's ``HeadCache``, shared with the PostgreSQL path) is read
     and written only here, on the event loop: filled after a commit, dropped on any failure
-    (an error may be about the head, and a later append re-reads it from its row).
+    (an error may be about the head, and a later append re-reads it from its row). With a
+    known head the batch is chained and signed here, before the hop, as the PostgreSQL path
+    does: the write lock is not held for it, and concurrent writers seal while a commit
+    waits for its ``fsync``; the transaction uses it only if the head is still that one.
     """
     shared = store._shared
-    tenant, run_id, heads = store.tenant, str(run), shared.heads
+    tenant, run_id, heads, signer = store.tenant, str(run), shared.heads, store._signer
+    known = heads.get(tenant, run_id)
+    sealed = None
+    if known is not None:
+        sealed = seal_batch(tenant, run_id, epoch, known[0], known[1], items, signer)[:2]
     request = _Request(
         tenant,
         run,
         epoch,
         store._now(),
         items,
-        store._signer,
+        signer,
         keys,
-        heads.get(tenant, run_id),
+        known,
+        sealed,
         asyncio.get_running_loop().create_future(),
     )
     try:
