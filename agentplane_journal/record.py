@@ -103,7 +103,7 @@ class Attestation:
         )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class Append:
     """One record a caller asks the store to write: run, kind and the kind's fields.
 
@@ -123,13 +123,26 @@ class Append:
     effect_key: EffectKey | None = None
     v: int = RECORD_VERSION
 
-    def __post_init__(self) -> None:
-        set_ = object.__setattr__
-        set_(self, "run", RunId.parse(self.run))
+    # Written out rather than generated: the generated __init__ of a frozen dataclass sets
+    # every field through object.__setattr__ and a __post_init__ then sets half of them
+    # again; this checks each argument and sets its field once, through the slot (an
+    # append is built per record, on the hot path). Same signature, defaults and checks.
+    def __init__(
+        self,
+        run: RunId | str,
+        kind: str,
+        payload: dict[str, Any] | None = None,
+        *,
+        case: CaseId | str | None = None,
+        step: int | None = None,
+        phase: str = "forward",
+        effect_key: EffectKey | str | None = None,
+        v: int = RECORD_VERSION,
+    ) -> None:
+        _append_run(self, run if type(run) is RunId else RunId.parse(run))
         # The record's discriminator, also stored in the indexed ``kind`` column.
-        check_label(self.kind, "kind")
+        _append_kind(self, check_label(kind, "kind"))
 
-        payload = self.payload
         if payload is None:
             payload = {}
         elif not isinstance(payload, dict):
@@ -145,25 +158,25 @@ class Append:
                 f"{key!r}; rename the field (reserved: {', '.join(sorted(RESERVED_MEMBERS))})"
             )
         canonical_bytes(payload, path="payload")
-        set_(self, "payload", payload)
+        _append_payload(self, payload)
 
-        if self.case is not None:
-            set_(self, "case", CaseId.parse(self.case))
-        if self.step is not None:
-            set_(self, "step", validate_step(self.step))
-        if not isinstance(self.phase, str) or self.phase not in PHASES:
-            raise ValueError(f"unknown phase {self.phase!r}; expected one of {', '.join(PHASES)}")
-        key = self.effect_key
-        if isinstance(key, str):
-            set_(self, "effect_key", EffectKey.from_hex(key))
-        elif key is not None and not isinstance(key, EffectKey):
+        _append_case(self, None if case is None else CaseId.parse(case))
+        _append_step(self, None if step is None else validate_step(step))
+        if not isinstance(phase, str) or phase not in PHASES:
+            raise ValueError(f"unknown phase {phase!r}; expected one of {', '.join(PHASES)}")
+        _append_phase(self, phase)
+        if isinstance(effect_key, str):
+            effect_key = EffectKey.from_hex(effect_key)
+        elif effect_key is not None and not isinstance(effect_key, EffectKey):
             raise TypeError(
-                f"effect_key must be an EffectKey or 64 hex digits, not {type(key).__name__}"
+                f"effect_key must be an EffectKey or 64 hex digits, not {type(effect_key).__name__}"
             )
-        if not _is_int(self.v):
-            raise TypeError(f"v must be an int, not {type(self.v).__name__}")
-        if not 0 <= self.v <= _U16_MAX:
-            raise ValueError(f"v {self.v} is outside 0..{_U16_MAX} (an unsigned 16-bit integer)")
+        _append_effect_key(self, effect_key)
+        if type(v) is not int and not _is_int(v):
+            raise TypeError(f"v must be an int, not {type(v).__name__}")
+        if not 0 <= v <= _U16_MAX:
+            raise ValueError(f"v {v} is outside 0..{_U16_MAX} (an unsigned 16-bit integer)")
+        _append_v(self, v)
 
     def body(self, seq: int, epoch: int) -> dict[str, Any]:
         """The record body at ``seq`` written under ``epoch``: the envelope members plus
@@ -192,6 +205,17 @@ class Append:
             body["effect_key"] = self.effect_key.hex()
         body["kind"] = self.kind
         return body
+
+
+# The slots' own setters, for Append.__init__ (past the frozen guard without its lookup).
+_append_run = Append.__dict__["run"].__set__
+_append_kind = Append.__dict__["kind"].__set__
+_append_payload = Append.__dict__["payload"].__set__
+_append_case = Append.__dict__["case"].__set__
+_append_step = Append.__dict__["step"].__set__
+_append_phase = Append.__dict__["phase"].__set__
+_append_effect_key = Append.__dict__["effect_key"].__set__
+_append_v = Append.__dict__["v"].__set__
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,10 +9,13 @@ independent restatement of wire-format.md's rules, and against the label check a
 
 from __future__ import annotations
 
+import dataclasses
 import decimal
 import enum
+import inspect
 import json
 import math
+import pickle
 import unicodedata
 from collections import OrderedDict, defaultdict
 from typing import Any
@@ -23,8 +26,9 @@ from hypothesis import strategies as st
 
 from agentplane_journal import Append, Digest, Record, RunId, canon
 from agentplane_journal.canon import MAX_DEPTH, canonical_bytes
+from agentplane_journal.ids import PHASES, CaseId, EffectKey, validate_step
 from agentplane_journal.limits import MAX_LABEL_BYTES, check_label
-from agentplane_journal.record import RESERVED_MEMBERS
+from agentplane_journal.record import RECORD_VERSION, RESERVED_MEMBERS
 
 RUN = RunId.parse("run_01J9Z8Y7X6W5V4T3S2R1Q0P9NM")
 PAYLOAD = {"text": "a realistic note of a few dozen bytes", "step_output": {"ok": True, "n": 42}}
@@ -345,3 +349,127 @@ def test_check_label_refuses_exactly_what_it_refused_before(value: object, limit
     assert _outcome(lambda v: check_label(v, "kind", max_bytes=limit), value) == _outcome(
         lambda v: _label_before(v, "kind", max_bytes=limit), value
     )
+
+
+# --- Append's written-out __init__, against the generated one it replaced -------------------
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _AppendBefore:
+    """record.Append's fields and __post_init__ before __init__ was written out, verbatim
+    (with the label check and canonical encoder as they were)."""
+
+    run: RunId
+    kind: str
+    payload: dict[str, Any] = dataclasses.field(default=None, hash=False)  # type: ignore[assignment]
+    _: dataclasses.KW_ONLY
+    case: CaseId | None = None
+    step: int | None = None
+    phase: str = "forward"
+    effect_key: EffectKey | None = None
+    v: int = RECORD_VERSION
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__
+        set_(self, "run", RunId.parse(self.run))
+        _label_before(self.kind, "kind")
+        payload = self.payload
+        if payload is None:
+            payload = {}
+        elif not isinstance(payload, dict):
+            raise TypeError(
+                f"payload must be a dict of the kind's fields, not {type(payload).__name__}"
+            )
+        else:
+            payload = dict(payload)
+        for key in payload:
+            if key in RESERVED_MEMBERS:
+                raise ValueError(
+                    f"payload field {key!r} collides with the record body's own member "
+                    f"{key!r}; rename the field (reserved: {', '.join(sorted(RESERVED_MEMBERS))})"
+                )
+        canon._general_bytes(payload, "payload")
+        set_(self, "payload", payload)
+        if self.case is not None:
+            set_(self, "case", CaseId.parse(self.case))
+        if self.step is not None:
+            set_(self, "step", validate_step(self.step))
+        if not isinstance(self.phase, str) or self.phase not in PHASES:
+            raise ValueError(f"unknown phase {self.phase!r}; expected one of {', '.join(PHASES)}")
+        key = self.effect_key
+        if isinstance(key, str):
+            set_(self, "effect_key", EffectKey.from_hex(key))
+        elif key is not None and not isinstance(key, EffectKey):
+            raise TypeError(
+                f"effect_key must be an EffectKey or 64 hex digits, not {type(key).__name__}"
+            )
+        if not (isinstance(self.v, int) and not isinstance(self.v, bool)):
+            raise TypeError(f"v must be an int, not {type(self.v).__name__}")
+        if not 0 <= self.v <= 0xFFFF:
+            raise ValueError(f"v {self.v} is outside 0..{0xFFFF} (an unsigned 16-bit integer)")
+
+
+CASE = CaseId.parse("case_01J9Z8Y7X6W5V4T3S2R1Q0P9NM")
+_ANY = st.sampled_from([None, 0, -1, True, 1.5, "", "x", b"x", [], {}])
+_ARGS = st.fixed_dictionaries(
+    {
+        "run": st.sampled_from([RUN, str(RUN), RUN.ulid, RUN.ulid.lower(), str(CASE), CASE, 7]),
+        "kind": _LABELS,
+        "payload": st.one_of(
+            st.none(),
+            st.dictionaries(_KEYS | st.sampled_from(sorted(RESERVED_MEMBERS)), VALUES, max_size=3),
+            st.sampled_from([[("a", 1)], "text", OrderedDict(b=1, a=2)]),
+        ),
+    },
+    optional={
+        "case": st.sampled_from([None, CASE, str(CASE), CASE.ulid, RUN, "case_nope", 3]),
+        "step": st.one_of(st.none(), st.integers(-1, 2**32), st.sampled_from([True, 1.0, "1"])),
+        "phase": st.one_of(st.sampled_from([*PHASES, "Forward", "", Colour.RED]), _ANY),
+        "effect_key": st.one_of(
+            st.sampled_from([None, "ab" * 32, "AB" * 32, "ab" * 31, EffectKey(b"\x01" * 32)]),
+            _ANY,
+        ),
+        "v": st.one_of(st.integers(-1, 2**16), st.sampled_from([Level.HIGH, True, 4.0, "4"])),
+    },
+)
+
+
+def _built(cls: Any, args: dict[str, Any]) -> tuple[str, Any]:
+    args = dict(args)
+    try:
+        item = cls(args.pop("run"), args.pop("kind"), args.pop("payload"), **args)
+    except (ValueError, TypeError) as exc:
+        return (type(exc).__name__, str(exc))
+    fields = [f.name for f in dataclasses.fields(item)]
+    return ("built", [(name, type(getattr(item, name)), getattr(item, name)) for name in fields])
+
+
+@settings(max_examples=1500, deadline=None)
+@given(_ARGS)
+def test_append_builds_and_refuses_exactly_as_before(args: dict[str, Any]) -> None:
+    assert _built(Append, args) == _built(_AppendBefore, args)
+
+
+def test_append_is_still_a_frozen_dataclass_with_the_same_interface() -> None:
+    item = Append(RUN, "Note", {"a": 1}, step=2, effect_key="ab" * 32)
+    assert [f.name for f in dataclasses.fields(Append)] == [
+        f.name for f in dataclasses.fields(_AppendBefore)
+    ]
+
+    def params(cls: type) -> list[tuple[str, Any, Any]]:
+        return [(p.name, p.kind, p.default) for p in inspect.signature(cls).parameters.values()]
+
+    assert params(Append) == params(_AppendBefore)
+    assert Append.__match_args__ == ("run", "kind", "payload")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        item.kind = "Other"  # type: ignore[misc]
+    assert dataclasses.replace(item, kind="Other").kind == "Other"
+    with pytest.raises(ValueError, match="control character"):
+        dataclasses.replace(item, kind="a\nb")
+    assert (
+        pickle.loads(pickle.dumps(item))
+        == item
+        == Append(RUN, "Note", {"a": 1}, step=2, effect_key="ab" * 32)
+    )
+    assert hash(item) == hash(Append(RUN, "Note", {"b": 2}, step=2, effect_key="ab" * 32))
+    assert repr(item).startswith("Append(run=RunId('run_")
