@@ -19,10 +19,12 @@ what an append means. Nothing here weakens a guarantee:
   :class:`CommitUnknownError`, since an autocommitted statement may have committed.
 * **SQLite: one thread hop per append.** aiosqlite runs each call on its connection's
   thread and wakes the event loop for each result; the general path makes one such hop per
-  statement. Here the whole transaction (``BEGIN IMMEDIATE``, mutex, fence, seal, head
-  re-hashed from its row, records, ``COMMIT``) is one function run on that thread, with
+  statement. Here the whole transaction (``BEGIN IMMEDIATE``, fence, seal, activity and
+  head in one statement, records, ``COMMIT``) is one function run on that thread, with
   ``synchronous`` as the connection has it (the store sets ``FULL``). ``BEGIN IMMEDIATE``
-  holds the database's write lock throughout, so every read in it is current.
+  holds the database's write lock throughout, so every read in it is current. The head is
+  the known one (:class:`HeadCache`) when its row's ``seq`` and ``hash`` columns say so,
+  else re-hashed from its row (:mod:`agentplane_journal.sqlitepath`).
 """
 
 from __future__ import annotations

@@ -3,11 +3,21 @@
 Part of the repository (see :mod:`agentplane_journal.fastpath`). aiosqlite runs each call
 on its connection's thread and wakes the event loop for each result; the general unit of
 work makes several such hops per statement. Here a whole transaction (``BEGIN IMMEDIATE``,
-and per append: the run mutex, the fence, the seal, the head re-hashed from its row, the
+and per append: one statement reading the fence, the seal, the activity and the head; the
 records; then ``COMMIT``) is one function run on that thread. ``BEGIN IMMEDIATE`` holds the
-database's write lock throughout, so every read in it is current; durability is the
-connection's ``synchronous`` (the store sets ``FULL``: the commit is on disk before any
-append in it is acknowledged).
+database's write lock throughout (on SQLite that lock is the run mutex), so every read in
+it is current; durability is the connection's ``synchronous`` (the store sets ``FULL``: the
+commit is on disk before any append in it is acknowledged; WAL mode then costs one
+``fdatasync`` per commit, the least a durable commit can cost).
+
+**The known head** (the store's ``HeadCache``, as on PostgreSQL): after a commit the process
+remembers each run's head ``(seq, hash)``. The next append chains and signs its batch on the
+event loop onto it, and the transaction only checks that the head row's ``seq`` and
+``hash`` columns are still those, instead of re-hashing the whole row; any other head is
+re-hashed from its row and the batch sealed again there (a forged one is refused). An
+append also writes the run's activity row only when it is missing or behind the clock:
+rewriting it with its own value would cost one more page in the WAL, written and synced at
+every commit (an append then writes what a bare ``INSERT`` of its row writes).
 
 One :class:`Writer` per store (shared by its tenant handles) queues the process's appends,
 so in-process writers wait on the queue instead of on SQLite's busy handler, which sleeps
