@@ -182,11 +182,11 @@ class Append:
         """The record body at ``seq`` written under ``epoch``: the envelope members plus
         the payload's fields flattened beside them. Optional members are *omitted* when
         unset (not null), exactly as agentplane does, since presence changes the hash."""
-        if not _is_int(seq):
+        if type(seq) is not int and not _is_int(seq):
             raise TypeError(f"seq must be an int, not {type(seq).__name__}")
         if not 1 <= seq <= _I64_MAX:
             raise ValueError(f"seq {seq} is outside 1..{_I64_MAX}")
-        if not _is_int(epoch):
+        if type(epoch) is not int and not _is_int(epoch):
             raise TypeError(f"epoch must be an int, not {type(epoch).__name__}")
         if not 0 <= epoch <= _I64_MAX:
             raise ValueError(f"epoch {epoch} is outside 0..{_I64_MAX}")
@@ -245,11 +245,12 @@ class Record:
         if not isinstance(prev_hash, Digest):
             raise TypeError(f"prev_hash must be a Digest, not {type(prev_hash).__name__}")
         seq = body.get("seq")
-        if not _is_int(seq) or seq < 1:
+        if (type(seq) is not int and not _is_int(seq)) or seq < 1:
             raise ValueError(f"body.seq must be a positive int, got {seq!r}")
-        for member in ("run", "kind"):
-            if not isinstance(body.get(member), str):
-                raise ValueError(f"body.{member} must be a str, got {body.get(member)!r}")
+        if type(body.get("run")) is not str or type(body.get("kind")) is not str:
+            for member in ("run", "kind"):
+                if not isinstance(body.get(member), str):
+                    raise ValueError(f"body.{member} must be a str, got {body.get(member)!r}")
         raw = canonical_bytes(body, path="body")
         if len(raw) > MAX_RECORD_BYTES:
             raise RecordTooLargeError(len(raw), MAX_RECORD_BYTES)
