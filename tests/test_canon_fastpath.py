@@ -200,7 +200,7 @@ def _deep(levels: int, leaf: object = 1) -> object:
 DEEP = [_deep(MAX_DEPTH - 1), _deep(MAX_DEPTH), _deep(MAX_DEPTH + 1), _deep(MAX_DEPTH, [])]
 
 
-@settings(max_examples=1500, deadline=None)
+@settings(max_examples=800, deadline=None)
 @given(VALUES | PLAIN_VALUES)
 @example({"\ue000": 1, "\U0001f600": 2})  # code-point order and UTF-16 order disagree
 @example({"b": {"\uffff": 0, "\U00010000": 1}, "a": 1})
@@ -217,7 +217,7 @@ def test_canonical_bytes_are_the_general_encoders_bytes_and_refusals(value: obje
     assert _outcome(canonical_bytes, value) == _outcome(_general, value)
 
 
-@settings(max_examples=1000, deadline=None)
+@settings(max_examples=600, deadline=None)
 @given(VALUES | PLAIN_VALUES)
 @example({"\ue000": 1, "\U0001f600": 2})
 @example({"x": [1e-5, 1e-7, 1e16, 1e-4, 9.9e-5]})
@@ -267,7 +267,7 @@ def test_the_common_payload_and_body_take_the_fast_path() -> None:
 # --- Append and Record.seal ------------------------------------------------------------------
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(st.dictionaries(_KEYS, VALUES | PLAIN_VALUES, max_size=4), st.integers(1, 2**63 - 1))
 def test_an_append_is_refused_exactly_when_its_payload_is_and_seals_to_the_specs_bytes(
     payload: dict[str, Any], seq: int
@@ -444,7 +444,7 @@ def _built(cls: Any, args: dict[str, Any]) -> tuple[str, Any]:
     return ("built", [(name, type(getattr(item, name)), getattr(item, name)) for name in fields])
 
 
-@settings(max_examples=1500, deadline=None)
+@settings(max_examples=800, deadline=None)
 @given(_ARGS)
 def test_append_builds_and_refuses_exactly_as_before(args: dict[str, Any]) -> None:
     assert _built(Append, args) == _built(_AppendBefore, args)
