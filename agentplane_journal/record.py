@@ -532,10 +532,13 @@ def verify_chain(
     prev = start
     expected: int | None = None
     for record in records:
-        seq = record.seq
+        seq = record.body["seq"]
         if expected is not None and seq != expected:
             raise CorruptRecordError(seq, f"sequence gap: expected {expected}, found {seq}")
-        if record.prev_hash != prev:
+        link = record.prev_hash
+        # A page read by records_from_rows links each record to its predecessor's own
+        # Digest object: identity settles it without Digest.__eq__'s Python call.
+        if link is not prev and link != prev:
             raise CorruptRecordError(seq, "broken link: prev_hash does not match predecessor")
         if rehash and Digest.chain(record.prev_hash, record.raw) != record.hash:
             raise CorruptRecordError(seq, "hash does not cover the stored bytes")
