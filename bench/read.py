@@ -11,7 +11,8 @@ started here unless --pg-url is given):
 
 The three are timed in interleaved rounds (``--rounds``; the machine may be shared): each
 line gives the best and the median rate, the peak Python memory (tracemalloc, a separate
-call), and the time as a multiple of the floor's best and, per round, of that round's floor.
+call), and the time as a multiple of the floor's (best over best, and the median over the
+rounds of each round's ratio).
 Figures, never assertions.
 """
 
@@ -83,16 +84,15 @@ async def bench(
     base = min(times["floor"])
     for label in calls:
         best, median = min(times[label]), statistics.median(times[label])
-        head = f"{name:<10} {n} records:" if label == "floor" else ""
+        head = f"{name} {n}" if label == "floor" else ""
         line = (
-            f"{head:<24} {label:>6} best {best:6.3f}s {n / best:>9,.0f} records/s"
-            f" (median {n / median:>9,.0f}/s) {memory[label]:6.1f} MiB"
+            f"{head:<17} {label:>6}  best {best:6.3f}s {n / best:>9,.0f}/s"
+            f"  median {n / median:>9,.0f}/s {memory[label]:6.1f} MiB"
         )
         if label != "floor":
             line += (
-                f"   time x{best / base:4.1f} of the floor's best"
-                f" (per round: median x{statistics.median(ratios[label]):4.1f},"
-                f" best x{min(ratios[label]):4.1f}), memory x{memory[label] / memory['floor']:4.1f}"
+                f"  x{best / base:4.1f} (rounds' median x{statistics.median(ratios[label]):4.1f})"
+                f" memory x{memory[label] / memory['floor']:4.1f}"
             )
         print(line)
 
