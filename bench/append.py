@@ -12,8 +12,8 @@ and for 1 and 8 concurrent writers, each writer on its own run (or aggregate), o
   chaining, fencing, the run mutex, activity, all in one transaction), as configured by
   default (SQLite: group commit, concurrent appends share a transaction, each in its own
   savepoint);
-* ``store nogroup``: the same with ``group_commit=False`` (SQLite only; on PostgreSQL the
-  option changes nothing);
+* ``store nogroup``: the same with ``group_commit=False`` (each append its own commit;
+  PostgreSQL: up to 8 statements in flight, one per writer);
 * ``tx floor``: the bare driver, ``BEGIN`` / ``INSERT`` of a precomputed journal row /
   ``COMMIT`` (SQLite: ``BEGIN IMMEDIATE``): the least a transaction of one row costs;
 * ``autocommit``: the bare driver, one autocommitted ``INSERT``: the least a row costs;
@@ -310,7 +310,7 @@ async def open_all(db: Backend, writers: int) -> list[Contender]:
     ]
     if db.name == "sqlite":
         contenders.insert(3, await open_sqlite3_floor(db, writers))
-    if has_group_commit() and db.name == "sqlite":
+    if has_group_commit():
         contenders.insert(1, await open_store(db, writers, group=False))
     return contenders
 

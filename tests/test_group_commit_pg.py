@@ -17,11 +17,18 @@ from typing import Any
 import asyncpg
 import pytest
 
-from agentplane_journal import FencedError, RunId, SqlJournalStore, upgrade
+from agentplane_journal import (
+    DuplicateEffectError,
+    FencedError,
+    RunId,
+    RunSealedError,
+    SqlJournalStore,
+    upgrade,
+)
 from agentplane_journal._batch import seal_batch
 
 from conftest import FakeClock, _dsn
-from helpers import admitted, note
+from helpers import admitted, key, note, started
 
 pytestmark = [pytest.mark.race, pytest.mark.postgres]
 
@@ -65,6 +72,45 @@ async def race(*calls: Callable[[], Awaitable[Any]]) -> list[Any]:
         return await call()
 
     return await asyncio.gather(*(one(c) for c in calls), return_exceptions=True)
+
+
+async def test_fenced_sealed_and_duplicate_appends_fail_alone_in_their_group(
+    pair: list[SqlJournalStore],
+) -> None:
+    """Each failing append shares its statement with appends that the statement itself
+    wrote (not rescued by the general unit of work after a failed group)."""
+    store = pair[0]
+    good = [RunId.generate() for _ in range(6)]
+    fenced_run, sealed_run, effect_run = RunId.generate(), RunId.generate(), RunId.generate()
+    epochs = {}
+    for run in [*good, fenced_run, sealed_run, effect_run]:
+        epochs[run] = (await store.acquire(run, "owner", 300)).epoch
+        await store.append(epochs[run], [admitted(run)])
+    await store.append(epochs[effect_run], [started(effect_run, key(7))])
+    await store.seal(sealed_run, epochs[sealed_run], "succeeded")
+    groups = watch(store)
+    results = await asyncio.gather(
+        *(store.append(epochs[r], [note(r, "a"), note(r, "b")]) for r in good),
+        store.append(epochs[fenced_run] + 1, [note(fenced_run)]),
+        store.append(epochs[sealed_run], [note(sealed_run)]),
+        store.append(epochs[effect_run], [note(effect_run), started(effect_run, key(7))]),
+        return_exceptions=True,
+    )
+    *written, was_fenced, was_sealed, was_duplicate = results
+    assert all(isinstance(r, list) and len(r) == 2 for r in written), written
+    assert isinstance(was_fenced, FencedError), was_fenced
+    assert isinstance(was_sealed, RunSealedError), was_sealed
+    assert isinstance(was_duplicate, DuplicateEffectError) and was_duplicate.effect_key == key(7)
+    assert len(groups) == 1 and len(groups[0]) == len(results), groups
+    assert [how for _, how in groups[0]] == ["list"] * len(good) + [
+        "FencedError",
+        "RunSealedError",
+        "DuplicateEffectError",
+    ], groups
+    for run in good:
+        assert [r.body.get("text") for r in await store.read(run)] == [None, "a", "b"]
+    assert [r.kind for r in await store.read(effect_run)] == ["RunAdmitted", "EffectStarted"]
+    assert len(await store.read(fenced_run)) == len(await store.read(sealed_run)) == 1
 
 
 async def test_a_takeover_racing_a_group_fences_its_run_alone(

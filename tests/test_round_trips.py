@@ -8,6 +8,7 @@ the statements SQLite runs (its trace callback).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -132,3 +133,20 @@ async def test_a_seal_costs_a_fixed_number_of_round_trips(
     # tree's read and write, COMMIT (the general unit of work: seals are not the hot path)
     expected = 8 if store.engine.dialect.name == "postgresql" else 26
     assert len(seen) == expected, seen
+
+
+async def test_concurrent_appends_to_distinct_runs_share_one_round_trip(
+    store: SqlJournalStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Group commit (on by default): one statement (PostgreSQL) or one thread hop (SQLite)
+    for the appends that wait for it together."""
+    runs = [RunId.generate() for _ in range(8)]
+    for run in runs:
+        await store.append(1, [note(run)])  # every head known
+    await settled(store)
+    with counting(store, monkeypatch) as seen:
+        await asyncio.gather(*(store.append(1, [note(run, "together")]) for run in runs))
+    if store.engine.dialect.name == "postgresql":
+        assert seen == ["WITH"], seen  # one multi-run statement
+    else:
+        assert set(seen) == {"hop"} and len(seen) < len(runs), seen  # a transaction per group
