@@ -10,8 +10,8 @@ and for 1 and 8 concurrent writers, each writer on its own run (or aggregate), o
 
 * ``store``: ``SqlJournalStore.append`` of one record to a leased run (canonical JSON,
   chaining, fencing, the run mutex, activity, all in one transaction), as configured by
-  default (SQLite: group commit, concurrent appends share a transaction, each in its own
-  savepoint);
+  default (group commit: concurrent appends share a commit; SQLite one transaction, each
+  append in its own savepoint, PostgreSQL one statement, each run checked on its own);
 * ``store nogroup``: the same with ``group_commit=False`` (each append its own commit;
   PostgreSQL: up to 8 statements in flight, one per writer);
 * ``tx floor``: the bare driver, ``BEGIN`` / ``INSERT`` of a precomputed journal row /
