@@ -237,3 +237,55 @@ async def test_a_store_in_its_own_schema_appends_by_the_hot_path(pg_database: An
         assert [r.seq for r in await store.read(run)] == [1, 2, 3]
     finally:
         await store.close()
+
+
+async def test_two_processes_groups_over_the_same_runs_never_deadlock(
+    pair: list[SqlJournalStore], pg_battery_url: str
+) -> None:
+    """Two stores' groups lock the same runs' rows, their appends in opposite orders, both
+    held up halfway (a third transaction holds one mutex row): the locks are taken in run-id
+    order, so neither statement is refused as a deadlock, and every append lands."""
+    runs = sorted((RunId.generate() for _ in range(8)), key=str)  # unleased: both may write
+    refused: list[str] = []
+    for store in pair:
+        for run in runs:  # each store knows a head (the first store's go stale: general)
+            await store.append(1, [note(run, "warm")])
+        writer = store._shared.pg_writer
+        fetch = writer._fetch
+
+        async def counting(driver: Any, statement: str, args: Any, fetch: Any = fetch) -> Any:
+            try:
+                return await fetch(driver, statement, args)
+            except Exception as exc:
+                refused.append(getattr(exc, "sqlstate", None) or type(exc).__name__)
+                raise
+
+        writer._fetch = counting
+    blocker = await asyncpg.connect(_dsn(pg_battery_url))
+    try:
+        tx = blocker.transaction()
+        await tx.start()
+        await blocker.execute(
+            "SELECT 1 FROM run_activity WHERE tenant = $1 AND run_id = $2 FOR UPDATE",
+            pair[0].tenant,
+            str(runs[3]),
+        )
+        groups = [watch(store) for store in pair]
+        ahead = [
+            asyncio.ensure_future(
+                asyncio.gather(*(store.append(1, [note(r, "raced")]) for r in order))
+            )
+            for store, order in ((pair[0], runs), (pair[1], runs[::-1]))
+        ]
+        await asyncio.sleep(0.3)  # both group statements wait for the held row
+        await tx.commit()
+        results = await asyncio.gather(*ahead, return_exceptions=True)
+    finally:
+        await blocker.close()
+    assert not [r for r in results if isinstance(r, BaseException)], results
+    assert all(len(g[0]) == len(runs) for g in groups), groups  # both were groups
+    assert not refused, refused
+    for run in runs:
+        chain = await pair[0].read(run)
+        assert [r.body["text"] for r in chain] == ["warm", "warm", "raced", "raced"]
+        await pair[0].verify(run)
