@@ -34,8 +34,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy.exc import DBAPIError
-
 from . import _pgsql
 from .errors import BackendError, CommitUnknownError, DuplicateEffectError
 from .ids import Digest, EffectKey, RunId
@@ -159,12 +157,19 @@ class Writer:
                             if not usable:
                                 await conn.invalidate()
                                 break  # take another connection for what is left
-                except (DBAPIError, OSError) as exc:  # checking out or opening the connection
+                except Exception as exc:
+                    # Checking out or opening the connection (a DBAPIError, an OSError, the
+                    # pool's TimeoutError...): the next group was never sent.
                     group = self._take()
                     error = BackendError(f"cannot reach the database: {exc}")
                     self._answer(group, [error] * len(group))
         finally:
             self._free -= 1
+            if self._pending and len(self._leaders) <= 1:
+                # Stopped (cancelled) with appends still queued: nobody would answer them.
+                stopped = BackendError("the append writer stopped before sending this append")
+                queued, self._pending = self._pending, []
+                self._answer(queued, [stopped] * len(queued))
 
     async def _more(self) -> bool:
         if not self._pending:
