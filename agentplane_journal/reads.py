@@ -190,7 +190,7 @@ class RunReads(Repository):
             out = {r: RunRead([]) for r in runs}
             for run_id, (head, position) in seals.items():
                 out[by_id[run_id]].sealed, out[by_id[run_id]].position = head, position
-            for row in await session.execute(stmt):
+            for row in await driver_rows(session, stmt):
                 entry = out[by_id[row[6]]]
                 if entry.error is None:
                     try:
