@@ -60,9 +60,38 @@ def watch(store: SqlJournalStore) -> list[list[tuple[RunId, str]]]:
     return seen
 
 
+def refusals(store: SqlJournalStore, into: list[str]) -> list[str]:
+    """The SQLSTATE of each statement the server refuses from now on, into ``into``."""
+    writer = store._shared.pg_writer
+    fetch = writer._fetch
+
+    async def counting(driver: Any, statement: str, args: Any) -> Any:
+        try:
+            return await fetch(driver, statement, args)
+        except Exception as exc:
+            into.append(getattr(exc, "sqlstate", None) or type(exc).__name__)
+            raise
+
+    writer._fetch = counting
+    return into
+
+
 def shared_with_commits(groups: list[list[tuple[RunId, str]]], run: RunId, how: str) -> bool:
     """Whether an append to ``run`` answered ``how`` shared a statement with a commit."""
     return any((run, how) in g and any(r != run and a == "list" for r, a in g) for g in groups)
+
+
+async def waiting_on_locks(conn: asyncpg.Connection, n: int) -> None:
+    """Until ``n`` other backends of this database wait for a lock (the group statements)."""
+    for _ in range(1000):
+        count = await conn.fetchval(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+            " AND wait_event_type = 'Lock'"
+        )
+        if count >= n:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"{n} statements never waited for a lock")
 
 
 async def race(*calls: Callable[[], Awaitable[Any]]) -> list[Any]:
@@ -208,16 +237,18 @@ async def test_a_refused_group_statement_still_commits_every_other_append(
             *rows[0],
         )
         groups = watch(grouped)
+        refused = refusals(grouped, [])
         appends = [
             asyncio.ensure_future(grouped.append(epochs[r], [note(r, "grouped")])) for r in runs
         ]
-        await asyncio.sleep(0.3)  # the group statement waits on the intruder's row
+        await waiting_on_locks(intruder, 1)  # the group statement, on the intruder's row
         await tx.commit()
         results = await asyncio.gather(*appends, return_exceptions=True)
     finally:
         await intruder.close()
     assert all(isinstance(r, list) and len(r) == 1 for r in results), results
     assert len(groups[0]) == len(runs), groups
+    assert refused == ["23505"], refused  # the group statement; none of the single ones
     for r in runs:
         chain = await grouped.read(r)
         expected = ["RunAdmitted", "Note", "Note"] if r == target else ["RunAdmitted", "Note"]
@@ -251,17 +282,7 @@ async def test_two_processes_groups_over_the_same_runs_never_deadlock(
     for store in pair:
         for run in runs:  # each store knows a head (the first store's go stale: general)
             await store.append(1, [note(run, "warm")])
-        writer = store._shared.pg_writer
-        fetch = writer._fetch
-
-        async def counting(driver: Any, statement: str, args: Any, fetch: Any = fetch) -> Any:
-            try:
-                return await fetch(driver, statement, args)
-            except Exception as exc:
-                refused.append(getattr(exc, "sqlstate", None) or type(exc).__name__)
-                raise
-
-        writer._fetch = counting
+        refusals(store, refused)
     blocker = await asyncpg.connect(_dsn(pg_battery_url))
     try:
         tx = blocker.transaction()
@@ -278,7 +299,7 @@ async def test_two_processes_groups_over_the_same_runs_never_deadlock(
             )
             for store, order in ((pair[0], runs), (pair[1], runs[::-1]))
         ]
-        await asyncio.sleep(0.3)  # both group statements wait for the held row
+        await waiting_on_locks(blocker, 2)  # both group statements, held up halfway
         await tx.commit()
         results = await asyncio.gather(*ahead, return_exceptions=True)
     finally:
