@@ -135,6 +135,26 @@ async def test_concurrent_appends_to_one_run_with_one_cached_head_chain_in_order
     assert await store.verify(run) == last.hash
 
 
+async def test_the_activity_stays_the_latest_append_time_with_a_warm_cache(
+    make_store: Callable[..., Any], clock: Any
+) -> None:
+    # SQLite writes the activity row only when it is behind; what it holds must not change.
+    store = await make_store()
+    run, epoch, _ = await _warm(store)
+    at = dict(await store.recent_runs())[run]
+    clock.advance(7)
+    await store.append(epoch, [note(run, "later")])
+    assert dict(await store.recent_runs())[run] == at + 7
+    clock.advance(-5)  # a clock stepped back never moves the activity back
+    await store.append(epoch, [note(run, "earlier")])
+    assert dict(await store.recent_runs())[run] == at + 7
+    await _sql(
+        store, "DELETE FROM run_activity WHERE tenant=:t AND run_id=:r", t=store.tenant, r=str(run)
+    )
+    await store.append(epoch, [note(run, "again")])  # a missing row is written again
+    assert dict(await store.recent_runs())[run] == at + 2
+
+
 async def _rows(store: SqlJournalStore, run: RunId) -> list[Any]:
     async with store.engine.connect() as conn:
         return list(
