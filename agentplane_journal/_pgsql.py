@@ -140,7 +140,7 @@ WITH req AS MATERIALIZED (
         (SELECT c.effect_key FROM recs c JOIN {{s}}journal j
             ON j.tenant = $1 AND j.run_id = q.run_id AND j.kind = 'EffectStarted'
            AND j.effect_key = c.effect_key
-            WHERE c.i = q.i AND c.kind = 'EffectStarted' LIMIT 1) AS started
+            WHERE c.i = q.i AND c.kind = 'EffectStarted' ORDER BY c.seq LIMIT 1) AS started
     FROM req q
     LEFT JOIN lock k ON k.run_id = q.run_id
     LEFT JOIN lease ls ON ls.run_id = q.run_id

@@ -332,3 +332,24 @@ async def test_a_writer_that_cannot_check_out_refuses_and_recovers(pg_database: 
         assert [r.body["text"] for r in await store.read(run)] == ["warm", "after"]
     finally:
         await store.close()
+
+
+async def test_a_grouped_batch_with_two_started_keys_names_the_first(
+    pair: list[SqlJournalStore],
+) -> None:
+    """As the general unit of work does: the batch's first key that had started."""
+    store = pair[0]
+    runs = [RunId.generate() for _ in range(3)]
+    for run in runs:
+        await store.append(1, [started(run, key(1)), started(run, key(2))])
+    groups = watch(store)
+    results = await asyncio.gather(
+        store.append(1, [note(runs[0])]),
+        store.append(
+            1, [started(runs[1], key(3)), started(runs[1], key(2)), started(runs[1], key(1))]
+        ),
+        store.append(1, [note(runs[2])]),
+        return_exceptions=True,
+    )
+    assert isinstance(results[1], DuplicateEffectError) and results[1].effect_key == key(2)
+    assert [how for _, how in groups[0]] == ["list", "DuplicateEffectError", "list"], groups
