@@ -12,6 +12,7 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from .append import Append
     from .canon import canonical_bytes
     from .checkpoint import Checkpoint, Inclusion
     from .dialect import WRITE_TRANSACTION, begin_write, configure_engine
@@ -61,14 +62,7 @@ if TYPE_CHECKING:
         SqlPushStore,
         UnreadableRegistration,
     )
-    from .record import (
-        MAX_RECORD_BYTES,
-        Append,
-        Attestation,
-        Record,
-        verify_attested,
-        verify_chain,
-    )
+    from .record import MAX_RECORD_BYTES, Attestation, Record
     from .sealing import Keyring
     from .signing import (
         DOMAIN_RECORD,
@@ -80,11 +74,13 @@ if TYPE_CHECKING:
     )
     from .store import JournalStore, SqlJournalStore
     from .values import Cancellation, Head, Lease
+    from .verify import verify_attested, verify_chain
 
 # Every public name, and the module that defines it. Imported on first use (PEP 562), so
 # `import agentplane_journal.cli` for `agentplane-journal --help` does not pay for
 # SQLAlchemy, Alembic and cryptography: a command imports only what it runs.
 _EXPORTS = {
+    "Append": "append",
     "canonical_bytes": "canon",
     "Checkpoint": "checkpoint",
     "Inclusion": "checkpoint",
@@ -137,11 +133,8 @@ _EXPORTS = {
     "SqlPushStore": "push",
     "UnreadableRegistration": "push",
     "MAX_RECORD_BYTES": "record",
-    "Append": "record",
     "Attestation": "record",
     "Record": "record",
-    "verify_attested": "record",
-    "verify_chain": "record",
     "Keyring": "sealing",
     "DOMAIN_RECORD": "signing",
     "Ed25519Signer": "signing",
@@ -154,6 +147,8 @@ _EXPORTS = {
     "Cancellation": "values",
     "Head": "values",
     "Lease": "values",
+    "verify_attested": "verify",
+    "verify_chain": "verify",
 }
 
 __version__ = "0.1.0"

@@ -16,12 +16,17 @@ __all__ = [
     "MAX_I64",
     "MAX_KEY_ID_BYTES",
     "MAX_LABEL_BYTES",
+    "MAX_U16",
     "check_key_id",
     "check_label",
+    "is_int",
 ]
 
 MAX_I64 = 2**63 - 1
 """Every integer column is a signed 64-bit ``BIGINT`` (and so is ``now + ttl``)."""
+
+MAX_U16 = 0xFFFF
+"""A record's schema version ``v`` is an unsigned 16-bit integer, as in agentplane."""
 
 MAX_LABEL_BYTES = 1024
 """Longest ``kind``, outcome, lease owner and cancelling actor, in UTF-8 bytes.
@@ -32,6 +37,11 @@ kilobyte leaves room for both and for any label a runtime means."""
 
 MAX_KEY_ID_BYTES = 256
 """Longest signer key id, in UTF-8 bytes: it is stored in every signed row."""
+
+
+def is_int(value: object) -> bool:
+    """An ``int`` that is not a ``bool`` (``True`` is an ``int`` to Python, never a seq)."""
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def check_label(value: object, name: str, *, max_bytes: int = MAX_LABEL_BYTES) -> str:

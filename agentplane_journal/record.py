@@ -1,18 +1,20 @@
-"""Records: what a caller appends, what the store seals, and how a chain is checked.
+"""Records: what the store seals, and how a stored row is read back and checked.
 
-An :class:`Append` is a caller's intent (run, kind, the kind's fields); the store assigns
-``seq`` and ``epoch`` and :meth:`Record.seal` turns the resulting body into canonical
-bytes, a chained hash and, optionally, a signature. From then on ``raw`` is the truth:
-it is stored verbatim, re-hashed on every read (:meth:`Record.from_stored`), and never
-re-serialised, so a record written by agentplane verifies here and the other way round.
+The store turns an :class:`~agentplane_journal.append.Append`'s body into a record with
+:meth:`Record.seal`: canonical bytes, a chained hash and, optionally, a signature. From then
+on ``raw`` is the truth: it is stored verbatim, re-hashed on every read
+(:meth:`Record.from_stored`), and never re-serialised, so a record written by agentplane
+verifies here and the other way round.
 
 Checks happen in layers, each catching what the previous cannot:
 
-* reading: the stored hash covers the stored bytes (an edited row);
-* :func:`verify_chain`: seqs are contiguous and each record links to its predecessor
-  (a deleted, duplicated or reordered row, which per-row hashing cannot see);
-* :func:`verify_attested`: each hash was signed by a trusted key (a chain rebuilt from
-  scratch by someone who can write the table but does not hold the key).
+* reading: the stored hash covers the stored bytes (an edited row), and the envelope
+  members the store relies on are present and canonical (:func:`check_envelope`);
+* the chain checks of :mod:`agentplane_journal.verify` (:func:`verify_chain`,
+  :func:`verify_attested`, :func:`verify_run`): what per-row hashing cannot see.
+
+``Append``, ``RECORD_VERSION``, ``RESERVED_MEMBERS`` (from ``append.py``) and the chain
+checks (from ``verify.py``) are re-exported here, where callers have always imported them.
 """
 
 from __future__ import annotations
@@ -22,14 +24,18 @@ import hashlib
 import json
 import re
 from collections.abc import Iterable
-from dataclasses import KW_ONLY, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
+from .append import RECORD_VERSION, RESERVED_MEMBERS, Append
 from .canon import MAX_DEPTH, canonical_bytes
 from .errors import CorruptRecordError, RecordTooLargeError
-from .ids import PHASES, CaseId, Digest, EffectKey, RunId, validate_step
-from .limits import check_label
-from .signing import DOMAIN_RECORD, Signer, Verifier, signing_hash
+from .ids import PHASES, CaseId, Digest, EffectKey, RunId
+from .limits import MAX_I64 as _I64_MAX
+from .limits import MAX_U16 as _U16_MAX
+from .limits import is_int as _is_int
+from .signing import DOMAIN_RECORD, Signer, signing_hash
+from .verify import RunCheck, check_exactly_once, verify_attested, verify_chain, verify_run
 
 __all__ = [
     "MAX_RECORD_BYTES",
@@ -50,18 +56,7 @@ __all__ = [
 MAX_RECORD_BYTES = 1_048_576
 """Largest accepted canonical body (1 MiB, inclusive), agentplane's limit."""
 
-RECORD_VERSION = 4
-"""Schema version (``v``) of every agentplane 0.4.0 record kind."""
-
-RESERVED_MEMBERS = frozenset(
-    {"seq", "run", "case", "step", "phase", "epoch", "v", "effect_key", "kind"}
-)
-"""Body members the record owns; a kind's fields are flattened beside them, so a field
-with one of these names would silently overwrite (or be overwritten by) the envelope."""
-
-_U16_MAX = 0xFFFF
 _U32_MAX = 0xFFFF_FFFF
-_I64_MAX = 2**63 - 1
 
 
 def _refuse_constant(name: str) -> Any:
@@ -73,10 +68,6 @@ def _refuse_constant(name: str) -> Any:
 _DECODER = json.JSONDecoder(parse_constant=_refuse_constant)
 
 _new = object.__new__
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,121 +92,6 @@ class Attestation:
             f"Attestation(key_id={self.key_id!r}, "
             f"signature={self.signature[:4].hex()}…({len(self.signature)} bytes))"
         )
-
-
-@dataclass(frozen=True, slots=True, init=False)
-class Append:
-    """One record a caller asks the store to write: run, kind and the kind's fields.
-
-    Everything is checked here, at construction, so a bad append fails in the caller's
-    code with a ``ValueError``/``TypeError`` naming the field, before any transaction
-    starts. ``run`` and ``case`` also accept their text forms, ``effect_key`` its 64 hex
-    digits. ``seq`` and ``epoch`` are not the caller's: the store assigns them.
-    """
-
-    run: RunId
-    kind: str
-    payload: dict[str, Any] = field(default=None, hash=False)  # type: ignore[assignment]
-    _: KW_ONLY
-    case: CaseId | None = None
-    step: int | None = None
-    phase: str = "forward"
-    effect_key: EffectKey | None = None
-    v: int = RECORD_VERSION
-
-    # Written out rather than generated: the generated __init__ of a frozen dataclass sets
-    # every field through object.__setattr__ and a __post_init__ then sets half of them
-    # again; this checks each argument and sets its field once, through the slot (an
-    # append is built per record, on the hot path). Same signature, defaults and checks.
-    def __init__(
-        self,
-        run: RunId | str,
-        kind: str,
-        payload: dict[str, Any] | None = None,
-        *,
-        case: CaseId | str | None = None,
-        step: int | None = None,
-        phase: str = "forward",
-        effect_key: EffectKey | str | None = None,
-        v: int = RECORD_VERSION,
-    ) -> None:
-        _append_run(self, run if type(run) is RunId else RunId.parse(run))
-        # The record's discriminator, also stored in the indexed ``kind`` column.
-        _append_kind(self, check_label(kind, "kind"))
-
-        if payload is None:
-            payload = {}
-        elif not isinstance(payload, dict):
-            raise TypeError(
-                f"payload must be a dict of the kind's fields, not {type(payload).__name__}"
-            )
-        else:
-            payload = dict(payload)  # the caller's later edits must not reach the record
-        if not RESERVED_MEMBERS.isdisjoint(payload):
-            key = next(key for key in payload if key in RESERVED_MEMBERS)
-            raise ValueError(
-                f"payload field {key!r} collides with the record body's own member "
-                f"{key!r}; rename the field (reserved: {', '.join(sorted(RESERVED_MEMBERS))})"
-            )
-        canonical_bytes(payload, path="payload")
-        _append_payload(self, payload)
-
-        _append_case(self, None if case is None else CaseId.parse(case))
-        _append_step(self, None if step is None else validate_step(step))
-        if not isinstance(phase, str) or phase not in PHASES:
-            raise ValueError(f"unknown phase {phase!r}; expected one of {', '.join(PHASES)}")
-        _append_phase(self, phase)
-        if isinstance(effect_key, str):
-            effect_key = EffectKey.from_hex(effect_key)
-        elif effect_key is not None and not isinstance(effect_key, EffectKey):
-            raise TypeError(
-                f"effect_key must be an EffectKey or 64 hex digits, not {type(effect_key).__name__}"
-            )
-        _append_effect_key(self, effect_key)
-        if type(v) is not int and not _is_int(v):
-            raise TypeError(f"v must be an int, not {type(v).__name__}")
-        if not 0 <= v <= _U16_MAX:
-            raise ValueError(f"v {v} is outside 0..{_U16_MAX} (an unsigned 16-bit integer)")
-        _append_v(self, v)
-
-    def body(self, seq: int, epoch: int) -> dict[str, Any]:
-        """The record body at ``seq`` written under ``epoch``: the envelope members plus
-        the payload's fields flattened beside them. Optional members are *omitted* when
-        unset (not null), exactly as agentplane does, since presence changes the hash."""
-        if type(seq) is not int and not _is_int(seq):
-            raise TypeError(f"seq must be an int, not {type(seq).__name__}")
-        if not 1 <= seq <= _I64_MAX:
-            raise ValueError(f"seq {seq} is outside 1..{_I64_MAX}")
-        if type(epoch) is not int and not _is_int(epoch):
-            raise TypeError(f"epoch must be an int, not {type(epoch).__name__}")
-        if not 0 <= epoch <= _I64_MAX:
-            raise ValueError(f"epoch {epoch} is outside 0..{_I64_MAX}")
-        body = dict(self.payload)
-        body["seq"] = seq
-        body["run"] = self.run.ulid
-        if self.case is not None:
-            body["case"] = self.case.ulid
-        if self.step is not None:
-            body["step"] = self.step
-        if self.phase != "forward":
-            body["phase"] = self.phase
-        body["epoch"] = epoch
-        body["v"] = self.v
-        if self.effect_key is not None:
-            body["effect_key"] = self.effect_key.hex()
-        body["kind"] = self.kind
-        return body
-
-
-# The slots' own setters, for Append.__init__ (past the frozen guard without its lookup).
-_append_run = Append.__dict__["run"].__set__
-_append_kind = Append.__dict__["kind"].__set__
-_append_payload = Append.__dict__["payload"].__set__
-_append_case = Append.__dict__["case"].__set__
-_append_step = Append.__dict__["step"].__set__
-_append_phase = Append.__dict__["phase"].__set__
-_append_effect_key = Append.__dict__["effect_key"].__set__
-_append_v = Append.__dict__["v"].__set__
 
 
 @dataclass(frozen=True, slots=True)
@@ -515,158 +391,3 @@ def _seq_of(raw: bytes) -> int:
         if _is_int(seq) and seq >= 0:
             return seq  # type: ignore[no-any-return]
     return 0
-
-
-def verify_chain(
-    records: Iterable[Record], start: Digest = Digest.ZERO, *, rehash: bool = True
-) -> Digest:
-    """Check seq contiguity, links and hashes; return the last hash (``start`` if none).
-
-    Contiguity is counted from the first record's own seq, so a slice read from the
-    middle of a run verifies when ``start`` is its predecessor's hash.
-
-    ``rehash=False`` skips recomputing each hash, for records that :meth:`Record.from_stored`
-    built (it refuses a row whose hash does not cover its bytes), so a store's ``verify``
-    hashes every row once, not twice. Links and contiguity are always checked.
-    """
-    prev = start
-    expected: int | None = None
-    for record in records:
-        seq = record.body["seq"]
-        if expected is not None and seq != expected:
-            raise CorruptRecordError(seq, f"sequence gap: expected {expected}, found {seq}")
-        link = record.prev_hash
-        # A page read by records_from_rows links each record to its predecessor's own
-        # Digest object: identity settles it without Digest.__eq__'s Python call.
-        if link is not prev and link != prev:
-            raise CorruptRecordError(seq, "broken link: prev_hash does not match predecessor")
-        if rehash and Digest.chain(record.prev_hash, record.raw) != record.hash:
-            raise CorruptRecordError(seq, "hash does not cover the stored bytes")
-        prev = record.hash
-        expected = seq + 1
-    return prev
-
-
-def verify_attested(
-    records: Iterable[Record],
-    verifier: Verifier,
-    require_signature: bool = False,
-    *,
-    start: Digest = Digest.ZERO,
-    rehash: bool = True,
-) -> Digest:
-    """:func:`verify_chain`, then every signature; return the head.
-
-    An unsigned record fails only when ``require_signature``; a signature by an unknown
-    key fails like a forged one, since either way nobody trusted vouches for the record.
-    """
-    records = list(records)
-    head = verify_chain(records, start, rehash=rehash)
-    for record in records:
-        attestation = record.attestation
-        if attestation is None:
-            if require_signature:
-                raise CorruptRecordError(
-                    record.seq,
-                    f"record {record.seq} carries no signature, and this verification required one",
-                )
-            continue
-        message = signing_hash(DOMAIN_RECORD, record.hash)
-        if not verifier.verify(attestation.key_id, message, attestation.signature):
-            raise CorruptRecordError(
-                record.seq,
-                f"record {record.seq} has a signature that '{attestation.key_id}' did not "
-                "make — the record was rewritten after signing, or that key is not trusted "
-                "by this verifier",
-            )
-    return head
-
-
-def check_exactly_once(records: Iterable[Record], started: dict[str, int] | None = None) -> None:
-    """No two ``EffectStarted`` records of one run name the same effect key.
-
-    The database's unique index enforces this on the ``kind``/``effect_key`` *columns*;
-    this checks the hashed bodies, so a column edited to slip a second start past the index
-    is caught even where the edit itself is not (for instance, edited back afterwards).
-    ``started`` (key -> first seq) carries what earlier pages of the same run started.
-    """
-    if started is None:
-        started = {}
-    for record in records:
-        body = record.body
-        key = body.get("effect_key")
-        if key is None or body.get("kind") != "EffectStarted":
-            continue
-        first = started.setdefault(key, record.seq)
-        if first != record.seq:
-            raise CorruptRecordError(
-                record.seq,
-                f"a second EffectStarted for effect ek:{key[:16]}… (the first is seq {first}): "
-                "exactly-once was bypassed, the run's rows were edited",
-            )
-
-
-class RunCheck:
-    """:func:`verify_run`, fed page by page: memory is one page (plus one entry per effect).
-
-    ``feed(records)`` with each page in seq order, then ``finish(sealed_head)`` for the
-    head. The same checks and the same first bad seq as :func:`verify_run` on the whole run.
-    """
-
-    def __init__(self, verifier: Verifier | None = None, require_signature: bool = False) -> None:
-        if require_signature and verifier is None:
-            raise ValueError("require_signature needs a verifier that trusts the signers' keys")
-        self._verifier = verifier
-        self._require = require_signature
-        self._started: dict[str, int] = {}
-        self.head = Digest.ZERO
-        self.last = 0
-
-    def feed(self, records: list[Record]) -> None:
-        if not records:
-            return
-        expected = self.last + 1
-        if records[0].seq != expected:
-            raise CorruptRecordError(
-                records[0].seq, f"sequence gap: expected {expected}, found {records[0].seq}"
-            )
-        if self._verifier is not None:
-            head = verify_attested(
-                records,
-                self._verifier,
-                require_signature=self._require,
-                start=self.head,
-                rehash=False,
-            )
-        else:
-            head = verify_chain(records, self.head, rehash=False)
-        check_exactly_once(records, self._started)
-        self.head, self.last = head, records[-1].seq
-
-    def finish(self, sealed_head: Digest | None = None) -> Digest:
-        if sealed_head is not None and sealed_head != self.head:
-            raise CorruptRecordError(
-                self.last,
-                f"the run is sealed at head {sealed_head.hex()[:12]}, but its records end at "
-                f"{self.head.hex()[:12]} (seq {self.last}): records were deleted, added or "
-                "rewritten after sealing",
-            )
-        return self.head
-
-
-def verify_run(
-    records: list[Record],
-    sealed_head: Digest | None = None,
-    verifier: Verifier | None = None,
-    require_signature: bool = False,
-) -> Digest:
-    """Everything a whole run's records must satisfy; return its head.
-
-    Seqs from 1 and contiguous, links, signatures (with a verifier), exactly-once over
-    the bodies, and, for a sealed run, that the records end exactly at ``sealed_head``:
-    a run whose records were deleted, truncated or extended under its seal fails. The
-    records must come from :meth:`Record.from_stored`, which has re-hashed each one.
-    """
-    check = RunCheck(verifier, require_signature)
-    check.feed(records)
-    return check.finish(sealed_head)
