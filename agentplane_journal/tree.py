@@ -29,6 +29,7 @@ from collections.abc import Iterator, Mapping
 from .ids import Digest
 
 __all__ = [
+    "MAX_LEVEL",
     "MissingNodeError",
     "Node",
     "TreeBuilder",
@@ -40,6 +41,10 @@ __all__ = [
     "range_nodes",
     "root_from_nodes",
 ]
+
+MAX_LEVEL = 62
+"""The highest level a stored node can have: a log of 2**63 leaves would not fit a BIGINT
+position anyway."""
 
 Node = tuple[int, int]
 """``(level, index)``: the perfect subtree over leaves ``[index << level, (index+1) << level)``."""
