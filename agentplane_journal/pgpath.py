@@ -34,7 +34,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import _pgsql
+from . import _pgsql, _pool
 from .errors import BackendError, CommitUnknownError, DuplicateEffectError
 from .ids import Digest, EffectKey, RunId
 from .record import Record
@@ -139,10 +139,11 @@ class Writer:
         self._free += 1
         try:
             while self._pending:
+                short = False
                 try:
                     async with self._bind.connect() as conn:
                         driver = (await conn.get_raw_connection()).driver_connection
-                        while await self._more():
+                        while not short and await self._more():
                             group = self._take()
                             if not group:
                                 continue
@@ -157,12 +158,15 @@ class Writer:
                             if not usable:
                                 await conn.invalidate()
                                 break  # take another connection for what is left
+                            short = _pool.is_short(self._bind)  # others may be waiting
                 except Exception as exc:
                     # Checking out or opening the connection (a DBAPIError, an OSError, the
                     # pool's TimeoutError...): the next group was never sent.
                     group = self._take()
                     error = BackendError(f"cannot reach the database: {exc}")
                     self._answer(group, [error] * len(group))
+                if short:
+                    await _pool.hand_over(self._bind)
         finally:
             self._free -= 1
             if self._pending and len(self._leaders) <= 1:

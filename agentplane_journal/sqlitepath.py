@@ -38,8 +38,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy.exc import DBAPIError
-
+from . import _pool
 from ._batch import COLUMNS, fenced, seal_batch
 from .errors import (
     BackendError,
@@ -233,23 +232,30 @@ class Writer:
         One connection serves while work keeps arriving: a writer woken by its answer that
         appends again at once finds it still checked out, so back-to-back appends skip the
         pool's checkout and its reset on return (a thread hop). It goes back to the pool as
-        soon as one turn of the event loop brings nothing new.
+        soon as one turn of the event loop brings nothing new, or after each transaction
+        when the pool has nothing left for anyone else (``_pool``).
         """
         while self._pending:
+            short = False
             try:
                 async with engine.connect() as conn:
                     # aiosqlite's own queue onto its connection's thread (``_execute``) and
                     # the sqlite3 connection it owns (``_conn``): private, present since 0.17.
                     driver = (await conn.get_raw_connection()).driver_connection
-                    while await self._more():
+                    while not short and await self._more():
                         group = self._take()
                         if group and not await self._run(driver, group):
                             break  # not an answer: the connection may be gone, take another
-            except (DBAPIError, OSError) as exc:
+                        short = _pool.is_short(engine)  # others may be waiting
+            except Exception as exc:
+                # Checking out or opening the connection (a DBAPIError, an OSError, the
+                # pool's TimeoutError...): the next group was never sent.
                 group = self._take()
                 self._answer(
                     group, [BackendError(f"cannot reach the database: {exc}")] * len(group)
                 )
+            if short:
+                await _pool.hand_over(engine)
 
     async def _more(self) -> bool:
         if not self._pending:
