@@ -128,7 +128,7 @@ _EXPORTS = {
     "PushConfig": "push",
     "PushListing": "push",
     "PushRegistration": "push",
-    "PushStore": "push",
+    "PushStore": "push_contract",
     "ResealReport": "push",
     "SqlPushStore": "push",
     "UnreadableRegistration": "push",

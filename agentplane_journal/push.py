@@ -32,16 +32,18 @@ from __future__ import annotations
 import builtins
 import logging
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple, Protocol, runtime_checkable
+from typing import Any
 
 from sqlalchemy import and_, delete, select, tuple_, update
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 from . import logsafe
-from .errors import CorruptRegistrationError, StoreError
+from .errors import StoreError
 from .ids import DEFAULT_TENANT, RunId, validate_tenant
 from .models import PushDelivery
+from .push_contract import PushStore
 from .push_rows import PushListing, ResealReport, UnreadableRegistration, check_row, row_names
+from .push_secrets import CREDENTIALS, TOKEN, Binding, RowSecrets
 from .push_values import (
     MAX_ATTEMPTS,
     MAX_CONFIG_ID_CHARS,
@@ -57,7 +59,7 @@ from .push_values import build_unchecked as _build
 from .push_values import check_config_id as _check_config_id
 from .push_values import clip_error as _clip_error
 from .repository import Repository, check_int, check_run
-from .sealing import Keyring, is_current, keyring_from, open_secret, seal_secret
+from .sealing import Keyring, is_current, keyring_from
 
 __all__ = [
     "MAX_ATTEMPTS",
@@ -79,58 +81,7 @@ __all__ = [
 
 log = logging.getLogger("agentplane_journal.push")
 
-_TOKEN = "token"
-_CREDENTIALS = "auth_credentials"
-
 # -- the store --------------------------------------------------------------------------
-
-
-@runtime_checkable
-class PushStore(Protocol):
-    """agentplane's push-delivery store contract (see ``store-contract.md``).
-
-    (``builtins.list`` in annotations: inside these classes ``list`` is the method.)
-    """
-
-    tenant: str
-
-    def for_tenant(self, name: str) -> PushStore: ...
-    async def put(
-        self, config: PushConfig, next_seq: int, *, session: AsyncSession | None = None
-    ) -> None: ...
-    async def get(
-        self, task: RunId, id: str, *, session: AsyncSession | None = None
-    ) -> PushConfig | None: ...
-    async def list(
-        self, task: RunId, *, session: AsyncSession | None = None
-    ) -> builtins.list[PushConfig]: ...
-    async def due(
-        self, at: int, limit: int, *, session: AsyncSession | None = None
-    ) -> builtins.list[PushRegistration]: ...
-    async def advance(
-        self, task: RunId, id: str, next_seq: int, *, session: AsyncSession | None = None
-    ) -> None: ...
-    async def retry(
-        self,
-        task: RunId,
-        id: str,
-        next_attempt_at: int,
-        error: str,
-        *,
-        session: AsyncSession | None = None,
-    ) -> None: ...
-    async def delete(
-        self, task: RunId, id: str, *, session: AsyncSession | None = None
-    ) -> None: ...
-
-
-class _Row(NamedTuple):
-    """What a sealed value is bound to, besides the tenant and the column."""
-
-    task_id: str
-    config_id: str
-    url: str
-    auth_scheme: str | None
 
 
 _COLUMNS = (
@@ -175,6 +126,7 @@ class SqlPushStore(Repository):
             raise TypeError("accept_plaintext must be True or False")
         self._accept_plaintext = accept_plaintext
         super().__init__(engine, tenant=tenant, schema=schema, clock=clock, _shared=_shared)
+        self._rows = RowSecrets(self._keyring, self.tenant, accept_plaintext)
         logsafe.install(engine)
 
     @classmethod
@@ -231,56 +183,6 @@ class SqlPushStore(Repository):
             PushDelivery.config_id == config_id,
         )
 
-    def _open_secret(self, row: Any, column: str, stored: str | None) -> str | None:
-        return open_secret(
-            self._keyring,
-            stored,
-            tenant=self.tenant,
-            task_id=row.task_id,
-            config_id=row.config_id,
-            column=column,
-            url=row.url,
-            auth_scheme=row.auth_scheme,
-            accept_plaintext=self._accept_plaintext,
-        )
-
-    def _seal_secret(self, row: Any, column: str, value: str | None) -> str | None:
-        return seal_secret(
-            self._keyring,
-            value,
-            tenant=self.tenant,
-            task_id=row.task_id,
-            config_id=row.config_id,
-            column=column,
-            url=row.url,
-            auth_scheme=row.auth_scheme,
-        )
-
-    def _config(self, row: Any, *, cursor: bool = False) -> PushConfig:
-        """The row as a configuration, or a :class:`StoreError` naming what is wrong with it."""
-        check_row(row, cursor=cursor)
-        try:
-            task = RunId.parse(row.task_id)
-        except ValueError:
-            raise CorruptRegistrationError(
-                *row_names(row), "its task_id is not a run id (run_<ULID>)"
-            ) from None
-        token = self._open_secret(row, _TOKEN, row.token)
-        authentication = None
-        if row.auth_scheme is not None and row.auth_credentials is not None:
-            credentials = self._open_secret(row, _CREDENTIALS, row.auth_credentials)
-            authentication = _build(
-                PushAuthentication, scheme=row.auth_scheme, credentials=credentials
-            )
-        return _build(
-            PushConfig,
-            id=row.config_id,
-            task=task,
-            url=row.url,
-            token=token,
-            authentication=authentication,
-        )
-
     def _unreadable(self, row: Any, error: StoreError, served: str) -> UnreadableRegistration:
         task_id, config_id = row_names(row)
         # A warning, so a worker that ignores .unavailable still cannot lose a row silently.
@@ -325,11 +227,9 @@ class SqlPushStore(Repository):
         next_seq = check_int(next_seq, "next_seq")
         task_id = str(config.task)
         auth = config.authentication
-        row = _Row(task_id, config.id, config.url, None if auth is None else auth.scheme)
-        token = self._seal_secret(row, _TOKEN, config.token)
-        credentials = self._seal_secret(
-            row, _CREDENTIALS, None if auth is None else auth.credentials
-        )
+        row = Binding(task_id, config.id, config.url, None if auth is None else auth.scheme)
+        token = self._rows.seal(row, TOKEN, config.token)
+        credentials = self._rows.seal(row, CREDENTIALS, None if auth is None else auth.credentials)
         stmt = self._dialect.insert(PushDelivery).values(
             tenant=self.tenant,
             task_id=task_id,
@@ -369,7 +269,7 @@ class SqlPushStore(Repository):
         """
         task_id, config_id = str(check_run(task, "task")), _check_config_id(id)
         rows = await self._read(select(*_COLUMNS).where(self._where(task_id, config_id)), session)
-        return self._config(rows[0]) if rows else None
+        return self._rows.config(rows[0]) if rows else None
 
     async def list(
         self, task: RunId | str, *, session: AsyncSession | None = None
@@ -388,7 +288,7 @@ class SqlPushStore(Repository):
         bad: builtins.list[UnreadableRegistration] = []
         for row in await self._read(stmt, session):
             try:
-                good.append(self._config(row))
+                good.append(self._rows.config(row))
             except StoreError as exc:
                 bad.append(self._unreadable(row, exc, "left out of list()"))
         return PushListing(good, bad)
@@ -429,7 +329,7 @@ class SqlPushStore(Repository):
                 rows = (await session.execute(stmt.limit(wanted))).all()
                 for row in rows:
                     try:
-                        config = self._config(row, cursor=True)
+                        config = self._rows.config(row, cursor=True)
                     except StoreError as exc:
                         bad.append(self._unreadable(row, exc, "left out of due()"))
                         continue
@@ -540,13 +440,13 @@ class SqlPushStore(Repository):
                 check_row(row, cursor=False)
                 if is_current(keyring, row.token) and is_current(keyring, row.auth_credentials):
                     # Still opened: a current-looking value may be forged or moved.
-                    self._open_secret(row, _TOKEN, row.token)
-                    self._open_secret(row, _CREDENTIALS, row.auth_credentials)
+                    self._rows.open(row, TOKEN, row.token)
+                    self._rows.open(row, CREDENTIALS, row.auth_credentials)
                     current += 1
                     continue
                 new = {
-                    column: self._seal_secret(row, column, self._open_secret(row, column, value))
-                    for column, value in ((_TOKEN, row.token), (_CREDENTIALS, row.auth_credentials))
+                    column: self._rows.seal(row, column, self._rows.open(row, column, value))
+                    for column, value in ((TOKEN, row.token), (CREDENTIALS, row.auth_credentials))
                 }
             except StoreError as exc:
                 bad.append(self._unreadable(row, exc, "not resealed"))
