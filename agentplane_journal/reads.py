@@ -13,11 +13,12 @@ store's ``__init__`` sets ``_log``).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import and_, bindparam, literal, or_, select, tuple_, union
+from sqlalchemy import BigInteger, and_, bindparam, case, func, literal, or_, select, tuple_, union
 from sqlalchemy.engine import Connection
 from sqlalchemy.engine.cursor import _DEFAULT_FETCH as _PLAIN_FETCH
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -41,10 +42,16 @@ from .statements import (
 )
 from .values import Head
 
-__all__ = ["STREAM_PAGE", "RunRead", "RunReads", "driver_rows"]
+__all__ = ["PAGE_BYTES", "STREAM_PAGE", "RunRead", "RunReads", "driver_rows"]
 
 #: Records per page when ``verify`` streams a run (its memory is one page, not the run).
 STREAM_PAGE = 1000
+
+#: The stored bytes (``raw``) a page of :meth:`RunReads.stream` or ``verify`` holds at most,
+#: besides its first record: a page ends at :data:`STREAM_PAGE` records or at this many
+#: bytes, whichever comes first, so a run of large records streams in the same memory as
+#: one of small ones. 1,000 records of ~150 bytes are ~150 KiB, far below it.
+PAGE_BYTES = 4 * 2**20
 
 #: The largest ``page_size`` :meth:`RunReads.stream` takes (100 x ``store.MAX_INSERT_ROWS``).
 _MAX_STREAM_PAGE = 100_000
@@ -92,6 +99,47 @@ def _driver_rows(conn: Connection, stmt: Any, params: dict[str, Any] | None) -> 
         result.close()
 
 
+#: A run's rows, by ``:tenant`` and ``:run_id``: the page statement is built once per size.
+_RUN_KEY = and_(Journal.tenant == bindparam("tenant"), Journal.run_id == bindparam("run_id"))
+
+
+@functools.lru_cache(maxsize=16)
+def _page_statement(size: int) -> Any:
+    """The run's records from ``:from_seq``: at most ``size``, and only those stored
+    before ``:budget`` bytes of ``raw`` were reached (so always the first).
+
+    One statement whose ``LIMIT`` is computed first from the next ``size`` rows'
+    ``length(raw)`` (PostgreSQL's ``length(bytea)`` reads the toast header and SQLite's
+    ``length(blob)`` the record header: neither reads the bytes): ``size`` when their
+    sum is under the budget (the common case: one aggregate over the index range),
+    else the number of rows whose running sum before them is (a window over those
+    ``size`` lengths). Only then are the rows read whole.
+    """
+    budget = bindparam("budget", type_=BigInteger)
+
+    def ahead(*columns: Any) -> Any:
+        return (
+            select(*columns, func.coalesce(func.length(Journal.raw), 0).label("size"))
+            .where(_RUN_KEY, Journal.seq >= bindparam("from_seq"))
+            .order_by(Journal.seq)
+            .limit(size)
+            .subquery()
+        )
+
+    sizes = ahead()
+    total = select(func.sum(sizes.c.size)).scalar_subquery()
+    seqs = ahead(Journal.seq.label("seq"))
+    before = func.sum(seqs.c.size).over(order_by=seqs.c.seq) - seqs.c.size
+    sums = select(before.label("before")).subquery()
+    fitting = select(func.count()).where(sums.c.before < budget).scalar_subquery()
+    return (
+        select(*RECORD_COLUMNS)
+        .where(_RUN_KEY, Journal.seq >= bindparam("from_seq"))
+        .order_by(Journal.seq)
+        .limit(case((total < budget, size), else_=fitting))
+    )
+
+
 class RunReads(Repository):
     """The store's reads: every method here only reads (``reindex_log`` repairs the log's
     derived tree from the seals, never a record)."""
@@ -126,45 +174,54 @@ class RunReads(Repository):
         from_seq: int = 1,
         *,
         page_size: int = 1000,
+        page_bytes: int = PAGE_BYTES,
         session: AsyncSession | None = None,
     ) -> AsyncIterator[Record]:
         """``async for record in store.stream(run)``: :meth:`read` in bounded memory.
 
-        Pages of ``page_size`` records by seq, each its own read (records never change once
-        written, so the pages join up; records appended meanwhile are streamed too, up to
-        the page that comes back short). Every record is hash-checked as by :meth:`read`.
+        Pages by seq of at most ``page_size`` records and at most ``page_bytes`` bytes of
+        stored records (but at least one record), each its own read (records never change
+        once written, so the pages join up; records appended meanwhile are streamed too, up
+        to the page that comes back short). Every record is hash-checked as by :meth:`read`.
         """
         run = check_run(run)
         from_seq = check_int(from_seq, "from_seq")
         page_size = check_int(page_size, "page_size", minimum=1, maximum=_MAX_STREAM_PAGE)
+        page_bytes = check_int(page_bytes, "page_bytes", minimum=1)
 
         async def records() -> AsyncIterator[Record]:
-            async for page in self._pages(run, from_seq, page_size, session):
+            async for page in self._pages(run, from_seq, page_size, page_bytes, session):
                 for record in page:
                     yield record
 
         return records()
 
     async def _pages(
-        self, run: RunId, from_seq: int, size: int, session: AsyncSession | None
+        self,
+        run: RunId,
+        from_seq: int,
+        size: int,
+        budget: int,
+        session: AsyncSession | None,
     ) -> AsyncIterator[list[Record]]:
-        """The run's records from ``from_seq`` in pages of ``size``, one read each."""
-        stmt = (
-            select(*RECORD_COLUMNS)
-            .where(self._key(run), Journal.seq >= bindparam("from_seq"))
-            .order_by(Journal.seq)
-            .limit(size)
-        )
+        """The run's records from ``from_seq`` in pages of at most ``size`` records and
+        ``budget`` bytes (besides a page's first record), one read each."""
+        stmt, tenant, run_id = _page_statement(size), self.tenant, str(run)
         at = from_seq
         while True:
 
             async def unit(session: AsyncSession, at: int = at) -> list[Record]:
-                return records_from_rows(await driver_rows(session, stmt, {"from_seq": at}))
+                params = {"tenant": tenant, "run_id": run_id, "from_seq": at, "budget": budget}
+                return records_from_rows(await driver_rows(session, stmt, params))
 
             page = await self._unit(unit, read_only=True, session=session)
-            if page:
-                yield page
-            if len(page) < size:
+            if not page:
+                return
+            yield page
+            # A short page is the run's end unless the budget cut it, which needs the bytes
+            # before its next row (so the page's own bytes) to have reached the budget.
+            # ``Record.raw`` is never shorter than what ``length`` counted for its row.
+            if len(page) < size and sum(len(r.raw) for r in page) < budget:
                 return
             at = page[-1].seq + 1
 
@@ -310,7 +367,7 @@ class RunReads(Repository):
         # snapshots, page by page) are the ones it sealed. Pages keep memory bounded.
         sealed = await self._unit(seal_unit, read_only=True, session=session)
         check = RunCheck(verifier, require_signature)
-        async for page in self._pages(run, 1, STREAM_PAGE, session):
+        async for page in self._pages(run, 1, STREAM_PAGE, PAGE_BYTES, session):
             check.feed(page)
         return check.finish(None if sealed is None else digest(sealed, check.last))
 
