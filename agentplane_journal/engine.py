@@ -34,6 +34,7 @@ __all__ = [
     "PGBOUNCER_OPTION",
     "async_url",
     "create_engine",
+    "open_engine",
     "pgbouncer_connect_args",
     "split_url",
 ]
@@ -144,3 +145,24 @@ def create_engine(url: str | URL, **options: Any) -> AsyncEngine:
     if connect_args:
         options["connect_args"] = connect_args
     return create_async_engine(parsed, **{**implied, **options})
+
+
+def open_engine(url: str, options: dict[str, Any] | None) -> AsyncEngine:
+    """A store's own engine for ``url`` (``connect``): refuses what is not a database URL,
+    hides bound parameters, sizes the PostgreSQL pool; ``options`` win."""
+    if not isinstance(url, str) or "://" not in url:
+        raise ValueError(
+            "url must be a database URL such as postgresql+asyncpg://user@host/db or "
+            "sqlite+aiosqlite:///path/to/journal.db"
+        )
+    target = async_url(url)  # the CLI's URLs: postgresql:// and sqlite:// get async drivers
+    # Bound parameters stay out of error messages and logs: they can hold push secrets.
+    opts: dict[str, Any] = {"hide_parameters": True}
+    if target.get_backend_name() == "postgresql":
+        # Enough connections for a runtime's concurrent appends without queueing on the pool.
+        opts.update(pool_size=10, max_overflow=40)
+    opts.update(options or {})
+    try:
+        return create_engine(target, **opts)
+    except Exception as exc:  # a malformed URL the parser let through
+        raise ValueError(f"cannot open a {target.drivername}:// database: {exc}") from exc

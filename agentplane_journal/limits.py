@@ -11,14 +11,21 @@ validation bug: so every argument is bounded here by what *both* accept, and ref
 from __future__ import annotations
 
 import unicodedata
+from datetime import timedelta
+
+from .ids import RunId
 
 __all__ = [
     "MAX_I64",
     "MAX_KEY_ID_BYTES",
     "MAX_LABEL_BYTES",
     "MAX_U16",
+    "check_int",
     "check_key_id",
     "check_label",
+    "check_run",
+    "check_text",
+    "check_ttl",
     "is_int",
 ]
 
@@ -82,3 +89,49 @@ def check_label(value: object, name: str, *, max_bytes: int = MAX_LABEL_BYTES) -
 def check_key_id(value: object) -> str:
     """A signer's key id: a label of at most :data:`MAX_KEY_ID_BYTES` bytes."""
     return check_label(value, "key_id", max_bytes=MAX_KEY_ID_BYTES)
+
+
+def check_int(value: object, name: str, *, minimum: int = 0, maximum: int = MAX_I64) -> int:
+    """An integer in ``[minimum, maximum]`` (bools refused), or a clear error naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an integer, not {type(value).__name__}")
+    if not minimum <= value <= maximum:
+        raise ValueError(f"{name} must be between {minimum} and {maximum}, got {value}")
+    return value
+
+
+def check_text(
+    value: object, name: str, *, allow_empty: bool = False, max_len: int | None = None
+) -> str:
+    """A string without NUL (empty only if allowed), or a clear error naming ``name``."""
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a string, not {type(value).__name__}")
+    if not allow_empty and not value.strip():
+        raise ValueError(f"{name} must not be empty")
+    if "\x00" in value:
+        raise ValueError(f"{name} must not contain NUL characters")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"{name} is not valid Unicode (it contains a lone surrogate)") from None
+    if max_len is not None and len(value) > max_len:
+        raise ValueError(f"{name} is {len(value)} characters long; the limit is {max_len}")
+    return value
+
+
+def check_run(value: object, name: str = "run") -> RunId:
+    """A :class:`RunId` from a ``RunId`` or its text form."""
+    if isinstance(value, RunId):
+        return value
+    if isinstance(value, str):
+        return RunId.parse(value)
+    raise TypeError(f"{name} must be a RunId or its text form, not {type(value).__name__}")
+
+
+def check_ttl(value: object) -> int:
+    """A lease TTL in whole seconds, at least 1 (an int, an integral float or a timedelta)."""
+    if isinstance(value, timedelta):
+        value = value.total_seconds()
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return check_int(value, "ttl (whole seconds)", minimum=1)

@@ -13,7 +13,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from .ids import RunId
-from .repository import check_int, check_run, check_text
+from .limits import check_int, check_run, check_text
 
 __all__ = [
     "MAX_ATTEMPTS",

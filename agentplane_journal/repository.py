@@ -12,8 +12,8 @@ undoes only the store's part (and on PostgreSQL drops the row locks it took, the
 among them), so the host's transaction stays usable and the host decides. ``RELEASE`` keeps
 the locks to the host's COMMIT, as the guarantees need.
 
-The argument checks live here too: bad input is refused with ``ValueError``/``TypeError``
-before a connection is taken.
+The argument checks the stores run (bad input is refused with ``ValueError``/``TypeError``
+before a connection is taken) are :mod:`agentplane_journal.limits`'s, re-exported here.
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from datetime import timedelta
 from typing import Any, Self, TypeVar
 
 from sqlalchemy.engine import Connection, Engine
@@ -34,9 +33,10 @@ from sqlalchemy.exc import DBAPIError, UnboundExecutionError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from .dialect import READ_ONLY, WRITE_TRANSACTION, Dialect, dialect_for, is_configured
-from .engine import async_url, create_engine
+from .engine import open_engine
 from .errors import BackendError, CommitUnknownError, SchemaOutOfDateError, StoreError
-from .ids import DEFAULT_TENANT, RunId, validate_tenant
+from .ids import DEFAULT_TENANT, validate_tenant
+from .limits import check_int, check_run, check_text, check_ttl
 from .migrate import HEAD_REVISION, check_revision, check_schema, schema_options
 
 __all__ = [
@@ -51,58 +51,6 @@ __all__ = [
 log = logging.getLogger("agentplane_journal.repository")
 
 T = TypeVar("T")
-
-MAX_I64 = 2**63 - 1
-
-
-# -- argument checks (bad input never reaches the database) ----------------------------
-
-
-def check_int(value: object, name: str, *, minimum: int = 0, maximum: int = MAX_I64) -> int:
-    """An integer in ``[minimum, maximum]`` (bools refused), or a clear error naming ``name``."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an integer, not {type(value).__name__}")
-    if not minimum <= value <= maximum:
-        raise ValueError(f"{name} must be between {minimum} and {maximum}, got {value}")
-    return value
-
-
-def check_text(
-    value: object, name: str, *, allow_empty: bool = False, max_len: int | None = None
-) -> str:
-    """A string without NUL (empty only if allowed), or a clear error naming ``name``."""
-    if not isinstance(value, str):
-        raise TypeError(f"{name} must be a string, not {type(value).__name__}")
-    if not allow_empty and not value.strip():
-        raise ValueError(f"{name} must not be empty")
-    if "\x00" in value:
-        raise ValueError(f"{name} must not contain NUL characters")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise ValueError(f"{name} is not valid Unicode (it contains a lone surrogate)") from None
-    if max_len is not None and len(value) > max_len:
-        raise ValueError(f"{name} is {len(value)} characters long; the limit is {max_len}")
-    return value
-
-
-def check_run(value: object, name: str = "run") -> RunId:
-    """A :class:`RunId` from a ``RunId`` or its text form."""
-    if isinstance(value, RunId):
-        return value
-    if isinstance(value, str):
-        return RunId.parse(value)
-    raise TypeError(f"{name} must be a RunId or its text form, not {type(value).__name__}")
-
-
-def check_ttl(value: object) -> int:
-    """A lease TTL in whole seconds, at least 1 (an int, an integral float or a timedelta)."""
-    if isinstance(value, timedelta):
-        value = value.total_seconds()
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    return check_int(value, "ttl (whole seconds)", minimum=1)
-
 
 # -- the shared repository -----------------------------------------------------------
 
@@ -202,11 +150,11 @@ class Repository:
         read_url: str | None = None,
         **kw: Any,
     ) -> Self:
-        engine = _create_engine(url, engine_options)
+        engine = open_engine(url, engine_options)
         read_engine = None
         try:
             if read_url is not None:
-                read_engine = kw["read_engine"] = _create_engine(read_url, engine_options)
+                read_engine = kw["read_engine"] = open_engine(read_url, engine_options)
             store = cls(engine, **kw)
             store._shared.owns_engine = True
             store._shared.owns_read_engine = read_engine is not None
@@ -543,22 +491,3 @@ def _check_read_engine(engine: object, dialect: Dialect) -> AsyncEngine:
             "engine is a replica of the same database"
         )
     return engine
-
-
-def _create_engine(url: str, options: dict[str, Any] | None) -> AsyncEngine:
-    if not isinstance(url, str) or "://" not in url:
-        raise ValueError(
-            "url must be a database URL such as postgresql+asyncpg://user@host/db or "
-            "sqlite+aiosqlite:///path/to/journal.db"
-        )
-    target = async_url(url)  # the CLI's URLs: postgresql:// and sqlite:// get async drivers
-    # Bound parameters stay out of error messages and logs: they can hold push secrets.
-    opts: dict[str, Any] = {"hide_parameters": True}
-    if target.get_backend_name() == "postgresql":
-        # Enough connections for a runtime's concurrent appends without queueing on the pool.
-        opts.update(pool_size=10, max_overflow=40)
-    opts.update(options or {})
-    try:
-        return create_engine(target, **opts)
-    except Exception as exc:  # a malformed URL the parser let through
-        raise ValueError(f"cannot open a {target.drivername}:// database: {exc}") from exc
