@@ -38,10 +38,10 @@ from sqlalchemy import and_, delete, select, tuple_, update
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 from . import logsafe
+from .contracts import PushStore
 from .errors import StoreError
 from .ids import DEFAULT_TENANT, RunId, validate_tenant
 from .models import PushDelivery
-from .push_contract import PushStore
 from .push_rows import PushListing, ResealReport, UnreadableRegistration, check_row, row_names
 from .push_secrets import CREDENTIALS, TOKEN, Binding, RowSecrets
 from .push_values import (

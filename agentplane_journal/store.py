@@ -28,20 +28,20 @@ from __future__ import annotations
 import unicodedata
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 from . import fastpath, pgpath, sqlitepath
 from ._batch import COLUMNS, EFFECT_STARTED, RUN_SEALED, fenced, seal_batch
-from .checkpoint import Checkpoint, Inclusion
+from .contracts import JournalStore
 from .errors import (
     DuplicateEffectError,
     RunSealedError,
     TransactionEndedError,
 )
-from .ids import DEFAULT_TENANT, CaseId, Digest, EffectKey, RunId, validate_tenant
+from .ids import DEFAULT_TENANT, Digest, EffectKey, RunId, validate_tenant
 from .leases import RunControl
 from .limits import check_key_id, check_label
 from .log import TenantLog
@@ -57,7 +57,7 @@ from .repository import (
     check_run,
     check_text,
 )
-from .signing import Signer, Verifier
+from .signing import Signer
 from .statements import (
     digest,
     hot_statements,
@@ -65,86 +65,12 @@ from .statements import (
     stored_int,
     stored_text,
 )
-from .values import Cancellation, Head, Lease
 
 __all__ = ["MAX_INSERT_ROWS", "JournalStore", "RunRead", "SqlJournalStore"]
 
 #: Records per multi-row INSERT. Far under both backends' bound-parameter limits
 #: (12 parameters a row); a batch larger than this costs one more statement per chunk.
 MAX_INSERT_ROWS = 1000
-
-
-# -- the contract ----------------------------------------------------------------------
-
-
-@runtime_checkable
-class JournalStore(Protocol):
-    """agentplane's journal store contract (see the README and ``store-contract.md``)."""
-
-    tenant: str
-
-    def for_tenant(self, name: str) -> JournalStore: ...
-    async def append(
-        self, epoch: int, batch: Sequence[Append], *, session: AsyncSession | None = None
-    ) -> list[Record]: ...
-    async def append_atomic(
-        self,
-        run: RunId,
-        epoch: int,
-        work: Callable[[AsyncSession], Awaitable[Iterable[Append]]],
-        *,
-        session: AsyncSession | None = None,
-    ) -> list[Record]: ...
-    async def read(
-        self, run: RunId, from_seq: int = 1, *, session: AsyncSession | None = None
-    ) -> list[Record]: ...
-    async def head(self, run: RunId, *, session: AsyncSession | None = None) -> Head: ...
-    async def acquire(
-        self, run: RunId, owner: str, ttl: int, *, session: AsyncSession | None = None
-    ) -> Lease: ...
-    async def release_lease(
-        self, run: RunId, epoch: int, *, session: AsyncSession | None = None
-    ) -> None: ...
-    async def seal(
-        self, run: RunId, epoch: int, outcome: str, *, session: AsyncSession | None = None
-    ) -> Digest: ...
-    async def sealed_runs(
-        self, *, session: AsyncSession | None = None
-    ) -> list[tuple[RunId, Digest]]: ...
-    async def checkpoint(self, *, session: AsyncSession | None = None) -> Checkpoint: ...
-    async def consistency_proof(
-        self, old_size: int, *, session: AsyncSession | None = None
-    ) -> list[Digest]: ...
-    async def inclusion_proof(
-        self, run: RunId, *, session: AsyncSession | None = None
-    ) -> Inclusion | None: ...
-    async def runs_by_outcome(
-        self, outcome: str, limit: int, *, session: AsyncSession | None = None
-    ) -> list[RunId]: ...
-    async def recent_runs(
-        self,
-        after: tuple[RunId, int] | None = None,
-        limit: int = 100,
-        *,
-        session: AsyncSession | None = None,
-    ) -> list[tuple[RunId, int]]: ...
-    async def case_history(
-        self, case: CaseId, limit: int, *, session: AsyncSession | None = None
-    ) -> list[Record]: ...
-    async def request_cancel(
-        self, run: RunId, actor: str, reason: str, *, session: AsyncSession | None = None
-    ) -> bool: ...
-    async def cancellation(
-        self, run: RunId, *, session: AsyncSession | None = None
-    ) -> Cancellation | None: ...
-    async def verify(
-        self,
-        run: RunId,
-        verifier: Verifier | None = None,
-        require_signature: bool = False,
-        *,
-        session: AsyncSession | None = None,
-    ) -> Digest: ...
 
 
 @dataclass(frozen=True, slots=True)
