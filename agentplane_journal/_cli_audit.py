@@ -1,8 +1,10 @@
 """The audit commands, ``verify`` and ``export``: every record of a run checked as a verifier would.
 
-Both read runs page by page (:data:`_AUDIT_PAGE` runs, records and seals, per transaction)
-and judge each as ``SqlJournalStore.verify`` would; ``--all`` carries on past a bad run,
-names it, and fails at the end.
+Both read runs page by page (:data:`_AUDIT_PAGE` runs, records and seals, per transaction,
+and at most ``PAGE_BYTES`` of records: a page whose runs hold more is read in parts, and a
+run larger than that by itself is read in a stream's pages) and judge each as
+``SqlJournalStore.verify`` would; ``--all`` carries on past a bad run, names it, and fails at
+the end.
 
 Export format (``export RUN | --all``): JSON lines, UTF-8, one object per line, so that a
 verifier needs nothing of this package but SHA-256, Ed25519 and RFC 6962:
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from . import _cli_format as fmt
@@ -49,15 +52,40 @@ def _judge(
     run: RunId, read: RunRead, verifier: Verifier | None, require: bool
 ) -> tuple[dict[str, Any], Digest | None]:
     """What ``verify(run)`` would say of a run read by ``read_runs``, and its sealed head."""
+    check = RunCheck(verifier, require)
     try:
         if read.error is not None:
             raise read.error
-        check = RunCheck(verifier, require)
         check.feed(read.records)
+    except CorruptRecordError as exc:
+        return _failed(run, exc), None
+    return _finish(run, read, check)
+
+
+async def _judge_pages(
+    store: SqlJournalStore, run: RunId, read: RunRead, verifier: Verifier | None, require: bool
+) -> tuple[dict[str, Any], Digest | None]:
+    """:func:`_judge` of a run too large for a page of runs: its records read page by page
+    (``store.pages``, as ``verify`` reads them), after its seal (read with ``read``)."""
+    check = RunCheck(verifier, require)
+    try:
+        async for page in store.pages(run):
+            check.feed(page)
+    except CorruptRecordError as exc:
+        return _failed(run, exc), None
+    return _finish(run, read, check)
+
+
+def _failed(run: RunId, exc: CorruptRecordError) -> dict[str, Any]:
+    return {"run": str(run), "ok": False, "seq": exc.seq, "error": exc.detail}
+
+
+def _finish(run: RunId, read: RunRead, check: RunCheck) -> tuple[dict[str, Any], Digest | None]:
+    try:
         sealed = None if read.sealed is None else digest(read.sealed, check.last)
         head = check.finish(sealed)
     except CorruptRecordError as exc:
-        return {"run": str(run), "ok": False, "seq": exc.seq, "error": exc.detail}, None
+        return _failed(run, exc), None
     result = {
         "run": str(run),
         "ok": True,
@@ -68,14 +96,37 @@ def _judge(
     return result, sealed
 
 
+async def _parts(
+    store: SqlJournalStore, runs: list[RunId | str]
+) -> AsyncIterator[tuple[list[RunId | str], dict[RunId, RunRead]]]:
+    """A page's runs in order, read in parts of at most ``PAGE_BYTES`` of records (each
+    part one ``read_runs``, yielded before the next is read): ``(runs, reads)`` per part,
+    where ``runs`` also carries the stored ids that are not run ids, in their place."""
+    pending = [r for r in runs if not isinstance(r, str)]
+    at = 0
+    while at < len(runs):
+        reads = await store.read_runs(pending) if pending else {}
+        part: list[RunId | str] = []
+        while at < len(runs) and (isinstance(runs[at], str) or runs[at] in reads):
+            part.append(runs[at])
+            at += 1
+        pending = [r for r in pending if r not in reads]
+        yield part, reads
+
+
 async def _verify_page(
     store: SqlJournalStore, page: list[RunId | str], verifier: Verifier | None, require: bool
 ) -> list[dict[str, Any]]:
-    reads = await store.read_runs([r for r in page if not isinstance(r, str)])
-    return [
-        _not_a_run(run) if isinstance(run, str) else _judge(run, reads[run], verifier, require)[0]
-        for run in page
-    ]
+    results = []
+    async for part, reads in _parts(store, page):
+        for run in part:
+            if isinstance(run, str):
+                results.append(_not_a_run(run))
+            elif reads[run].whole:
+                results.append(_judge(run, reads[run], verifier, require)[0])
+            else:
+                results.append((await _judge_pages(store, run, reads[run], verifier, require))[0])
+    return results
 
 
 async def cmd_verify(args: argparse.Namespace) -> int:
@@ -141,37 +192,91 @@ async def cmd_export(args: argparse.Namespace) -> int:
         failed = 0
         for start in range(0, len(runs), _AUDIT_PAGE):
             page = runs[start : start + _AUDIT_PAGE]
-            reads = await store.read_runs([r for r in page if not isinstance(r, str)])
-            logged = [
-                r.position
-                for r in reads.values()
-                if r.position is not None and r.position < cp.size
-            ]
-            paths = await store.inclusion_paths_at(cp.size, logged)
-            for run in page:
-                sealed = None
-                if isinstance(run, str):
-                    problem = _not_a_run(run)
-                else:
-                    problem, sealed = _judge(run, reads[run], None, False)
-                if not problem["ok"]:
-                    # What verify checks: a run that would fail it is reported, not exported.
-                    line = f"FAILED {run} seq {problem['seq']}: {problem['error']}"
-                    if not args.all:
-                        raise _Exit(1, line)
-                    # An audit carries on past a bad run, names it, and fails at the end.
-                    progress.close()
-                    print(f"{PROG}: {line}", file=sys.stderr)
-                    failed += 1
-                    continue
-                read = reads[run]  # type: ignore[index]
-                for record in read.records:
-                    out.write(fmt.export_record(run, record) + "\n")
-                if sealed is not None and read.position in paths:
-                    inc = Inclusion(read.position, cp.size, sealed, tuple(paths[read.position]))
-                    out.write(fmt.export_inclusion(run, inc) + "\n")
+            async for part, reads in _parts(store, page):
+                logged = [
+                    r.position
+                    for r in reads.values()
+                    if r.position is not None and r.position < cp.size
+                ]
+                paths = await store.inclusion_paths_at(cp.size, logged)
+                for run in part:
+                    failed += await _export_run(
+                        store, run, reads, paths, cp.size, args.all, progress
+                    )
             progress.update(start + len(page))
         progress.close()
     if failed:
         print(f"{PROG}: {failed} run(s) FAILED and were left out of the export", file=sys.stderr)
     return 1 if failed else 0
+
+
+async def _export_run(
+    store: SqlJournalStore,
+    run: RunId | str,
+    reads: dict[RunId, RunRead],
+    paths: dict[int, list[Digest]],
+    size: int,
+    every: bool,
+    progress: fmt.Progress,
+) -> int:
+    """Write one run's records and inclusion line; 1 if it fails what verify checks."""
+    sealed = None
+    if isinstance(run, str):
+        problem = _not_a_run(run)
+    elif reads[run].whole:
+        problem, sealed = _judge(run, reads[run], None, False)
+    else:
+        # Checked in pages first, then read again and written: only a run that verifies is
+        # exported, in the memory of a page.
+        problem, sealed = await _judge_pages(store, run, reads[run], None, False)
+    if problem["ok"]:
+        read = reads[run]  # type: ignore[index]
+        if read.whole:
+            for record in read.records:
+                sys.stdout.write(fmt.export_record(run, record) + "\n")
+        else:
+            problem = await _export_pages(store, run, problem)  # type: ignore[arg-type]
+    if not problem["ok"]:
+        # What verify checks: a run that would fail it is reported, not exported.
+        line = f"FAILED {run} seq {problem['seq']}: {problem['error']}"
+        if not every:
+            raise _Exit(1, line)
+        # An audit carries on past a bad run, names it, and fails at the end.
+        progress.close()
+        print(f"{PROG}: {line}", file=sys.stderr)
+        return 1
+    read = reads[run]  # type: ignore[index]
+    if sealed is not None and read.position in paths:
+        inc = Inclusion(read.position, size, sealed, tuple(paths[read.position]))
+        sys.stdout.write(fmt.export_inclusion(run, inc) + "\n")
+    return 0
+
+
+async def _export_pages(
+    store: SqlJournalStore, run: RunId, judged: dict[str, Any]
+) -> dict[str, Any]:
+    """Write the records :func:`_judge_pages` checked, read again page by page, each one
+    linked to the one before and the last the head that was checked (so they are the
+    records checked; rows changed in between fail the run, after its written prefix)."""
+    last, head, prev, expected = judged["records"], judged["head"], Digest.ZERO, 1
+    async for page in store.pages(run):
+        for record in page:
+            if record.seq > last:
+                break
+            if record.seq != expected or record.prev_hash != prev:
+                return {
+                    "ok": False,
+                    "seq": record.seq,
+                    "error": "the run's rows changed while it was exported",
+                }
+            sys.stdout.write(fmt.export_record(run, record) + "\n")
+            prev, expected = record.hash, expected + 1
+        if expected > last:
+            break
+    if expected <= last or prev.hex() != head:
+        return {
+            "ok": False,
+            "seq": expected,
+            "error": "the run's rows changed while it was exported",
+        }
+    return judged

@@ -13,12 +13,11 @@ store's ``__init__`` sets ``_log``).
 
 from __future__ import annotations
 
-import functools
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import BigInteger, and_, bindparam, case, func, literal, or_, select, tuple_, union
+from sqlalchemy import and_, func, literal, or_, select, tuple_, union
 from sqlalchemy.engine import Connection
 from sqlalchemy.engine.cursor import _DEFAULT_FETCH as _PLAIN_FETCH
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -35,6 +34,7 @@ from .signing import Verifier
 from .statements import (
     RECORD_COLUMNS,
     digest,
+    page_statement,
     record_from_row,
     records_from_rows,
     stored_int,
@@ -63,13 +63,16 @@ class RunRead:
 
     ``records`` stops before the first row that is corrupt (``error`` names its seq);
     ``sealed`` is the run's ``run_seal.chain_head`` column as stored (``None``: not
-    sealed), ``position`` its leaf in the stored tree.
+    sealed), ``position`` its leaf in the stored tree. ``whole`` is false for a run whose
+    records alone exceed the page's byte budget: none were read (``records`` is empty);
+    check it page by page with :meth:`RunReads.pages`, as ``verify`` does.
     """
 
     records: list[Record]
     error: CorruptRecordError | None = None
     sealed: Any = None
     position: int | None = None
+    whole: bool = True
 
 
 async def driver_rows(
@@ -97,47 +100,6 @@ def _driver_rows(conn: Connection, stmt: Any, params: dict[str, Any] | None) -> 
         return list(result)
     finally:
         result.close()
-
-
-#: A run's rows, by ``:tenant`` and ``:run_id``: the page statement is built once per size.
-_RUN_KEY = and_(Journal.tenant == bindparam("tenant"), Journal.run_id == bindparam("run_id"))
-
-
-@functools.lru_cache(maxsize=16)
-def _page_statement(size: int) -> Any:
-    """The run's records from ``:from_seq``: at most ``size``, and only those stored
-    before ``:budget`` bytes of ``raw`` were reached (so always the first).
-
-    One statement whose ``LIMIT`` is computed first from the next ``size`` rows'
-    ``length(raw)`` (PostgreSQL's ``length(bytea)`` reads the toast header and SQLite's
-    ``length(blob)`` the record header: neither reads the bytes): ``size`` when their
-    sum is under the budget (the common case: one aggregate over the index range),
-    else the number of rows whose running sum before them is (a window over those
-    ``size`` lengths). Only then are the rows read whole.
-    """
-    budget = bindparam("budget", type_=BigInteger)
-
-    def ahead(*columns: Any) -> Any:
-        return (
-            select(*columns, func.coalesce(func.length(Journal.raw), 0).label("size"))
-            .where(_RUN_KEY, Journal.seq >= bindparam("from_seq"))
-            .order_by(Journal.seq)
-            .limit(size)
-            .subquery()
-        )
-
-    sizes = ahead()
-    total = select(func.sum(sizes.c.size)).scalar_subquery()
-    seqs = ahead(Journal.seq.label("seq"))
-    before = func.sum(seqs.c.size).over(order_by=seqs.c.seq) - seqs.c.size
-    sums = select(before.label("before")).subquery()
-    fitting = select(func.count()).where(sums.c.before < budget).scalar_subquery()
-    return (
-        select(*RECORD_COLUMNS)
-        .where(_RUN_KEY, Journal.seq >= bindparam("from_seq"))
-        .order_by(Journal.seq)
-        .limit(case((total < budget, size), else_=fitting))
-    )
 
 
 class RunReads(Repository):
@@ -196,6 +158,23 @@ class RunReads(Repository):
 
         return records()
 
+    def pages(
+        self,
+        run: RunId,
+        from_seq: int = 1,
+        *,
+        page_size: int = STREAM_PAGE,
+        page_bytes: int = PAGE_BYTES,
+        session: AsyncSession | None = None,
+    ) -> AsyncIterator[list[Record]]:
+        """:meth:`stream` a page at a time (``RunCheck.feed`` takes pages): the same pages,
+        the same checks, the same bounds."""
+        run = check_run(run)
+        from_seq = check_int(from_seq, "from_seq")
+        page_size = check_int(page_size, "page_size", minimum=1, maximum=_MAX_STREAM_PAGE)
+        page_bytes = check_int(page_bytes, "page_bytes", minimum=1)
+        return self._pages(run, from_seq, page_size, page_bytes, session)
+
     async def _pages(
         self,
         run: RunId,
@@ -206,7 +185,7 @@ class RunReads(Repository):
     ) -> AsyncIterator[list[Record]]:
         """The run's records from ``from_seq`` in pages of at most ``size`` records and
         ``budget`` bytes (besides a page's first record), one read each."""
-        stmt, tenant, run_id = _page_statement(size), self.tenant, str(run)
+        stmt, tenant, run_id = page_statement(size), self.tenant, str(run)
         at = from_seq
         while True:
 
@@ -226,29 +205,60 @@ class RunReads(Repository):
             at = page[-1].seq + 1
 
     async def read_runs(
-        self, runs: Sequence[RunId], *, session: AsyncSession | None = None
+        self,
+        runs: Sequence[RunId],
+        *,
+        page_bytes: int | None = None,
+        session: AsyncSession | None = None,
     ) -> dict[RunId, RunRead]:
-        """Many runs' records and seals in one transaction of two statements (audits' pages).
+        """Many runs' records and seals in one transaction of three statements (audits' pages).
 
+        Bounded by bytes as a stream's page is: runs are taken in the order given while
+        their records' stored bytes (``length(raw)``, summed per run by the database without
+        reading them) add up to at most ``page_bytes`` (:data:`PAGE_BYTES`), and the result
+        holds only those, in order: a prefix of ``runs``, never empty; read the rest with
+        another call. A first run that alone exceeds the budget comes back with its seal and
+        no records (``RunRead.whole`` false): check it with :meth:`pages`.
         A corrupt row ends its own run's records (``RunRead.error``), never the others'.
-        Memory is the page: keep ``runs`` to a few hundred small runs.
         """
+        budget = PAGE_BYTES if page_bytes is None else page_bytes
+        budget = check_int(budget, "page_bytes", minimum=1)
         runs = [check_run(r) for r in runs]
+        if not runs:
+            return {}
         by_id = {str(r): r for r in runs}
-        stmt = (
-            select(*RECORD_COLUMNS)
+        sizes_stmt = (
+            select(Journal.run_id, func.sum(func.coalesce(func.length(Journal.raw), 0)))
             .where(Journal.tenant == self.tenant, Journal.run_id.in_(list(by_id)))
-            .order_by(Journal.run_id, Journal.seq)
+            .group_by(Journal.run_id)
         )
 
         async def unit(session: AsyncSession) -> dict[RunId, RunRead]:
-            # Seals first, as verify does: a sealed run's records cannot change after it.
-            seals = await self._log.seals_of(session, list(by_id))
-            out = {r: RunRead([]) for r in runs}
-            for run_id, (head, position) in seals.items():
-                out[by_id[run_id]].sealed, out[by_id[run_id]].position = head, position
+            sizes = {row[0]: row[1] or 0 for row in await driver_rows(session, sizes_stmt)}
+            taken: dict[str, RunId] = {}
+            total = 0
+            for run_id, run in by_id.items():
+                size = sizes.get(run_id, 0)
+                if taken and total + size > budget:
+                    break
+                taken[run_id], total = run, total + size
+            out = {r: RunRead([]) for r in taken.values()}
+            # Seals before records, as verify does: a sealed run's records cannot change
+            # after it.
+            for run_id, (head, position) in (
+                await self._log.seals_of(session, list(taken))
+            ).items():
+                out[taken[run_id]].sealed, out[taken[run_id]].position = head, position
+            if total > budget:  # one run, too large for a page: its pages are read apart
+                next(iter(out.values())).whole = False
+                return out
+            stmt = (
+                select(*RECORD_COLUMNS)
+                .where(Journal.tenant == self.tenant, Journal.run_id.in_(list(taken)))
+                .order_by(Journal.run_id, Journal.seq)
+            )
             for row in await driver_rows(session, stmt):
-                entry = out[by_id[row[6]]]
+                entry = out[taken[row[6]]]
                 if entry.error is None:
                     try:
                         entry.records.append(record_from_row(row))

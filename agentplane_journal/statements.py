@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import bindparam, literal, select, text, true
+from sqlalchemy import BigInteger, and_, bindparam, case, func, literal, select, text, true
 
 from .canon import MAX_DEPTH
 from .dialect import Dialect
@@ -39,6 +39,7 @@ __all__ = [
     "HotStatements",
     "digest",
     "hot_statements",
+    "page_statement",
     "record_from_row",
     "records_from_rows",
     "stored_int",
@@ -68,6 +69,47 @@ RECORD_COLUMNS = (
     Journal.effect_key,
     Journal.case_id,
 )
+
+
+#: A run's rows, by ``:tenant`` and ``:run_id``: the page statement is built once per size.
+_RUN_KEY = and_(Journal.tenant == bindparam("tenant"), Journal.run_id == bindparam("run_id"))
+
+
+@functools.lru_cache(maxsize=16)
+def page_statement(size: int) -> Any:
+    """The run's records from ``:from_seq``: at most ``size``, and only those stored
+    before ``:budget`` bytes of ``raw`` were reached (so always the first).
+
+    One statement whose ``LIMIT`` is computed first from the next ``size`` rows'
+    ``length(raw)`` (PostgreSQL's ``length(bytea)`` reads the toast header and SQLite's
+    ``length(blob)`` the record header: neither reads the bytes): ``size`` when their
+    sum is under the budget (the common case: one aggregate over the index range),
+    else the number of rows whose running sum before them is (a window over those
+    ``size`` lengths). Only then are the rows read whole.
+    """
+    budget = bindparam("budget", type_=BigInteger)
+
+    def ahead(*columns: Any) -> Any:
+        return (
+            select(*columns, func.coalesce(func.length(Journal.raw), 0).label("size"))
+            .where(_RUN_KEY, Journal.seq >= bindparam("from_seq"))
+            .order_by(Journal.seq)
+            .limit(size)
+            .subquery()
+        )
+
+    sizes = ahead()
+    total = select(func.sum(sizes.c.size)).scalar_subquery()
+    seqs = ahead(Journal.seq.label("seq"))
+    before = func.sum(seqs.c.size).over(order_by=seqs.c.seq) - seqs.c.size
+    sums = select(before.label("before")).subquery()
+    fitting = select(func.count()).where(sums.c.before < budget).scalar_subquery()
+    return (
+        select(*RECORD_COLUMNS)
+        .where(_RUN_KEY, Journal.seq >= bindparam("from_seq"))
+        .order_by(Journal.seq)
+        .limit(case((total < budget, size), else_=fitting))
+    )
 
 
 @dataclass(frozen=True, slots=True)
