@@ -258,25 +258,29 @@ async def _export_pages(
     """Write the records :func:`_judge_pages` checked, read again page by page, each one
     linked to the one before and the last the head that was checked (so they are the
     records checked; rows changed in between fail the run, after its written prefix)."""
-    last, head, prev, expected = judged["records"], judged["head"], Digest.ZERO, 1
-    async for page in store.pages(run):
-        for record in page:
-            if record.seq > last:
-                break
-            if record.seq != expected or record.prev_hash != prev:
-                return {
-                    "ok": False,
-                    "seq": record.seq,
-                    "error": "the run's rows changed while it was exported",
-                }
-            sys.stdout.write(fmt.export_record(run, record) + "\n")
-            prev, expected = record.hash, expected + 1
-        if expected > last:
-            break
-    if expected <= last or prev.hex() != head:
+    last, head, prev, written = judged["records"], judged["head"], Digest.ZERO, 0
+
+    def changed(seq: int) -> dict[str, Any]:
         return {
             "ok": False,
-            "seq": expected,
-            "error": "the run's rows changed while it was exported",
+            "seq": seq,
+            "error": f"the run's rows changed while it was exported, after its first {written} "
+            "records were written: discard them and export it again",
         }
+
+    try:
+        async for page in store.pages(run):
+            for record in page:
+                if written == last:
+                    break
+                if record.seq != written + 1 or record.prev_hash != prev:
+                    return changed(record.seq)
+                sys.stdout.write(fmt.export_record(run, record) + "\n")
+                prev, written = record.hash, written + 1
+            if written == last:
+                break
+    except CorruptRecordError as exc:
+        return changed(exc.seq)
+    if written != last or prev.hex() != head:
+        return changed(written + 1)
     return judged

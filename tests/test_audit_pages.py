@@ -20,7 +20,7 @@ import pytest
 from sqlalchemy import text
 from test_stream import MiB, _bulk_run
 
-from agentplane_journal import RunId, SqlJournalStore, cli
+from agentplane_journal import RunId, SqlJournalStore, cli, reads
 from agentplane_journal.reads import PAGE_BYTES
 
 
@@ -149,3 +149,52 @@ def test_verify_and_export_all_hold_a_page_not_a_run_of_large_records(
     err = capsys.readouterr().err
     assert code == 1 and f"FAILED {big} seq 150" in err
     assert out.lines == 1 + 3 * 3  # the big run left out whole, the others exported
+
+
+@pytest.mark.parametrize("dialect", ["sqlite", "postgresql"])
+def test_export_fails_a_run_whose_rows_change_between_its_check_and_its_writing(
+    dialect: str,
+    request: pytest.FixtureRequest,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A run too large for a page of runs is checked page by page, then read again to be
+    # written: rows deleted in between must fail it, not export what was never checked.
+    make = request.getfixturevalue(f"{dialect}_database" if dialect == "sqlite" else "pg_database")
+    url = make()
+
+    async def build() -> RunId:
+        store = await SqlJournalStore.connect(url)
+        try:
+            return await _bulk_run(store, 40, pad=100)
+        finally:
+            await store.close()
+
+    run = asyncio.run(build())
+    monkeypatch.setattr(reads, "PAGE_BYTES", 1000)  # the run no longer fits a page of runs
+    pages, calls = SqlJournalStore.pages, []
+
+    def pages_then_delete(self: SqlJournalStore, run: RunId, *a: Any, **kw: Any) -> Any:
+        calls.append(run)
+
+        async def gen() -> Any:
+            if len(calls) == 2:  # the export's second read: a row goes first
+
+                async def unit(session: Any) -> None:
+                    await session.execute(
+                        text("DELETE FROM journal WHERE run_id = :r AND seq = 30"), {"r": str(run)}
+                    )
+
+                await self._unit(unit)
+            async for page in pages(self, run, *a, **kw):
+                yield page
+
+        return gen()
+
+    monkeypatch.setattr(SqlJournalStore, "pages", pages_then_delete)
+    code, out, _ = _traced(["export", "--all", "--url", url])
+    err = capsys.readouterr().err
+    assert calls == [run, run]
+    assert code == 1 and f"FAILED {run} seq 31: the run's rows changed" in err, err
+    assert "after its first 29 records were written" in err
+    assert out.lines == 1 + 29  # the header, and the prefix written before the change
