@@ -26,7 +26,9 @@ verifier needs nothing of this package but SHA-256, Ed25519 and RFC 6962:
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
+import tempfile
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
@@ -44,6 +46,9 @@ from .store import RunRead, SqlJournalStore
 
 if TYPE_CHECKING:
     from .signing import Verifier
+
+#: A large run's export lines are held in memory up to this, then in a temporary file.
+_SPOOL_BYTES = 4 << 20
 
 _AUDIT_PAGE = 200  # runs read (records and seals) per transaction by verify/export --all
 
@@ -257,30 +262,35 @@ async def _export_pages(
 ) -> dict[str, Any]:
     """Write the records :func:`_judge_pages` checked, read again page by page, each one
     linked to the one before and the last the head that was checked (so they are the
-    records checked; rows changed in between fail the run, after its written prefix)."""
+    records checked). They are spooled first (to a temporary file past a few pages) and
+    copied to the output only once the whole run has been read again, so rows changed in
+    between fail the run with nothing of it written."""
     last, head, prev, written = judged["records"], judged["head"], Digest.ZERO, 0
 
     def changed(seq: int) -> dict[str, Any]:
         return {
             "ok": False,
             "seq": seq,
-            "error": f"the run's rows changed while it was exported, after its first {written} "
-            "records were written: discard them and export it again",
+            "error": "the run's rows changed while it was exported (nothing of it was "
+            "written): export it again",
         }
 
-    try:
-        async for page in store.pages(run):
-            for record in page:
+    with tempfile.SpooledTemporaryFile(max_size=_SPOOL_BYTES, mode="w+", encoding="utf-8") as spool:
+        try:
+            async for page in store.pages(run):
+                for record in page:
+                    if written == last:
+                        break
+                    if record.seq != written + 1 or record.prev_hash != prev:
+                        return changed(record.seq)
+                    spool.write(fmt.export_record(run, record) + "\n")
+                    prev, written = record.hash, written + 1
                 if written == last:
                     break
-                if record.seq != written + 1 or record.prev_hash != prev:
-                    return changed(record.seq)
-                sys.stdout.write(fmt.export_record(run, record) + "\n")
-                prev, written = record.hash, written + 1
-            if written == last:
-                break
-    except CorruptRecordError as exc:
-        return changed(exc.seq)
-    if written != last or prev.hex() != head:
-        return changed(written + 1)
+        except CorruptRecordError as exc:
+            return changed(exc.seq)
+        if written != last or prev.hex() != head:
+            return changed(written + 1)
+        spool.seek(0)
+        shutil.copyfileobj(spool, sys.stdout)
     return judged
