@@ -35,6 +35,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 from . import fastpath, pgpath, sqlitepath
 from ._batch import COLUMNS, EFFECT_STARTED, RUN_SEALED, fenced, seal_batch
+from .audit_reads import AuditReads, RunRead
 from .contracts import JournalStore
 from .errors import (
     DuplicateEffectError,
@@ -47,7 +48,7 @@ from .limits import check_key_id, check_label
 from .log import TenantLog
 from .models import Journal, RunOutcome
 from .reads import STREAM_PAGE as STREAM_PAGE  # where it was defined before reads.py
-from .reads import RunRead, RunReads
+from .reads import RunReads
 from .record import Append, Record
 from .repository import (
     TransactionAnchor,
@@ -83,7 +84,7 @@ class _RunState:
     head_hash: Digest
 
 
-class SqlJournalStore(RunReads, RunControl):
+class SqlJournalStore(RunReads, AuditReads, RunControl):
     """agentplane's journal store over SQLAlchemy's async engine (PostgreSQL or SQLite).
 
     Build it over an existing ``AsyncEngine`` (a host application's own works; SQLite's
