@@ -54,7 +54,8 @@ def node_hash(left: Digest, right: Digest) -> Digest:
     return Digest._trusted(_sha256(b"\x01" + bytes(left) + bytes(right)).digest())
 
 
-def _node(left: bytes, right: bytes) -> bytes:
+def raw_node(left: bytes, right: bytes) -> bytes:
+    """:func:`node_hash` over raw bytes (the inner loops of proofs and the stored tree)."""
     return _sha256(b"\x01" + left + right).digest()
 
 
@@ -68,7 +69,7 @@ def _raw(leaves: Sequence[Digest]) -> list[bytes]:
 
 
 def _next_level(level: list[bytes]) -> list[bytes]:
-    up = [_node(level[i], level[i + 1]) for i in range(0, len(level) - 1, 2)]
+    up = [raw_node(level[i], level[i + 1]) for i in range(0, len(level) - 1, 2)]
     if len(level) % 2:
         up.append(level[-1])
     return up
@@ -139,7 +140,7 @@ def _subproof(
         if not complete:
             proof.append(_root_of(raw[lo:hi]))
         return
-    k = _split(n)
+    k = split_point(n)
     if m <= k:
         _subproof(m, raw, lo, lo + k, complete, proof)
         proof.append(_root_of(raw[lo + k : hi]))
@@ -148,7 +149,7 @@ def _subproof(
         proof.append(_root_of(raw[lo : lo + k]))
 
 
-def _split(n: int) -> int:
+def split_point(n: int) -> int:
     """The largest power of two strictly smaller than ``n`` (n > 1)."""
     return 1 << ((n - 1).bit_length() - 1)
 
@@ -189,13 +190,13 @@ def verify_inclusion(
         if sn == 0:
             return False  # proof longer than the path
         if fn & 1 or fn == sn:
-            r = _node(p, r)
+            r = raw_node(p, r)
             if not fn & 1:
                 while fn and not fn & 1:
                     fn >>= 1
                     sn >>= 1
         else:
-            r = _node(r, p)
+            r = raw_node(r, p)
         fn >>= 1
         sn >>= 1
     return sn == 0 and r == bytes(root)
@@ -236,14 +237,14 @@ def verify_consistency(
         if sn == 0:
             return False
         if fn & 1 or fn == sn:
-            fr = _node(c, fr)
-            sr = _node(c, sr)
+            fr = raw_node(c, fr)
+            sr = raw_node(c, sr)
             if not fn & 1:
                 while fn and not fn & 1:
                     fn >>= 1
                     sn >>= 1
         else:
-            sr = _node(sr, c)
+            sr = raw_node(sr, c)
         fn >>= 1
         sn >>= 1
     return sn == 0 and fr == bytes(old_root) and sr == bytes(new_root)

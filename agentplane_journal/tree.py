@@ -23,10 +23,10 @@ statement, so a missing one means the stored tree is damaged).
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterator, Mapping
 
 from .ids import Digest
+from .merkle import raw_node, split_point
 
 __all__ = [
     "MAX_LEVEL",
@@ -49,8 +49,6 @@ position anyway."""
 Node = tuple[int, int]
 """``(level, index)``: the perfect subtree over leaves ``[index << level, (index+1) << level)``."""
 
-_sha256 = hashlib.sha256
-
 
 class MissingNodeError(LookupError):
     """A proof or root needs a stored node that is not there (a damaged stored tree)."""
@@ -63,15 +61,6 @@ class MissingNodeError(LookupError):
             f"the stored tree lacks node (level {level}, index {index}), which covers leaves "
             f"{first}..{first + (1 << level) - 1}"
         )
-
-
-def _node(left: bytes, right: bytes) -> bytes:
-    return _sha256(b"\x01" + left + right).digest()
-
-
-def _split(n: int) -> int:
-    """The largest power of two strictly smaller than ``n`` (n > 1)."""
-    return 1 << ((n - 1).bit_length() - 1)
 
 
 def frontier(size: int) -> list[Node]:
@@ -98,7 +87,7 @@ def _fold(nodes: list[Node], hashes: Mapping[Node, bytes]) -> bytes:
     try:
         acc = hashes[nodes[-1]]
         for node in reversed(nodes[:-1]):
-            acc = _node(hashes[node], acc)
+            acc = raw_node(hashes[node], acc)
     except KeyError as missing:
         raise MissingNodeError(missing.args[0]) from None
     return acc
@@ -116,7 +105,7 @@ def inclusion_ranges(index: int, size: int) -> list[tuple[int, int]]:
     out: list[tuple[int, int]] = []
     lo, hi = 0, size
     while hi - lo > 1:
-        k = _split(hi - lo)
+        k = split_point(hi - lo)
         if index < lo + k:
             out.append((lo + k, hi))
             hi = lo + k
@@ -140,7 +129,7 @@ def consistency_ranges(old_size: int, size: int) -> list[tuple[int, int]]:
             if not complete:
                 out.append((lo, hi))
             break
-        k = _split(hi - lo)
+        k = split_point(hi - lo)
         if m <= k:
             out.append((lo + k, hi))
             hi = lo + k
@@ -170,7 +159,7 @@ def new_nodes(position: int, leaf: bytes, hashes: Mapping[Node, bytes]) -> list[
         left = (level, index - 1)
         if left not in hashes:
             raise MissingNodeError(left)
-        acc = _node(hashes[left], acc)
+        acc = raw_node(hashes[left], acc)
         level, index = level + 1, index >> 1
         out.append(((level, index), acc))
     return out
