@@ -38,6 +38,7 @@ from . import _pgsql, _pool
 from .errors import BackendError, CommitUnknownError, DuplicateEffectError
 from .ids import Digest, EffectKey, RunId
 from .record import Record
+from .repository import describe
 
 __all__ = ["GENERAL", "Request", "Writer", "schema_of"]
 
@@ -90,14 +91,8 @@ def schema_of(bind: Any) -> tuple[bool, str | None]:
     return False, None  # per-table maps: the general path's compiler applies them
 
 
-def _driver_error(exc: BaseException) -> str:
-    sqlstate = getattr(exc, "sqlstate", None)
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    return f"{type(exc).__name__}{f' [{sqlstate}]' if sqlstate else ''}: {text}"
-
-
 def _unknown(exc: BaseException) -> CommitUnknownError:
-    error = CommitUnknownError(_driver_error(exc))
+    error = CommitUnknownError(describe(exc))
     error.__cause__ = exc
     return error
 
@@ -252,7 +247,7 @@ class Writer:
                 return GENERAL  # which of the keys had started: the general path says
             if getattr(exc, "sqlstate", None) == "23505":
                 return GENERAL  # the key refused a stale head: the general path
-            error = BackendError(_driver_error(exc))
+            error = BackendError(describe(exc))
             error.__cause__ = exc
             return error
         return self._settle(r, _pgsql.one_outcome(r.run, r.epoch, rows[0] if rows else None))

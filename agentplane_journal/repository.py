@@ -462,10 +462,11 @@ def _database(engine: Engine) -> str | None:
     return name
 
 
-def describe(exc: DBAPIError) -> str:
-    """One line naming the driver error and its SQLSTATE, for error messages."""
+def describe(exc: BaseException) -> str:
+    """One line naming the driver error and its SQLSTATE, for error messages: of a
+    SQLAlchemy ``DBAPIError`` (its driver's exception) or of a driver's own exception."""
     driver = getattr(exc, "orig", None) or exc
-    code = getattr(getattr(exc, "driver_exception", None), "sqlstate", None)
+    code = getattr(getattr(exc, "driver_exception", exc), "sqlstate", None)
     text = str(driver).strip().splitlines()[0] if str(driver).strip() else type(driver).__name__
     return f"{type(driver).__name__}{f' [{code}]' if code else ''}: {text}"
 
