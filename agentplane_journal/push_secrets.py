@@ -53,27 +53,24 @@ class RowSecrets:
         return open_secret(
             self._keyring,
             stored,
-            tenant=self._tenant,
-            task_id=row.task_id,
-            config_id=row.config_id,
-            column=column,
-            url=row.url,
-            auth_scheme=row.auth_scheme,
+            **self._binding(row, column),
             accept_plaintext=self._accept_plaintext,
         )
 
     def seal(self, row: Any, column: str, value: str | None) -> str | None:
         """``value`` as ``column`` of ``row`` stores it: sealed, or plain without a key."""
-        return seal_secret(
-            self._keyring,
-            value,
-            tenant=self._tenant,
-            task_id=row.task_id,
-            config_id=row.config_id,
-            column=column,
-            url=row.url,
-            auth_scheme=row.auth_scheme,
-        )
+        return seal_secret(self._keyring, value, **self._binding(row, column))
+
+    def _binding(self, row: Any, column: str) -> dict[str, Any]:
+        """What a sealed value is bound to (its associated data): the row and the column."""
+        return {
+            "tenant": self._tenant,
+            "task_id": row.task_id,
+            "config_id": row.config_id,
+            "column": column,
+            "url": row.url,
+            "auth_scheme": row.auth_scheme,
+        }
 
     def config(self, row: Any, *, cursor: bool = False) -> PushConfig:
         """The row as a configuration, or a :class:`StoreError` naming what is wrong with it."""
