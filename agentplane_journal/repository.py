@@ -26,7 +26,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any, Self, TypeVar
+from typing import Any, NoReturn, Self, TypeVar
 
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError, UnboundExecutionError
@@ -280,20 +280,8 @@ class Repository:
                 await _quiet_rollback(session)
                 raise CommitUnknownError(f"{type(exc).__name__}: {exc}") from exc
             return result
-        except _Passthrough as passthrough:
-            await _quiet_rollback(session)
-            raise passthrough.error from None
-        except DBAPIError as exc:
-            await _quiet_rollback(session)
-            if stage == "commit" and self._shared.dialect.connection_lost(exc):
-                raise CommitUnknownError(describe(exc)) from exc
-            raise self._translated(exc, translate) from exc
-        except OSError as exc:
-            await _quiet_rollback(session)
-            raise BackendError(f"cannot reach the database: {exc}") from exc
-        except BaseException:
-            await _quiet_rollback(session)
-            raise
+        except BaseException as exc:
+            await self._fail(exc, session, translate, committing=stage == "commit")
         finally:
             await session.close()
 
@@ -332,10 +320,8 @@ class Repository:
             # Writes only: a read changes nothing to undo, and the two statements cost a
             # host-session write a tenth to a fifth of its time (bench/session.py, README).
             savepoint = None if read_only else await session.begin_nested()
-        except DBAPIError as exc:
-            raise self._translated(exc, translate) from exc
-        except OSError as exc:
-            raise BackendError(f"cannot reach the database: {exc}") from exc
+        except BaseException as exc:
+            await self._fail(exc, None, translate)
         try:
             try:
                 async with self._schema_for(session, ours=True):
@@ -347,18 +333,31 @@ class Repository:
             if savepoint is not None:
                 await savepoint.commit()
             return result
-        except _Passthrough as passthrough:
-            await _quiet_rollback(savepoint)
-            raise passthrough.error from None
-        except DBAPIError as exc:
-            await _quiet_rollback(savepoint)
+        except BaseException as exc:
+            await self._fail(exc, savepoint, translate)
+
+    async def _fail(
+        self,
+        exc: BaseException,
+        undo: Any,
+        translate: Callable[[DBAPIError], StoreError | None] | None,
+        *,
+        committing: bool = False,
+    ) -> NoReturn:
+        """Roll back ``undo`` (a session, a savepoint, or ``None``) and raise what ``exc``
+        means to a caller: a driver error translated once, here (a connection lost during
+        COMMIT is :class:`CommitUnknownError`), an unreachable database
+        :class:`BackendError`, anything else as it is."""
+        await _quiet_rollback(undo)
+        if isinstance(exc, _Passthrough):
+            raise exc.error from None
+        if isinstance(exc, DBAPIError):
+            if committing and self._shared.dialect.connection_lost(exc):
+                raise CommitUnknownError(describe(exc)) from exc
             raise self._translated(exc, translate) from exc
-        except OSError as exc:
-            await _quiet_rollback(savepoint)
+        if isinstance(exc, OSError):
             raise BackendError(f"cannot reach the database: {exc}") from exc
-        except BaseException:
-            await _quiet_rollback(savepoint)
-            raise
+        raise exc
 
     @asynccontextmanager
     async def _schema_for(self, session: AsyncSession, *, ours: bool) -> AsyncIterator[None]:
