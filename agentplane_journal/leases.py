@@ -10,6 +10,14 @@ this module only takes, renews and frees leases, and records stop requests.
   owners epoch 1).
 * **Release** is an update, never a delete: the epoch stays in the row, so the next acquire
   gets epoch + 1 and the released epoch stays fenced.
+* **Both take the run mutex first** (the run's ``run_activity`` row), as every append and
+  seal does, without moving its ``updated_at`` or leaving a row behind (:func:`_take_mutex`).
+  A lease row that does not exist yet cannot be locked: an append that read "no lease"
+  under the mutex could otherwise commit after a first ``acquire`` had returned. Under the
+  mutex, an append either committed before the lease was written or sees it. The mutex
+  row gets a new version, so a hot statement whose snapshot predates the lease sees its
+  mutex row changed and defers to the general unit; and since a lease row is only written
+  under the mutex, the hot statements, which skip a locked mutex row, never wait on it.
 """
 
 from __future__ import annotations
@@ -25,7 +33,7 @@ from .ids import RunId
 from .limits import MAX_I64, check_label
 from .models import RunCancel, RunLease
 from .repository import Repository, check_int, check_run, check_text, check_ttl
-from .statements import stored_int, stored_text
+from .statements import hot_statements, stored_int, stored_text
 from .values import Cancellation, Lease
 
 __all__ = ["RunControl"]
@@ -55,6 +63,13 @@ class RunControl(Repository):
         d = self._dialect
 
         async def unit(session: AsyncSession) -> Lease:
+            claimed = await self._take_mutex(session, run, claim=True)
+            lease = await take(session)
+            if claimed:
+                await self._drop_claim(session, run)
+            return lease
+
+        async def take(session: AsyncSession) -> Lease:
             for _ in range(8):
                 now = self._now()
                 stmt = d.insert(RunLease).values(
@@ -116,9 +131,32 @@ class RunControl(Repository):
         )
 
         async def unit(session: AsyncSession) -> None:
+            await self._take_mutex(session, run, claim=False)  # no row: no append to fence
             await session.execute(stmt)
 
         await self._unit(unit, session=session)
+
+    async def _take_mutex(self, session: AsyncSession, run: RunId, *, claim: bool) -> bool:
+        """Take the run mutex for a lease change; ``True`` if that inserted the activity row,
+        which :meth:`_drop_claim` must delete before COMMIT (a lease is not activity)."""
+        statements = hot_statements(self._dialect)
+        params = {"tenant": self.tenant, "run_id": str(run), "now": self._now()}
+        of = {"of_tenant": self.tenant, "of_run_id": str(run)}
+        conn = await session.connection()
+        for _ in range(8):
+            if (await conn.execute(statements.run_touch, of)).first() is not None:
+                return False
+            if not claim:
+                return False
+            # No row yet: insert one, or wait for a first append's uncommitted one and,
+            # once it committed, take that row's lock on the next turn.
+            if (await conn.execute(statements.run_claim, params)).first() is not None:
+                return True
+        raise BackendError(f"the activity row of {run} kept changing while locking it; retry")
+
+    async def _drop_claim(self, session: AsyncSession, run: RunId) -> None:
+        of = {"of_tenant": self.tenant, "of_run_id": str(run)}
+        await (await session.connection()).execute(hot_statements(self._dialect).run_unclaim, of)
 
     # -- cancellation ------------------------------------------------------------------
 

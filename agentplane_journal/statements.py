@@ -15,7 +15,19 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import BigInteger, and_, bindparam, case, func, literal, select, text, true
+from sqlalchemy import (
+    BigInteger,
+    and_,
+    bindparam,
+    case,
+    delete,
+    func,
+    literal,
+    select,
+    text,
+    true,
+    update,
+)
 
 from .canon import MAX_DEPTH
 from .dialect import Dialect
@@ -123,6 +135,15 @@ class HotStatements:
     #: Upsert of the run's activity row: bumps ``updated_at`` (never backwards) and takes
     #: the row lock that serialises every writer of the run until COMMIT.
     run_mutex: Any
+    #: The run mutex for lease changes (``acquire``, ``release_lease``), which must not move
+    #: ``updated_at`` or leave an activity row behind: an UPDATE that writes a new version
+    #: of an existing row (so a hot statement whose snapshot predates it sees its mutex row
+    #: changed and defers), else an INSERT .. DO NOTHING (which waits for a concurrent first
+    #: append's uncommitted row) that :attr:`run_unclaim` deletes again before COMMIT. The
+    #: UPDATE and the DELETE take ``of_tenant`` and ``of_run_id``.
+    run_touch: Any
+    run_claim: Any
+    run_unclaim: Any
     #: One round trip for the lease (read FOR UPDATE: a takeover waits for this
     #: transaction, and one that committed first is seen at its latest version), the seal
     #: and the chain head (which cannot move while this transaction holds the run mutex).
@@ -141,6 +162,24 @@ def hot_statements(dialect: Dialect) -> HotStatements:
         index_elements=[RunActivity.tenant, RunActivity.run_id],
         set_={"updated_at": dialect.greatest(RunActivity.updated_at, upsert.excluded.updated_at)},
     )
+    # An UPDATE or DELETE may not name its parameters after the table's columns.
+    activity = (
+        RunActivity.tenant == bindparam("of_tenant"),
+        RunActivity.run_id == bindparam("of_run_id"),
+    )
+    run_touch = (
+        update(RunActivity)
+        .where(*activity)
+        .values(updated_at=RunActivity.updated_at)
+        .returning(RunActivity.run_id)
+    )
+    run_claim = (
+        dialect.insert(RunActivity)
+        .values(tenant=tenant, run_id=run_id, updated_at=bindparam("now"))
+        .on_conflict_do_nothing(index_elements=[RunActivity.tenant, RunActivity.run_id])
+        .returning(RunActivity.run_id)
+    )
+    run_unclaim = delete(RunActivity).where(*activity)
     lease = (RunLease.tenant == tenant, RunLease.run_id == run_id)
     seal = (RunSeal.tenant == tenant, RunSeal.run_id == run_id)
     chain = (Journal.tenant == tenant, Journal.run_id == run_id)
@@ -169,7 +208,14 @@ def hot_statements(dialect: Dialect) -> HotStatements:
         )
         .returning(Journal.seq)
     )
-    return HotStatements(run_mutex=run_mutex, run_state=run_state, insert_records=insert_records)
+    return HotStatements(
+        run_mutex=run_mutex,
+        run_touch=run_touch,
+        run_claim=run_claim,
+        run_unclaim=run_unclaim,
+        run_state=run_state,
+        insert_records=insert_records,
+    )
 
 
 _trusted_digest = Digest._trusted
