@@ -12,7 +12,13 @@ what the general unit of work checks (``store.py`` is the reference):
   transaction updates that row, so if the version the statement locked (``xmin`` after the
   wait) is the version its snapshot saw, nobody changed the run in between, and the
   snapshot's seal and head are the latest. The lease row is read ``FOR UPDATE``, which sees
-  its latest version even after a wait.
+  its latest version. Neither lock is waited for: the mutex row is taken ``SKIP LOCKED``
+  and the lease row ``NOWAIT`` (a lease row is only written under the mutex, so it is never
+  locked when the mutex was free). A run whose mutex another transaction holds (a host's
+  ``session=`` unit, another process's ``append_atomic``) is sent to the general unit of
+  work, which waits for it on a connection of its own: one run's lock never stalls the
+  writer's connection, and with it every other run's appends (a host holding run R that
+  appends to run S would otherwise wait, through the writer, on itself).
 * :data:`MANY` is the same for a group of runs of one tenant (group commit): arrays of
   per-run parameters, and records tagged with their run's position. Each run's checks are
   its own, and only the runs that pass get their records and their activity bump, so each
@@ -66,13 +72,13 @@ WITH lock AS (
         SELECT s.xmin FROM {{s}}run_activity s WHERE s.tenant = $1 AND s.run_id = $2
     ) AS fresh
     FROM {{s}}run_activity a WHERE a.tenant = $1 AND a.run_id = $2
-    FOR UPDATE
+    FOR UPDATE SKIP LOCKED
 ), st AS (
     SELECT
-        (SELECT l.epoch FROM {{s}}run_lease l WHERE l.tenant = $1 AND l.run_id = $2 FOR UPDATE)
-            AS lease_epoch,
-        (SELECT l.owner FROM {{s}}run_lease l WHERE l.tenant = $1 AND l.run_id = $2 FOR UPDATE)
-            AS lease_owner,
+        (SELECT l.epoch FROM {{s}}run_lease l WHERE l.tenant = $1 AND l.run_id = $2
+            FOR UPDATE NOWAIT) AS lease_epoch,
+        (SELECT l.owner FROM {{s}}run_lease l WHERE l.tenant = $1 AND l.run_id = $2
+            FOR UPDATE NOWAIT) AS lease_owner,
         (SELECT r.outcome FROM {{s}}run_seal r WHERE r.tenant = $1 AND r.run_id = $2)
             AS sealed_outcome,
         (SELECT j.seq FROM {{s}}journal j WHERE j.tenant = $1 AND j.run_id = $2
@@ -115,14 +121,14 @@ WITH req AS MATERIALIZED (
     FROM {{s}}run_activity a
     WHERE a.tenant = $1 AND a.run_id = ANY ($2::text[])
     ORDER BY a.run_id
-    FOR UPDATE
+    FOR UPDATE SKIP LOCKED
 ), lease AS MATERIALIZED (
     -- the array is an InitPlan: every mutex row is locked before the first lease row
     SELECT l.run_id, l.epoch, l.owner FROM {{s}}run_lease l
     WHERE l.tenant = $1
       AND l.run_id = ANY ((SELECT array_agg(k.run_id) FROM lock k WHERE k.fresh)::text[])
     ORDER BY l.run_id
-    FOR UPDATE
+    FOR UPDATE NOWAIT
 ), recs AS MATERIALIZED (
     SELECT u.i::bigint AS i, u.seq::bigint AS seq, u.kind, u.effect_key, u.prev_hash,
            u.hash, u.raw, u.key_id, u.signature, u.case_id

@@ -47,6 +47,9 @@ MAX_GROUP_RUNS = 64
 MAX_GROUP_ROWS = 1000
 #: Statements in flight at once without group commit (each on its own held connection).
 UNGROUPED_CONNECTIONS = 8
+#: Refusals that leave the append to the general unit of work: a unique violation (the
+#: primary key refused a stale head) and a lease row locked (``NOWAIT``), never waited for.
+_GENERAL_STATES = frozenset({"23505", "55P03"})
 
 
 class _General:
@@ -164,7 +167,11 @@ class Writer:
                     await _pool.hand_over(self._bind)
         finally:
             self._free -= 1
-            if self._pending and len(self._leaders) <= 1:
+            # Leave the set now, not in a done callback: the callback runs a loop turn later,
+            # and an append arriving in between would see this finished leader as running and
+            # start none, then wait until some other append came along (a lost wakeup).
+            self._leaders.discard(asyncio.current_task())  # type: ignore[arg-type]
+            if self._pending and not self._leaders:
                 # Stopped (cancelled) with appends still queued: nobody would answer them.
                 stopped = BackendError("the append writer stopped before sending this append")
                 queued, self._pending = self._pending, []
@@ -204,6 +211,12 @@ class Writer:
 
     async def _run(self, driver: Any, group: list[Request]) -> bool:
         """Run one statement and answer its appends; ``False`` if the connection was lost."""
+        if driver.is_closed():
+            # The server closed this pooled connection while it was idle (a restart, an
+            # idle timeout, a terminated backend): nothing was sent, so nothing is unknown.
+            # The general unit of work runs each append on a fresh connection.
+            self._answer(group, [GENERAL] * len(group))
+            return False
         usable = True
         try:
             if len(group) == 1:
@@ -245,8 +258,8 @@ class Writer:
                     error.__cause__ = exc
                     return error
                 return GENERAL  # which of the keys had started: the general path says
-            if getattr(exc, "sqlstate", None) == "23505":
-                return GENERAL  # the key refused a stale head: the general path
+            if getattr(exc, "sqlstate", None) in _GENERAL_STATES:
+                return GENERAL  # a stale head's key collision, or a lease row locked
             error = BackendError(describe(exc))
             error.__cause__ = exc
             return error

@@ -205,7 +205,11 @@ async def _takeover_round(
         assert len(chain) == 1 + 2 * done[run]
         assert [r.body["text"] for r in chain[1:]] == ["a", "b"] * done[run]
         await grouped.verify(run)
-    assert shared_with_commits(groups, victim, "FencedError"), groups
+    # The victim's appends went through groups; the one that met the takeover was fenced
+    # by its group's statement or, when the takeover held the run mutex at that moment
+    # (acquire takes it, and the statement skips a locked mutex row), by the general unit.
+    # The group statement's own fence check is pinned deterministically above.
+    assert any(run == victim for g in groups for run, _ in g), groups
 
 
 async def test_a_refused_group_statement_still_commits_every_other_append(
@@ -273,9 +277,10 @@ async def test_a_store_in_its_own_schema_appends_by_the_hot_path(pg_database: An
 async def test_two_processes_groups_over_the_same_runs_never_deadlock(
     pair: list[SqlJournalStore], pg_battery_url: str
 ) -> None:
-    """Two stores' groups lock the same runs' rows, their appends in opposite orders, both
-    held up halfway (a third transaction holds one mutex row): the locks are taken in run-id
-    order, so neither statement is refused as a deadlock, and every append lands."""
+    """Two stores' groups lock the same runs' rows, their appends in opposite orders, while a
+    third transaction holds one mutex row: the group statements skip that run (its appends
+    wait in general units of their own), take the other locks in run-id order, so neither
+    statement is refused as a deadlock, and every append lands."""
     runs = sorted((RunId.generate() for _ in range(8)), key=str)  # unleased: both may write
     refused: list[str] = []
     for store in pair:
@@ -298,7 +303,12 @@ async def test_two_processes_groups_over_the_same_runs_never_deadlock(
             )
             for store, order in ((pair[0], runs), (pair[1], runs[::-1]))
         ]
-        await waiting_on_locks(blocker, 2)  # both group statements, held up halfway
+        # Watched from another connection: pg_stat_activity is a snapshot per transaction.
+        watcher = await asyncpg.connect(_dsn(pg_battery_url))
+        try:
+            await waiting_on_locks(watcher, 2)  # both stores' appends to the held run
+        finally:
+            await watcher.close()
         await tx.commit()
         results = await asyncio.gather(*ahead, return_exceptions=True)
     finally:
