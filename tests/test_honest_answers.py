@@ -26,8 +26,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import pytest
 from sqlalchemy import event
+from sqlalchemy.util import await_only
 
 from agentplane_journal import (
     Append,
@@ -38,6 +40,7 @@ from agentplane_journal import (
     SqlJournalStore,
 )
 
+from conftest import _dsn
 from helpers import note
 
 #: Over the 1 MiB limit once canonicalised with the rest of its body.
@@ -177,3 +180,125 @@ def test_a_full_disk_at_a_sqlite_group_commit_is_refused_and_says_so(
         assert "full" in message and "nothing" in message, message
     assert result["held"] == [0] * 8  # refused means refused
     assert result["again"] == 1
+
+
+@pytest.fixture
+async def pg_store(pg_database: Callable[..., str]) -> Any:
+    store = await SqlJournalStore.connect(pg_database(), tenant="honest")
+    yield store
+    await store.close()
+
+
+@pytest.fixture
+async def admin(pg_server: str) -> Any:
+    conn = await asyncpg.connect(_dsn(pg_server))
+    yield conn
+    await conn.close()
+
+
+async def _terminate_idle(admin: asyncpg.Connection, store: SqlJournalStore) -> int:
+    """Terminate every backend of the store's database (its pooled, idle connections)."""
+    killed = await admin.fetch(
+        "SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity "
+        "WHERE datname = $1 AND pid <> pg_backend_pid()",
+        store.engine.url.database,
+    )
+    return len(killed)
+
+
+async def test_a_read_on_a_connection_the_server_dropped_is_never_commit_unknown(
+    pg_store: SqlJournalStore, admin: asyncpg.Connection
+) -> None:
+    run = RunId.generate()
+    await pg_store.append(1, [note(run)])
+    await pg_store.checkpoint()
+    for read in (pg_store.checkpoint, lambda: pg_store.head(run), lambda: pg_store.read(run)):
+        assert await _terminate_idle(admin, pg_store) >= 1
+        try:
+            await read()
+        except CommitUnknownError as exc:  # pragma: no cover - the bug
+            pytest.fail(f"a read answered 'unknown': {exc}")
+        except BackendError:
+            pass  # refused, nothing written: the next call takes a fresh connection
+        assert (await read()) is not None
+
+
+async def test_a_read_whose_connection_drops_before_its_commit_is_not_commit_unknown(
+    pg_store: SqlJournalStore, admin: asyncpg.Connection
+) -> None:
+    """The read's statement is answered; the server drops the connection before the
+    read-only transaction's COMMIT is sent. Nothing was written: not "unknown"."""
+    run = RunId.generate()
+    await pg_store.append(1, [note(run)])
+    armed = [True]
+
+    @event.listens_for(pg_store.engine.sync_engine, "commit")
+    def _drop(conn: Any) -> None:
+        if armed[0]:
+            armed[0] = False
+            pid = conn.connection.driver_connection.get_server_pid()
+            await_only(admin.execute("SELECT pg_terminate_backend($1, 5000)", pid))
+
+    with pytest.raises(BackendError) as caught:
+        await pg_store.checkpoint()
+    assert not isinstance(caught.value, CommitUnknownError), caught.value
+    assert not armed[0]
+    assert (await pg_store.checkpoint()).size == 0  # a fresh connection
+
+
+async def test_a_write_on_a_connection_the_server_dropped_is_refused_or_done(
+    pg_store: SqlJournalStore, admin: asyncpg.Connection
+) -> None:
+    """A general unit of work (here: taking a lease) whose pooled connection the server
+    dropped while idle fails at its first statement: refused, never "unknown"."""
+    runs = [RunId.generate() for _ in range(3)]
+    await pg_store.checkpoint()
+    for run in runs:
+        assert await _terminate_idle(admin, pg_store) >= 1
+        try:
+            lease = await pg_store.acquire(run, "owner", 60)
+        except CommitUnknownError as exc:  # pragma: no cover - the bug
+            pytest.fail(f"a write whose connection was gone before it was sent: {exc}")
+        except BackendError:
+            lease = await pg_store.acquire(run, "owner", 60)  # a fresh connection
+        assert lease.epoch == 1
+
+
+async def test_a_write_whose_connection_drops_before_its_commit_is_refused(
+    pg_store: SqlJournalStore, admin: asyncpg.Connection
+) -> None:
+    """The write's statements are answered, then the server drops the connection and the
+    driver refuses to send COMMIT on it: the server rolled the transaction back, so the
+    answer is "refused" (BackendError), and the lease was indeed not taken."""
+    run = RunId.generate()
+    await pg_store.checkpoint()
+    armed = [True]
+
+    @event.listens_for(pg_store.engine.sync_engine, "commit")
+    def _drop(conn: Any) -> None:
+        if armed[0]:
+            armed[0] = False
+            pid = conn.connection.driver_connection.get_server_pid()
+            await_only(admin.execute("SELECT pg_terminate_backend($1, 5000)", pid))
+
+    with pytest.raises(BackendError) as caught:
+        await pg_store.acquire(run, "owner", 60)
+    assert not isinstance(caught.value, CommitUnknownError), caught.value
+    assert not armed[0]
+    assert (await pg_store.acquire(run, "owner", 60)).epoch == 1  # nothing had landed
+
+
+async def test_no_free_pooled_connection_is_refused_before_anything_is_sent(
+    make_store: Callable[..., Any],
+) -> None:
+    store = await make_store(
+        engine_options={"pool_size": 1, "max_overflow": 0, "pool_timeout": 0.2}
+    )
+    run = RunId.generate()
+    await store.head(run)
+    async with store.engine.connect():  # the pool's only connection
+        with pytest.raises(BackendError, match="no pooled connection"):
+            await store.head(run)
+        with pytest.raises(BackendError, match="no pooled connection"):
+            await store.acquire(run, "owner", 60)
+    assert (await store.acquire(run, "owner", 60)).epoch == 1
