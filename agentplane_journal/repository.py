@@ -2,7 +2,7 @@
 
 One choke point (:meth:`Repository._unit`) opens the session, commits, rolls back and turns
 driver errors into the contract's errors, keeping the driver's exception as ``__cause__``.
-A connection lost during COMMIT is :class:`CommitUnknownError` (it may have landed); any
+A write's COMMIT lost after it was sent is :class:`CommitUnknownError` (it may have landed); any
 other driver error is :class:`BackendError` unless the caller names a constraint it expects.
 
 Given the host's ``session=``, the same choke point runs the unit inside the host's current
