@@ -85,6 +85,10 @@ class Dialect(Protocol):
     def connection_lost(self, exc: DBAPIError) -> bool:
         """Whether ``exc`` means the connection dropped (so a COMMIT's outcome is unknown)."""
 
+    def commit_in_doubt(self, exc: BaseException) -> bool:
+        """Whether ``exc``, raised by a write transaction's COMMIT, leaves it unknown whether
+        the transaction landed (:class:`CommitUnknownError`) rather than surely not."""
+
     def writable(self, conn: AsyncConnection) -> bool:
         """Whether the transaction open on ``conn`` may take the store's writes safely."""
 
@@ -149,6 +153,21 @@ class PostgresDialect:
         # the server never answered. Class 08 (connection exception) and 57P (the server is
         # shutting down or terminated the backend) are no answer either.
         return sqlstate is None or sqlstate.startswith(("08", "57P"))
+
+    def commit_in_doubt(self, exc: BaseException) -> bool:
+        if not isinstance(exc, DBAPIError):
+            # Not the server's answer (asyncpg's command_timeout is a TimeoutError, a
+            # dropped socket an OSError, ...): COMMIT may have been applied.
+            return True
+        from asyncpg.exceptions import InterfaceError
+
+        # asyncpg's InterfaceError is its own refusal before sending anything (a connection
+        # it already knows closed, an operation in progress); a connection lost after
+        # sending is ConnectionDoesNotExistError. A COMMIT never sent did not commit: the
+        # server rolls back the transaction of a connection it lost.
+        if isinstance(_driver(exc), InterfaceError):
+            return False
+        return self.connection_lost(exc)
 
     def writable(self, conn: AsyncConnection) -> bool:
         # Row locks are taken statement by statement: any READ COMMITTED transaction can
@@ -260,6 +279,12 @@ class SqliteDialect:
 
     def connection_lost(self, exc: DBAPIError) -> bool:
         return bool(exc.connection_invalidated)
+
+    def commit_in_doubt(self, exc: BaseException) -> bool:
+        # COMMIT runs in this process, on the connection's own thread, and always answers:
+        # there is no network to lose its answer on. A connection already closed ran
+        # nothing (closing a connection rolls its open transaction back).
+        return False
 
     def writable(self, conn: AsyncConnection) -> bool:
         # A DEFERRED transaction that has already read holds a snapshot: its first write

@@ -2,7 +2,7 @@
 
 One choke point (:meth:`Repository._unit`) opens the session, commits, rolls back and turns
 driver errors into the contract's errors, keeping the driver's exception as ``__cause__``.
-A connection lost during COMMIT is :class:`CommitUnknownError` (it may have landed); any
+A write's COMMIT lost after it was sent is :class:`CommitUnknownError` (it may have landed); any
 other driver error is :class:`BackendError` unless the caller names a constraint it expects.
 
 Given the host's ``session=``, the same choke point runs the unit inside the host's current
@@ -30,6 +30,7 @@ from typing import Any, NoReturn, Self, TypeVar
 
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError, UnboundExecutionError
+from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from .dialect import READ_ONLY, WRITE_TRANSACTION, Dialect, dialect_for, is_configured
@@ -258,7 +259,7 @@ class Repository:
         shared = self._shared
         replica = read_only and not primary and shared.read_sessions is not None
         session = (shared.read_sessions if replica else shared.sessions)()  # type: ignore[misc]
-        stage = "statement"
+        committing = False
         try:
             if not read_only:
                 # SQLite: BEGIN IMMEDIATE, the write lock before the first read.
@@ -269,19 +270,13 @@ class Repository:
                 await session.rollback()
                 return rollback.value  # type: ignore[return-value]
             await session.flush()  # a failing flush is a statement error, not an unknown commit
-            stage = "commit"
-            try:
-                await session.commit()
-            except DBAPIError:
-                raise
-            except Exception as exc:
-                # Not a server's answer (asyncpg's command_timeout is a TimeoutError, a
-                # dropped socket an OSError, ...): COMMIT may have been applied.
-                await _quiet_rollback(session)
-                raise CommitUnknownError(f"{type(exc).__name__}: {exc}") from exc
+            # Only a write's COMMIT can be in doubt: a read-only unit wrote nothing, so
+            # however its COMMIT fails, nothing was written and the read can be retried.
+            committing = not read_only
+            await session.commit()
             return result
         except BaseException as exc:
-            await self._fail(exc, session, translate, committing=stage == "commit")
+            await self._fail(exc, session, translate, committing=committing)
         finally:
             await session.close()
 
@@ -345,18 +340,21 @@ class Repository:
         committing: bool = False,
     ) -> NoReturn:
         """Roll back ``undo`` (a session, a savepoint, or ``None``) and raise what ``exc``
-        means to a caller: a driver error translated once, here (a connection lost during
-        COMMIT is :class:`CommitUnknownError`), an unreachable database
-        :class:`BackendError`, anything else as it is."""
+        means to a caller: a driver error translated once, here (a write's COMMIT that may
+        have landed, ``committing``, is :class:`CommitUnknownError`), an unreachable
+        database or a pool with no connection free :class:`BackendError`, anything else as
+        it is."""
         await _quiet_rollback(undo)
         if isinstance(exc, _Passthrough):
             raise exc.error from None
+        if committing and isinstance(exc, Exception) and self._dialect.commit_in_doubt(exc):
+            raise CommitUnknownError(describe(exc)) from exc
         if isinstance(exc, DBAPIError):
-            if committing and self._shared.dialect.connection_lost(exc):
-                raise CommitUnknownError(describe(exc)) from exc
             raise self._translated(exc, translate) from exc
         if isinstance(exc, OSError):
             raise BackendError(f"cannot reach the database: {exc}") from exc
+        if isinstance(exc, PoolTimeoutError):  # before any statement: nothing was sent
+            raise BackendError(f"no pooled connection came free in time: {exc}") from exc
         raise exc
 
     @asynccontextmanager

@@ -42,9 +42,7 @@ from . import _pool
 from ._batch import COLUMNS, fenced, seal_batch
 from .errors import (
     BackendError,
-    CorruptRecordError,
     DuplicateEffectError,
-    FencedError,
     RunSealedError,
 )
 from .ids import Digest, EffectKey, RunId
@@ -89,9 +87,6 @@ _STARTED = (
     " AND effect_key = ? AND seq <= ?"
 )
 _SAVEPOINT = "agentplane_journal_append"
-
-#: The contract's answers an append can get in a group, besides the database's own errors.
-_ANSWERS = (CorruptRecordError, DuplicateEffectError, FencedError, RunSealedError)
 
 
 @dataclass(slots=True)
@@ -163,45 +158,91 @@ def _append_in(conn: sqlite3.Connection, r: _Request) -> list[Record]:
 
 
 def _transaction(conn: sqlite3.Connection, group: list[_Request]) -> list[Any]:
-    """Run ``group`` in one write transaction, on the connection's thread.
+    """Run ``group`` in write transactions, on the connection's thread: one answer per request.
 
-    A lone append is the whole transaction (its error rolls it back and propagates). In a
-    group each append has its own savepoint: a failure rolls back that append alone and
-    becomes its answer; the others commit together. Returns one answer per request.
+    Usually one transaction. A lone append is the whole transaction; in a group each append
+    has its own savepoint, so a failure rolls back that append alone and becomes its answer
+    (whatever it is: a contract error, a record over the size limit, the database's own
+    error), and the others commit together. Some errors end the whole transaction instead:
+    SQLite rolls it back itself on ``SQLITE_FULL`` (and may on ``SQLITE_IOERR``, ``SQLITE_NOMEM``
+    and a few others), which undoes the appends before the failing one and their savepoints
+    with it. That append keeps its error; the rest run again in a new transaction (each
+    round answers at least one append, so the rounds end).
     """
-    conn.execute("BEGIN IMMEDIATE")
-    answers: list[Any] = []
+    answers: list[Any] = [None] * len(group)
+    todo = list(range(len(group)))
+    while todo:
+        todo = _attempt(conn, group, todo, answers)
+    return answers
+
+
+def _attempt(
+    conn: sqlite3.Connection, group: list[_Request], todo: list[int], answers: list[Any]
+) -> list[int]:
+    """One write transaction over ``group[i]`` for each ``i`` in ``todo``, filling their
+    ``answers``; returns the requests to run again (empty once the transaction has ended).
+    """
     try:
-        if len(group) == 1:
-            answers.append(_append_in(conn, group[0]))
-        else:
-            for request in group:
+        conn.execute("BEGIN IMMEDIATE")
+    except sqlite3.Error as exc:  # busy past busy_timeout, or worse: nothing was written
+        for i in todo:
+            answers[i] = exc
+        return []
+    lone = len(todo) == 1
+    try:
+        for i in todo:
+            if not lone:
                 conn.execute(f"SAVEPOINT {_SAVEPOINT}")
-                try:
-                    answers.append(_append_in(conn, request))
-                except (sqlite3.DatabaseError, *_ANSWERS) as exc:
-                    conn.execute(f"ROLLBACK TO {_SAVEPOINT}")
-                    answers.append(exc)
+            try:
+                answers[i] = _append_in(conn, group[i])
+            except Exception as exc:
+                answers[i] = exc
+                if not conn.in_transaction:
+                    # SQLite rolled the whole transaction back: the appends before this one
+                    # were undone with it, so they run again, with the ones not yet run.
+                    return [j for j in todo if j != i and not _failed(answers[j])]
+                if lone:
+                    conn.execute("ROLLBACK")
+                    return []
+                conn.execute(f"ROLLBACK TO {_SAVEPOINT}")
+            if not lone:
                 conn.execute(f"RELEASE {_SAVEPOINT}")
         try:
             conn.execute("COMMIT")
         except sqlite3.Error as exc:
-            if len(group) == 1:
-                raise
-            conn.execute("ROLLBACK")
-            # Nothing of the group landed: the commit's error is every written append's.
-            return [a if isinstance(a, BaseException) else exc for a in answers]
+            # A COMMIT that fails has not committed: SQLite either rolled the transaction
+            # back itself (SQLITE_FULL while writing the WAL: its commit frame is written
+            # last, and a short write leaves it invalid) or left it open, and it is rolled
+            # back here. (A failed ROLLBACK here would hide the commit's error.)
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            for i in todo:
+                if not _failed(answers[i]):
+                    answers[i] = exc  # nothing of the transaction landed
+        return []
     except BaseException:
         if conn.in_transaction:
             conn.execute("ROLLBACK")
         raise
-    return answers
+
+
+def _failed(answer: Any) -> bool:
+    return isinstance(answer, BaseException)
 
 
 def _translate(exc: BaseException) -> BaseException:
+    """The caller's error for a failed append: the driver's error as :class:`BackendError`
+    (saying so when the database is full), the contract's own as they are."""
     if isinstance(exc, sqlite3.Error):
         code = getattr(exc, "sqlite_errorname", None)
-        error = BackendError(f"{type(exc).__name__} [{code}]: {exc}")
+        if code == "SQLITE_FULL":
+            detail = (
+                f"the database or its disk is full ({code}: {exc}); nothing of this append "
+                "was written: free disk space (or raise PRAGMA max_page_count) and retry"
+            )
+        else:
+            detail = f"{type(exc).__name__} [{code}]: {exc}"
+        error = BackendError(detail)
         error.__cause__ = exc
         return error
     return exc
@@ -273,10 +314,14 @@ class Writer:
         usable = True
         try:
             answers = await driver._execute(_transaction, driver._conn, group)
-        except (sqlite3.Error, *_ANSWERS) as exc:  # the lone append's own error, or the commit's
+        except sqlite3.Error as exc:  # a savepoint or rollback failed: nothing was committed
             answers = [exc] * len(group)
         except Exception as exc:
-            answers, usable = [exc] * len(group), False
+            # Not SQLite's answer (aiosqlite's "Connection closed", ...): the transaction
+            # never reached COMMIT (its function ends there), so nothing of it was written.
+            error = BackendError(f"cannot reach the database, nothing was written: {exc}")
+            error.__cause__ = exc
+            answers, usable = [error] * len(group), False
         except BaseException:
             for request in group:
                 if not request.future.done():
