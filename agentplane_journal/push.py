@@ -41,6 +41,7 @@ from . import logsafe
 from .contracts import PushStore
 from .errors import StoreError
 from .ids import DEFAULT_TENANT, RunId, validate_tenant
+from .limits import MAX_I64
 from .models import PushDelivery
 from .push_rows import PushListing, ResealReport, UnreadableRegistration, check_row, row_names
 from .push_secrets import CREDENTIALS, TOKEN, Binding, RowSecrets
@@ -301,7 +302,9 @@ class SqlPushStore(Repository):
         A row that cannot be read (a secret that does not open, a corrupt column) does not
         stop the others: it is left out, named in the result's ``.unavailable`` and logged as
         a warning, and the store reads on past it, so up to ``limit`` good registrations are
-        still served however many bad ones come first.
+        still served however many bad ones come first. On SQLite, rows whose
+        ``next_attempt_at`` is not an integer at all (TEXT, BLOB: never ``<= at``) are
+        named in ``.unavailable`` by every call, so no edit can hide a registration.
 
         Nothing is locked: two workers may both deliver one registration. Delivery is at
         least once; the receiver sees duplicates, never gaps.
@@ -350,7 +353,30 @@ class SqlPushStore(Repository):
                 after = (last.next_attempt_at, last.task_id, last.config_id)
                 stmt = base.where(tuple_(*order) > tuple_(*after))
 
-        await self._unit(unit, read_only=True, session=session)
+        async def misfiled(session: AsyncSession) -> None:
+            # SQLite keeps whatever is written in an INTEGER column, and sorts TEXT and BLOB
+            # after every number: a row whose next_attempt_at is 'soon' is never `<= at`, so
+            # the query above would hide it for ever. Such values (and REALs beyond any
+            # integer) compare greater than the largest BIGINT; they are reported here,
+            # at most `limit` of them, on every call. On PostgreSQL the column holds
+            # BIGINTs only and this is an empty range of the index.
+            stmt = (
+                select(*base.selected_columns)
+                .where(PushDelivery.tenant == self.tenant, PushDelivery.next_attempt_at > MAX_I64)
+                .order_by(*order)
+                .limit(limit)
+            )
+            for row in (await session.execute(stmt)).all():
+                try:
+                    check_row(row, cursor=True)
+                except StoreError as exc:
+                    bad.append(self._unreadable(row, exc, "left out of due()"))
+
+        async def both(session: AsyncSession) -> None:
+            await unit(session)
+            await misfiled(session)
+
+        await self._unit(both, read_only=True, session=session)
         return PushListing(good, bad)
 
     async def advance(

@@ -102,3 +102,30 @@ async def test_a_stored_url_with_a_password_or_beyond_the_input_limit_still_read
     long_url = "https://receiver.example/" + "a" * 5000
     await set_column(push, "long", "url", long_url)
     assert (await push.get(task, "long")).url == long_url
+
+
+# -- (c) a next_attempt_at of the wrong storage class is reported ----------------------------
+
+
+@pytest.mark.parametrize("value", ["soon", b"\x00\x01", 1e300])
+async def test_a_next_attempt_at_of_the_wrong_type_is_reported_by_due(
+    make_push: Callable[..., Any], dialect: str, value: Any
+) -> None:
+    if dialect != "sqlite":
+        pytest.skip("PostgreSQL's BIGINT column holds integers only")
+    push = await make_push()
+    task = RunId.generate()
+    await push.put(config(task, "victim"), 1)
+    await push.put(config(task, "bystander"), 1)
+    await set_column(push, "victim", "next_attempt_at", value)
+
+    listing = await push.due(0, 10)
+    assert [r.config.id for r in listing] == ["bystander"]
+    [bad] = listing.unavailable
+    assert bad.config_id == "victim"
+    assert isinstance(bad.error, CorruptRegistrationError)
+    assert "next_attempt_at" in bad.reason
+    # However many good registrations are due, the hidden one is reported too.
+    listing = await push.due(0, 1)
+    assert [r.config.id for r in listing] == ["bystander"]
+    assert [u.config_id for u in listing.unavailable] == ["victim"]
