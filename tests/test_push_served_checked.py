@@ -17,12 +17,12 @@ from typing import Any
 
 import pytest
 
-from agentplane_journal import CorruptRegistrationError, RunId
+from agentplane_journal import CorruptRegistrationError, RunId, SecretUnavailableError
 from agentplane_journal.push import SqlPushStore
 
 from conftest import store_factory
 from logcheck import Capture, no_secret_logged
-from test_push import CREDENTIALS, KEYS, SECRETS, TOKEN, config, sql
+from test_push import CREDENTIALS, KEYS, SECRETS, TOKEN, config, full, key, raw_row, sql
 
 
 @pytest.fixture(autouse=True)
@@ -102,6 +102,89 @@ async def test_a_stored_url_with_a_password_or_beyond_the_input_limit_still_read
     long_url = "https://receiver.example/" + "a" * 5000
     await set_column(push, "long", "url", long_url)
     assert (await push.get(task, "long")).url == long_url
+
+
+# -- (b) a sealed registration proves which secrets it has -----------------------------------
+
+
+@pytest.mark.parametrize(
+    ("registered", "blanked"),
+    [
+        ("token-only", ("token",)),
+        ("full", ("token",)),
+        ("full", ("auth_credentials",)),
+        ("full", ("auth_credentials", "auth_scheme")),
+        ("full", ("token", "auth_credentials", "auth_scheme")),
+        ("auth-only", ("auth_credentials",)),
+        ("auth-only", ("auth_credentials", "auth_scheme")),
+    ],
+)
+async def test_blanking_a_sealed_secret_is_detected_not_served_unauthenticated(
+    make_push: Callable[..., Any], registered: str, blanked: tuple[str, ...]
+) -> None:
+    push = await make_push(secret_key=key())
+    task = RunId.generate()
+    victim = {
+        "token-only": config(task, "victim", token=TOKEN),
+        "full": full(task, "victim"),
+        "auth-only": config(task, "victim", auth=("Bearer", CREDENTIALS)),
+    }[registered]
+    await push.put(victim, 1)
+    await push.put(full(task, "bystander"), 1)
+    for column in blanked:
+        await set_column(push, "victim", column, None)
+
+    error = await only_bystander_served(push, task, "victim")
+    assert isinstance(error, SecretUnavailableError)
+    with pytest.raises(SecretUnavailableError):
+        await push.get(task, "victim")
+
+
+async def test_a_sealed_registration_without_secrets_cannot_be_given_or_stripped_of_them(
+    make_push: Callable[..., Any],
+) -> None:
+    """A registration put without secrets is sealed too: its row says so, and a token or
+    credentials copied in (from another of its own rows) do not open."""
+    push = await make_push(secret_key=key())
+    task = RunId.generate()
+    await push.put(config(task, "victim"), 1)
+    await push.put(full(task, "bystander"), 1)
+    assert await push.get(task, "victim") == config(task, "victim")
+    marker = (await raw_row(push, task, "victim")).token
+    assert marker is not None and marker.startswith(f"apj:v3:{push.key_id}:")
+
+    await set_column(push, "victim", "token", None)
+    with pytest.raises(SecretUnavailableError, match="blanked"):
+        await push.get(task, "victim")
+    await set_column(push, "victim", "token", marker)
+    assert await push.get(task, "victim") == config(task, "victim")
+
+    other = await raw_row(push, task, "bystander")
+    await set_column(push, "victim", "auth_scheme", "Bearer")
+    await set_column(push, "victim", "auth_credentials", other.auth_credentials)
+    with pytest.raises(SecretUnavailableError):
+        await push.get(task, "victim")
+
+
+async def test_adopting_a_row_with_no_sealed_token_is_explicit(
+    make_push: Callable[..., Any],
+) -> None:
+    """A NULL token on a keyed store is indistinguishable from a blanked one: refused, and
+    adopted only as plaintext is, by ``accept_plaintext=True`` and ``reseal()``."""
+    k = key()
+    push = await make_push(secret_key=k)
+    adopting = await make_push(secret_key=k, accept_plaintext=True)
+    adopting = adopting.for_tenant(push.tenant)
+    task = RunId.generate()
+    await push.put(config(task, "legacy"), 3)
+    await set_column(push, "legacy", "token", None)  # as a store before format v3 wrote it
+
+    assert (await push.reseal()).unavailable[0].config_id == "legacy"
+    assert await adopting.get(task, "legacy") == config(task, "legacy")
+    report = await adopting.reseal()
+    assert (report.resealed, report.unavailable) == (1, ())
+    assert await push.get(task, "legacy") == config(task, "legacy")
+    assert (await push.reseal()).current == 1
 
 
 # -- (c) a next_attempt_at of the wrong storage class is reported ----------------------------
