@@ -28,6 +28,7 @@ from . import reads
 from .checkpoint import Checkpoint, Inclusion
 from .errors import CorruptRecordError
 from .ids import Digest, RunId
+from .limits import check_text
 from .log import LogAudit, TenantLog
 from .models import Journal, RunSeal
 from .reads import driver_rows
@@ -142,7 +143,11 @@ class AuditReads(Repository):
         return await self._unit(unit, read_only=True, session=session)
 
     async def audit_runs(
-        self, after: object = None, limit: int = 1000, *, session: AsyncSession | None = None
+        self,
+        after: RunId | str | None = None,
+        limit: int = 1000,
+        *,
+        session: AsyncSession | None = None,
     ) -> list[object]:
         """Every run of this tenant with a record or a seal, by stored run id, ascending.
 
@@ -150,8 +155,15 @@ class AuditReads(Repository):
         log themselves, not ``run_activity``, which is a side index that can lose a row.
         Values are the ``run_id`` columns *as stored*: one that is not a canonical run id
         is a finding of the audit, not an error here. Page with ``after`` = the last value.
+
+        ``after`` is ``None``, a :class:`RunId`, or text (any text a ``run_id`` column can
+        hold, canonical or not, so a page can end on a non-canonical id); anything else is a
+        ``TypeError``, and text the database cannot hold (NUL, a lone surrogate) a
+        ``ValueError``, before any statement. (On SQLite a hostile row may store a run id
+        that is not text at all; it is returned as stored, but cannot be paged past.)
         """
         limit = check_int(limit, "limit", minimum=1)
+        after = _check_after(after)
         journal = select(Journal.run_id).where(Journal.tenant == self.tenant)
         sealed = select(RunSeal.run_id).where(RunSeal.tenant == self.tenant)
         if after is not None:
@@ -226,3 +238,15 @@ class AuditReads(Repository):
             return await self._log.inclusion_proof(session, run)
 
         return await self._unit(unit, read_only=True, session=session)
+
+
+def _check_after(after: object) -> str | None:
+    """``audit_runs``' ``after`` as the text it is compared with, or a clear error."""
+    if after is None or isinstance(after, RunId):
+        return None if after is None else str(after)
+    if not isinstance(after, str):
+        raise TypeError(
+            "after must be None, a RunId or the text of a run id as audit_runs returns it, "
+            f"not {type(after).__name__}"
+        )
+    return check_text(after, "after", allow_empty=True)

@@ -17,14 +17,17 @@ How the guarantees are made (each is one SQL statement, so concurrent callers co
   is lost to a concurrent one (the backoff grows with it).
 
 Secrets at rest. Tokens and credentials are what a database dump must not hand out. Given a
-key, they are sealed with AES-256-GCM before they leave the process, bound (associated
-data) to the row's tenant, task, config id, column, ``url`` and ``auth_scheme``, so a value
-copied elsewhere, or a row pointed at another host, does not open (see :mod:`.sealing`).
-A store with a key refuses plaintext in a sealed column (a downgrade) unless told
-``accept_plaintext=True``; a store without a key reads and writes plaintext, as agentplane
-0.4.0 does. A value that cannot be opened is :class:`SecretUnavailableError`, never garbage
-and never a silent ``None``; ``due`` and ``list`` serve the other rows and name it in
-``.unavailable`` (see :mod:`.push_rows`). No secret reaches a log (see :mod:`.logsafe`).
+key, they are sealed with AES-256-GCM before they leave the process, bound (associated data)
+to the row's tenant, task, config id, column, ``url``, ``auth_scheme`` and whether it has
+credentials, so a value copied elsewhere, or a row pointed at another host, does not open
+(see :mod:`.sealing`); a keyed row always holds a sealed token column (an absence marker
+without a token), so blanking a secret is seen, not served as "no authentication" (see
+:mod:`.push_secrets`). A store with a key refuses plaintext in a sealed column, or an empty
+token column (a downgrade), unless told ``accept_plaintext=True``; a store without a key
+reads and writes plaintext, as agentplane 0.4.0 does. A value that cannot be opened is
+:class:`SecretUnavailableError`, never garbage and never a silent ``None``; ``due`` and
+``list`` serve the other rows and name it in ``.unavailable`` (see :mod:`.push_rows`). No
+secret reaches a log (see :mod:`.logsafe`).
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from . import logsafe
 from .contracts import PushStore
 from .errors import StoreError
 from .ids import DEFAULT_TENANT, RunId, validate_tenant
+from .limits import MAX_I64
 from .models import PushDelivery
 from .push_rows import PushListing, ResealReport, UnreadableRegistration, check_row, row_names
 from .push_secrets import CREDENTIALS, TOKEN, Binding, RowSecrets
@@ -59,7 +63,7 @@ from .push_values import build_unchecked as _build
 from .push_values import check_config_id as _check_config_id
 from .push_values import clip_error as _clip_error
 from .repository import Repository, check_int, check_run
-from .sealing import Keyring, is_current, keyring_from
+from .sealing import Keyring, keyring_from
 
 __all__ = [
     "MAX_ATTEMPTS",
@@ -227,9 +231,10 @@ class SqlPushStore(Repository):
         next_seq = check_int(next_seq, "next_seq")
         task_id = str(config.task)
         auth = config.authentication
-        row = Binding(task_id, config.id, config.url, None if auth is None else auth.scheme)
+        plain = None if auth is None else auth.credentials
+        row = Binding(task_id, config.id, config.url, None if auth is None else auth.scheme, plain)
         token = self._rows.seal(row, TOKEN, config.token)
-        credentials = self._rows.seal(row, CREDENTIALS, None if auth is None else auth.credentials)
+        credentials = self._rows.seal(row, CREDENTIALS, plain)
         stmt = self._dialect.insert(PushDelivery).values(
             tenant=self.tenant,
             task_id=task_id,
@@ -301,7 +306,9 @@ class SqlPushStore(Repository):
         A row that cannot be read (a secret that does not open, a corrupt column) does not
         stop the others: it is left out, named in the result's ``.unavailable`` and logged as
         a warning, and the store reads on past it, so up to ``limit`` good registrations are
-        still served however many bad ones come first.
+        still served however many bad ones come first. On SQLite, rows whose
+        ``next_attempt_at`` is not an integer at all (TEXT, BLOB: never ``<= at``) are
+        named in ``.unavailable`` by every call, so no edit can hide a registration.
 
         Nothing is locked: two workers may both deliver one registration. Delivery is at
         least once; the receiver sees duplicates, never gaps.
@@ -350,7 +357,30 @@ class SqlPushStore(Repository):
                 after = (last.next_attempt_at, last.task_id, last.config_id)
                 stmt = base.where(tuple_(*order) > tuple_(*after))
 
-        await self._unit(unit, read_only=True, session=session)
+        async def misfiled(session: AsyncSession) -> None:
+            # SQLite keeps whatever is written in an INTEGER column, and sorts TEXT and BLOB
+            # after every number: a row whose next_attempt_at is 'soon' is never `<= at`, so
+            # the query above would hide it for ever. Such values (and REALs beyond any
+            # integer) compare greater than the largest BIGINT; they are reported here,
+            # at most `limit` of them, on every call. On PostgreSQL the column holds
+            # BIGINTs only and this is an empty range of the index.
+            stmt = (
+                select(*base.selected_columns)
+                .where(PushDelivery.tenant == self.tenant, PushDelivery.next_attempt_at > MAX_I64)
+                .order_by(*order)
+                .limit(limit)
+            )
+            for row in (await session.execute(stmt)).all():
+                try:
+                    check_row(row, cursor=True)
+                except StoreError as exc:
+                    bad.append(self._unreadable(row, exc, "left out of due()"))
+
+        async def both(session: AsyncSession) -> None:
+            await unit(session)
+            await misfiled(session)
+
+        await self._unit(both, read_only=True, session=session)
         return PushListing(good, bad)
 
     async def advance(
@@ -415,8 +445,9 @@ class SqlPushStore(Repository):
         """Re-seal this tenant's secrets under the current key and format; report what it did.
 
         After adding a new current key to the keyring, this moves rows off the old key,
-        rewrites format-v1 values as v2 (binding them to the row's url and auth_scheme as
-        they are now), and, with ``accept_plaintext=True``, seals plaintext rows, all without
+        rewrites format-v1 and v2 values as v3 (binding them to the row's url, auth_scheme
+        and secrets as they are now), and, with ``accept_plaintext=True``, seals plaintext
+        rows and gives rows without a token the sealed absence marker, all without
         touching cursors or backoff, so the old key can then be retired. A row it cannot
         open is left as it is and named in the report's ``unavailable`` (and logged); the
         others are resealed all the same. Each row is rewritten only if it has not changed
@@ -438,7 +469,7 @@ class SqlPushStore(Repository):
         for row in rows:
             try:
                 check_row(row, cursor=False)
-                if is_current(keyring, row.token) and is_current(keyring, row.auth_credentials):
+                if self._rows.current(row):
                     # Still opened: a current-looking value may be forged or moved.
                     self._rows.open(row, TOKEN, row.token)
                     self._rows.open(row, CREDENTIALS, row.auth_credentials)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from .errors import CorruptRegistrationError, StoreError
+from .push_values import url_problem
 
 __all__ = ["PushListing", "ResealReport", "UnreadableRegistration", "check_row", "row_names"]
 
@@ -107,7 +108,8 @@ def check_row(row: Any, *, cursor: bool) -> None:
 
     PostgreSQL enforces the column types; SQLite does not (a TEXT value in an INTEGER
     column, a BLOB in a TEXT one), and a worker must not be handed one. ``cursor`` checks
-    the delivery-state columns too (``due``). Values are not re-validated against this
+    the delivery-state columns too (``due``). The url is held to registration's rules
+    (:func:`~.push_values.url_problem`); otherwise values are not re-validated against this
     version's input limits: rows agentplane wrote may exceed them and must still read.
     """
     for name in ("task_id", "config_id", "url"):
@@ -117,6 +119,11 @@ def check_row(row: Any, *, cursor: bool) -> None:
         value = getattr(row, name)
         if value is not None and not isinstance(value, str):
             raise _fail(row, f"its {name} is not text")
+    # Checked on every read as on registration: a row pointed at file:// (or at a header
+    # injection) by someone who can write the table must never reach a worker.
+    problem = url_problem(row.url)
+    if problem is not None:
+        raise _fail(row, f"its url {problem}; put() would refuse it, so the row was edited")
     if not cursor:
         return
     for name in ("next_seq", "attempts", "next_attempt_at"):

@@ -28,6 +28,7 @@ __all__ = [
     "build_unchecked",
     "check_config_id",
     "clip_error",
+    "url_problem",
 ]
 
 #: Longest configuration id (characters).
@@ -70,25 +71,44 @@ def _check_secret(value: object, name: str) -> str:
 
 def _check_url(value: object) -> str:
     url = check_text(value, "url", max_len=MAX_URL_CHARS)
-    _no_controls(url, "url")
-    if any(c.isspace() for c in url):
-        raise ValueError("url must not contain whitespace")
-    try:
-        parts = urlsplit(url)
-        host = parts.hostname
-        parts.port  # noqa: B018 (validates the port)
-    except ValueError as exc:
-        raise ValueError(f"url is not a valid URL ({exc})") from None
-    if parts.scheme.lower() not in ("http", "https"):
-        raise ValueError("url must be an http:// or https:// URL")
-    if not host:
-        raise ValueError("url must name a host, as in https://receiver.example/hook")
-    if parts.password is not None:
+    problem = url_problem(url)
+    if problem is not None:
+        raise ValueError(f"url {problem}")
+    if urlsplit(url).password is not None:
         raise ValueError(
             "url must not carry a password (user:password@host): pass it as the token or "
             "the authentication, which are kept secret"
         )
     return url
+
+
+def url_problem(url: str) -> str | None:
+    """What makes ``url`` one the store must never deliver to, or ``None`` if it is fine.
+
+    The rules a registration's url is held to, and a stored row's url is held to again on
+    every read (someone with write access to the table can put anything there): an http or
+    https URL naming a host, with no control character (header injection) or whitespace.
+    Not the length limit or the password rule: rows agentplane wrote may break those and
+    must still read. The answer never repeats the url (it may hold a password).
+    """
+    if not url:
+        return "must not be empty"
+    if any(ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 for c in url):
+        return "must not contain control characters"
+    if any(c.isspace() for c in url):
+        return "must not contain whitespace"
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname
+        parts.port  # noqa: B018 (validates the port)
+    except ValueError:
+        # Not the parser's message: it can quote the port's text, which a hostile row chose.
+        return "is not a valid URL (a bad port or IPv6 address)"
+    if parts.scheme.lower() not in ("http", "https"):
+        return "must be an http:// or https:// URL"
+    if not host:
+        return "must name a host, as in https://receiver.example/hook"
+    return None
 
 
 def _display_url(url: str) -> str:

@@ -211,13 +211,23 @@ class RunReads(Repository):
     ) -> list[Record]:
         """Every record whose body names ``case``, from any run, by run id then seq.
 
-        Exact even if the ``case_id`` index lies: candidates are the rows whose column names
-        the case *or* whose bytes contain its ULID (every body naming it does: a record is
-        refused on read unless its ``case`` member appears in its bytes as written), each is
-        hash-checked and compared with its columns, so a row whose ``case_id`` was added or
-        removed is :class:`CorruptRecordError`, and a row that merely mentions the ULID is
-        left out. The byte scan reads the tenant's journal: this costs a scan, not an index
-        lookup (see the README's "Tamper evidence").
+        What it sees: the rows whose ``case_id`` column names the case *or* whose bytes
+        contain its ULID as written. Each is hash-checked and compared with its columns, so a
+        row whose ``case_id`` was added or removed (the body still names the case literally)
+        is :class:`CorruptRecordError`, and a row that merely mentions the ULID is left out.
+
+        What it cannot see: a hash-valid record whose body names the case only in a spelling
+        other than the literal ULID (JSON escapes such as ``\\u0046``, in the value or in the
+        ``case`` key) *and* whose ``case_id`` column does not name it (NULLed, or never set
+        because the body was forged so). Neither the index nor the byte scan offers it, so it
+        is not in the answer and no error is raised here. Such a record is never a valid one:
+        every read refuses a ``case`` member not written literally, and its column disagrees
+        with its hashed body, so :meth:`verify` of its run (and ``verify --all``) reports it
+        as :class:`CorruptRecordError`. An answer is complete for the records that verify;
+        audit with ``verify`` before trusting an absence.
+
+        The byte scan reads the tenant's journal: this costs a scan, not an index lookup
+        (see the README's "Tamper evidence").
         """
         if isinstance(case, str):
             case = CaseId.parse(case)

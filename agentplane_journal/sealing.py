@@ -1,15 +1,24 @@
 """Secrets at rest: AES-256-GCM sealing of push tokens and credentials, and the keyring.
 
-A sealed value is self-describing text, ``apj:v2:<key id>:<base64url(nonce || ciphertext)>``,
+A sealed value is self-describing text, ``apj:v3:<key id>:<base64url(nonce || ciphertext)>``,
 and keys rotate without downtime: reads open any key the keyring holds, writes use the
 current one. The associated data binds the value to everything the store acts on with it:
-the format version, the row's ``(tenant, task_id, config_id)``, the column, and the row's
-``url`` and ``auth_scheme``. A ciphertext copied to another row, column or tenant does not
-open, and neither does one whose row was pointed at another host or scheme: a rewritten url
-cannot send the real token elsewhere.
+the format version, the row's ``(tenant, task_id, config_id)``, the column, the row's
+``url`` and ``auth_scheme``, and whether the row holds credentials. A ciphertext copied to
+another row, column or tenant does not open, and neither does one whose row was pointed at
+another host or scheme: a rewritten url cannot send the real token elsewhere.
 
-Format v1 (``apj:v1:``, written by the previous version) bound only tenant, task, config id
-and column; it still opens, and ``SqlPushStore.reseal()`` rewrites it as v2. Anything
+Which secrets a row has is sealed too, so that blanking one (setting its column to NULL) is
+not a way to turn an authenticated registration into an unauthenticated one. Format v3's
+plaintext is a tag byte and the value: ``\x01`` + the secret, or ``\x00`` alone, the
+*absence marker* a column that must always hold an envelope (the token, see
+:mod:`.push_secrets`) holds when there is no secret; and every v3 value is bound to whether
+the row's credentials column is set. So a NULLed token column is missing its marker, and a
+NULLed credentials column makes the token's binding fail.
+
+Format v1 (``apj:v1:``) bound only tenant, task, config id and column; format v2 added
+``url`` and ``auth_scheme`` but not which secrets the row holds. Both still open (so a v1/v2
+row does not prove it was not blanked), and ``SqlPushStore.reseal()`` rewrites them as v3. Anything
 without an ``apj:v<n>:`` prefix is plaintext, which a store holding a key refuses unless told
 ``accept_plaintext=True`` (a plaintext value where a sealed one belongs is a downgrade).
 Nothing here ever puts a secret, a key or a ciphertext into an error message or a ``repr``.
@@ -44,16 +53,21 @@ KEY_BYTES = 32
 NONCE_BYTES = 12
 _TAG_BYTES = 16
 #: The envelope format new values are sealed in.
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 # The version is in the domain, so an envelope relabelled to another version never opens.
 _AAD_DOMAIN_V1 = b"agentplane_journal/push-secret/v1"
 _AAD_DOMAIN_V2 = b"agentplane_journal/push-secret/v2"
+_AAD_DOMAIN_V3 = b"agentplane_journal/push-secret/v3"
+_AAD_DOMAINS = {"1": _AAD_DOMAIN_V1, "2": _AAD_DOMAIN_V2, "3": _AAD_DOMAIN_V3}
+# v3 plaintext: a tag byte, then the value (present) or nothing (the absence marker).
+_PRESENT = b"\x01"
+_MISSING = b"\x00"
 _ABSENT = b"\xff\xff\xff\xff"  # an absent (NULL) part: no string encodes to this length
 _KEY_ID_DOMAIN = b"agentplane_journal/push-key-id\x00"
 _KEY_ID = re.compile(r"[A-Za-z0-9._-]{1,32}")
 # Any `apj:v<n>:` value is an envelope (a later format version must not be read as a token).
 _ENVELOPE = re.compile(r"apj:v([0-9]+):")
-_SEALED = re.compile(r"apj:v([12]):([A-Za-z0-9._-]{1,32}):([A-Za-z0-9_-]+)")
+_SEALED = re.compile(r"apj:v([123]):([A-Za-z0-9._-]{1,32}):([A-Za-z0-9_-]+)")
 
 
 # -- keys -------------------------------------------------------------------
@@ -148,7 +162,7 @@ def keyring_from(secret_key: bytes | None, keyring: Keyring | None) -> Keyring |
 
 def _aad(version: str, parts: tuple[str | None, ...]) -> bytes:
     # Length-prefixed, so no two different rows encode to the same bytes.
-    out = bytearray(_AAD_DOMAIN_V1 if version == "1" else _AAD_DOMAIN_V2)
+    out = bytearray(_AAD_DOMAINS[version])
     for part in parts:
         if part is None:
             out += _ABSENT
@@ -166,10 +180,14 @@ def _parts(
     column: str,
     url: str,
     auth_scheme: str | None,
+    with_credentials: bool,
 ) -> tuple[str | None, ...]:
     if version == "1":
         return (tenant, task_id, config_id, column)
-    return (tenant, task_id, config_id, column, url, auth_scheme)
+    if version == "2":
+        return (tenant, task_id, config_id, column, url, auth_scheme)
+    shape = "with credentials" if with_credentials else "without credentials"
+    return (tenant, task_id, config_id, column, url, auth_scheme, shape)
 
 
 def is_sealed(stored: str) -> bool:
@@ -177,7 +195,10 @@ def is_sealed(stored: str) -> bool:
 
 
 def is_current(keyring: Keyring, stored: str | None) -> bool:
-    """Whether ``stored`` is absent or already in the current format under the current key."""
+    """Whether ``stored`` is absent or already in the current format under the current key.
+
+    (Whether absent is allowed is the row's business: see :mod:`.push_secrets`.)
+    """
     return stored is None or stored.startswith(f"apj:v{FORMAT_VERSION}:{keyring.current}:")
 
 
@@ -191,15 +212,20 @@ def seal_secret(
     column: str,
     url: str,
     auth_scheme: str | None,
+    with_credentials: bool,
+    mark_absent: bool = False,
 ) -> str | None:
-    """Seal ``value`` for one column of one row (``None`` stays ``None``).
+    """Seal ``value`` for one column of one row.
 
+    ``None`` stays ``None``, unless ``mark_absent`` and there is a keyring: then it is sealed
+    as the absence marker, which opens as ``None`` and proves the row had no value there.
     Without a keyring the value is stored as it is (agentplane 0.4.0's plaintext), unless it
     would read back as an envelope.
     """
-    if value is None:
+    if value is None and (keyring is None or not mark_absent):
         return None
     if keyring is None:
+        assert value is not None
         if is_sealed(value):
             raise ValueError(
                 f"{column} begins with 'apj:v<n>:', which marks sealed values; a store without "
@@ -208,9 +234,10 @@ def seal_secret(
         return value
     key_id = keyring.current
     version = str(FORMAT_VERSION)
-    aad = _aad(version, _parts(version, tenant, task_id, config_id, column, url, auth_scheme))
+    parts = _parts(version, tenant, task_id, config_id, column, url, auth_scheme, with_credentials)
+    plain = _MISSING if value is None else _PRESENT + value.encode("utf-8")
     nonce = os.urandom(NONCE_BYTES)
-    sealed = keyring._aead(key_id).encrypt(nonce, value.encode("utf-8"), aad)  # type: ignore[union-attr]
+    sealed = keyring._aead(key_id).encrypt(nonce, plain, _aad(version, parts))  # type: ignore[union-attr]
     body = base64.urlsafe_b64encode(nonce + sealed).rstrip(b"=").decode("ascii")
     return f"apj:v{version}:{key_id}:{body}"
 
@@ -225,6 +252,7 @@ def open_secret(
     column: str,
     url: str,
     auth_scheme: str | None,
+    with_credentials: bool,
     accept_plaintext: bool = False,
 ) -> str | None:
     """The secret in ``stored``, or :class:`SecretUnavailableError` saying why it is not.
@@ -250,7 +278,7 @@ def open_secret(
         version = _ENVELOPE.match(stored).group(1)  # type: ignore[union-attr]
         detail = (
             f"{where} holds a sealed value of format v{version}, which this version cannot read"
-            if version not in ("1", "2")
+            if version not in _AAD_DOMAINS
             else f"{where} holds a malformed sealed value"
         )
         raise SecretUnavailableError(None, column, detail)
@@ -272,16 +300,27 @@ def open_secret(
         raise SecretUnavailableError(key_id, column, f"{where} is not valid base64") from None
     if len(raw) < NONCE_BYTES + _TAG_BYTES:
         raise SecretUnavailableError(key_id, column, f"{where} is truncated")
-    aad = _aad(version, _parts(version, tenant, task_id, config_id, column, url, auth_scheme))
+    parts = _parts(version, tenant, task_id, config_id, column, url, auth_scheme, with_credentials)
     try:
-        plain = aead.decrypt(raw[:NONCE_BYTES], raw[NONCE_BYTES:], aad)
+        plain = aead.decrypt(raw[:NONCE_BYTES], raw[NONCE_BYTES:], _aad(version, parts))
     except InvalidTag:
-        bound = "" if version == "1" else ", its row's url or auth_scheme was rewritten"
+        bound = {
+            "1": "",
+            "2": ", its row's url or auth_scheme was rewritten",
+            "3": ", its row's url or auth_scheme was rewritten, or its credentials were "
+            "removed (blanked) or added",
+        }[version]
         detail = (
             f"{where} does not authenticate: it was altered, copied from another row, column "
             f"or tenant{bound}, or sealed under a different key with this id"
         )
         raise SecretUnavailableError(key_id, column, detail) from None
+    if version == "3":
+        if plain == _MISSING:
+            return None  # the absence marker: the row was sealed without a value here
+        if plain[:1] != _PRESENT:  # authenticated, so only a key-holder's bug could cause it
+            raise SecretUnavailableError(key_id, column, f"{where} has an unknown tag")
+        plain = plain[1:]
     try:
         return plain.decode("utf-8")
     except UnicodeDecodeError:  # authenticated, so only a key-holder's bug could cause it

@@ -474,7 +474,7 @@ async def test_sealed_columns_never_hold_the_secret(make_push: Callable[..., Any
     kid = Keyring.key_id_for(k)
     assert push.key_id == kid
     for value, secret in ((row.token, TOKEN), (row.auth_credentials, CREDENTIALS)):
-        assert value.startswith(f"apj:v2:{kid}:")
+        assert value.startswith(f"apj:v3:{kid}:")
         assert secret not in value
     assert row.auth_scheme == "Bearer"  # not a secret
     assert row.token != twin.token  # a fresh nonce each time
@@ -586,8 +586,8 @@ async def test_key_rotation_reads_old_rows_and_writes_new_ones(
     assert rotated.key_id == "k2"
     assert await rotated.get(task, "old-row") == full(task, "old-row")
     await rotated.put(full(task, "new-row"), 1)
-    assert (await raw_row(rotated, task, "new-row")).token.startswith("apj:v2:k2:")
-    assert (await raw_row(rotated, task, "old-row")).token.startswith("apj:v2:k1:")
+    assert (await raw_row(rotated, task, "new-row")).token.startswith("apj:v3:k2:")
+    assert (await raw_row(rotated, task, "old-row")).token.startswith("apj:v3:k1:")
 
     only_new = await make_push(keyring=Keyring({"k2": new}))
     assert await only_new.get(task, "new-row") == full(task, "new-row")
@@ -599,7 +599,7 @@ async def test_key_rotation_reads_old_rows_and_writes_new_ones(
     # reseal moves old rows to the current key without touching cursor or backoff.
     assert await rotated.reseal() == ResealReport(resealed=1, current=1, changed=0, unavailable=())
     assert await rotated.reseal() == ResealReport(resealed=0, current=2, changed=0, unavailable=())
-    assert (await raw_row(rotated, task, "old-row")).token.startswith("apj:v2:k2:")
+    assert (await raw_row(rotated, task, "old-row")).token.startswith("apj:v3:k2:")
     assert await only_new.get(task, "old-row") == full(task, "old-row")
     assert await state(rotated, task, "old-row") == (3, 1, 77, "down")
 
@@ -685,8 +685,8 @@ async def test_plaintext_reads_without_a_key_and_is_refused_with_one(
     assert report.complete
     for id in ("cfg", "second", "third"):
         row = await raw_row(plain, task, id)
-        assert row.token.startswith(f"apj:v2:{sealed.key_id}:")
-        assert row.auth_credentials.startswith(f"apj:v2:{sealed.key_id}:")
+        assert row.token.startswith(f"apj:v3:{sealed.key_id}:")
+        assert row.auth_credentials.startswith(f"apj:v3:{sealed.key_id}:")
         assert await sealed.get(task, id) == full(task, id)
     assert await adopting.reseal() == ResealReport(0, 3, 0, ())
     assert adopting.for_tenant(adopting.tenant)._accept_plaintext is True
@@ -703,9 +703,12 @@ async def test_a_sealed_row_without_a_key_is_an_error(make_push: Callable[..., A
     assert info.value.key_id == sealed.key_id
     assert "no secret key" in str(info.value)
     assert TOKEN not in str(info.value)
-    [bad] = (await plain.due(0, 10)).unavailable
+    bad, marked = (await plain.due(0, 10)).unavailable
     assert isinstance(bad.error, SecretUnavailableError) and bad.config_id == "cfg"
-    assert await plain.get(task, "no-secrets") == config(task, "no-secrets")
+    # A keyed registration without secrets holds a sealed absence marker, unreadable too.
+    assert isinstance(marked.error, SecretUnavailableError) and marked.config_id == "no-secrets"
+    with pytest.raises(SecretUnavailableError, match="no secret key"):
+        await plain.get(task, "no-secrets")
     with pytest.raises(ValueError, match="has none"):
         await plain.reseal()
 
@@ -715,11 +718,11 @@ async def test_a_sealed_row_without_a_key_is_an_error(make_push: Callable[..., A
     # An envelope of a later format version is not mistaken for a token.
     await sql(
         plain,
-        "UPDATE push_delivery SET token = 'apj:v3:k1:AAAA' WHERE tenant = :t "
+        "UPDATE push_delivery SET token = 'apj:v4:k1:AAAA' WHERE tenant = :t "
         "AND config_id = 'no-secrets'",
         t=plain.tenant,
     )
-    with pytest.raises(SecretUnavailableError, match="format v3"):
+    with pytest.raises(SecretUnavailableError, match="format v4"):
         await plain.get(task, "no-secrets")
 
 

@@ -139,7 +139,8 @@ async def test_credentials_are_bound_to_the_scheme_they_are_sent_with(
     await set_column(push, "cfg", "auth_scheme", "Basic")
     with pytest.raises(SecretUnavailableError) as info:
         await push.get(task, "cfg")
-    assert info.value.column == "auth_credentials"
+    # The token column's absence marker is bound to the scheme too, and is opened first.
+    assert info.value.column == "token"
     await set_column(push, "cfg", "auth_scheme", "Bearer")
     await set_column(push, "cfg", "url", EVIL)
     with pytest.raises(SecretUnavailableError):
@@ -190,17 +191,18 @@ async def test_rows_sealed_by_the_previous_version_read_and_reseal_upgrades_them
     with pytest.raises(SecretUnavailableError):
         await push.get(task, "other")
     await push.put(full(task, "other"), 1)
-    v2_token = (await raw_row(push, task, "other")).token
-    await set_column(push, "other", "token", v2_token.replace("apj:v2:", "apj:v1:", 1))
-    with pytest.raises(SecretUnavailableError):
-        await push.get(task, "other")
+    v3_token = (await raw_row(push, task, "other")).token
+    for older in ("apj:v1:", "apj:v2:"):
+        await set_column(push, "other", "token", v3_token.replace("apj:v3:", older, 1))
+        with pytest.raises(SecretUnavailableError):
+            await push.get(task, "other")
     await push.put(full(task, "other"), 1)
 
     report = await push.reseal()
     assert report == ResealReport(resealed=1, current=1, changed=0, unavailable=())
     row = await raw_row(push, task)
-    assert row.token.startswith(f"apj:v2:{kid}:")
-    assert row.auth_credentials.startswith(f"apj:v2:{kid}:")
+    assert row.token.startswith(f"apj:v3:{kid}:")
+    assert row.auth_credentials.startswith(f"apj:v3:{kid}:")
     assert await push.get(task, "cfg") == full(task)
     assert await state(push, task) == (7, 1, 40, "down")  # cursor and backoff untouched
     # Now bound to its url.
@@ -334,7 +336,7 @@ async def test_reseal_reseals_what_it_can_and_reports_the_rest(
     for shown in (repr(report), *(u.reason for u in report.unavailable)):
         assert TOKEN not in shown and CREDENTIALS not in shown
     for id in ("a-old-key", "c-v1"):
-        assert (await raw_row(rotated, task, id)).token.startswith("apj:v2:k2:")
+        assert (await raw_row(rotated, task, id)).token.startswith("apj:v3:k2:")
         assert await rotated.get(task, id) == full(task, id)
     assert await state(rotated, task, "a-old-key") == (3, 1, 99, "down")
     assert (await raw_row(rotated, task, "f-plaintext")).token == TOKEN  # left alone
@@ -362,7 +364,7 @@ async def test_reseal_leaves_a_row_changed_under_it(make_push: Callable[..., Any
     report = await rotated.reseal()
     assert report == ResealReport(resealed=1, current=0, changed=1, unavailable=())
     assert not report.complete
-    assert (await raw_row(rotated, task, "two")).token.startswith("apj:v2:k1:")  # the put won
+    assert (await raw_row(rotated, task, "two")).token.startswith("apj:v3:k1:")  # the put won
     assert await rotated.get(task, "two") == replacement
     del rotated._read
     assert (await rotated.reseal()).complete
@@ -430,7 +432,7 @@ async def test_every_logger_at_debug_on_both_drivers_shows_no_secret(
             root.removeHandler(bare)
             for logger in loggers:
                 logger.addFilter(logsafe._FILTER)
-        assert "apj:v2:" in "\n".join(by_construction)  # envelopes are bound and logged
+        assert "apj:v3:" in "\n".join(by_construction)  # envelopes are bound and logged
         assert not leaks("\n".join(by_construction), SECRETS, KEYS)
         assert TOKEN in bare.text  # what the filter keeps out
     finally:
