@@ -18,7 +18,7 @@ from . import _cli_notes as notes
 from ._cli_base import _Exit
 from ._cli_store import _existing, _store
 from .checkpoint import Checkpoint, Inclusion
-from .errors import CorruptRecordError
+from .errors import CorruptLogError, CorruptRecordError
 from .ids import Digest, RunId
 from .merkle import verify_consistency
 from .store import SqlJournalStore
@@ -101,7 +101,7 @@ async def _audit_log(store: SqlJournalStore, quiet: bool) -> dict[str, Any]:
     update, close = _audit_progress("checking the log's stored tree")
     try:
         audit = await store.audit_log(update)
-    except CorruptRecordError as exc:  # a seal row that is not a seal: the log is damaged
+    except (CorruptRecordError, CorruptLogError) as exc:  # a seal row that is not a seal
         result = {"ok": False, "leaves": None, "position": None, "error": exc.detail}
         if not quiet:
             print(fmt.log_failure_line(result))
@@ -132,11 +132,22 @@ async def cmd_reindex_log(args: argparse.Namespace) -> int:
         "first_bad": report.first_bad,
         "detail": report.detail,
         "rewritten": report.repaired,
+        "seals_not_repairable": report.kept,
     }
     if args.json:
         fmt.print_json(result)
     else:
         print(fmt.reindex_line(result))
+    if report.kept:
+        # The tree is rebuilt from the seals; a seal that disagrees with its own run's
+        # records is the evidence itself, and no rebuild can say which of the two is true.
+        print(
+            f"FAILED {report.kept} seal(s) cannot be rebuilt from the seals: each holds a "
+            "chain head its run's records do not end at (the seal or the records were "
+            "edited); `verify --all` names the runs",
+            file=sys.stderr,
+        )
+        return 1
     return 0
 
 
@@ -237,7 +248,10 @@ async def cmd_prove(args: argparse.Namespace) -> int:
         run = await _existing(store, args.run)
         if old is not None:
             _check_origin(store, old)
-        cp, inc, checks = await _prove(store, run, old)
+        try:
+            cp, inc, checks = await _prove(store, run, old)
+        except CorruptLogError as exc:
+            raise _Exit(1, await _why_unprovable(store, run, exc)) from None
     if saved is not None:
         checks = _signed_check(saved) + checks
     ok = all(passed for passed, _ in checks)
@@ -256,6 +270,27 @@ async def cmd_prove(args: argparse.Namespace) -> int:
     else:
         fmt.print_prove(run, cp, inc, old, checks)
     return 0 if ok else 1
+
+
+async def _why_unprovable(store: SqlJournalStore, run: RunId, exc: CorruptLogError) -> str:
+    """What a proof that could not be read says: the seal lies, or the stored tree does.
+
+    ``reindex-log`` rebuilds the stored tree from the seals, so it is the cure only when the
+    seal is sound; a seal whose chain head is not the head its run's records end at is the
+    finding itself (an edited seal, or records edited under it), and nothing can rebuild it.
+    """
+    chain = await _verify_run(store, run, None, False)
+    if not chain["ok"]:
+        return (
+            f"FAILED {run}: its seal and its records disagree (seq {chain['seq']}: "
+            f"{chain['error']}): the seal or the records were edited; `reindex-log` cannot "
+            "repair that (it rebuilds only the stored tree, from the seals)"
+        )
+    return (
+        f"FAILED {run}: the stored tree is damaged at position {exc.position} "
+        f"({exc.detail}); the run's records and seal agree, so `agentplane-journal "
+        "reindex-log` rebuilds the tree from the seals"
+    )
 
 
 async def cmd_consistency(args: argparse.Namespace) -> int:

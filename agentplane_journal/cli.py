@@ -49,12 +49,12 @@ def _load() -> None:
     cryptography cost most of a second to import: a shell expects ``--help`` at once. The
     command modules themselves are imported by :func:`_handler`, also after parsing.
     """
-    global CommandError, SQLAlchemyError, CorruptRecordError, StoreError, _target
+    global CommandError, SQLAlchemyError, CorruptLogError, CorruptRecordError, StoreError, _target
     from alembic.util.exc import CommandError
     from sqlalchemy.exc import SQLAlchemyError
 
     from ._cli_store import _target
-    from .errors import CorruptRecordError, StoreError
+    from .errors import CorruptLogError, CorruptRecordError, StoreError
 
 
 URL_ENV = "AGENTPLANE_JOURNAL_URL"
@@ -301,7 +301,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return asyncio.run(_handler(args.handler)(args))
     except _Exit as exc:
         return _fail(exc.code, exc.message, target)
-    except CorruptRecordError as exc:
+    except (CorruptRecordError, CorruptLogError) as exc:  # a finding, not a usage error
         return _fail(1, f"FAILED {exc}", target)
     except BrokenPipeError:
         # The reader went away (`export --all | head`): nothing left to say, nowhere to say it.

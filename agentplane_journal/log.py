@@ -44,6 +44,7 @@ from sqlalchemy import (
     bindparam,
     cast,
     func,
+    literal,
     literal_column,
     null,
     select,
@@ -58,7 +59,7 @@ from .checkpoint import Checkpoint, Inclusion
 from .dialect import Dialect
 from .errors import BackendError, CorruptLogError
 from .ids import Digest, RunId
-from .log_audit import AUDIT_PAGE, LogAudit, Progress, Unit, audit_pages
+from .log_audit import AUDIT_PAGE, MAX_LOG_INDEX, LogAudit, Progress, Unit, audit_pages
 from .merkle import EMPTY_ROOT
 from .models import JournalCounter, LogTree, RunSeal
 from .statements import digest, stored_run
@@ -103,7 +104,7 @@ def _snapshot_statement(leaf_source: str | None) -> Any:
     # be the same number, but SQLite only optimises a bare ``max()`` and scans otherwise.)
     last = (
         select(LogTree.idx)
-        .where(LogTree.tenant == tenant, LogTree.level == 0)
+        .where(LogTree.tenant == tenant, LogTree.level == 0, LogTree.idx <= MAX_LOG_INDEX)
         .order_by(LogTree.idx.desc())
         .limit(1)
         .scalar_subquery()
@@ -180,8 +181,15 @@ def _statements() -> dict[str, Any]:
 
 
 def _node_hash(value: Any, level: int, idx: int) -> bytes:
-    if value is None or len(value) != 32:
-        size = "NULL" if value is None else f"{len(value)} bytes"
+    """A stored node's hash; anything but 32 bytes (on SQLite, TEXT too) is a damaged tree."""
+    if not isinstance(value, bytes | bytearray | memoryview) or len(value) != 32:
+        size = (
+            "NULL"
+            if value is None
+            else f"{len(value)} bytes"
+            if isinstance(value, bytes | bytearray | memoryview)
+            else type(value).__name__
+        )
         raise CorruptLogError(
             idx << level, f"stored tree node (level {level}, index {idx}) holds {size}, not 32"
         )
@@ -199,9 +207,12 @@ class _Snapshot:
         self.leaf: tuple[int | None, Any] | None = None
         for tag, a, b, blob in rows:
             if tag == _SIZE:
-                self.size = int(a)
+                if type(a) is not int:  # on SQLite, a REAL index: no size a seal made
+                    raise CorruptLogError(0, f"the stored tree's last leaf index is {a!r}")
+                self.size = a
             elif tag == _LEAF:
-                self.leaf = (None if a is None else int(a), blob)
+                # A leaf row whose index is no integer (SQLite) is no leaf: audit's to report.
+                self.leaf = (a if type(a) is int else None, blob)
             else:
                 level, idx = int(a), int(b)
                 self.nodes[(level, idx)] = _node_hash(blob, level, idx)
@@ -239,7 +250,17 @@ class TenantLog:
         """
         if not leaves:
             return []
-        last = int((await session.execute(self._counter(len(leaves)))).scalar_one())
+        last = (await session.execute(self._counter(len(leaves)))).scalar_one()
+        if type(last) is not int or not len(leaves) - 1 <= last <= MAX_LOG_INDEX:
+            # A hostile log_index or counter (2**63 - 1, on which the next value overflows;
+            # TEXT on SQLite): the position cannot be handed out, and no later one either
+            # until the seals are renumbered. Raising rolls the counter's update back.
+            raise CorruptLogError(
+                0,
+                f"the log counter or a seal's log_index is out of range (the next position "
+                f"would be {last!r}); `agentplane-journal reindex-log` renumbers the seals "
+                "in their order and resets it",
+            )
         indexes = list(range(last - len(leaves) + 1, last + 1))
         snap = await self._snapshot(session, "frontier")
         try:
@@ -288,11 +309,16 @@ class TenantLog:
             .limit(1)
             .scalar_subquery()
         )  # one probe of (tenant, log_index), backwards (see _snapshot_statement)
-        top = select(func.coalesce(last, -1) + step).scalar_subquery()
+        # Both capped before adding, so a hostile 2**63 - 1 cannot overflow the statement
+        # itself: the result is then beyond MAX_LOG_INDEX, and append refuses it.
+        cap = literal(MAX_LOG_INDEX + 1, BigInteger)
+        top = select(d.least(func.coalesce(last, -1), cap) + step).scalar_subquery()
         stmt = d.insert(JournalCounter).values(name=self.counter_name, value=top)
         return stmt.on_conflict_do_update(
             index_elements=[JournalCounter.name],
-            set_={"value": d.greatest(JournalCounter.value + step, stmt.excluded.value)},
+            set_={
+                "value": d.greatest(d.least(JournalCounter.value, cap) + step, stmt.excluded.value)
+            },
         ).returning(JournalCounter.value)
 
     # -- reading -----------------------------------------------------------------------
@@ -370,7 +396,8 @@ class TenantLog:
             )
             .where(RunSeal.tenant == self.tenant, RunSeal.run_id.in_(list(run_ids)))
         )
-        return {r: (h, None if i is None else int(i)) for r, h, i in rows}
+        # A leaf index that is no integer (TEXT on SQLite) is no position: audit reports it.
+        return {r: (h, i if type(i) is int else None) for r, h, i in rows}
 
     async def paths_at(
         self, session: AsyncSession, size: int, positions: Sequence[int]
