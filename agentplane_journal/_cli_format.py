@@ -246,6 +246,13 @@ def log_failure_line(log: dict[str, Any]) -> str:
 def log_audit_line(log: dict[str, Any]) -> str:
     if log["ok"]:
         return f"log: {log['leaves']} leaves, stored tree matches the seals"
+    kept = log.get("unrepairable") or 0
+    if kept:
+        return (
+            f"log: stored tree FAILED from position {log['position']}; {kept} seal(s) "
+            "disagree with their runs' records, which `agentplane-journal reindex-log` cannot "
+            "repair (it rebuilds the rest)"
+        )
     return (
         f"log: stored tree FAILED from position {log['position']} "
         "(rebuild it with `agentplane-journal reindex-log`)"

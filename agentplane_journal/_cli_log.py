@@ -113,6 +113,7 @@ async def _audit_log(store: SqlJournalStore, quiet: bool) -> dict[str, Any]:
         "leaves": audit.size,
         "position": audit.first_bad,
         "error": audit.detail,
+        "unrepairable": audit.kept,
     }
     if not audit.ok and not quiet:
         print(fmt.log_failure_line(result))

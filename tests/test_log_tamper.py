@@ -5,8 +5,9 @@ the tenant's log counter in ``journal_counter``: each case edits one thing with 
 on the database (a node at level -1, a position of 2**63 - 1, a TEXT hash on SQLite...), and
 then, on both dialects:
 
-* ``audit_log`` reports it (never raises), and so do ``verify --all`` and ``prove`` in a
-  subprocess: exit 1 with a message, never a traceback, never the usage code 2;
+* ``audit_log`` reports it (never raises), and so do ``verify --all`` and ``prove`` (the
+  command line's ``main``, in-process for speed; the ``prove`` test runs the installed
+  command): exit 1 with a message, never a traceback, never the usage code 2;
 * a seal either works or says :class:`CorruptLogError` (with ``reindex-log`` in its advice),
   never ``OverflowError`` or a driver error: a hostile row must not block seals for ever;
 * ``reindex-log`` repairs whatever can be rebuilt from the seals (then the audit is clean and
@@ -15,7 +16,11 @@ then, on both dialects:
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import io
 import json
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -24,6 +29,7 @@ import pytest
 from test_tamper import SIGNER, Victim, honest_run, run_cli
 
 from agentplane_journal import CorruptLogError, SqlJournalStore, StoreError
+from agentplane_journal.cli import main as cli_main
 
 BIG = 2**63 - 1
 
@@ -144,7 +150,34 @@ async def _seal_or_refuse(store: SqlJournalStore) -> bool:
     return True
 
 
-def _cli(*args: str) -> Any:
+@dataclass(frozen=True)
+class Ran:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def _main(args: tuple[str, ...]) -> Ran:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = cli_main(list(args))
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 2
+        except BaseException:
+            traceback.print_exc()
+            code = 70
+    return Ran(code, out.getvalue(), err.getvalue())
+
+
+async def _cli(*args: str) -> Any:
+    """The command line's ``main`` on a thread of its own (it runs its own event loop)."""
+    result = await asyncio.to_thread(_main, args)
+    assert "Traceback" not in result.stderr, result.stderr
+    return result
+
+
+def _installed(*args: str) -> Any:
     result = run_cli(*args)
     assert "Traceback" not in result.stderr, result.stderr
     return result
@@ -169,11 +202,11 @@ async def test_each_hostile_log_row_is_reported_and_reindex_repairs_what_the_sea
     audit = await store.audit_log()  # never raises
     assert not audit.ok and audit.detail, audit
     common = ["--url", database_url, "--tenant", store.tenant]
-    verify = _cli("verify", "--all", "--json", *common)
+    verify = await _cli("verify", "--all", "--json", *common)
     assert verify.returncode == 1, verify.stdout + verify.stderr
     log = json.loads(verify.stdout)["log"]
     assert not log["ok"] and log["error"], log
-    prove = _cli("prove", str(victim.run), *common)
+    prove = await _cli("prove", str(victim.run), *common)
     assert prove.returncode in (0, 1), prove.stdout + prove.stderr
     if prove.returncode:
         assert "FAILED" in prove.stdout + prove.stderr, prove.stdout + prove.stderr
@@ -184,13 +217,13 @@ async def test_each_hostile_log_row_is_reported_and_reindex_repairs_what_the_sea
             pass
     await _seal_or_refuse(store)
 
-    fixed = _cli("reindex-log", "--json", *common)
+    fixed = await _cli("reindex-log", "--json", *common)
     assert fixed.returncode in (0, 1), fixed.stdout + fixed.stderr
     after = await store.audit_log()
     if case.repairable:
         assert fixed.returncode == 0, fixed.stdout + fixed.stderr
         assert after.ok, after
-        assert _cli("verify", "--all", *common).returncode == 0
+        assert (await _cli("verify", "--all", *common)).returncode == 0
     else:
         assert fixed.returncode == 1, fixed.stdout + fixed.stderr
         assert not after.ok and "seal" in (after.detail or ""), after
@@ -206,13 +239,13 @@ async def test_prove_on_an_edited_seal_fails_as_a_finding_and_says_what_is_wrong
     runs, victim = await _log(store)
     await _apply(CASES["seal chain_head edited"], runs, victim)
     common = ["--url", database_url, "--tenant", store.tenant]
-    prove = _cli("prove", str(victim.run), *common)
+    prove = _installed("prove", str(victim.run), *common)
     out = prove.stdout + prove.stderr
     assert prove.returncode == 1, out
     assert "error:" not in prove.stderr, out  # not the usage/connection code
     assert "seal" in out and "records" in out, out
     assert "cannot" in out, out  # reindex-log is not offered as the cure
-    assert _cli("prove", str(runs[0].run), *common).returncode == 0  # the others still prove
+    assert _installed("prove", str(runs[0].run), *common).returncode == 0  # the others still prove
 
 
 async def test_a_hostile_log_index_never_blocks_seals_once_reindexed(
