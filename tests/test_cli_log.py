@@ -34,6 +34,7 @@ def test_verify_all_names_the_first_bad_log_position_and_reindex_log_repairs_it(
         "leaves": 6,
         "position": 4,
         "error": "stored node (level 1, index 2) does not hash its children",
+        "unrepairable": 0,
     }
     assert run_cli("checkpoint", "--url", url).stdout != note  # the lie shows in the root
 
