@@ -12,12 +12,47 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .append import Append
-    from .canon import canonical_bytes
-    from .checkpoint import Checkpoint, Inclusion
-    from .dialect import WRITE_TRANSACTION, begin_write, configure_engine
-    from .engine import pgbouncer_connect_args
-    from .errors import (
+    from agentplane_journal.core.append import Append
+    from agentplane_journal.core.canon import canonical_bytes
+    from agentplane_journal.core.chain import verify_attested, verify_chain
+    from agentplane_journal.core.checkpoint import Checkpoint, Inclusion
+    from agentplane_journal.core.ids import (
+        DEFAULT_TENANT,
+        CaseId,
+        Digest,
+        EffectKey,
+        RunId,
+        validate_tenant,
+    )
+    from agentplane_journal.core.merkle import (
+        consistency_proof,
+        inclusion_proof,
+        leaf_hash,
+        root,
+        verify_consistency,
+        verify_inclusion,
+    )
+    from agentplane_journal.core.note import (
+        NoteSigner,
+        NoteVerificationError,
+        NoteVerifier,
+        OpenedNote,
+        open_note,
+        sign_note,
+    )
+    from agentplane_journal.core.record import MAX_RECORD_BYTES, Attestation, Record
+    from agentplane_journal.core.signing import (
+        DOMAIN_RECORD,
+        Ed25519Signer,
+        Ed25519Verifier,
+        Signer,
+        Verifier,
+        signing_hash,
+    )
+    from agentplane_journal.core.values import Cancellation, Head, Lease
+    from agentplane_journal.db.dialect import WRITE_TRANSACTION, begin_write, configure_engine
+    from agentplane_journal.db.engine import pgbouncer_connect_args
+    from agentplane_journal.errors import (
         BackendError,
         CommitUnknownError,
         CorruptLogError,
@@ -34,25 +69,10 @@ if TYPE_CHECKING:
         StoreError,
         TransactionEndedError,
     )
-    from .ids import DEFAULT_TENANT, CaseId, Digest, EffectKey, RunId, validate_tenant
-    from .merkle import (
-        consistency_proof,
-        inclusion_proof,
-        leaf_hash,
-        root,
-        verify_consistency,
-        verify_inclusion,
-    )
-    from .migrate import HEAD_REVISION, current_revision, upgrade
-    from .note import (
-        NoteSigner,
-        NoteVerificationError,
-        NoteVerifier,
-        OpenedNote,
-        open_note,
-        sign_note,
-    )
-    from .push import (
+    from agentplane_journal.journal.store import JournalStore, SqlJournalStore
+    from agentplane_journal.migrations.commands import HEAD_REVISION, current_revision, upgrade
+    from agentplane_journal.push.secretbox import Keyring
+    from agentplane_journal.push.store import (
         PushAuthentication,
         PushConfig,
         PushListing,
@@ -62,32 +82,19 @@ if TYPE_CHECKING:
         SqlPushStore,
         UnreadableRegistration,
     )
-    from .record import MAX_RECORD_BYTES, Attestation, Record
-    from .sealing import Keyring
-    from .signing import (
-        DOMAIN_RECORD,
-        Ed25519Signer,
-        Ed25519Verifier,
-        Signer,
-        Verifier,
-        signing_hash,
-    )
-    from .store import JournalStore, SqlJournalStore
-    from .values import Cancellation, Head, Lease
-    from .verify import verify_attested, verify_chain
 
 # Every public name, and the module that defines it. Imported on first use (PEP 562), so
-# `import agentplane_journal.cli` for `agentplane-journal --help` does not pay for
+# `import agentplane_journal.cli.main` for `agentplane-journal --help` does not pay for
 # SQLAlchemy, Alembic and cryptography: a command imports only what it runs.
 _EXPORTS = {
-    "Append": "append",
-    "canonical_bytes": "canon",
-    "Checkpoint": "checkpoint",
-    "Inclusion": "checkpoint",
-    "WRITE_TRANSACTION": "dialect",
-    "begin_write": "dialect",
-    "configure_engine": "dialect",
-    "pgbouncer_connect_args": "engine",
+    "Append": "core.append",
+    "canonical_bytes": "core.canon",
+    "Checkpoint": "core.checkpoint",
+    "Inclusion": "core.checkpoint",
+    "WRITE_TRANSACTION": "db.dialect",
+    "begin_write": "db.dialect",
+    "configure_engine": "db.dialect",
+    "pgbouncer_connect_args": "db.engine",
     "BackendError": "errors",
     "CommitUnknownError": "errors",
     "CorruptLogError": "errors",
@@ -103,52 +110,52 @@ _EXPORTS = {
     "SecretUnavailableError": "errors",
     "StoreError": "errors",
     "TransactionEndedError": "errors",
-    "DEFAULT_TENANT": "ids",
-    "CaseId": "ids",
-    "Digest": "ids",
-    "EffectKey": "ids",
-    "RunId": "ids",
-    "validate_tenant": "ids",
-    "consistency_proof": "merkle",
-    "inclusion_proof": "merkle",
-    "leaf_hash": "merkle",
-    "root": "merkle",
-    "verify_consistency": "merkle",
-    "verify_inclusion": "merkle",
-    "HEAD_REVISION": "migrate",
-    "current_revision": "migrate",
-    "upgrade": "migrate",
-    "NoteSigner": "note",
-    "NoteVerificationError": "note",
-    "NoteVerifier": "note",
-    "OpenedNote": "note",
-    "open_note": "note",
-    "sign_note": "note",
-    "PushAuthentication": "push",
-    "PushConfig": "push",
-    "PushListing": "push",
-    "PushRegistration": "push",
+    "DEFAULT_TENANT": "core.ids",
+    "CaseId": "core.ids",
+    "Digest": "core.ids",
+    "EffectKey": "core.ids",
+    "RunId": "core.ids",
+    "validate_tenant": "core.ids",
+    "consistency_proof": "core.merkle",
+    "inclusion_proof": "core.merkle",
+    "leaf_hash": "core.merkle",
+    "root": "core.merkle",
+    "verify_consistency": "core.merkle",
+    "verify_inclusion": "core.merkle",
+    "HEAD_REVISION": "migrations.commands",
+    "current_revision": "migrations.commands",
+    "upgrade": "migrations.commands",
+    "NoteSigner": "core.note",
+    "NoteVerificationError": "core.note",
+    "NoteVerifier": "core.note",
+    "OpenedNote": "core.note",
+    "open_note": "core.note",
+    "sign_note": "core.note",
+    "PushAuthentication": "push.store",
+    "PushConfig": "push.store",
+    "PushListing": "push.store",
+    "PushRegistration": "push.store",
     "PushStore": "contracts",
-    "ResealReport": "push",
-    "SqlPushStore": "push",
-    "UnreadableRegistration": "push",
-    "MAX_RECORD_BYTES": "record",
-    "Attestation": "record",
-    "Record": "record",
-    "Keyring": "sealing",
-    "DOMAIN_RECORD": "signing",
-    "Ed25519Signer": "signing",
-    "Ed25519Verifier": "signing",
-    "Signer": "signing",
-    "Verifier": "signing",
-    "signing_hash": "signing",
+    "ResealReport": "push.store",
+    "SqlPushStore": "push.store",
+    "UnreadableRegistration": "push.store",
+    "MAX_RECORD_BYTES": "core.record",
+    "Attestation": "core.record",
+    "Record": "core.record",
+    "Keyring": "push.secretbox",
+    "DOMAIN_RECORD": "core.signing",
+    "Ed25519Signer": "core.signing",
+    "Ed25519Verifier": "core.signing",
+    "Signer": "core.signing",
+    "Verifier": "core.signing",
+    "signing_hash": "core.signing",
     "JournalStore": "contracts",
-    "SqlJournalStore": "store",
-    "Cancellation": "values",
-    "Head": "values",
-    "Lease": "values",
-    "verify_attested": "verify",
-    "verify_chain": "verify",
+    "SqlJournalStore": "journal.store",
+    "Cancellation": "core.values",
+    "Head": "core.values",
+    "Lease": "core.values",
+    "verify_attested": "core.chain",
+    "verify_chain": "core.chain",
 }
 
 __version__ = "0.1.0"
@@ -230,7 +237,7 @@ __all__ = [
 def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
-        # A submodule reached as an attribute (``agentplane_journal.store``), as before.
+        # A submodule reached as an attribute (``agentplane_journal.journal.store``), as before.
         try:
             return import_module(f".{name}", __name__)
         except ModuleNotFoundError:

@@ -3,8 +3,8 @@
 :class:`JournalStore` (runs: appends, leases, seals, the log, reads) and :class:`PushStore`
 (webhook registrations and their cursors), with the meanings of ``store-contract.md``; any
 store that has these methods with those meanings can back agentplane.
-:class:`~agentplane_journal.store.SqlJournalStore` and
-:class:`~agentplane_journal.push.SqlPushStore` implement them, and re-export them.
+:class:`~agentplane_journal.journal.store.SqlJournalStore` and
+:class:`~agentplane_journal.push.store.SqlPushStore` implement them, and re-export them.
 
 (``builtins.list`` in annotations: inside these classes ``list`` is a method.)
 """
@@ -17,13 +17,13 @@ from typing import Protocol, runtime_checkable
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from .append import Append
-from .checkpoint import Checkpoint, Inclusion
-from .ids import CaseId, Digest, RunId
-from .push_values import PushConfig, PushRegistration
-from .record import Record
-from .signing import Verifier
-from .values import Cancellation, Head, Lease
+from agentplane_journal.core.append import Append
+from agentplane_journal.core.checkpoint import Checkpoint, Inclusion
+from agentplane_journal.core.ids import CaseId, Digest, RunId
+from agentplane_journal.core.record import Record
+from agentplane_journal.core.signing import Verifier
+from agentplane_journal.core.values import Cancellation, Head, Lease
+from agentplane_journal.push.values import PushConfig, PushRegistration
 
 __all__ = ["JournalStore", "PushStore"]
 

@@ -16,7 +16,7 @@ drop the run, a ``LeaseHeldError`` tells an early one to wait; ``CommitUnknownEr
 
 from __future__ import annotations
 
-from .ids import EffectKey, RunId
+from agentplane_journal.core.ids import EffectKey, RunId
 
 __all__ = [
     "BackendError",

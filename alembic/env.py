@@ -3,7 +3,7 @@
 Where the database comes from, first match wins:
 
 1. ``config.attributes["connection"]``: a synchronous ``Connection`` handed in by a caller
-   that already holds one (``agentplane_journal.migrate`` and tests do this);
+   that already holds one (``agentplane_journal.migrations.commands`` and tests do this);
 2. ``config.attributes["engine"]``: an ``AsyncEngine`` or ``Engine`` (a host application's);
 3. the ``AGENTPLANE_JOURNAL_URL`` environment variable;
 4. ``alembic -x url=...``;
@@ -28,9 +28,14 @@ from sqlalchemy import pool
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from agentplane_journal.engine import async_url, create_engine
-from agentplane_journal.migrate import SCHEMA_OPTION, include_name, include_object, prepare
-from agentplane_journal.models import VERSION_TABLE, metadata
+from agentplane_journal.db.engine import async_url, create_engine
+from agentplane_journal.db.models import VERSION_TABLE, metadata
+from agentplane_journal.migrations.commands import (
+    SCHEMA_OPTION,
+    include_name,
+    include_object,
+    prepare,
+)
 
 config = context.config
 SCHEMA = (

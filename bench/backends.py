@@ -24,7 +24,7 @@ from sqlalchemy.engine import make_url
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from agentplane_journal.migrate import upgrade
+from agentplane_journal.migrations.commands import upgrade
 
 
 @dataclass(frozen=True)

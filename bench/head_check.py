@@ -16,7 +16,7 @@ import argparse
 import time
 
 from agentplane_journal import Append, Digest, Record, RunId
-from agentplane_journal.statements import digest, record_from_row
+from agentplane_journal.db.statements import digest, record_from_row
 
 PAYLOAD = {"text": "a realistic note of a few dozen bytes", "step_output": {"ok": True, "n": 42}}
 

@@ -35,7 +35,7 @@ from typing import Any
 from backends import Backend, postgres_backend, sqlite_backend
 
 from agentplane_journal import Append, Digest, Record, RunId, SqlJournalStore
-from agentplane_journal.models import Journal, RunActivity
+from agentplane_journal.db.models import Journal, RunActivity
 
 CHUNK = 5000
 OPS = ("checkpoint", "inclusion_proof", "consistency_proof", "seal")

@@ -21,9 +21,10 @@ from typing import Any
 from backends import postgres_backend, sqlite_backend
 from sqlalchemy import bindparam, select
 
-from agentplane_journal import Append, Record, RunId, SqlJournalStore, reads
-from agentplane_journal.models import Journal
-from agentplane_journal.statements import RECORD_COLUMNS, records_from_rows
+from agentplane_journal import Append, Record, RunId, SqlJournalStore
+from agentplane_journal.db.models import Journal
+from agentplane_journal.db.statements import RECORD_COLUMNS, records_from_rows
+from agentplane_journal.journal import reads as reads
 
 PAYLOAD = {"text": "a realistic note of a few dozen bytes", "step_output": {"ok": True, "n": 42}}
 NEW = reads.RunReads._pages

@@ -18,8 +18,9 @@ import statistics
 import timeit
 from collections.abc import Callable
 
-from agentplane_journal import Append, Digest, RunId, canon
-from agentplane_journal._batch import seal_batch
+from agentplane_journal import Append, Digest, RunId
+from agentplane_journal.core import canon as canon
+from agentplane_journal.core.batch import seal_batch
 
 NESTED = {"text": "a realistic note of a few dozen bytes", "step_output": {"ok": True, "n": 42}}
 FLAT = {"text": "a realistic note of a few dozen bytes", "ok": True, "n": 42}

@@ -22,7 +22,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 from agentplane_journal import Append, Digest, Record, RunId, SqlJournalStore, upgrade
-from agentplane_journal.sqlitepath import _INSERT
+from agentplane_journal.backends.sqlite.writer import _INSERT
 
 PAYLOAD = {"text": "a realistic note of a few dozen bytes", "step_output": {"ok": True, "n": 42}}
 

@@ -29,7 +29,7 @@ import pytest
 from sqlalchemy.engine import make_url
 
 from agentplane_journal import SqlJournalStore
-from agentplane_journal.migrate import upgrade
+from agentplane_journal.migrations.commands import upgrade
 
 from pgcluster import Cluster
 

@@ -20,8 +20,10 @@ import pytest
 from sqlalchemy import text
 from test_stream import MiB, _bulk_run
 
-from agentplane_journal import RunId, SqlJournalStore, cli, reads
-from agentplane_journal.reads import PAGE_BYTES
+from agentplane_journal import RunId, SqlJournalStore
+from agentplane_journal.cli import main as cli
+from agentplane_journal.journal import reads as reads
+from agentplane_journal.journal.reads import PAGE_BYTES
 
 
 async def _runs(store: SqlJournalStore, pads: list[int]) -> list[RunId]:

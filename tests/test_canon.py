@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentplane_journal import EffectKey
-from agentplane_journal.canon import MAX_DEPTH, canonical_bytes, format_float
+from agentplane_journal.core.canon import MAX_DEPTH, canonical_bytes, format_float
 
 # --- known answers -------------------------------------------------------------------------
 

@@ -6,9 +6,9 @@ import base64
 
 import pytest
 
-from agentplane_journal.checkpoint import Checkpoint, Inclusion
-from agentplane_journal.ids import Digest
-from agentplane_journal.merkle import (
+from agentplane_journal.core.checkpoint import Checkpoint, Inclusion
+from agentplane_journal.core.ids import Digest
+from agentplane_journal.core.merkle import (
     EMPTY_ROOT,
     inclusion_proof,
     leaf_hash,

@@ -44,7 +44,7 @@ from agentplane_journal import (
 
 from helpers import admitted, concluded, key, note, started
 
-CLI = [sys.executable, "-m", "agentplane_journal.cli"]
+CLI = [sys.executable, "-m", "agentplane_journal.cli.main"]
 COMMANDS = (
     "upgrade",
     "demo",
@@ -230,7 +230,7 @@ async def _row_counts(url: str) -> dict[str, int]:
     from sqlalchemy import func, select
     from sqlalchemy.ext.asyncio import create_async_engine
 
-    from agentplane_journal.models import metadata
+    from agentplane_journal.db.models import metadata
 
     engine = create_async_engine(url)
     try:

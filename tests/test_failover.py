@@ -56,8 +56,8 @@ from agentplane_journal import (
     SqlJournalStore,
     verify_consistency,
 )
-from agentplane_journal.migrate import upgrade
-from agentplane_journal.models import RunSeal
+from agentplane_journal.db.models import RunSeal
+from agentplane_journal.migrations.commands import upgrade
 
 from helpers import note
 from pgcluster import Cluster
@@ -67,7 +67,7 @@ pytestmark = pytest.mark.race
 
 WRITERS = 16
 OUTCOMES = ("acked", "unknown", "refused")
-CLI = [sys.executable, "-m", "agentplane_journal.cli"]
+CLI = [sys.executable, "-m", "agentplane_journal.cli.main"]
 
 
 @dataclass

@@ -25,7 +25,7 @@ from agentplane_journal import (
     SqlJournalStore,
     upgrade,
 )
-from agentplane_journal._batch import seal_batch
+from agentplane_journal.core.batch import seal_batch
 
 from conftest import FakeClock, _dsn
 from helpers import admitted, key, note, started

@@ -3,7 +3,7 @@
 The host here is written out for real into a temporary directory: its own models (its own
 ``DeclarativeBase`` and ``MetaData``, an ``invoice`` table), its own ``alembic.ini``, an
 async ``env.py`` and one revision of its own. Its ``env.py`` does the two things the README
-asks of a host: call :func:`agentplane_journal.migrate.upgrade_connection` in its online
+asks of a host: call :func:`agentplane_journal.migrations.commands.upgrade_connection` in its online
 migration, and pass ``host_include_name``/``host_include_object`` to ``context.configure``.
 
 On both SQLite and PostgreSQL: one ``alembic upgrade head`` in the host directory creates
@@ -33,13 +33,13 @@ from sqlalchemy import pool, select
 from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
 
 from agentplane_journal import RunId, SqlJournalStore
-from agentplane_journal.migrate import (
+from agentplane_journal.db.models import TABLE_NAMES, VERSION_TABLE, metadata
+from agentplane_journal.migrations.commands import (
     HEAD_REVISION,
     current_revision,
     host_include_name,
     host_include_object,
 )
-from agentplane_journal.models import TABLE_NAMES, VERSION_TABLE, metadata
 
 from helpers import admitted, concluded, note
 
@@ -110,7 +110,7 @@ from alembic import context
 from sqlalchemy import pool
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from agentplane_journal.migrate import (
+from agentplane_journal.migrations.commands import (
     host_include_name,
     host_include_object,
     upgrade_connection,

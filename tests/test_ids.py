@@ -9,7 +9,7 @@ import struct
 import pytest
 from ulid import ULID
 
-from agentplane_journal.ids import (
+from agentplane_journal.core.ids import (
     DEFAULT_TENANT,
     CaseId,
     Digest,

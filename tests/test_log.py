@@ -25,7 +25,7 @@ from agentplane_journal import (
     leaf_hash,
     root,
 )
-from agentplane_journal.merkle import EMPTY_ROOT
+from agentplane_journal.core.merkle import EMPTY_ROOT
 
 from helpers import admitted
 

@@ -27,7 +27,7 @@ from agentplane_journal import (
     leaf_hash,
     root,
 )
-from agentplane_journal.migrate import HEAD_REVISION, current_revision, upgrade
+from agentplane_journal.migrations.commands import HEAD_REVISION, current_revision, upgrade
 
 from helpers import admitted
 

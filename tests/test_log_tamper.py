@@ -29,7 +29,7 @@ import pytest
 from test_tamper import SIGNER, Victim, honest_run, run_cli
 
 from agentplane_journal import CorruptLogError, SqlJournalStore, StoreError
-from agentplane_journal.cli import main as cli_main
+from agentplane_journal.cli.main import main as cli_main
 
 BIG = 2**63 - 1
 

@@ -35,15 +35,15 @@ from agentplane_journal import (
     SqlJournalStore,
     SqlPushStore,
 )
-from agentplane_journal.engine import async_url
-from agentplane_journal.migrate import (
+from agentplane_journal.db.engine import async_url
+from agentplane_journal.db.models import TABLE_NAMES, VERSION_TABLE
+from agentplane_journal.migrations.commands import (
     HEAD_REVISION,
     current_revision,
     downgrade_connection,
     upgrade,
     upgrade_connection,
 )
-from agentplane_journal.models import TABLE_NAMES, VERSION_TABLE
 
 from helpers import admitted, concluded
 

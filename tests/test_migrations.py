@@ -35,14 +35,15 @@ from migration_tools import (
 from sqlalchemy import create_engine, pool
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from agentplane_journal import RunId, SchemaOutOfDateError, SqlJournalStore, migrate
-from agentplane_journal.migrate import (
+from agentplane_journal import RunId, SchemaOutOfDateError, SqlJournalStore
+from agentplane_journal.db.models import TABLE_NAMES, VERSION_TABLE, Journal, RunActivity, metadata
+from agentplane_journal.migrations import commands as migrate
+from agentplane_journal.migrations.commands import (
     HEAD_REVISION,
     current_revision,
     known_revisions,
     upgrade,
 )
-from agentplane_journal.models import TABLE_NAMES, VERSION_TABLE, Journal, RunActivity, metadata
 
 OUR_TABLES = set(metadata.tables)
 SEQUENCES = {"run_log_position", "run_conclusion_ordinal"}

@@ -31,8 +31,8 @@ from agentplane_journal import (
     SqlPushStore,
     pgbouncer_connect_args,
 )
-from agentplane_journal.engine import split_url
-from agentplane_journal.migrate import current_revision, upgrade
+from agentplane_journal.db.engine import split_url
+from agentplane_journal.migrations.commands import current_revision, upgrade
 
 from conftest import run_blocking
 from helpers import admitted, note
@@ -44,7 +44,7 @@ from test_push_races import *  # noqa: F403
 from test_races import *  # noqa: F403
 from test_store import *  # noqa: F403
 
-CLI = [sys.executable, "-m", "agentplane_journal.cli"]
+CLI = [sys.executable, "-m", "agentplane_journal.cli.main"]
 
 
 @pytest.fixture(scope="module")

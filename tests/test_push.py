@@ -18,7 +18,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from agentplane_journal import CorruptRegistrationError, RunId, SecretUnavailableError
-from agentplane_journal.push import (
+from agentplane_journal.push.store import (
     MAX_ERROR_BYTES,
     Keyring,
     PushAuthentication,

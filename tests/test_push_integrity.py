@@ -28,9 +28,9 @@ from agentplane_journal import (
     RunId,
     SecretUnavailableError,
     configure_engine,
-    logsafe,
 )
-from agentplane_journal.push import Keyring, PushListing, ResealReport, SqlPushStore
+from agentplane_journal.push import logsafe as logsafe
+from agentplane_journal.push.store import Keyring, PushListing, ResealReport, SqlPushStore
 
 from conftest import store_factory
 from logcheck import Capture, leaks, no_secret_logged

@@ -20,7 +20,7 @@ import pytest
 from sqlalchemy import text
 
 from agentplane_journal import RunId
-from agentplane_journal.push import PushConfig, SqlPushStore
+from agentplane_journal.push.store import PushConfig, SqlPushStore
 
 pytestmark = [pytest.mark.postgres, pytest.mark.race]
 

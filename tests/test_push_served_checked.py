@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from agentplane_journal import CorruptRegistrationError, RunId, SecretUnavailableError
-from agentplane_journal.push import SqlPushStore
+from agentplane_journal.push.store import SqlPushStore
 
 from conftest import store_factory
 from logcheck import Capture, no_secret_logged

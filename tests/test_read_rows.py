@@ -17,15 +17,15 @@ from typing import Any
 
 import pytest
 
-from agentplane_journal.errors import CorruptRecordError
-from agentplane_journal.ids import CaseId, Digest, EffectKey, RunId
-from agentplane_journal.record import Append, Record
-from agentplane_journal.statements import (
+from agentplane_journal.core.ids import CaseId, Digest, EffectKey, RunId
+from agentplane_journal.core.record import Append, Record
+from agentplane_journal.db.statements import (
     _checked_record,
     _plain_record,
     record_from_row,
     records_from_rows,
 )
+from agentplane_journal.errors import CorruptRecordError
 
 RUN = RunId.parse("01ARZ3NDEKTSV4RRFFQ69G5FAV")
 OTHER = RunId.parse("01BX5ZZKBKACTAV9WEVGEMMVRZ")

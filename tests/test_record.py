@@ -9,9 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentplane_journal.errors import CorruptRecordError, RecordTooLargeError
-from agentplane_journal.ids import CaseId, Digest, EffectKey, RunId
-from agentplane_journal.record import (
+from agentplane_journal.core.ids import CaseId, Digest, EffectKey, RunId
+from agentplane_journal.core.record import (
     MAX_RECORD_BYTES,
     PHASES,
     RECORD_VERSION,
@@ -20,6 +19,7 @@ from agentplane_journal.record import (
     Record,
     verify_chain,
 )
+from agentplane_journal.errors import CorruptRecordError, RecordTooLargeError
 
 RUN = RunId.parse("01ARZ3NDEKTSV4RRFFQ69G5FAV")
 CASE = CaseId.parse("01BX5ZZKBKACTAV9WEVGEMMVRZ")

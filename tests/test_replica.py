@@ -23,13 +23,13 @@ import pytest
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from agentplane_journal import RunId, SqlJournalStore, verify_consistency
-from agentplane_journal.migrate import upgrade
+from agentplane_journal.migrations.commands import upgrade
 
 from helpers import admitted, note
 from pgcluster import Cluster
 from pgtopology import dsn, wait_replayed
 
-CLI = [sys.executable, "-m", "agentplane_journal.cli"]
+CLI = [sys.executable, "-m", "agentplane_journal.cli.main"]
 
 
 @pytest.fixture

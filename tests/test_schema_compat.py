@@ -58,8 +58,8 @@ from agentplane_journal import (
     root,
     verify_consistency,
 )
-from agentplane_journal.migrate import HEAD_REVISION, current_revision, upgrade
-from agentplane_journal.models import VERSION_TABLE, metadata
+from agentplane_journal.db.models import VERSION_TABLE, metadata
+from agentplane_journal.migrations.commands import HEAD_REVISION, current_revision, upgrade
 
 from helpers import admitted, concluded, key, note, started
 

@@ -7,10 +7,15 @@ import pickle
 
 import pytest
 
-from agentplane_journal.errors import CorruptRecordError
-from agentplane_journal.ids import Digest, RunId
-from agentplane_journal.record import Append, Attestation, Record, verify_attested, verify_chain
-from agentplane_journal.signing import (
+from agentplane_journal.core.ids import Digest, RunId
+from agentplane_journal.core.record import (
+    Append,
+    Attestation,
+    Record,
+    verify_attested,
+    verify_chain,
+)
+from agentplane_journal.core.signing import (
     DOMAIN_RECORD,
     Ed25519Signer,
     Ed25519Verifier,
@@ -18,6 +23,7 @@ from agentplane_journal.signing import (
     Verifier,
     signing_hash,
 )
+from agentplane_journal.errors import CorruptRecordError
 
 RUN = RunId.parse("01ARZ3NDEKTSV4RRFFQ69G5FAV")
 HASH1 = Digest.from_hex("2895d2438a27e13c3d825753bf22466bf517515edd723caf8c879e35e051a31b")

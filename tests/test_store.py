@@ -40,7 +40,7 @@ from agentplane_journal import (
     verify_consistency,
     verify_inclusion,
 )
-from agentplane_journal.models import Journal, RunActivity
+from agentplane_journal.db.models import Journal, RunActivity
 
 from helpers import admitted, concluded, key, note, started
 

@@ -17,17 +17,10 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-from agentplane_journal import (
-    Append,
-    CorruptRecordError,
-    Digest,
-    Record,
-    RunId,
-    SqlJournalStore,
-    reads,
-)
-from agentplane_journal.models import Journal
-from agentplane_journal.reads import PAGE_BYTES
+from agentplane_journal import Append, CorruptRecordError, Digest, Record, RunId, SqlJournalStore
+from agentplane_journal.db.models import Journal
+from agentplane_journal.journal import reads as reads
+from agentplane_journal.journal.reads import PAGE_BYTES
 
 from helpers import admitted
 
@@ -261,8 +254,8 @@ async def test_driver_rows_are_the_rows_core_returns_even_when_sqlalchemy_buffer
     # buffers rows in SQLAlchemy (here a server-side cursor) it must take them from there.
     from sqlalchemy import select
 
-    from agentplane_journal.reads import _driver_rows
-    from agentplane_journal.statements import RECORD_COLUMNS
+    from agentplane_journal.db.statements import RECORD_COLUMNS
+    from agentplane_journal.journal.reads import _driver_rows
 
     run = await _run_of(store, 1200)
     stmt = select(*RECORD_COLUMNS).where(Journal.run_id == str(run)).order_by(Journal.seq)

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import pytest
 
-from agentplane_journal import merkle
-from agentplane_journal.ids import Digest
-from agentplane_journal.tree import (
+from agentplane_journal.core import merkle as merkle
+from agentplane_journal.core.ids import Digest
+from agentplane_journal.core.tree import (
     MissingNodeError,
     TreeBuilder,
     consistency_ranges,

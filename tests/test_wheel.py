@@ -19,14 +19,15 @@ from pathlib import Path
 
 from migration_tools import REPO
 
-from agentplane_journal.migrate import HEAD_REVISION
-from agentplane_journal.models import VERSION_TABLE, metadata
+from agentplane_journal.db.models import VERSION_TABLE, metadata
+from agentplane_journal.migrations.commands import HEAD_REVISION
 
 SNIPPET = """
 import asyncio, json, sys
 
 import agentplane_journal
-from agentplane_journal import SqlJournalStore, migrate
+from agentplane_journal import SqlJournalStore
+from agentplane_journal.migrations import commands as migrate
 
 url = sys.argv[1]
 
@@ -102,7 +103,7 @@ def test_the_wheel_ships_the_migrations(tmp_path: Path) -> None:
         ),
     }
     assert shipped <= names
-    assert "agentplane_journal/migrate.py" in names
+    assert "agentplane_journal/migrations/commands.py" in names
     assert "agentplane_journal/py.typed" in names
     assert not [n for n in names if "__pycache__" in n or n.startswith("tests/")]
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from agentplane_journal import Append, RunId, SqlJournalStore, canon
+from agentplane_journal import Append, RunId, SqlJournalStore
+from agentplane_journal.core import canon as canon
 
 from helpers import admitted
 

@@ -20,14 +20,9 @@ import asyncpg
 import pytest
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from agentplane_journal import (
-    BackendError,
-    CommitUnknownError,
-    RunId,
-    SqlJournalStore,
-    pgpath,
-)
-from agentplane_journal._batch import seal_batch
+from agentplane_journal import BackendError, CommitUnknownError, RunId, SqlJournalStore
+from agentplane_journal.backends.postgresql import writer as pgpath
+from agentplane_journal.core.batch import seal_batch
 
 from conftest import FakeClock, _dsn
 from helpers import note

@@ -1,0 +1,1 @@
+"""PostgreSQL's append writer and its statements."""

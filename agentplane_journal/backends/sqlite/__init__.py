@@ -1,0 +1,1 @@
+"""SQLite's append writer."""

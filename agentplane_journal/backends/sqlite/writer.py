@@ -1,0 +1,393 @@
+"""The SQLite append hot path: one thread hop per transaction, and optional group commit.
+
+Part of the repository (see :mod:`agentplane_journal.backends.dispatch`). aiosqlite runs each call
+on its connection's thread and wakes the event loop for each result; the general unit of
+work makes several such hops per statement. Here a whole transaction (``BEGIN IMMEDIATE``,
+and per append: one statement reading the fence, the seal, the activity and the head; the
+records; then ``COMMIT``) is one function run on that thread. ``BEGIN IMMEDIATE`` holds the
+database's write lock throughout (on SQLite that lock is the run mutex), so every read in
+it is current; durability is the connection's ``synchronous`` (the store sets ``FULL``: the
+commit is on disk before any append in it is acknowledged; WAL mode then costs one
+``fdatasync`` per commit, the least a durable commit can cost).
+
+**The known head** (the store's ``HeadCache``, as on PostgreSQL): after a commit the process
+remembers each run's head ``(seq, hash)``. The next append chains and signs its batch on the
+event loop onto it, and the transaction only checks that the head row's ``seq`` and
+``hash`` columns are still those, instead of re-hashing the whole row; any other head is
+re-hashed from its row and the batch sealed again there (a forged one is refused). An
+append also writes the run's activity row only when it is missing or behind the clock:
+rewriting it with its own value would cost one more page in the WAL, written and synced at
+every commit (an append then writes what a bare ``INSERT`` of its row writes).
+
+One :class:`Writer` per store (shared by its tenant handles) queues the process's appends,
+so in-process writers wait on the queue instead of on SQLite's busy handler, which sleeps
+in steps of milliseconds. Other processes still queue on ``BEGIN IMMEDIATE``.
+
+**Group commit** (on unless ``group_commit=False``): appends that arrive while a
+transaction is in flight share the next one, each inside its own ``SAVEPOINT``, so each
+keeps its own all-or-nothing outcome and its own error (fenced, sealed, duplicate effect,
+corrupt head) while the group pays for one commit and one hop. A lone writer's append is a
+group of one, run exactly as without group commit (no savepoint).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentplane_journal.backends import pool_share as _pool
+from agentplane_journal.core.batch import COLUMNS, fenced, seal_batch
+from agentplane_journal.core.ids import Digest, EffectKey, RunId
+from agentplane_journal.core.record import Append, Record
+from agentplane_journal.core.signing import Signer
+from agentplane_journal.db.statements import (
+    RECORD_COLUMNS,
+    record_from_row,
+    stored_int,
+    stored_text,
+)
+from agentplane_journal.errors import (
+    BackendError,
+    DuplicateEffectError,
+    RunSealedError,
+)
+
+__all__ = ["Writer", "append"]
+
+#: The run's activity, kept at ``max(updated_at, now)`` as the general unit of work keeps it.
+#: On SQLite the run mutex itself is the database's write lock, taken by ``BEGIN IMMEDIATE``
+#: before anything is read, so this statement runs only when the row is missing or behind
+#: (``_STATE`` says which): a row rewritten with its own value would still cost a page in the
+#: WAL, written and synced at every commit.
+_MUTEX = (
+    "INSERT INTO run_activity (tenant, run_id, updated_at) VALUES (?, ?, ?) "
+    "ON CONFLICT (tenant, run_id) DO UPDATE SET updated_at = max(updated_at, excluded.updated_at)"
+)
+#: Everything an append checks, in one statement: the lease, the seal, whether the activity
+#: is current (``updated_at >= now``, the same order ``max`` uses, whatever a hostile row's
+#: storage class), and whether the head row's ``seq`` and ``hash`` columns are the ones this
+#: process wrote (``?4``, ``?5``; NULL without a cached head). ``=`` never equates a BLOB with
+#: a TEXT or a number.
+_STATE = (
+    "SELECT (SELECT epoch FROM run_lease WHERE tenant = ?1 AND run_id = ?2),"
+    " (SELECT owner FROM run_lease WHERE tenant = ?1 AND run_id = ?2),"
+    " (SELECT outcome FROM run_seal WHERE tenant = ?1 AND run_id = ?2),"
+    " (SELECT updated_at >= ?3 FROM run_activity WHERE tenant = ?1 AND run_id = ?2),"
+    " (SELECT seq = ?4 AND hash = ?5 FROM journal WHERE tenant = ?1 AND run_id = ?2"
+    " ORDER BY seq DESC LIMIT 1)"
+)
+#: The whole last row, so the head is re-hashed and checked against its columns before
+#: anything is chained onto it (``statements.record_from_row``, as every read does), unless
+#: ``_STATE`` found the head this process wrote.
+_HEAD = (
+    f"SELECT {', '.join(c.name for c in RECORD_COLUMNS)} FROM journal"
+    " WHERE tenant = ? AND run_id = ? ORDER BY seq DESC LIMIT 1"
+)
+_INSERT = f"INSERT INTO journal ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * 12)})"
+_STARTED = (
+    "SELECT effect_key FROM journal WHERE tenant = ? AND run_id = ? AND kind = 'EffectStarted'"
+    " AND effect_key = ? AND seq <= ?"
+)
+_SAVEPOINT = "agentplane_journal_append"
+
+
+@dataclass(slots=True)
+class _Request:
+    """One append waiting for a transaction: its inputs, and where its answer goes."""
+
+    tenant: str
+    run: RunId
+    epoch: int
+    now: int
+    items: Sequence[Append]
+    signer: Signer | None
+    keys: Sequence[EffectKey]
+    known: tuple[int, Digest] | None  # the head after this process's last commit to the run
+    sealed: tuple[list[Record], list[tuple[Any, ...]]] | None  # the batch chained onto it
+    future: asyncio.Future[list[Record]] = field(repr=False)
+
+
+def _append_in(conn: sqlite3.Connection, r: _Request) -> list[Record]:
+    """One append inside the open write transaction: fence, seal, activity, head, records.
+
+    The head: when its row's ``seq`` and ``hash`` columns are the ones this process computed
+    at its last commit to the run (``r.known``), the records chain onto that hash, which is
+    what the head row must hash to; an edit of the row's other columns is then verify's to
+    report, and the new records chain onto the true chain. Any other head (another writer's,
+    an edited ``hash`` or ``seq``, no cached entry) is re-hashed from its whole row first, so
+    a forged one is refused before anything is chained onto it.
+    """
+    tenant, run_id, known = r.tenant, str(r.run), r.known
+    lease_epoch, lease_owner, sealed_outcome, current, head_known = conn.execute(
+        _STATE,
+        (tenant, run_id, r.now, *((None, None) if known is None else (known[0], bytes(known[1])))),
+    ).fetchone()
+    if lease_epoch is not None:  # SQLite columns can hold any type: a hostile row is corrupt
+        lease_epoch = stored_int(lease_epoch, 0, "run_lease.epoch")
+        lease_owner = stored_text(lease_owner, 0, "run_lease.owner")
+    error = fenced(r.run, r.epoch, lease_epoch, lease_owner)
+    if error is not None:
+        raise error
+    if sealed_outcome is not None:
+        raise RunSealedError(r.run, stored_text(sealed_outcome, 0, "run_seal.outcome"))
+    if current != 1:
+        conn.execute(_MUTEX, (tenant, run_id, r.now))
+    if known is not None and head_known == 1 and r.sealed is not None:
+        head_seq = known[0]
+        records, rows = r.sealed
+    else:
+        last = conn.execute(_HEAD, (tenant, run_id)).fetchone()
+        if last is None:
+            head_seq, head_hash = 0, Digest.ZERO
+        else:
+            head = record_from_row(last)
+            head_seq, head_hash = head.seq, head.hash
+        records, rows, _ = seal_batch(
+            tenant, run_id, r.epoch, head_seq, head_hash, r.items, r.signer
+        )
+    try:
+        conn.executemany(_INSERT, rows)
+    except sqlite3.IntegrityError as exc:
+        if getattr(exc, "sqlite_errorname", None) != "SQLITE_CONSTRAINT_UNIQUE" or not r.keys:
+            raise
+        # The only unique index on the journal besides its key: exactly-once. Which key had
+        # started before this batch (the batch's own earlier rows are in the transaction)?
+        for key in r.keys:
+            if conn.execute(_STARTED, (tenant, run_id, key.hex(), head_seq)).fetchone():
+                raise DuplicateEffectError(key) from exc
+        raise DuplicateEffectError(r.keys[0]) from exc
+    return records
+
+
+def _transaction(conn: sqlite3.Connection, group: list[_Request]) -> list[Any]:
+    """Run ``group`` in write transactions, on the connection's thread: one answer per request.
+
+    Usually one transaction. A lone append is the whole transaction; in a group each append
+    has its own savepoint, so a failure rolls back that append alone and becomes its answer
+    (whatever it is: a contract error, a record over the size limit, the database's own
+    error), and the others commit together. Some errors end the whole transaction instead:
+    SQLite rolls it back itself on ``SQLITE_FULL`` (and may on ``SQLITE_IOERR``, ``SQLITE_NOMEM``
+    and a few others), which undoes the appends before the failing one and their savepoints
+    with it. That append keeps its error; the rest run again in a new transaction (each
+    round answers at least one append, so the rounds end).
+    """
+    answers: list[Any] = [None] * len(group)
+    todo = list(range(len(group)))
+    while todo:
+        todo = _attempt(conn, group, todo, answers)
+    return answers
+
+
+def _attempt(
+    conn: sqlite3.Connection, group: list[_Request], todo: list[int], answers: list[Any]
+) -> list[int]:
+    """One write transaction over ``group[i]`` for each ``i`` in ``todo``, filling their
+    ``answers``; returns the requests to run again (empty once the transaction has ended).
+    """
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+    except sqlite3.Error as exc:  # busy past busy_timeout, or worse: nothing was written
+        for i in todo:
+            answers[i] = exc
+        return []
+    lone = len(todo) == 1
+    try:
+        for i in todo:
+            if not lone:
+                conn.execute(f"SAVEPOINT {_SAVEPOINT}")
+            try:
+                answers[i] = _append_in(conn, group[i])
+            except Exception as exc:
+                answers[i] = exc
+                if not conn.in_transaction:
+                    # SQLite rolled the whole transaction back: the appends before this one
+                    # were undone with it, so they run again, with the ones not yet run.
+                    return [j for j in todo if j != i and not _failed(answers[j])]
+                if lone:
+                    conn.execute("ROLLBACK")
+                    return []
+                conn.execute(f"ROLLBACK TO {_SAVEPOINT}")
+            if not lone:
+                conn.execute(f"RELEASE {_SAVEPOINT}")
+        try:
+            conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            # A COMMIT that fails has not committed: SQLite either rolled the transaction
+            # back itself (SQLITE_FULL while writing the WAL: its commit frame is written
+            # last, and a short write leaves it invalid) or left it open, and it is rolled
+            # back here. (A failed ROLLBACK here would hide the commit's error.)
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            for i in todo:
+                if not _failed(answers[i]):
+                    answers[i] = exc  # nothing of the transaction landed
+        return []
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+
+
+def _failed(answer: Any) -> bool:
+    return isinstance(answer, BaseException)
+
+
+def _translate(exc: BaseException) -> BaseException:
+    """The caller's error for a failed append: the driver's error as :class:`BackendError`
+    (saying so when the database is full), the contract's own as they are."""
+    if isinstance(exc, sqlite3.Error):
+        code = getattr(exc, "sqlite_errorname", None)
+        if code == "SQLITE_FULL":
+            detail = (
+                f"the database or its disk is full ({code}: {exc}); nothing of this append "
+                "was written: free disk space (or raise PRAGMA max_page_count) and retry"
+            )
+        else:
+            detail = f"{type(exc).__name__} [{code}]: {exc}"
+        error = BackendError(detail)
+        error.__cause__ = exc
+        return error
+    return exc
+
+
+class Writer:
+    """The process's SQLite write queue for one store: one transaction in flight at a time."""
+
+    def __init__(self, *, group_commit: bool = True) -> None:
+        self.group_commit = group_commit
+        self._pending: list[_Request] = []
+        self._leader: asyncio.Task[None] | None = None
+
+    async def append(self, engine: Any, request: _Request) -> list[Record]:
+        self._pending.append(request)
+        if self._leader is None or self._leader.done():
+            self._leader = asyncio.get_running_loop().create_task(self._lead(engine))
+        return await request.future
+
+    async def idle(self) -> None:
+        """Wait until the queue is drained and the connection is back in the pool."""
+        while self._leader is not None and not self._leader.done():
+            await asyncio.wait([self._leader])
+
+    async def _lead(self, engine: Any) -> None:
+        """Drain the queue, one transaction at a time (a group of them with group commit).
+
+        One connection serves while work keeps arriving: a writer woken by its answer that
+        appends again at once finds it still checked out, so back-to-back appends skip the
+        pool's checkout and its reset on return (a thread hop). It goes back to the pool as
+        soon as one turn of the event loop brings nothing new, or after each transaction
+        when the pool has nothing left for anyone else (``_pool``).
+        """
+        while self._pending:
+            short = False
+            try:
+                async with engine.connect() as conn:
+                    # aiosqlite's own queue onto its connection's thread (``_execute``) and
+                    # the sqlite3 connection it owns (``_conn``): private, present since 0.17.
+                    driver = (await conn.get_raw_connection()).driver_connection
+                    while not short and await self._more():
+                        group = self._take()
+                        if group and not await self._run(driver, group):
+                            break  # not an answer: the connection may be gone, take another
+                        short = _pool.is_short(engine)  # others may be waiting
+            except Exception as exc:
+                # Checking out or opening the connection (a DBAPIError, an OSError, the
+                # pool's TimeoutError...): the next group was never sent.
+                group = self._take()
+                self._answer(
+                    group, [BackendError(f"cannot reach the database: {exc}")] * len(group)
+                )
+            if short:
+                await _pool.hand_over(engine)
+
+    async def _more(self) -> bool:
+        if not self._pending:
+            await asyncio.sleep(0)  # let the writers just answered append again
+        return bool(self._pending)
+
+    def _take(self) -> list[_Request]:
+        take = len(self._pending) if self.group_commit else 1
+        group = [r for r in self._pending[:take] if not r.future.done()]
+        del self._pending[:take]
+        return group
+
+    async def _run(self, driver: Any, group: list[_Request]) -> bool:
+        """Run one transaction and answer its appends; ``False`` if the connection failed."""
+        usable = True
+        try:
+            answers = await driver._execute(_transaction, driver._conn, group)
+        except sqlite3.Error as exc:  # a savepoint or rollback failed: nothing was committed
+            answers = [exc] * len(group)
+        except Exception as exc:
+            # Not SQLite's answer (aiosqlite's "Connection closed", ...): the transaction
+            # never reached COMMIT (its function ends there), so nothing of it was written.
+            error = BackendError(f"cannot reach the database, nothing was written: {exc}")
+            error.__cause__ = exc
+            answers, usable = [error] * len(group), False
+        except BaseException:
+            for request in group:
+                if not request.future.done():
+                    request.future.cancel()
+            raise
+        self._answer(group, answers)
+        return usable
+
+    @staticmethod
+    def _answer(group: list[_Request], answers: list[Any]) -> None:
+        for request, answer in zip(group, answers, strict=True):
+            if request.future.done():
+                continue
+            if isinstance(answer, BaseException):
+                request.future.set_exception(_translate(answer))
+            else:
+                request.future.set_result(answer)
+
+
+async def append(
+    store: Any,
+    run: RunId,
+    epoch: int,
+    items: list[Append],
+    keys: list[EffectKey],
+    general: Callable[[], Awaitable[list[Record]]],
+) -> list[Record]:
+    """Append through the store's :class:`Writer`: one thread hop (``general`` is unused:
+    under ``BEGIN IMMEDIATE`` every append can be settled here).
+
+    The run's known head (the store's ``HeadCache``, shared with the PostgreSQL path) is read
+    and written only here, on the event loop: filled after a commit, dropped on any failure
+    (an error may be about the head, and a later append re-reads it from its row). With a
+    known head the batch is chained and signed here, before the hop, as the PostgreSQL path
+    does: the write lock is not held for it, and concurrent writers seal while a commit
+    waits for its ``fsync``; the transaction uses it only if the head is still that one.
+    """
+    shared = store._shared
+    tenant, run_id, heads, signer = store.tenant, str(run), shared.heads, store._signer
+    known = heads.get(tenant, run_id)
+    sealed = None
+    if known is not None:
+        sealed = seal_batch(tenant, run_id, epoch, known[0], known[1], items, signer)[:2]
+    request = _Request(
+        tenant,
+        run,
+        epoch,
+        store._now(),
+        items,
+        signer,
+        keys,
+        known,
+        sealed,
+        asyncio.get_running_loop().create_future(),
+    )
+    try:
+        records = await shared.sqlite_writer.append(shared.engine, request)
+    except BaseException:
+        heads.drop(tenant, run_id)
+        raise
+    if records:
+        last = records[-1]
+        heads.put(tenant, run_id, last.seq, last.hash)
+    return records

@@ -1,0 +1,1 @@
+"""The ``agentplane-journal`` command line."""

@@ -1,0 +1,320 @@
+"""The ``agentplane-journal`` command: the questions an operator or an auditor asks a journal.
+
+Every command that touches a database takes ``--url`` (default: ``$AGENTPLANE_JOURNAL_URL``,
+else ``sqlite+aiosqlite:///agentplane_journal.db`` in the current directory), ``--tenant``
+(default ``default``) and ``--origin``; every command that reads takes ``--json`` and
+``--read-url`` (default ``$AGENTPLANE_JOURNAL_READ_URL``): a streaming replica to read from
+instead (see the README's "Production topology"). ``?pgbouncer=true`` on a PostgreSQL URL
+makes its connections safe behind PgBouncer's transaction pooling.
+``demo`` shows the whole package working in one command: on a new SQLite file in the current
+directory by default, or on ``--url`` / ``$AGENTPLANE_JOURNAL_URL`` if it holds no journal rows.
+``checkpoint --sign-key-file`` prints a C2SP signed note; ``prove --checkpoint`` and
+``consistency`` check a signed note with ``--note-key`` (see ``_cli_notes.py`` for the rules).
+
+Exit codes: 0 ok; 1 something failed to verify (the output names the run and ``seq N``),
+or a run that must be sealed is not; 2 a usage, connection or schema problem, reported on
+stderr in one line (run ``agentplane-journal upgrade`` when the schema is behind).
+
+The commands live beside this module, by what they hold: ``_cli_store`` (the database
+target, finding runs, ``upgrade``/``runs``/``show``), ``_cli_audit`` (``verify``, ``export``
+and the export format), ``_cli_log`` (``checkpoint``, ``prove``, ``consistency``,
+``reindex-log``), ``_cli_demo`` (``demo``); ``_cli_base`` is what ``main`` needs before any of
+them is imported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import os
+import sys
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from agentplane_journal import __version__
+from agentplane_journal.cli.base import PROG, _Exit, _fail
+from agentplane_journal.core.ids import DEFAULT_TENANT
+
+if TYPE_CHECKING:
+    from agentplane_journal.core.note import NoteVerifier
+
+__all__ = ["build_parser", "main"]
+
+
+def _load() -> None:
+    """Import what ``main`` catches, once the command line has parsed.
+
+    ``--help``, ``--version`` and usage errors need none of it, and SQLAlchemy, Alembic and
+    cryptography cost most of a second to import: a shell expects ``--help`` at once. The
+    command modules themselves are imported by :func:`_handler`, also after parsing.
+    """
+    global CommandError, SQLAlchemyError, CorruptLogError, CorruptRecordError, StoreError, _target
+    from alembic.util.exc import CommandError
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from agentplane_journal.cli.db import _target
+    from agentplane_journal.errors import CorruptLogError, CorruptRecordError, StoreError
+
+
+URL_ENV = "AGENTPLANE_JOURNAL_URL"
+READ_URL_ENV = "AGENTPLANE_JOURNAL_READ_URL"
+DEFAULT_URL = "sqlite+aiosqlite:///agentplane_journal.db"
+
+_DEMO_FILE = "agentplane-journal-demo.db"  # cli.demo.DEMO_FILE, without importing the store
+
+# Each command's handler, by the module that holds it: imported only once a command runs.
+_COMMANDS = {
+    "cmd_upgrade": "db",
+    "cmd_runs": "db",
+    "cmd_show": "db",
+    "cmd_demo": "db",
+    "cmd_verify": "audit",
+    "cmd_export": "audit",
+    "cmd_checkpoint": "log",
+    "cmd_prove": "log",
+    "cmd_consistency": "log",
+    "cmd_reindex_log": "log",
+}
+
+Handler = Callable[[argparse.Namespace], Awaitable[int]]
+
+
+def _handler(name: str) -> Handler:
+    handler: Handler = getattr(importlib.import_module(f".{_COMMANDS[name]}", __package__), name)
+    return handler
+
+
+def __getattr__(name: str) -> Any:
+    """``cli.cmd_verify`` and the other handlers, still importable from here (lazily)."""
+    if name in _COMMANDS:
+        return _handler(name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+# -- the parser and main -------------------------------------------------------------------
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
+    return value
+
+
+def _trust(text: str) -> tuple[str, bytes]:
+    key_id, sep, hex_ = text.rpartition("=")
+    try:
+        public = bytes.fromhex(hex_)
+    except ValueError:
+        public = b""
+    if not sep or not key_id or len(public) != 32:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not KEY_ID=PUBLIC_KEY_HEX (64 hex digits of an Ed25519 public key)"
+        )
+    return key_id, public
+
+
+def _note_key(text: str) -> NoteVerifier:
+    from agentplane_journal.cli.notes import note_key  # argparse calls this before _load()
+
+    return note_key(text)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The whole command line; each subcommand carries its own database options."""
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="Inspect, verify and prove an agentplane journal on PostgreSQL or SQLite.",
+        epilog=f"Start with `{PROG} demo`. Exit codes: 0 ok, 1 verification failed, "
+        "2 usage, connection or schema error.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    database = argparse.ArgumentParser(add_help=False)
+    group = database.add_argument_group("database")
+    group.add_argument(
+        "--url",
+        help=f"database URL (default: ${URL_ENV}, else {DEFAULT_URL}); "
+        "postgresql:// and sqlite:// get their async drivers",
+    )
+    group.add_argument("--tenant", default=DEFAULT_TENANT, help="tenant (default: %(default)s)")
+    group.add_argument(
+        "--schema",
+        help="PostgreSQL schema holding the journal's tables (default: the database's "
+        "default schema; see `upgrade --schema`)",
+    )
+    group.add_argument(
+        "--origin",
+        default="agentplane",
+        help="the log's name in checkpoint notes (default: %(default)s; "
+        "other tenants than 'default' get ORIGIN/TENANT)",
+    )
+    reads = argparse.ArgumentParser(add_help=False)
+    reads.add_argument("--json", action="store_true", help="print JSON instead of text")
+    replica = argparse.ArgumentParser(add_help=False)
+    replica.add_argument(
+        "--read-url",
+        help=f"read from this replica of --url instead (default: ${READ_URL_ENV}); "
+        "its answers may be behind the primary's, never inconsistent with them",
+    )
+    commands = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
+
+    def add(name: str, summary: str, handler: str, *parents: argparse.ArgumentParser) -> Any:
+        if database in parents and handler != "cmd_upgrade":
+            parents = (*parents, replica)  # every command that reads a journal
+        sub = commands.add_parser(name, help=summary, description=summary, parents=list(parents))
+        sub.set_defaults(handler=handler, subparser=sub)
+        return sub
+
+    upgrade_cmd = add(
+        "upgrade", "migrate the database to this version's schema", "cmd_upgrade", database
+    )
+    upgrade_cmd.add_argument(
+        "--sql",
+        action="store_true",
+        help="print the DDL for an empty database (of --url's dialect) instead of running it",
+    )
+    demo = add(
+        "demo",
+        "build a demo journal and show everything working (a new SQLite file by default)",
+        "cmd_demo",
+    )
+    demo.add_argument(
+        "--url",
+        help=f"an empty database to write the demo into (default: ${URL_ENV}, else a new "
+        f"{_DEMO_FILE}); refused if it already holds journal rows",
+    )
+    demo.add_argument("--dir", help=f"where to create {_DEMO_FILE} (default: here)")
+    runs = add(
+        "runs",
+        "list recent runs, or the runs concluded with an outcome",
+        "cmd_runs",
+        database,
+        reads,
+    )
+    runs.add_argument("--outcome", help="only runs whose latest conclusion is OUTCOME")
+    runs.add_argument("--limit", type=_positive, default=20, help="at most N runs (default 20)")
+    show = add("show", "print a run's records", "cmd_show", database, reads)
+    show.add_argument("run", metavar="RUN", help="run id (run_<ULID>)")
+    verify = add(
+        "verify",
+        "verify a run's chain and signatures, or every run's",
+        "cmd_verify",
+        database,
+        reads,
+    )
+    verify.add_argument("run", metavar="RUN", nargs="?", help="run id (or --all)")
+    verify.add_argument("--all", action="store_true", help="verify every run of the tenant")
+    verify.add_argument(
+        "--trust",
+        metavar="KEY_ID=PUBLIC_KEY_HEX",
+        type=_trust,
+        action="append",
+        default=[],
+        help="trust an Ed25519 signer (repeatable)",
+    )
+    verify.add_argument(
+        "--require-signature",
+        action="store_true",
+        help="fail any record without a trusted signature",
+    )
+    checkpoint = add(
+        "checkpoint", "print the tenant's checkpoint note", "cmd_checkpoint", database, reads
+    )
+    checkpoint.add_argument(
+        "--sign-key-file",
+        metavar="PATH",
+        help="sign the note (C2SP signed note, Ed25519) with the 32-byte seed in PATH "
+        "(raw, or 64 hex digits)",
+    )
+    checkpoint.add_argument(
+        "--key-name",
+        metavar="NAME",
+        help="the signing key's name (default: the log's origin)",
+    )
+    add(
+        "reindex-log",
+        "rebuild the log's stored Merkle tree from the seals where they disagree (resumable)",
+        "cmd_reindex_log",
+        database,
+        reads,
+    )
+    signed = argparse.ArgumentParser(add_help=False)
+    signed.add_argument(
+        "--note-key",
+        metavar="VKEY",
+        type=_note_key,
+        action="append",
+        default=[],
+        help="trust this verifier key (NAME+HASH+KEY) to have signed the saved note; "
+        "a signed note needs one (repeatable)",
+    )
+    prove = add("prove", "prove a sealed run is in the log", "cmd_prove", database, reads, signed)
+    prove.add_argument("run", metavar="RUN", help="run id (run_<ULID>)")
+    prove.add_argument(
+        "--checkpoint",
+        metavar="NOTE",
+        help="a saved checkpoint note to prove against (text, or @file)",
+    )
+    consistency = add(
+        "consistency",
+        "prove the log extends a saved checkpoint note",
+        "cmd_consistency",
+        database,
+        reads,
+        signed,
+    )
+    consistency.add_argument("old_note", metavar="OLD_NOTE", help="the saved note (text, or @file)")
+    export = add(
+        "export", "write a run or every run as verifiable JSON lines", "cmd_export", database
+    )
+    export.add_argument("run", metavar="RUN", nargs="?", help="run id (or --all)")
+    export.add_argument("--all", action="store_true", help="export every run of the tenant")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; return the exit code (the console script exits with it)."""
+    args = build_parser().parse_args(argv)
+    _load()
+    if hasattr(args, "all") and (args.run is None) == (not args.all):
+        args.subparser.error("give one RUN, or --all")
+    if getattr(args, "require_signature", False) and not args.trust:
+        args.subparser.error("--require-signature needs --trust KEY_ID=PUBLIC_KEY_HEX")
+    target = None
+    try:
+        if args.handler == "cmd_demo":
+            # The demo's default is its own new file, not DEFAULT_URL; a URL it is given
+            # may be a new SQLite file, which the demo creates.
+            raw = args.url or os.environ.get(URL_ENV)
+            target = args.target = None if raw is None else _target(raw, must_exist=False)
+        elif hasattr(args, "url"):
+            raw = args.url or os.environ.get(URL_ENV) or DEFAULT_URL
+            target = args.target = _target(raw, must_exist=args.handler != "cmd_upgrade")
+        if read_raw := getattr(args, "read_url", None) or (
+            os.environ.get(READ_URL_ENV) if hasattr(args, "read_url") else None
+        ):
+            args.read_target = _target(read_raw, must_exist=True)
+        return asyncio.run(_handler(args.handler)(args))
+    except _Exit as exc:
+        return _fail(exc.code, exc.message, target)
+    except (CorruptRecordError, CorruptLogError) as exc:  # a finding, not a usage error
+        return _fail(1, f"FAILED {exc}", target)
+    except BrokenPipeError:
+        # The reader went away (`export --all | head`): nothing left to say, nowhere to say it.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    except (StoreError, ValueError, SQLAlchemyError, CommandError, OSError) as exc:
+        cause = exc if isinstance(exc, OSError) else exc.__cause__
+        if isinstance(cause, OSError) and target is not None:
+            return _fail(2, f"cannot connect to {target.shown}: {cause}", target)
+        return _fail(2, str(exc), target)
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

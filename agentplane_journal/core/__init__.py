@@ -1,0 +1,1 @@
+"""The wire format, pure: no SQLAlchemy, Alembic or driver import, no I/O."""

@@ -1,0 +1,1 @@
+"""SQLAlchemy: the models, the dialect protocol, engines, the unit of work, statements."""

@@ -1,0 +1,397 @@
+"""The few places PostgreSQL and SQLite differ, one class per backend.
+
+Everything else in the repository is dialect-agnostic SQLAlchemy. What lives here:
+
+* engine configuration (SQLite: WAL, busy timeout, ``BEGIN IMMEDIATE`` for the
+  transactions that write through the store; see :func:`configure_engine`);
+* the dialect's ``insert`` (for ``ON CONFLICT``), ``greatest``/``least``;
+* where the run-conclusion ordinal comes from (a sequence, or a counter row);
+* reading a driver error: which constraint it names, and whether the connection was lost.
+  By SQLSTATE, constraint name and SQLite extended result code, never by parsing messages.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from sqlalchemy import ColumnElement, LargeBinary, Table, event, func, literal, select
+from sqlalchemy.dialects import postgresql as pg
+from sqlalchemy.dialects import sqlite
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
+from sqlalchemy.sql.dml import Insert
+
+from agentplane_journal.db.models import JournalCounter, RunOutcome, run_conclusion_ordinal
+
+__all__ = [
+    "READ_ONLY",
+    "WRITE_TRANSACTION",
+    "Dialect",
+    "PostgresDialect",
+    "SqliteDialect",
+    "begin_write",
+    "configure_engine",
+    "counter_next",
+    "dialect_for",
+]
+
+#: Execution option marking a read-only unit of work. Transactions begin DEFERRED unless
+#: they ask for :data:`WRITE_TRANSACTION`, so this is the default; it wins over a write flag.
+READ_ONLY = "agentplane_journal_read_only"
+
+#: Execution option asking SQLite for a write transaction (``BEGIN IMMEDIATE``) on an engine
+#: configured by :func:`configure_engine`: the store's own write units set it, and so does
+#: :func:`begin_write`. A host can put it on an engine for a sessionmaker that writes:
+#: ``async_sessionmaker(engine.execution_options(**{WRITE_TRANSACTION: True}))``. Ignored on
+#: PostgreSQL.
+WRITE_TRANSACTION = "agentplane_journal_write"
+
+#: How long a SQLite writer waits for another process's write lock before giving up.
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+
+_CONFIGURED = "_agentplane_journal_configured"
+# In a pooled connection's ``info``: how its current transaction began ("immediate" or
+# "deferred"); cleared when the transaction ends.
+_BEGUN = "agentplane_journal_begun"
+
+
+class Dialect(Protocol):
+    """What the repository needs to know about a backend."""
+
+    name: str
+
+    def configure(self, engine: AsyncEngine) -> None:
+        """Install the connection and transaction settings the store's guarantees rely on."""
+
+    def insert(self, table: Any) -> Insert:
+        """An ``INSERT`` that supports ``on_conflict_do_nothing``/``on_conflict_do_update``."""
+
+    def greatest(self, a: Any, b: Any) -> ColumnElement[Any]:
+        """The larger of two non-NULL values."""
+
+    def least(self, a: Any, b: Any) -> ColumnElement[Any]:
+        """The smaller of two non-NULL values."""
+
+    async def conclusion_ordinal(self, conn: AsyncConnection) -> ColumnElement[int]:
+        """An expression giving the next run-conclusion ordinal (newest conclusion = largest)."""
+
+    def constraint(self, exc: DBAPIError, table: Table) -> str | None:
+        """The name of the unique/primary-key constraint ``exc`` reports on ``table``, if any."""
+
+    def contains_bytes(self, column: Any, needle: bytes) -> ColumnElement[bool]:
+        """Whether a binary column contains ``needle`` (byte for byte)."""
+
+    def connection_lost(self, exc: DBAPIError) -> bool:
+        """Whether ``exc`` means the connection dropped (so a COMMIT's outcome is unknown)."""
+
+    def commit_in_doubt(self, exc: BaseException) -> bool:
+        """Whether ``exc``, raised by a write transaction's COMMIT, leaves it unknown whether
+        the transaction landed (:class:`CommitUnknownError`) rather than surely not."""
+
+    def writable(self, conn: AsyncConnection) -> bool:
+        """Whether the transaction open on ``conn`` may take the store's writes safely."""
+
+
+def _driver(exc: DBAPIError) -> Any:
+    return getattr(exc, "driver_exception", None) or getattr(exc, "orig", None)
+
+
+def counter_next(dialect: Dialect, name: str, initial: Any) -> Any:
+    """Advance counter ``name`` under its row lock and return the value handed out.
+
+    ``initial`` (an expression) is the first value of a counter that does not exist yet;
+    afterwards each call returns ``value + 1``. The row stays locked until the transaction
+    ends, so values are handed out in commit order.
+    """
+    stmt = dialect.insert(JournalCounter).values(name=name, value=initial)
+    return stmt.on_conflict_do_update(
+        index_elements=[JournalCounter.name], set_={"value": JournalCounter.value + 1}
+    ).returning(JournalCounter.value)
+
+
+class PostgresDialect:
+    """PostgreSQL through asyncpg, at READ COMMITTED (the server default)."""
+
+    name = "postgresql"
+
+    def configure(self, engine: AsyncEngine) -> None:
+        # Nothing to install: the store's guarantees come from row locks and constraints,
+        # which hold at PostgreSQL's default isolation level.
+        return None
+
+    def insert(self, table: Any) -> Insert:
+        return pg.insert(table)
+
+    def greatest(self, a: Any, b: Any) -> ColumnElement[Any]:
+        return func.greatest(a, b)
+
+    def least(self, a: Any, b: Any) -> ColumnElement[Any]:
+        return func.least(a, b)
+
+    async def conclusion_ordinal(self, conn: AsyncConnection) -> ColumnElement[int]:
+        # 0.4.0's own sequence, so agentplane's tooling sharing the database stays in step.
+        # Allocation order, not commit order: across runs "newest first" may differ from
+        # commit order by the width of a race, which the outcome index tolerates.
+        return run_conclusion_ordinal.next_value()
+
+    def contains_bytes(self, column: Any, needle: bytes) -> ColumnElement[bool]:
+        # bytea LIKE bytea; the needle is a ULID, which holds neither % nor _ nor \.
+        return column.op("LIKE", is_comparison=True)(literal(b"%" + needle + b"%", LargeBinary))
+
+    def constraint(self, exc: DBAPIError, table: Table) -> str | None:
+        driver = _driver(exc)
+        if getattr(driver, "sqlstate", None) != "23505":
+            return None
+        return getattr(driver, "constraint_name", None)
+
+    def connection_lost(self, exc: DBAPIError) -> bool:
+        if exc.connection_invalidated:
+            return True
+        sqlstate = getattr(_driver(exc), "sqlstate", None)
+        # No SQLSTATE: the driver failed on its side (a closed connection, a timeout), so
+        # the server never answered. Class 08 (connection exception) and 57P (the server is
+        # shutting down or terminated the backend) are no answer either.
+        return sqlstate is None or sqlstate.startswith(("08", "57P"))
+
+    def commit_in_doubt(self, exc: BaseException) -> bool:
+        if not isinstance(exc, DBAPIError):
+            # Not the server's answer (asyncpg's command_timeout is a TimeoutError, a
+            # dropped socket an OSError, ...): COMMIT may have been applied.
+            return True
+        from asyncpg.exceptions import InterfaceError
+
+        # asyncpg's InterfaceError is its own refusal before sending anything (a connection
+        # it already knows closed, an operation in progress); a connection lost after
+        # sending is ConnectionDoesNotExistError. A COMMIT never sent did not commit: the
+        # server rolls back the transaction of a connection it lost.
+        if isinstance(_driver(exc), InterfaceError):
+            return False
+        return self.connection_lost(exc)
+
+    def writable(self, conn: AsyncConnection) -> bool:
+        # Row locks are taken statement by statement: any READ COMMITTED transaction can
+        # take the run mutex at any point.
+        return True
+
+
+def _text_or_bytes(data: bytes) -> str | bytes:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return data
+
+
+class SqliteDialect:
+    """SQLite through aiosqlite: one writer at a time, across processes, by ``BEGIN IMMEDIATE``."""
+
+    name = "sqlite"
+
+    def configure(self, engine: AsyncEngine) -> None:
+        sync_engine = _unproxied(engine.sync_engine)
+        if getattr(sync_engine, _CONFIGURED, False):
+            return
+        opened = _pooled_connections(sync_engine)
+        if opened:
+            raise ValueError(_unconfigured_message(f"already opened {opened} connection(s)"))
+
+        @event.listens_for(sync_engine, "connect")
+        def _on_connect(dbapi_connection: Any, record: Any) -> None:
+            # pysqlite's own transaction handling begins lazily (and DEFERRED), which loses
+            # updates between processes and fails at once with SQLITE_BUSY_SNAPSHOT. Take
+            # transactions into our own hands, and set the pragmas outside any transaction.
+            # foreign_keys is left as the host has it (SQLite's default: off); the journal
+            # declares no foreign keys.
+            dbapi_connection.isolation_level = None
+            cursor = dbapi_connection.cursor()
+            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+            # An acknowledged append survives power loss: the WAL is synced at every COMMIT.
+            # (FULL is SQLite's usual build default, but a build or a host may say NORMAL,
+            # which can lose the last commits on power loss; the journal's promise needs FULL.)
+            cursor.execute("PRAGMA synchronous=FULL")
+            cursor.close()
+            record.info[_CONFIGURED] = True
+            # A TEXT value that is not UTF-8 (SQLite stores whatever it is given) would make
+            # the driver fail the whole read with an OperationalError; read it as its bytes
+            # instead, so the row checks name it as corrupt (or find it harmless).
+            dbapi_connection.driver_connection.text_factory = _text_or_bytes
+
+        @event.listens_for(sync_engine, "begin")
+        def _on_begin(connection: Any) -> None:
+            # A write transaction takes the database's write lock when it starts, so two
+            # writers (threads or processes) queue on busy_timeout instead of both reading
+            # the same chain head; a DEFERRED transaction that has read and then writes
+            # fails at once with SQLITE_BUSY(_SNAPSHOT) instead of waiting. Only the
+            # transactions that ask for it are IMMEDIATE: the store's own write units and
+            # begin_write(); every other transaction (the host's reads) stays DEFERRED and
+            # never blocks a writer under WAL.
+            if not connection.info.get(_CONFIGURED):
+                raise ValueError(_unconfigured_message("has a connection opened"))
+            options = connection.get_execution_options()
+            write = options.get(WRITE_TRANSACTION, False) and not options.get(READ_ONLY, False)
+            connection.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+            connection.info[_BEGUN] = "immediate" if write else "deferred"
+
+        @event.listens_for(sync_engine, "commit")
+        @event.listens_for(sync_engine, "rollback")
+        def _on_end(connection: Any) -> None:
+            connection.info.pop(_BEGUN, None)
+
+        setattr(sync_engine, _CONFIGURED, True)
+
+    def insert(self, table: Any) -> Insert:
+        return sqlite.insert(table)
+
+    def greatest(self, a: Any, b: Any) -> ColumnElement[Any]:
+        # SQLite's two-argument max() is a scalar function (NULL if either is NULL).
+        return func.max(a, b)
+
+    def least(self, a: Any, b: Any) -> ColumnElement[Any]:
+        return func.min(a, b)
+
+    async def conclusion_ordinal(self, conn: AsyncConnection) -> ColumnElement[int]:
+        # No sequences here: a counter row, taken under the write lock every SQLite write
+        # transaction holds from its start. A database that already has outcomes starts
+        # after the largest one.
+        initial = select(func.coalesce(func.max(RunOutcome.ordinal), 0) + 1).scalar_subquery()
+        value = (
+            await conn.execute(counter_next(self, "run_conclusion_ordinal", initial))
+        ).scalar_one()
+        return literal(value)
+
+    def contains_bytes(self, column: Any, needle: bytes) -> ColumnElement[bool]:
+        # instr() compares BLOBs byte by byte (LIKE would fold case and stop at a NUL).
+        return func.instr(column, literal(needle, LargeBinary)) > 0
+
+    def constraint(self, exc: DBAPIError, table: Table) -> str | None:
+        code = getattr(_driver(exc), "sqlite_errorname", None)
+        if code == "SQLITE_CONSTRAINT_PRIMARYKEY":
+            return table.primary_key.name
+        if code == "SQLITE_CONSTRAINT_UNIQUE":
+            # SQLite does not report the index name, but it does say "unique, not primary
+            # key"; a table with a single unique constraint or index therefore names it.
+            names = [i.name for i in table.indexes if i.unique] + [
+                c.name for c in table.constraints if c.__class__.__name__ == "UniqueConstraint"
+            ]
+            return names[0] if len(names) == 1 else None
+        return None
+
+    def connection_lost(self, exc: DBAPIError) -> bool:
+        return bool(exc.connection_invalidated)
+
+    def commit_in_doubt(self, exc: BaseException) -> bool:
+        # COMMIT runs in this process, on the connection's own thread, and always answers:
+        # there is no network to lose its answer on. A connection already closed ran
+        # nothing (closing a connection rolls its open transaction back).
+        return False
+
+    def writable(self, conn: AsyncConnection) -> bool:
+        # A DEFERRED transaction that has already read holds a snapshot: its first write
+        # fails at once (SQLITE_BUSY_SNAPSHOT, or SQLITE_BUSY without waiting on
+        # busy_timeout) whenever another connection wrote or is writing. Only a transaction
+        # that took the write lock at BEGIN is safe under concurrency.
+        return bool(conn.sync_connection.info.get(_BEGUN) == "immediate")
+
+
+# Stateless, so one of each: the repository caches statements per dialect object.
+_POSTGRES = PostgresDialect()
+_SQLITE = SqliteDialect()
+
+
+def dialect_for(engine: AsyncEngine) -> Dialect:
+    """The :class:`Dialect` for an engine, refusing backends this package does not support."""
+    name = engine.dialect.name
+    if name == "postgresql":
+        if engine.dialect.driver != "asyncpg":
+            raise ValueError(
+                "PostgreSQL is supported through asyncpg; this engine uses "
+                f"{engine.dialect.driver!r}"
+                " (use a postgresql+asyncpg:// URL)"
+            )
+        return _POSTGRES
+    if name == "sqlite":
+        if engine.dialect.driver != "aiosqlite":
+            raise ValueError(
+                f"SQLite is supported through aiosqlite; this engine uses {engine.dialect.driver!r}"
+                " (use a sqlite+aiosqlite:/// URL)"
+            )
+        return _SQLITE
+    raise ValueError(
+        f"unsupported database {name!r}: agentplane_journal runs on PostgreSQL (asyncpg) "
+        "and SQLite (aiosqlite)"
+    )
+
+
+def configure_engine(engine: AsyncEngine) -> AsyncEngine:
+    """Install the store's settings on a host application's engine (idempotent).
+
+    Call it right after creating the engine, before it opens connections: SQLite's settings
+    apply as each connection opens, and an engine that already pooled connections is refused
+    (``ValueError``) rather than left half configured. What it changes, on SQLite only:
+
+    * each new connection: pysqlite's own transaction handling is switched off
+      (``isolation_level = None``; SQLAlchemy's ``BEGIN`` starts every transaction, reads
+      included), ``PRAGMA journal_mode=WAL`` (a property of the database file, which stays)
+      ``PRAGMA busy_timeout=30000``, ``PRAGMA synchronous=FULL`` (an acknowledged commit
+      survives power loss) and a ``text_factory`` that returns a TEXT value which is not
+      UTF-8 as its bytes instead of failing the whole read;
+    * each transaction: ``BEGIN`` (DEFERRED, SQLite's default) unless its connection has the
+      :data:`WRITE_TRANSACTION` execution option, then ``BEGIN IMMEDIATE``.
+
+    ``foreign_keys`` and everything else stay as the host has them. On PostgreSQL nothing
+    is changed.
+    """
+    dialect_for(engine).configure(engine)
+    return engine
+
+
+async def begin_write(session: AsyncSession) -> AsyncConnection:
+    """Begin ``session``'s transaction as a write transaction; return its connection.
+
+    On SQLite that is ``BEGIN IMMEDIATE`` (the engine must be configured by
+    :func:`configure_engine`, or be a store's): the transaction holds the write lock from its
+    first statement, so the host may read, then write its rows and append through the store
+    (``session=``) without SQLITE_BUSY under concurrency. On PostgreSQL it is an ordinary
+    ``BEGIN``. Call it first thing in a request that writes; a session whose transaction
+    already has a connection is refused (``ValueError``), since it can no longer change how
+    it began.
+    """
+    if not isinstance(session, AsyncSession):
+        raise TypeError(f"session must be an AsyncSession, not {type(session).__name__}")
+    transaction = session.sync_session.get_transaction()
+    if transaction is not None and getattr(transaction, "_connections", None):
+        raise ValueError(
+            "begin_write(session) must come before the transaction's first statement; "
+            "this session's transaction already has a connection"
+        )
+    return await session.connection(execution_options={WRITE_TRANSACTION: True})
+
+
+def _unproxied(sync_engine: Engine) -> Engine:
+    # engine.execution_options(...) makes an OptionEngine that shares the parent's pool and
+    # events; configuration belongs to the parent.
+    return getattr(sync_engine, "_proxied", sync_engine)
+
+
+def is_configured(sync_engine: Engine) -> bool:
+    """Whether :func:`configure_engine` (or a store) has configured this SQLite engine."""
+    return bool(getattr(_unproxied(sync_engine), _CONFIGURED, False))
+
+
+def _pooled_connections(sync_engine: Engine) -> int:
+    pool = sync_engine.pool
+    try:
+        return int(pool.checkedin()) + int(pool.checkedout())  # type: ignore[attr-defined]
+    except AttributeError:  # pools without counts; the begin listener catches their strays
+        return 0
+
+
+def _unconfigured_message(what: str) -> str:
+    return (
+        f"this SQLite engine {what} before agentplane_journal configured it: those "
+        "connections lack WAL, busy_timeout and the write-transaction BEGIN the store "
+        "relies on. Call agentplane_journal.configure_engine(engine) right after "
+        "create_async_engine(), before the engine's first use (or build the store on it "
+        "first), or `await engine.dispose()` before configuring it"
+    )

@@ -1,0 +1,168 @@
+"""Opening engines from URLs, including the one option a connection pooler needs.
+
+PgBouncer in transaction-pooling mode hands each *transaction* to whichever server
+connection is free, so nothing that lives in a server session survives from one
+transaction to the next. For the store that is fine (it keeps no session state: no ``SET``,
+no advisory locks, no ``LISTEN``, no temporary tables; ``SET LOCAL`` in a host's
+``append_atomic`` work is transaction-scoped and fine too), but asyncpg's named prepared
+statements are session state: asyncpg caches them per client connection and names them
+``__asyncpg_stmt_<n>__``, so behind the pooler a statement is missing on the next server
+connection, or a second client's statement of the same name already exists there.
+
+``?pgbouncer=true`` on a ``postgresql+asyncpg://`` URL (accepted everywhere a URL is: the
+stores' ``connect``, :func:`agentplane_journal.migrations.commands.upgrade`, the CLI's ``--url`` and
+``AGENTPLANE_JOURNAL_URL``) is removed from the URL before it reaches the driver and turns
+on :func:`pgbouncer_connect_args`: no statement cache in asyncpg or in SQLAlchemy's dialect,
+and a unique name for every statement SQLAlchemy prepares (the recipe of SQLAlchemy's asyncpg
+dialect documentation, "Prepared Statement Name with PGBouncer"). A host application that
+builds its own engine passes the same dict as ``connect_args``.
+
+:func:`async_url` is the one place the library, the migrations and the command line turn
+``postgresql://``, ``postgres://`` or ``sqlite://`` into the async drivers.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+__all__ = [
+    "PGBOUNCER_OPTION",
+    "async_url",
+    "create_engine",
+    "open_engine",
+    "pgbouncer_connect_args",
+    "split_url",
+]
+
+#: The URL query option that asks for pooler-safe connections.
+PGBOUNCER_OPTION = "pgbouncer"
+
+_TRUE = ("true", "1", "yes", "on")
+_FALSE = ("false", "0", "no", "off")
+
+
+#: The only drivers the store runs on; a bare dialect name (and Heroku-style ``postgres``)
+#: gets its async driver, so one URL works for the library, the migrations and the CLI.
+_ASYNC_DRIVERS = {
+    "postgresql": "postgresql+asyncpg",
+    "postgres": "postgresql+asyncpg",
+    "postgresql+asyncpg": "postgresql+asyncpg",
+    "sqlite": "sqlite+aiosqlite",
+    "sqlite+aiosqlite": "sqlite+aiosqlite",
+}
+
+_URL_EXAMPLES = "postgresql+asyncpg://user@host/db or sqlite+aiosqlite:///path/to/journal.db"
+
+
+def async_url(url: str | URL) -> URL:
+    """``url`` with the async driver this package runs on (``postgresql://`` -> asyncpg).
+
+    Refuses, with ``ValueError``, what is not a database URL or names another database or
+    driver (``postgresql+psycopg://``: the store's guarantees are tested on asyncpg only).
+    The message never repeats the URL, which may carry a password.
+    """
+    if isinstance(url, URL):
+        parsed = url
+    elif isinstance(url, str):
+        try:
+            parsed = make_url(url)
+        except (ArgumentError, ValueError):
+            raise ValueError(f"not a database URL; expected {_URL_EXAMPLES}") from None
+    else:
+        raise TypeError(f"url must be a string or an sqlalchemy URL, not {type(url).__name__}")
+    driver = _ASYNC_DRIVERS.get(parsed.drivername)
+    if driver is None:
+        raise ValueError(
+            f"unsupported database {parsed.drivername!r}: agentplane_journal runs on "
+            "postgresql+asyncpg:// and sqlite+aiosqlite:// (postgresql:// and sqlite:// "
+            "get those drivers)"
+        )
+    return parsed.set(drivername=driver)
+
+
+def _statement_name() -> str:
+    # Unique across every client sharing a server connection, so two clients' statements
+    # never collide there (asyncpg's own names are a per-client counter).
+    return f"__apj_{uuid.uuid4().hex}__"
+
+
+def pgbouncer_connect_args() -> dict[str, Any]:
+    """``connect_args`` for an asyncpg engine behind PgBouncer's transaction pooling.
+
+    Each statement is prepared and run inside one transaction (hence on one server
+    connection), under a name no other client uses, and never reused afterwards.
+    """
+    return {
+        "statement_cache_size": 0,  # asyncpg's per-connection cache
+        "prepared_statement_cache_size": 0,  # SQLAlchemy's asyncpg dialect's cache
+        "prepared_statement_name_func": _statement_name,
+    }
+
+
+def split_url(url: str | URL) -> tuple[URL, dict[str, Any]]:
+    """The URL without this package's options, and the engine options they ask for.
+
+    Refuses (``ValueError``) a ``pgbouncer`` value that is not a boolean, or the option on a
+    database other than PostgreSQL through asyncpg.
+    """
+    try:
+        parsed = make_url(url)
+    except (ArgumentError, ValueError) as exc:
+        raise ValueError(f"not a database URL: {exc}") from None
+    if PGBOUNCER_OPTION not in parsed.query:
+        return parsed, {}
+    raw = parsed.query[PGBOUNCER_OPTION]
+    value = (raw[-1] if isinstance(raw, tuple) else raw).strip().lower()
+    if value not in _TRUE + _FALSE:
+        raise ValueError(f"?{PGBOUNCER_OPTION}= must be true or false, not {value!r}")
+    parsed = parsed.difference_update_query([PGBOUNCER_OPTION])
+    if value in _FALSE:
+        return parsed, {}
+    if parsed.get_backend_name() != "postgresql" or parsed.get_driver_name() != "asyncpg":
+        raise ValueError(
+            f"?{PGBOUNCER_OPTION}=true is for postgresql+asyncpg:// URLs (PgBouncer pools "
+            f"PostgreSQL connections), not {parsed.drivername}://"
+        )
+    return parsed, {"connect_args": pgbouncer_connect_args()}
+
+
+def create_engine(url: str | URL, **options: Any) -> AsyncEngine:
+    """``create_async_engine`` that understands ``?pgbouncer=true`` (see the module docs).
+
+    Any URL the command line takes: ``postgresql://`` and ``sqlite://`` get the async
+    drivers (:func:`async_url`).
+
+    ``options`` win over the URL's, except ``connect_args``, which are merged (the caller's
+    keys win).
+    """
+    parsed, implied = split_url(async_url(url))
+    connect_args = {**implied.pop("connect_args", {}), **options.pop("connect_args", {})}
+    if connect_args:
+        options["connect_args"] = connect_args
+    return create_async_engine(parsed, **{**implied, **options})
+
+
+def open_engine(url: str, options: dict[str, Any] | None) -> AsyncEngine:
+    """A store's own engine for ``url`` (``connect``): refuses what is not a database URL,
+    hides bound parameters, sizes the PostgreSQL pool; ``options`` win."""
+    if not isinstance(url, str) or "://" not in url:
+        raise ValueError(
+            "url must be a database URL such as postgresql+asyncpg://user@host/db or "
+            "sqlite+aiosqlite:///path/to/journal.db"
+        )
+    target = async_url(url)  # the CLI's URLs: postgresql:// and sqlite:// get async drivers
+    # Bound parameters stay out of error messages and logs: they can hold push secrets.
+    opts: dict[str, Any] = {"hide_parameters": True}
+    if target.get_backend_name() == "postgresql":
+        # Enough connections for a runtime's concurrent appends without queueing on the pool.
+        opts.update(pool_size=10, max_overflow=40)
+    opts.update(options or {})
+    try:
+        return create_engine(target, **opts)
+    except Exception as exc:  # a malformed URL the parser let through
+        raise ValueError(f"cannot open a {target.drivername}:// database: {exc}") from exc

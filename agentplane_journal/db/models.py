@@ -1,0 +1,268 @@
+"""The schema, as declarative SQLAlchemy 2.x models: the single description of every table.
+
+The seven tables ``journal``, ``run_activity``, ``run_lease``, ``run_seal``, ``run_outcome``,
+``run_cancel`` and ``push_delivery`` are agentplane 0.4.0's PostgreSQL schema column for
+column (types, nullability, defaults, keys, index names and predicates), so a database is
+shareable with agentplane's own tooling and an existing 0.4.0 database can be adopted. What
+the stricter contract needs lives in additional tables (``journal_counter``, ``log_tree``); no
+0.4.0 column is ever changed.
+
+The schema is created by the Alembic migrations in ``alembic/versions`` and nowhere else:
+nothing in this package calls ``create_all``. ``alembic check`` keeps models and migrations
+in step; the partial-index predicates, which Alembic does not compare, are pinned by a test.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    PrimaryKeyConstraint,
+    Sequence,
+    Text,
+    UniqueConstraint,
+    text,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+__all__ = [
+    "TABLE_NAMES",
+    "VERSION_TABLE",
+    "Base",
+    "Journal",
+    "JournalCounter",
+    "LogTree",
+    "PushDelivery",
+    "RunActivity",
+    "RunCancel",
+    "RunLease",
+    "RunOutcome",
+    "RunSeal",
+    "metadata",
+    "run_conclusion_ordinal",
+    "run_log_position",
+]
+
+#: The package's own Alembic version table, so it never collides with a host's ``alembic_version``.
+VERSION_TABLE = "agentplane_journal_alembic_version"
+
+# PostgreSQL's own default names, so that tables created by agentplane's DDL and by our
+# migrations carry identical constraint names (adoption and `alembic check` both rely on it).
+metadata = MetaData(
+    naming_convention={
+        "pk": "%(table_name)s_pkey",
+        "uq": "%(table_name)s_%(column_0_N_name)s_key",
+        "ix": "%(table_name)s_%(column_0_N_name)s_idx",
+        "ck": "%(table_name)s_%(constraint_name)s_check",
+        "fk": "%(table_name)s_%(column_0_name)s_fkey",
+    }
+)
+
+#: 0.4.0's global sequences. PostgreSQL only: SQLite ignores ``Sequence``. ``run_log_position``
+#: is kept for compatibility but this package does not use it (a sequence hands out values in
+#: allocation order, not commit order; see ``journal_counter``).
+run_log_position = Sequence("run_log_position", metadata=metadata)
+run_conclusion_ordinal = Sequence("run_conclusion_ordinal", metadata=metadata)
+
+
+class Base(DeclarativeBase):
+    """Declarative base on the package's own ``MetaData``, separate from any host's."""
+
+    metadata = metadata
+
+
+class Journal(Base):
+    """One record of one run's hash chain. The tenant leads every key."""
+
+    __tablename__ = "journal"
+    __table_args__ = (
+        PrimaryKeyConstraint("tenant", "run_id", "seq"),
+        # One matter's history, in order, without touching another tenant's.
+        Index(
+            "journal_by_case",
+            "tenant",
+            "case_id",
+            "run_id",
+            "seq",
+            postgresql_where=text("case_id IS NOT NULL"),
+            sqlite_where=text("case_id IS NOT NULL"),
+        ),
+        # Exactly-once as a constraint rather than a code path: a second EffectStarted for
+        # one key in one run cannot be written, whoever writes and whatever they believe.
+        Index(
+            "journal_effect_started",
+            "tenant",
+            "run_id",
+            "effect_key",
+            unique=True,
+            postgresql_where=text("kind = 'EffectStarted' AND effect_key IS NOT NULL"),
+            sqlite_where=text("kind = 'EffectStarted' AND effect_key IS NOT NULL"),
+        ),
+    )
+
+    tenant: Mapped[str] = mapped_column(Text, nullable=False)
+    run_id: Mapped[str] = mapped_column(Text, nullable=False)
+    seq: Mapped[int] = mapped_column(BigInteger, nullable=False, autoincrement=False)
+    epoch: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    kind: Mapped[str] = mapped_column(Text, nullable=False)
+    effect_key: Mapped[str | None] = mapped_column(Text, nullable=True)
+    prev_hash: Mapped[bytes] = mapped_column(LargeBinary, nullable=False)
+    hash: Mapped[bytes] = mapped_column(LargeBinary, nullable=False)
+    raw: Mapped[bytes] = mapped_column(LargeBinary, nullable=False)
+    key_id: Mapped[str | None] = mapped_column(Text, nullable=True)
+    signature: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
+    case_id: Mapped[str | None] = mapped_column(Text, nullable=True)
+
+
+class RunActivity(Base):
+    """Last activity per run, for ``recent_runs``; its row is also the run's write mutex."""
+
+    __tablename__ = "run_activity"
+    __table_args__ = (PrimaryKeyConstraint("tenant", "run_id"),)
+
+    tenant: Mapped[str] = mapped_column(Text, nullable=False)
+    run_id: Mapped[str] = mapped_column(Text, nullable=False)
+    updated_at: Mapped[int] = mapped_column(BigInteger, nullable=False)
+
+
+# Newest activity first, ties by run id descending: the order `recent_runs` pages in.
+Index(
+    "run_activity_recent",
+    RunActivity.tenant,
+    RunActivity.updated_at.desc(),
+    RunActivity.run_id.desc(),
+)
+
+
+class RunLease(Base):
+    """The fencing epoch of a run. Released leases keep their row: the epoch must survive."""
+
+    __tablename__ = "run_lease"
+    __table_args__ = (PrimaryKeyConstraint("tenant", "run_id"),)
+
+    tenant: Mapped[str] = mapped_column(Text, nullable=False)
+    run_id: Mapped[str] = mapped_column(Text, nullable=False)
+    owner: Mapped[str] = mapped_column(Text, nullable=False)
+    epoch: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    expires_at: Mapped[int] = mapped_column(BigInteger, nullable=False)
+
+
+class RunSeal(Base):
+    """The tenant's Merkle log: one row per sealed run, in ``log_index`` order."""
+
+    __tablename__ = "run_seal"
+    __table_args__ = (
+        PrimaryKeyConstraint("tenant", "run_id"),
+        UniqueConstraint("tenant", "log_index"),
+    )
+
+    tenant: Mapped[str] = mapped_column(Text, nullable=False)
+    run_id: Mapped[str] = mapped_column(Text, nullable=False)
+    chain_head: Mapped[bytes] = mapped_column(LargeBinary, nullable=False)
+    log_index: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    sealed_at: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    outcome: Mapped[str] = mapped_column(Text, nullable=False)
+
+
+class RunOutcome(Base):
+    """Derived outcome index, fed by ``RunSealed`` records inside append; last conclusion wins."""
+
+    __tablename__ = "run_outcome"
+    __table_args__ = (
+        PrimaryKeyConstraint("tenant", "run_id"),
+        Index("run_outcome_by_outcome", "tenant", "outcome", "ordinal"),
+    )
+
+    tenant: Mapped[str] = mapped_column(Text, nullable=False)
+    run_id: Mapped[str] = mapped_column(Text, nullable=False)
+    outcome: Mapped[str] = mapped_column(Text, nullable=False)
+    ordinal: Mapped[int] = mapped_column(BigInteger, nullable=False)
+
+
+class RunCancel(Base):
+    """An operator's stop request; the primary key keeps the first asker on the record."""
+
+    __tablename__ = "run_cancel"
+    __table_args__ = (PrimaryKeyConstraint("tenant", "run_id"),)
+
+    tenant: Mapped[str] = mapped_column(Text, nullable=False)
+    run_id: Mapped[str] = mapped_column(Text, nullable=False)
+    actor: Mapped[str] = mapped_column(Text, nullable=False)
+    reason: Mapped[str] = mapped_column(Text, nullable=False)
+    requested_at: Mapped[int] = mapped_column(BigInteger, nullable=False)
+
+
+class PushDelivery(Base):
+    """A webhook registration and the first journal seq its receiver has not acknowledged."""
+
+    __tablename__ = "push_delivery"
+    __table_args__ = (
+        PrimaryKeyConstraint("tenant", "task_id", "config_id"),
+        Index("push_delivery_due", "tenant", "next_attempt_at", "task_id", "config_id"),
+    )
+
+    tenant: Mapped[str] = mapped_column(Text, nullable=False)
+    task_id: Mapped[str] = mapped_column(Text, nullable=False)
+    config_id: Mapped[str] = mapped_column(Text, nullable=False)
+    url: Mapped[str] = mapped_column(Text, nullable=False)
+    token: Mapped[str | None] = mapped_column(Text, nullable=True)
+    auth_scheme: Mapped[str | None] = mapped_column(Text, nullable=True)
+    auth_credentials: Mapped[str | None] = mapped_column(Text, nullable=True)
+    next_seq: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    attempts: Mapped[int] = mapped_column(Integer, nullable=False, server_default=text("0"))
+    next_attempt_at: Mapped[int] = mapped_column(
+        BigInteger, nullable=False, server_default=text("0")
+    )
+    last_error: Mapped[str | None] = mapped_column(Text, nullable=True)
+
+
+class JournalCounter(Base):
+    """Named counters handed out under a row lock, in commit order (this package's addition).
+
+    ``log_position/{tenant}`` gives each tenant's Merkle log dense positions: the row stays
+    locked until the sealing transaction commits, so the next sealer of that tenant waits and
+    positions are assigned in commit order. A sequence cannot do that (its values are handed
+    out in allocation order, so a late commit reorders the log and breaks every checkpoint
+    taken in between). On SQLite, ``run_conclusion_ordinal`` stands in for the sequence of
+    that name. Tenant names cannot contain ``/``, so counter names never collide.
+    """
+
+    __tablename__ = "journal_counter"
+    __table_args__ = (PrimaryKeyConstraint("name"),)
+
+    name: Mapped[str] = mapped_column(Text, nullable=False)
+    value: Mapped[int] = mapped_column(BigInteger, nullable=False)
+
+
+class LogTree(Base):
+    """The tenant's Merkle tree, stored: every complete perfect subtree's hash (an addition).
+
+    Row ``(level, idx)`` is the RFC 6962 root of leaves ``[idx * 2**level, (idx + 1) *
+    2**level)``; level 0 rows are the leaf hashes, in dense log order, and name their run.
+    A seal writes the rows its leaf completes in its own transaction (amortised two rows, at
+    most log2 n + 1), so checkpoints and proofs read O(log n) rows instead of every leaf; see
+    :mod:`agentplane_journal.core.tree`. The size of the log is the number of level-0 rows.
+    Derived from ``run_seal`` (leaf ``i`` is the run with the ``i``-th smallest
+    ``log_index``), so ``verify --all`` re-derives it and names the first position where the
+    two disagree.
+    """
+
+    __tablename__ = "log_tree"
+    __table_args__ = (
+        PrimaryKeyConstraint("tenant", "level", "idx"),
+        UniqueConstraint("tenant", "run_id"),
+    )
+
+    tenant: Mapped[str] = mapped_column(Text, nullable=False)
+    level: Mapped[int] = mapped_column(Integer, nullable=False, autoincrement=False)
+    idx: Mapped[int] = mapped_column(BigInteger, nullable=False, autoincrement=False)
+    hash: Mapped[bytes] = mapped_column(LargeBinary, nullable=False)
+    #: The sealed run, on level-0 rows only (NULLs never collide in the unique constraint).
+    run_id: Mapped[str | None] = mapped_column(Text, nullable=True)
+
+
+#: Every table this package owns (for host applications' autogenerate filters).
+TABLE_NAMES: frozenset[str] = frozenset(metadata.tables) | {VERSION_TABLE}

@@ -1,0 +1,484 @@
+"""The journal store's prebuilt statements and the decoding of its rows.
+
+Kept apart from :mod:`agentplane_journal.journal.store` so the repository reads as the contract:
+the statements every append runs are built once per dialect here (building a statement costs
+more Python than executing a cached one), and every row leaves the database through
+:func:`record_from_row`, which re-hashes it.
+"""
+
+from __future__ import annotations
+
+import functools
+import gc
+import hashlib
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    and_,
+    bindparam,
+    case,
+    delete,
+    func,
+    literal,
+    select,
+    text,
+    true,
+    update,
+)
+
+from agentplane_journal.core.canon import MAX_DEPTH
+from agentplane_journal.core.ids import PHASES, Digest, RunId
+from agentplane_journal.core.record import (
+    _DECODER,
+    _I64_MAX,
+    _LOWER_HEX64,
+    _U16_MAX,
+    _U32_MAX,
+    Attestation,
+    Record,
+    _is_canonical_ulid,
+    stored_record,
+)
+from agentplane_journal.db.dialect import Dialect
+from agentplane_journal.db.models import Journal, RunActivity, RunLease, RunSeal
+from agentplane_journal.errors import CorruptRecordError
+
+__all__ = [
+    "RECORD_COLUMNS",
+    "HotStatements",
+    "digest",
+    "hot_statements",
+    "page_statement",
+    "record_from_row",
+    "records_from_rows",
+    "stored_int",
+    "stored_run",
+    "stored_text",
+]
+
+#: The predicate of the partial unique index ``journal_effect_started`` (see models.py), as
+#: ``ON CONFLICT`` must name it to infer that index.
+EFFECT_STARTED_PREDICATE = text("kind = 'EffectStarted' AND effect_key IS NOT NULL")
+
+# -- the rows a record is read from ---------------------------------------------------
+
+RECORD_COLUMNS = (
+    Journal.seq,
+    Journal.prev_hash,
+    Journal.hash,
+    Journal.raw,
+    Journal.key_id,
+    Journal.signature,
+    # The columns that repeat something in the hashed body: the store acts on them (the
+    # exactly-once index, case_history, the chain a read returns), so each is compared
+    # with the body on every read. See :func:`record_from_row`.
+    Journal.run_id,
+    Journal.epoch,
+    Journal.kind,
+    Journal.effect_key,
+    Journal.case_id,
+)
+
+
+#: A run's rows, by ``:tenant`` and ``:run_id``: the page statement is built once per size.
+_RUN_KEY = and_(Journal.tenant == bindparam("tenant"), Journal.run_id == bindparam("run_id"))
+
+
+@functools.lru_cache(maxsize=16)
+def page_statement(size: int) -> Any:
+    """The run's records from ``:from_seq``: at most ``size``, and only those stored
+    before ``:budget`` bytes of ``raw`` were reached (so always the first).
+
+    One statement whose ``LIMIT`` is computed first from the next ``size`` rows'
+    ``length(raw)`` (PostgreSQL's ``length(bytea)`` reads the toast header and SQLite's
+    ``length(blob)`` the record header: neither reads the bytes): ``size`` when their
+    sum is under the budget (the common case: one aggregate over the index range),
+    else the number of rows whose running sum before them is (a window over those
+    ``size`` lengths). Only then are the rows read whole.
+    """
+    budget = bindparam("budget", type_=BigInteger)
+
+    def ahead(*columns: Any) -> Any:
+        return (
+            select(*columns, func.coalesce(func.length(Journal.raw), 0).label("size"))
+            .where(_RUN_KEY, Journal.seq >= bindparam("from_seq"))
+            .order_by(Journal.seq)
+            .limit(size)
+            .subquery()
+        )
+
+    sizes = ahead()
+    total = select(func.sum(sizes.c.size)).scalar_subquery()
+    seqs = ahead(Journal.seq.label("seq"))
+    before = func.sum(seqs.c.size).over(order_by=seqs.c.seq) - seqs.c.size
+    sums = select(before.label("before")).subquery()
+    fitting = select(func.count()).where(sums.c.before < budget).scalar_subquery()
+    return (
+        select(*RECORD_COLUMNS)
+        .where(_RUN_KEY, Journal.seq >= bindparam("from_seq"))
+        .order_by(Journal.seq)
+        .limit(case((total < budget, size), else_=fitting))
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class HotStatements:
+    """The statements every append runs, built once per dialect with bound parameters.
+
+    Building a statement costs more Python than executing a cached one; the append path
+    runs these with a parameter dict (``tenant``, ``run_id``, ``now``) instead.
+    """
+
+    #: Upsert of the run's activity row: bumps ``updated_at`` (never backwards) and takes
+    #: the row lock that serialises every writer of the run until COMMIT.
+    run_mutex: Any
+    #: The run mutex for lease changes (``acquire``, ``release_lease``), which must not move
+    #: ``updated_at`` or leave an activity row behind: an UPDATE that writes a new version
+    #: of an existing row (so a hot statement whose snapshot predates it sees its mutex row
+    #: changed and defers), else an INSERT .. DO NOTHING (which waits for a concurrent first
+    #: append's uncommitted row) that :attr:`run_unclaim` deletes again before COMMIT. The
+    #: UPDATE and the DELETE take ``of_tenant`` and ``of_run_id``.
+    run_touch: Any
+    run_claim: Any
+    run_unclaim: Any
+    #: One round trip for the lease (read FOR UPDATE: a takeover waits for this
+    #: transaction, and one that committed first is seen at its latest version), the seal
+    #: and the chain head (which cannot move while this transaction holds the run mutex).
+    run_state: Any
+    #: The records' multi-row INSERT; RETURNING omits a row the exactly-once index refused.
+    insert_records: Any
+
+
+@functools.cache
+def hot_statements(dialect: Dialect) -> HotStatements:
+    tenant, run_id = bindparam("tenant"), bindparam("run_id")
+    upsert = dialect.insert(RunActivity).values(
+        tenant=tenant, run_id=run_id, updated_at=bindparam("now")
+    )
+    run_mutex = upsert.on_conflict_do_update(
+        index_elements=[RunActivity.tenant, RunActivity.run_id],
+        set_={"updated_at": dialect.greatest(RunActivity.updated_at, upsert.excluded.updated_at)},
+    )
+    # An UPDATE or DELETE may not name its parameters after the table's columns.
+    activity = (
+        RunActivity.tenant == bindparam("of_tenant"),
+        RunActivity.run_id == bindparam("of_run_id"),
+    )
+    run_touch = (
+        update(RunActivity)
+        .where(*activity)
+        .values(updated_at=RunActivity.updated_at)
+        .returning(RunActivity.run_id)
+    )
+    run_claim = (
+        dialect.insert(RunActivity)
+        .values(tenant=tenant, run_id=run_id, updated_at=bindparam("now"))
+        .on_conflict_do_nothing(index_elements=[RunActivity.tenant, RunActivity.run_id])
+        .returning(RunActivity.run_id)
+    )
+    run_unclaim = delete(RunActivity).where(*activity)
+    lease = (RunLease.tenant == tenant, RunLease.run_id == run_id)
+    seal = (RunSeal.tenant == tenant, RunSeal.run_id == run_id)
+    chain = (Journal.tenant == tenant, Journal.run_id == run_id)
+    # The whole last row, so the head this transaction chains onto (or seals) is re-hashed
+    # and checked against its columns here, in the same round trip, rather than trusted.
+    last = select(*RECORD_COLUMNS).where(*chain).order_by(Journal.seq.desc()).limit(1).subquery()
+    one = select(literal(1).label("one")).subquery()
+    run_state = select(
+        select(RunLease.epoch).where(*lease).with_for_update().scalar_subquery(),
+        select(RunLease.owner).where(*lease).with_for_update().scalar_subquery(),
+        select(RunSeal.outcome).where(*seal).scalar_subquery(),
+        select(RunSeal.chain_head).where(*seal).scalar_subquery(),
+        *last.c,
+    ).select_from(one.outerjoin(last, true()))
+    # The records' INSERT. Executed with a list of rows and RETURNING, SQLAlchemy's
+    # "insertmanyvalues" sends it as multi-row ``INSERT .. VALUES (..), (..)`` statements of
+    # up to 1000 rows, compiled once and cached. A row that would be a second start of an
+    # effect is skipped (DO NOTHING on exactly the exactly-once index) rather than raising:
+    # its seq is then missing from RETURNING, which names the colliding key on the same
+    # connection, in the same statement, with nothing to roll back to and no second query.
+    insert_records = (
+        dialect.insert(Journal)
+        .on_conflict_do_nothing(
+            index_elements=[Journal.tenant, Journal.run_id, Journal.effect_key],
+            index_where=EFFECT_STARTED_PREDICATE,
+        )
+        .returning(Journal.seq)
+    )
+    return HotStatements(
+        run_mutex=run_mutex,
+        run_touch=run_touch,
+        run_claim=run_claim,
+        run_unclaim=run_unclaim,
+        run_state=run_state,
+        insert_records=insert_records,
+    )
+
+
+_trusted_digest = Digest._trusted
+
+
+def digest(value: object, seq: int) -> Digest:
+    """A hash column as a :class:`Digest`; a column that is not 32 bytes is corrupt."""
+    if type(value) is not bytes:
+        if not isinstance(value, bytearray | memoryview):
+            raise CorruptRecordError(seq, f"a hash column holds {_what(value)}, not 32 bytes")
+        value = bytes(value)
+    if len(value) != 32:
+        raise CorruptRecordError(seq, f"a hash column holds {len(value)} bytes, not 32 bytes")
+    return Digest._trusted(value)  # length checked just above; this is the read path
+
+
+def _what(value: object) -> str:
+    if value is None:
+        return "NULL"
+    if isinstance(value, str):
+        return "text"
+    return type(value).__name__
+
+
+def stored_int(value: object, seq: int, column: str) -> int:
+    """An integer column's value; on SQLite a column can hold text, which is corrupt."""
+    if type(value) is not int:
+        raise CorruptRecordError(seq, f"the {column} column holds {_what(value)}, not an integer")
+    return value
+
+
+def stored_text(value: object, seq: int, column: str, *, nullable: bool = False) -> str | None:
+    """A text column's value; on SQLite a column can hold a BLOB or a number, which is corrupt."""
+    if value is None and nullable:
+        return None
+    if type(value) is not str:
+        raise CorruptRecordError(seq, f"the {column} column holds {_what(value)}, not text")
+    return value
+
+
+def stored_run(value: object, column: str = "run_id") -> RunId:
+    """A stored run id column as a :class:`RunId`; anything but its canonical text is corrupt."""
+    if type(value) is str:
+        try:
+            run = RunId.parse(value)
+        except ValueError:
+            pass
+        else:
+            if str(run) == value:
+                return run
+    raise CorruptRecordError(0, f"the {column} column holds {_short(value)}, not a run id")
+
+
+def _stored_bytes(value: object, seq: int, column: str) -> bytes:
+    if type(value) is bytes:
+        return value
+    if isinstance(value, bytearray | memoryview):
+        return bytes(value)
+    raise CorruptRecordError(seq, f"the {column} column holds {_what(value)}, not bytes")
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _mismatch(seq: int, column: str, stored: object, body: object) -> CorruptRecordError:
+    return CorruptRecordError(
+        seq,
+        f"the {column} column says {_short(stored)}, the hashed body says {_short(body)}: "
+        "the row was edited after it was written",
+    )
+
+
+def record_from_row(row: Any, prev: Digest | None = None) -> Record:
+    """A :data:`RECORD_COLUMNS` row as a :class:`Record`, refusing any row that lies.
+
+    The hash must cover the bytes, the body must be a well-formed record, and every
+    column that repeats a body member (``seq``, ``run_id``, ``epoch``, ``kind``,
+    ``effect_key``, ``case_id``) must say what the body says: the store acts on those
+    columns (the exactly-once index, ``case_history``), and no hash covers them. Anything
+    else is :class:`CorruptRecordError` naming the seq and the column, never a driver's or
+    Python's own exception.
+
+    ``prev``, the preceding record's hash, is only reused as this record's ``prev_hash``
+    object when the bytes are equal (a chain's links are its predecessors' hashes), which
+    saves building a second :class:`Digest`; it vouches for nothing.
+    """
+    return _plain_record(row, prev) or _checked_record(row)
+
+
+def records_from_rows(rows: Iterable[Any]) -> list[Record]:
+    """:func:`record_from_row` of each row, in order: a page of a run.
+
+    The cyclic garbage collector is paused for the loop (and restored, even on error): the
+    records it builds all survive the loop, so each collection it would trigger (one per
+    700 containers) rescans a growing heap to free nothing; that was a third of the time of
+    decoding a long run. No await happens inside, so nothing else runs meanwhile.
+    """
+    paused = gc.isenabled()
+    if paused:
+        gc.disable()
+    try:
+        out: list[Record] = []
+        append = out.append
+        prev = None
+        for row in rows:
+            record = _plain_record(row, prev) or _checked_record(row)
+            append(record)
+            prev = record.hash
+        return out
+    finally:
+        if paused:
+            gc.enable()
+
+
+_ABSENT: Any = object()
+#: The shortest body that can nest deeper than ``Record.from_stored`` allows.
+_DEEP_BYTES = 2 * (MAX_DEPTH + 2)
+#: The last ``(run_id column, body run member)`` pair found canonical and equal.
+_known_run: tuple[Any, Any] = (_ABSENT, _ABSENT)
+_sha256 = hashlib.sha256
+_scan = _DECODER.scan_once  # what raw_decode calls, without its Python frame
+_new_digest = object.__new__
+_set_digest = Digest.__mro__[1].__dict__["_bytes"].__set__  # the slot Digest._trusted sets
+
+
+def _plain_record(row: Any, prev: Digest | None) -> Record | None:
+    """The record of a row every check accepts, or ``None`` when :func:`_checked_record`
+    must decide (and name what is wrong).
+
+    Every read's inner loop: the same checks as :func:`_checked_record` and
+    :meth:`Record.from_stored` with :func:`~agentplane_journal.core.record.check_envelope`
+    (hash over ``prev || raw``, UTF-8, one JSON object of the whole text, the envelope
+    members' types, ranges and canonical forms, the ``case`` member written out, the
+    nesting bound, every column against its body member), fused into one pass with one
+    dict lookup per member. It only ever says yes to a row those accept, building the same
+    record; any doubt (a type, a length, a mismatch, an exception) returns ``None``, so a
+    hostile row gets exactly the verdict and message it always had.
+    """
+    global _known_run
+    seq, prev_b, hash_b, raw, key_id, signature, run_id, epoch, kind, effect_key, case_id = row
+    if (
+        type(raw) is not bytes
+        or type(prev_b) is not bytes
+        or type(hash_b) is not bytes
+        or len(hash_b) != 32
+        or len(prev_b) != 32
+        or type(seq) is not int
+        or type(epoch) is not int
+        or _sha256(prev_b + raw).digest() != hash_b
+    ):
+        return None
+    if key_id is None:
+        if signature is not None:
+            return None
+        attestation = None
+    elif type(key_id) is str and type(signature) is bytes:
+        attestation = Attestation(key_id, signature)
+    else:
+        return None
+    try:
+        text = raw.decode("utf-8")
+        body, end = _scan(text, 0)
+    except Exception:  # StopIteration, JSONDecodeError, UnicodeDecodeError, RecursionError
+        return None
+    if end != len(text) or type(body) is not dict:
+        return None
+    get = body.get
+    member = get("seq")
+    if type(member) is not int or member != seq or not 1 <= seq <= _I64_MAX:
+        return None
+    member = get("run")
+    if member != _known_run[1] or run_id != _known_run[0]:
+        if type(member) is not str or run_id != "run_" + member or not _is_canonical_ulid(member):
+            return None
+        _known_run = (run_id, member)  # a run's records all repeat it: check it once
+    member = get("kind")
+    if type(member) is not str or not member or member != kind:
+        return None
+    member = get("epoch")
+    if type(member) is not int or member != epoch or not 0 <= epoch <= _I64_MAX:
+        return None
+    member = get("v")
+    if type(member) is not int or not 0 <= member <= _U16_MAX:
+        return None
+    member = get("case", _ABSENT)
+    if member is _ABSENT:
+        if case_id is not None:
+            return None
+    elif (
+        type(member) is not str
+        or case_id != "case_" + member
+        or not _is_canonical_ulid(member)
+        or member.encode() not in raw
+    ):
+        return None
+    member = get("effect_key", _ABSENT)
+    if member is _ABSENT:
+        if effect_key is not None:
+            return None
+    elif type(member) is not str or member != effect_key or not _LOWER_HEX64.fullmatch(member):
+        return None
+    member = get("step", _ABSENT)
+    if member is not _ABSENT and (type(member) is not int or not 0 <= member <= _U32_MAX):
+        return None
+    member = get("phase", _ABSENT)
+    if member is not _ABSENT and member not in PHASES:
+        return None
+    # Nesting deeper than MAX_DEPTH + 1 takes that many opening and closing brackets, so
+    # a shorter body cannot be too deep; a longer one with many brackets is measured there.
+    if len(raw) >= _DEEP_BYTES and raw.count(b"[") + raw.count(b"{") > MAX_DEPTH:
+        return None
+    if prev is None or prev_b != prev._bytes:
+        prev = _new_digest(Digest)
+        _set_digest(prev, prev_b)
+    hash_ = _new_digest(Digest)
+    _set_digest(hash_, hash_b)
+    return stored_record(body, raw, prev, hash_, attestation)
+
+
+def _checked_record(row: Any) -> Record:
+    """Every check of :func:`record_from_row`, one by one, each with its own error.
+
+    The reference: :func:`_plain_record` accepts a subset of what this accepts (and builds
+    the same record); everything else comes here for its verdict and its message.
+    """
+    seq, prev, hash_, raw, key_id, signature, run_id, epoch, kind, effect_key, case_id = row
+    if type(seq) is not int:
+        raise CorruptRecordError(0, f"the seq column holds {_what(seq)}, not an integer")
+    if key_id is not None and type(key_id) is not str:
+        raise CorruptRecordError(seq, f"the key_id column holds {_what(key_id)}, not text")
+    if (key_id is None) != (signature is None):
+        raise CorruptRecordError(
+            seq, "only one of key_id and signature is set: a half-written attestation"
+        )
+    attestation = (
+        None if key_id is None else Attestation(key_id, _stored_bytes(signature, seq, "signature"))
+    )
+    if type(prev) is bytes and type(hash_) is bytes and len(prev) == len(hash_) == 32:
+        # The common case, without two calls per row (this is every read's inner loop).
+        prev_digest, hash_digest = _trusted_digest(prev), _trusted_digest(hash_)
+    else:
+        prev_digest, hash_digest = digest(prev, seq), digest(hash_, seq)
+    record = Record.from_stored(
+        raw if type(raw) is bytes else _stored_bytes(raw, seq, "raw"),
+        prev_digest,
+        hash_digest,
+        attestation,
+        seq=seq,
+    )
+    body = record.body
+    if body["seq"] != seq:
+        raise _mismatch(seq, "seq", seq, body["seq"])
+    if run_id != "run_" + body["run"]:
+        raise _mismatch(seq, "run_id", run_id, "run_" + body["run"])
+    if epoch != body["epoch"] or type(epoch) is not int:
+        raise _mismatch(seq, "epoch", epoch, body["epoch"])
+    if kind != body["kind"]:
+        raise _mismatch(seq, "kind", kind, body["kind"])
+    if effect_key != body.get("effect_key"):
+        raise _mismatch(seq, "effect_key", effect_key, body.get("effect_key"))
+    case = body.get("case")
+    if case_id != (None if case is None else "case_" + case):
+        raise _mismatch(seq, "case_id", case_id, None if case is None else "case_" + case)
+    return record

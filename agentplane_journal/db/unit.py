@@ -1,0 +1,507 @@
+"""What both stores share: the engine, the schema check, units of work, and error translation.
+
+One choke point (:meth:`Repository._unit`) opens the session, commits, rolls back and turns
+driver errors into the contract's errors, keeping the driver's exception as ``__cause__``.
+A write's COMMIT lost after it was sent is :class:`CommitUnknownError` (it may have landed); any
+other driver error is :class:`BackendError` unless the caller names a constraint it expects.
+
+Given the host's ``session=``, the same choke point runs the unit inside the host's current
+transaction instead, in a SAVEPOINT, and commits nothing: the host commits or rolls back, so
+the store's rows go with the host's. A unit that fails rolls back to its savepoint, which
+undoes only the store's part (and on PostgreSQL drops the row locks it took, the run mutex
+among them), so the host's transaction stays usable and the host decides. ``RELEASE`` keeps
+the locks to the host's COMMIT, as the guarantees need.
+
+The argument checks the stores run (bad input is refused with ``ValueError``/``TypeError``
+before a connection is taken) are :mod:`agentplane_journal.core.checks`'s, re-exported here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import os
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any, NoReturn, Self, TypeVar
+
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import DBAPIError, UnboundExecutionError
+from sqlalchemy.exc import TimeoutError as PoolTimeoutError
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+
+from agentplane_journal.core.checks import check_int, check_run, check_text, check_ttl
+from agentplane_journal.core.ids import DEFAULT_TENANT, validate_tenant
+from agentplane_journal.db.dialect import (
+    READ_ONLY,
+    WRITE_TRANSACTION,
+    Dialect,
+    dialect_for,
+    is_configured,
+)
+from agentplane_journal.db.engine import open_engine
+from agentplane_journal.errors import (
+    BackendError,
+    CommitUnknownError,
+    SchemaOutOfDateError,
+    StoreError,
+)
+from agentplane_journal.migrations.commands import (
+    HEAD_REVISION,
+    check_revision,
+    check_schema,
+    schema_options,
+)
+
+__all__ = [
+    "Repository",
+    "TransactionAnchor",
+    "check_int",
+    "check_run",
+    "check_text",
+    "check_ttl",
+]
+
+log = logging.getLogger("agentplane_journal.db.unit")
+
+T = TypeVar("T")
+
+# -- the shared repository -----------------------------------------------------------
+
+
+@dataclass
+class _Shared:
+    """State shared by every tenant handle of one store: the engine and the schema check."""
+
+    engine: AsyncEngine
+    dialect: Dialect
+    sessions: async_sessionmaker[AsyncSession]
+    owns_engine: bool
+    #: Where read-only units go (a replica), or None for the primary.
+    read_sessions: async_sessionmaker[AsyncSession] | None = None
+    read_engine: AsyncEngine | None = None
+    owns_read_engine: bool = False
+    #: The PostgreSQL schema the tables are in (``None``: the default schema), and the
+    #: engine the store's own units run on: ``engine`` with ``schema_options(schema)``.
+    schema: str | None = None
+    bind: AsyncEngine | None = None
+    schema_checked: bool = False
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    #: Each run's head after this process's last append to it (fastpath.HeadCache).
+    heads: Any = None
+    #: SQLite: the process's write queue for this store (sqlitepath.Writer).
+    sqlite_writer: Any = None
+    #: PostgreSQL: the process's hot-append queue for this store (pgpath.Writer).
+    pg_writer: Any = None
+
+
+class _Rollback(Exception):
+    """Internal: end a unit of work without committing, returning ``value``."""
+
+    def __init__(self, value: object) -> None:
+        self.value = value
+
+
+class _Passthrough(Exception):
+    """Internal: carries a caller's exception (``append_atomic``'s work) to re-raise as is."""
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
+class Repository:
+    """Base of the stores: one engine, tenant handles, and the unit-of-work choke point."""
+
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        *,
+        tenant: str = DEFAULT_TENANT,
+        schema: str | None = None,
+        clock: Callable[[], float] | None = None,
+        read_engine: AsyncEngine | None = None,
+        _shared: _Shared | None = None,
+    ) -> None:
+        if not isinstance(engine, AsyncEngine):
+            raise TypeError(
+                f"{type(self).__name__} needs an sqlalchemy AsyncEngine, not "
+                f"{type(engine).__name__}; use `await {type(self).__name__}.connect(url)` "
+                "to open one from a URL"
+            )
+        if clock is not None and not callable(clock):
+            raise TypeError("clock must be a zero-argument callable returning seconds")
+        if _shared is None:
+            dialect = dialect_for(engine)
+            schema = check_schema(schema, dialect.name)
+            dialect.configure(engine)
+            # The tables' schema as an execution option on every statement the store runs
+            # (SQLAlchemy's schema_translate_map): the models stay schema-less, so the
+            # default layout is agentplane's and a schema costs no second set of tables.
+            bind = engine.execution_options(**schema_options(schema)) if schema else engine
+            _shared = _Shared(
+                engine=engine,
+                dialect=dialect,
+                sessions=async_sessionmaker(bind, expire_on_commit=False, autoflush=True),
+                owns_engine=False,
+                schema=schema,
+                bind=bind,
+            )
+            if read_engine is not None:
+                _shared.read_engine = _check_read_engine(read_engine, dialect)
+                dialect.configure(read_engine)
+                read_bind = read_engine.execution_options(**schema_options(schema))
+                _shared.read_sessions = async_sessionmaker(read_bind, expire_on_commit=False)
+        self._shared = _shared
+        self._clock = clock or time.time
+        #: The tenant this handle serves; every statement carries it.
+        self.tenant: str = validate_tenant(tenant)
+
+    @classmethod
+    async def _open(
+        cls,
+        url: str,
+        engine_options: dict[str, Any] | None,
+        read_url: str | None = None,
+        **kw: Any,
+    ) -> Self:
+        engine = open_engine(url, engine_options)
+        read_engine = None
+        try:
+            if read_url is not None:
+                read_engine = kw["read_engine"] = open_engine(read_url, engine_options)
+            store = cls(engine, **kw)
+            store._shared.owns_engine = True
+            store._shared.owns_read_engine = read_engine is not None
+            await store._ready()
+        except BaseException:
+            await engine.dispose()
+            if read_engine is not None:
+                await read_engine.dispose()
+            raise
+        return store
+
+    async def close(self) -> None:
+        """Dispose of the engines this store opened (a caller's engines stay open)."""
+        for writer in (self._shared.sqlite_writer, self._shared.pg_writer):
+            if writer is not None:  # its connections back in the pool first
+                await writer.idle()
+        if self._shared.owns_engine:
+            await self._shared.engine.dispose()
+        if self._shared.owns_read_engine and self._shared.read_engine is not None:
+            await self._shared.read_engine.dispose()
+
+    async def __aenter__(self) -> Self:
+        await self._ready()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    @property
+    def engine(self) -> AsyncEngine:
+        """The engine this store runs on."""
+        return self._shared.engine
+
+    def __repr__(self) -> str:
+        url = self._shared.engine.url.render_as_string(hide_password=True)
+        return f"{type(self).__name__}({url!r}, tenant={self.tenant!r})"
+
+    @property
+    def schema(self) -> str | None:
+        """The PostgreSQL schema the journal's tables are in (``None``: the default schema)."""
+        return self._shared.schema
+
+    @property
+    def _dialect(self) -> Dialect:
+        return self._shared.dialect
+
+    @property
+    def _bind(self) -> AsyncEngine:
+        """The engine the store's own connections come from (carrying the schema)."""
+        return self._shared.bind or self._shared.engine
+
+    def _now(self) -> int:
+        return math.floor(self._clock())
+
+    async def _ready(self) -> None:
+        """Check the schema revision once, before the first statement."""
+        shared = self._shared
+        if shared.schema_checked:
+            return
+        async with shared.lock:
+            if shared.schema_checked:
+                return
+            database = shared.engine.url.database
+            if shared.dialect.name == "sqlite" and database and database != ":memory:":
+                # one stat, once per store: not worth a thread hop
+                if not database.startswith("file:") and not os.path.exists(database):  # noqa: ASYNC240
+                    # Connecting would create an empty file: refuse without touching disk.
+                    raise SchemaOutOfDateError(None, HEAD_REVISION)
+            try:
+                async with self._bind.connect() as conn:
+                    conn = await conn.execution_options(**{READ_ONLY: True})
+                    await check_revision(conn, schema=shared.schema)
+            except DBAPIError as exc:
+                raise BackendError(f"cannot read the schema revision: {describe(exc)}") from exc
+            except OSError as exc:
+                raise BackendError(f"cannot connect to the database: {exc}") from exc
+            shared.schema_checked = True
+
+    async def _unit(
+        self,
+        fn: Callable[[AsyncSession], Awaitable[T]],
+        *,
+        read_only: bool = False,
+        primary: bool = False,
+        translate: Callable[[DBAPIError], StoreError | None] | None = None,
+        session: AsyncSession | None = None,
+    ) -> T:
+        """Run ``fn`` in one transaction and commit it, translating driver errors once, here.
+
+        ``fn`` may raise ``_Rollback(value)`` to end without committing and return ``value``.
+        A read-only unit goes to the read engine (a replica, possibly behind) when there is
+        one, unless ``primary``: a read whose answer a writer acts on must see the latest
+        commit. (The fence, the head and the log counter of a write are read inside the write
+        transaction itself, which is never read-only.)
+        With ``session`` (the host's), ``fn`` runs in that session's transaction instead and
+        nothing is committed: see :meth:`_host_unit`.
+        """
+        if session is not None:
+            return await self._host_unit(session, fn, read_only=read_only, translate=translate)
+        await self._ready()
+        shared = self._shared
+        replica = read_only and not primary and shared.read_sessions is not None
+        session = (shared.read_sessions if replica else shared.sessions)()  # type: ignore[misc]
+        committing = False
+        try:
+            if not read_only:
+                # SQLite: BEGIN IMMEDIATE, the write lock before the first read.
+                await session.connection(execution_options={WRITE_TRANSACTION: True})
+            try:
+                result = await fn(session)
+            except _Rollback as rollback:
+                await session.rollback()
+                return rollback.value  # type: ignore[return-value]
+            await session.flush()  # a failing flush is a statement error, not an unknown commit
+            # Only a write's COMMIT can be in doubt: a read-only unit wrote nothing, so
+            # however its COMMIT fails, nothing was written and the read can be retried.
+            committing = not read_only
+            await session.commit()
+            return result
+        except BaseException as exc:
+            await self._fail(exc, session, translate, committing=committing)
+        finally:
+            await session.close()
+
+    async def _host_unit(
+        self,
+        session: AsyncSession,
+        fn: Callable[[AsyncSession], Awaitable[T]],
+        *,
+        read_only: bool,
+        translate: Callable[[DBAPIError], StoreError | None] | None,
+    ) -> T:
+        """Run ``fn`` in the host's transaction, in a SAVEPOINT, committing nothing.
+
+        The host's transaction is begun if none is open (on SQLite as a write transaction
+        when the unit writes). Errors are the same as in the store's own units, except that
+        :class:`CommitUnknownError` cannot arise here: the host commits, and a lost COMMIT is
+        the host's to treat as unknown. A write unit that fails has rolled back to its
+        savepoint; a read takes none (it has nothing to undo), so a read the database fails
+        leaves the host's transaction as the database left it (on PostgreSQL: aborted).
+        """
+        self._check_session(session)
+        await self._ready()
+        try:
+            transaction = session.sync_session.get_transaction()
+            fresh = transaction is None or not getattr(transaction, "_connections", None)
+            options = {WRITE_TRANSACTION: True} if fresh and not read_only else None
+            conn = await session.connection(execution_options=options)
+            if not read_only and not self._dialect.writable(conn):
+                raise ValueError(
+                    "this SQLite transaction began as a read (BEGIN DEFERRED) and has already "
+                    "run statements: its first write would fail at once with 'database is "
+                    "locked' whenever another connection writes. Begin the session's "
+                    "transaction with `await agentplane_journal.begin_write(session)` (or let "
+                    "the store's call be its first statement)"
+                )
+            # Writes only: a read changes nothing to undo, and the two statements cost a
+            # host-session write a tenth to a fifth of its time (bench/session.py, README).
+            savepoint = None if read_only else await session.begin_nested()
+        except BaseException as exc:
+            await self._fail(exc, None, translate)
+        try:
+            try:
+                async with self._schema_for(session, ours=True):
+                    result = await fn(session)
+            except _Rollback as rollback:
+                if savepoint is not None:
+                    await savepoint.rollback()
+                return rollback.value  # type: ignore[return-value]
+            if savepoint is not None:
+                await savepoint.commit()
+            return result
+        except BaseException as exc:
+            await self._fail(exc, savepoint, translate)
+
+    async def _fail(
+        self,
+        exc: BaseException,
+        undo: Any,
+        translate: Callable[[DBAPIError], StoreError | None] | None,
+        *,
+        committing: bool = False,
+    ) -> NoReturn:
+        """Roll back ``undo`` (a session, a savepoint, or ``None``) and raise what ``exc``
+        means to a caller: a driver error translated once, here (a write's COMMIT that may
+        have landed, ``committing``, is :class:`CommitUnknownError`), an unreachable
+        database or a pool with no connection free :class:`BackendError`, anything else as
+        it is."""
+        await _quiet_rollback(undo)
+        if isinstance(exc, _Passthrough):
+            raise exc.error from None
+        if committing and isinstance(exc, Exception) and self._dialect.commit_in_doubt(exc):
+            raise CommitUnknownError(describe(exc)) from exc
+        if isinstance(exc, DBAPIError):
+            raise self._translated(exc, translate) from exc
+        if isinstance(exc, OSError):
+            raise BackendError(f"cannot reach the database: {exc}") from exc
+        if isinstance(exc, PoolTimeoutError):  # before any statement: nothing was sent
+            raise BackendError(f"no pooled connection came free in time: {exc}") from exc
+        raise exc
+
+    @asynccontextmanager
+    async def _schema_for(self, session: AsyncSession, *, ours: bool) -> AsyncIterator[None]:
+        """In the block, unqualified tables are the journal's (``ours``) or the host's.
+
+        With ``schema=``, the journal's tables are reached through ``schema_translate_map``
+        on the connection, which would move a host's own (schema-less) models too: a host
+        session (``session=``) gets the map only while the store's statements run, and
+        ``append_atomic``'s ``work`` runs without it. Pending ORM rows are flushed on the
+        side they belong to before the map changes.
+        """
+        if self._shared.schema is None:
+            yield
+            return
+        conn = await session.connection()
+        previous = conn.sync_connection.get_execution_options().get("schema_translate_map")
+        await session.flush()
+        await conn.execution_options(
+            schema_translate_map={None: self._shared.schema} if ours else None
+        )
+        try:
+            yield
+            await session.flush()
+        finally:
+            await conn.execution_options(schema_translate_map=previous)
+
+    def _translated(
+        self, exc: DBAPIError, translate: Callable[[DBAPIError], StoreError | None] | None
+    ) -> StoreError:
+        mapped = translate(exc) if translate else None
+        return mapped if mapped is not None else BackendError(describe(exc))
+
+    def _check_session(self, session: object) -> None:
+        """Refuse a host session that is not an AsyncSession on this store's database."""
+        if not isinstance(session, AsyncSession):
+            raise TypeError(
+                f"session must be an sqlalchemy AsyncSession, not {type(session).__name__}"
+            )
+        try:
+            bind = session.sync_session.get_bind()
+        except UnboundExecutionError:
+            raise ValueError(
+                "session has no bind: give it this store's engine (AsyncSession(engine) or "
+                "async_sessionmaker(engine))"
+            ) from None
+        engine: Engine = bind.engine if isinstance(bind, Connection) else bind
+        ours = self._shared.engine.sync_engine
+        if engine.pool is ours.pool:
+            return
+        if engine.dialect.name != ours.dialect.name or _database(engine) != _database(ours):
+            raise ValueError(
+                "session is bound to "
+                f"{engine.url.render_as_string(hide_password=True)!r}, but this store runs on "
+                f"{ours.url.render_as_string(hide_password=True)!r}: the store can only write "
+                "in a transaction on its own database"
+            )
+        if ours.dialect.name == "sqlite" and not is_configured(engine):
+            raise ValueError(
+                "session is bound to another engine on this SQLite database that "
+                "agentplane_journal has not configured: call "
+                "agentplane_journal.configure_engine(engine) right after creating it (or "
+                "build the store on that engine)"
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionAnchor:
+    """The transaction a unit took the run mutex in, to check it still is the session's.
+
+    ``session.commit()``, ``rollback()`` or ``close()`` inside a host callback ends it: the
+    run mutex and the fence are gone, and nothing may be written on their strength.
+    """
+
+    root: Any
+    innermost: Any
+    connection: Any
+
+    @classmethod
+    async def take(cls, session: AsyncSession) -> TransactionAnchor:
+        conn = await session.connection()
+        sync = session.sync_session
+        return cls(sync.get_transaction(), sync.get_nested_transaction(), conn.sync_connection)
+
+    async def intact(self, session: AsyncSession) -> bool:
+        """Whether the anchored transaction (and savepoint) is still open on this session."""
+        root = session.sync_session.get_transaction()
+        if root is None or root is not self.root or not root.is_active:
+            return False
+        if self.innermost is not None and not self.innermost.is_active:
+            return False
+        conn = await session.connection()  # the transaction is open: no autobegin here
+        return conn.sync_connection is self.connection and not conn.invalidated
+
+
+def _database(engine: Engine) -> str | None:
+    """What names the database an engine reaches (a SQLite file's real path, or its name)."""
+    name = engine.url.database
+    if engine.dialect.name == "sqlite" and name and name != ":memory:":
+        if not name.startswith("file:"):
+            return os.path.realpath(name)
+    return name
+
+
+def describe(exc: BaseException) -> str:
+    """One line naming the driver error and its SQLSTATE, for error messages: of a
+    SQLAlchemy ``DBAPIError`` (its driver's exception) or of a driver's own exception."""
+    driver = getattr(exc, "orig", None) or exc
+    code = getattr(getattr(exc, "driver_exception", exc), "sqlstate", None)
+    text = str(driver).strip().splitlines()[0] if str(driver).strip() else type(driver).__name__
+    return f"{type(driver).__name__}{f' [{code}]' if code else ''}: {text}"
+
+
+async def _quiet_rollback(session: Any) -> None:
+    """Roll back a session or a savepoint (if any), ignoring a connection already gone."""
+    if session is None:
+        return
+    try:
+        await session.rollback()
+    except Exception:  # the connection may already be gone; the pool discards it
+        log.debug("rollback after a failed unit of work failed", exc_info=True)
+
+
+def _check_read_engine(engine: object, dialect: Dialect) -> AsyncEngine:
+    if not isinstance(engine, AsyncEngine):
+        raise TypeError(
+            f"read_engine must be an sqlalchemy AsyncEngine, not {type(engine).__name__}"
+        )
+    if dialect_for(engine) is not dialect:
+        raise ValueError(
+            f"read_engine is {engine.dialect.name} but the engine is {dialect.name}: a read "
+            "engine is a replica of the same database"
+        )
+    return engine

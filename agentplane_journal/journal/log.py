@@ -1,0 +1,471 @@
+"""The tenant's Merkle log in the database: sealing a leaf, the stored tree, checkpoints, proofs.
+
+The journal store (:mod:`agentplane_journal.journal.store`) owns runs: their chains, leases and
+the run mutex. This module owns what a seal adds to the log and what the log answers, so
+each can be read in one sitting. Every method here runs inside a unit of work the store
+opened (one transaction, one ``AsyncSession``); the store keeps thin methods that take the
+run mutex, fence, and delegate. The tree arithmetic is pure and lives in
+:mod:`agentplane_journal.core.tree`; this module is only its SQL.
+
+How the log's guarantees are made:
+
+* **The tree is stored, not recomputed.** A seal writes, in its own transaction, the leaf
+  hash and every perfect subtree the leaf completes (``log_tree``; amortised two rows a
+  seal, at most log2 n + 1). A checkpoint reads the log's size and the at most log2 n
+  subtrees its root is made of; a proof reads at most ~3 log2 n stored nodes. Nothing reads
+  every leaf.
+* **Dense, commit-ordered positions.** A seal takes the tenant's ``journal_counter`` row,
+  whose lock it holds until COMMIT, and only then (in a later statement, hence a fresh
+  snapshot at READ COMMITTED) reads the tree's size and frontier: the next sealer of that
+  tenant waits, so positions are handed out in commit order and every snapshot of the log
+  is a prefix of every later one. (A sequence hands out values in allocation order; a seal
+  that commits late then lands *before* leaves a checkpoint has already committed to.)
+* **Proofs from one snapshot.** ``checkpoint``, ``inclusion_proof`` and
+  ``consistency_proof`` each run ONE statement that reads the size (the number of leaf
+  rows) and the nodes that size needs, so the two cannot come from different moments.
+* **The stored tree is derived data.** Leaf ``i`` is the sealed run with the ``i``-th
+  smallest ``run_seal.log_index``; an inclusion proof checks its leaf row against the
+  run's ``chain_head``, and :meth:`TenantLog.audit` re-derives the whole tree from the
+  seals and names the first position where the stored one disagrees (its pages, and the
+  rebuild's, are :mod:`agentplane_journal.journal.log_audit`).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    LargeBinary,
+    and_,
+    bindparam,
+    cast,
+    func,
+    literal,
+    literal_column,
+    null,
+    select,
+    true,
+    union,
+    union_all,
+)
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from agentplane_journal.core import tree as tree
+from agentplane_journal.core.checkpoint import Checkpoint, Inclusion
+from agentplane_journal.core.ids import Digest, RunId
+from agentplane_journal.core.merkle import EMPTY_ROOT
+from agentplane_journal.db.dialect import Dialect
+from agentplane_journal.db.models import JournalCounter, LogTree, RunSeal
+from agentplane_journal.db.statements import digest, stored_run
+from agentplane_journal.errors import BackendError, CorruptLogError
+from agentplane_journal.journal.log_audit import (
+    AUDIT_PAGE,
+    MAX_LOG_INDEX,
+    LogAudit,
+    Progress,
+    Unit,
+    audit_pages,
+)
+
+__all__ = ["AUDIT_PAGE", "LogAudit", "SealedLeaf", "TenantLog"]
+
+_LOG_POSITION = "log_position/"
+_SIZE, _LEAF, _NODE = 0, 1, 2  # the tag column of a snapshot statement's rows
+
+
+SealedLeaf = tuple[str, bytes, int, str]
+"""``(run_id, chain_head, sealed_at, outcome)``: one leaf to append."""
+
+
+# -- the snapshot statements ------------------------------------------------------------
+
+
+def _shr(value: Any, bits: Any) -> Any:
+    return value.op(">>")(bits)
+
+
+def _odd(value: Any) -> Any:
+    return value.op("&")(literal_column("1"))
+
+
+def _snapshot_statement(leaf_source: str | None) -> Any:
+    """One statement returning the log's size and the stored nodes a question needs.
+
+    Rows are ``(tag, a, b, blob)``: ``(_SIZE, n, -, -)``; ``(_LEAF, position, -,
+    chain_head)`` for inclusion; ``(_NODE, level, idx, hash)`` per node. The nodes asked
+    for are, per level: the frontier of ``n`` (its root's pieces), and when a leaf ``L`` is
+    given (``"run"``: the run's leaf; ``"last"``: position ``:last``) its ancestor and the
+    ancestor's sibling. Only complete subtrees are stored, so whatever exists is what the
+    size allows. At most 3 x 63 primary-key probes.
+    """
+    tenant = bindparam("tenant")
+    levels = select(literal_column("0").label("k")).cte("levels", recursive=True)
+    levels = levels.union_all(
+        select((levels.c.k + 1).label("k")).where(levels.c.k < tree.MAX_LEVEL)
+    )
+    # The last leaf by the primary key, backwards: one index probe. (``max(idx) + 1`` would
+    # be the same number, but SQLite only optimises a bare ``max()`` and scans otherwise.)
+    last = (
+        select(LogTree.idx)
+        .where(LogTree.tenant == tenant, LogTree.level == 0, LogTree.idx <= MAX_LOG_INDEX)
+        .order_by(LogTree.idx.desc())
+        .limit(1)
+        .scalar_subquery()
+    )
+    size = select((func.coalesce(last, -1) + 1).label("n")).cte("size")
+    k, n = levels.c.k, size.c.n
+    base = levels.join(size, true())
+    probes = [
+        select(k.label("level"), (_shr(n, k) - 1).label("idx"))
+        .select_from(base)
+        .where(_odd(_shr(n, k)) == 1)
+    ]
+    rows = [
+        select(
+            literal_column(str(_SIZE)).label("tag"),
+            n.label("a"),
+            cast(null(), BigInteger).label("b"),
+            cast(null(), LargeBinary).label("blob"),
+        )
+    ]
+    if leaf_source is not None:
+        if leaf_source == "run":
+            # Two lookups by constants (the seal's primary key, the tree's run index): a
+            # join here lets a planner without fresh statistics scan the leaves instead.
+            run_id = bindparam("run_id")
+            leaf = select(
+                select(RunSeal.chain_head)
+                .where(RunSeal.tenant == tenant, RunSeal.run_id == run_id)
+                .scalar_subquery()
+                .label("head"),
+                select(LogTree.idx)
+                .where(LogTree.tenant == tenant, LogTree.run_id == run_id)
+                .scalar_subquery()
+                .label("m"),
+            ).cte("leaf")
+            position, base = leaf.c.m, base.join(leaf, true())
+            rows.append(
+                select(
+                    literal_column(str(_LEAF)),
+                    leaf.c.m,
+                    cast(null(), BigInteger),
+                    leaf.c.head,
+                )
+            )
+        else:
+            position = bindparam("last", type_=BigInteger)
+        up = _shr(position, k)
+        exists = _shr(n, k) > 0
+        probes.append(select(k, up).select_from(base).where(exists))
+        probes.append(select(k, up + 1 - 2 * _odd(up)).select_from(base).where(exists))
+    want = union(*probes).cte("want")
+    rows.append(
+        select(literal_column(str(_NODE)), LogTree.level, LogTree.idx, LogTree.hash).select_from(
+            want.join(
+                LogTree,
+                and_(
+                    LogTree.tenant == tenant,
+                    LogTree.level == want.c.level,
+                    LogTree.idx == want.c.idx,
+                ),
+            )
+        )
+    )
+    return union_all(*rows)
+
+
+@functools.cache
+def _statements() -> dict[str, Any]:
+    return {
+        "frontier": _snapshot_statement(None),
+        "run": _snapshot_statement("run"),
+        "last": _snapshot_statement("last"),
+    }
+
+
+def _node_hash(value: Any, level: int, idx: int) -> bytes:
+    """A stored node's hash; anything but 32 bytes (on SQLite, TEXT too) is a damaged tree."""
+    if not isinstance(value, bytes | bytearray | memoryview) or len(value) != 32:
+        size = (
+            "NULL"
+            if value is None
+            else f"{len(value)} bytes"
+            if isinstance(value, bytes | bytearray | memoryview)
+            else type(value).__name__
+        )
+        raise CorruptLogError(
+            idx << level, f"stored tree node (level {level}, index {idx}) holds {size}, not 32"
+        )
+    return bytes(value)
+
+
+class _Snapshot:
+    """What one snapshot statement returned: the size, the nodes, and the asked-for leaf."""
+
+    __slots__ = ("leaf", "nodes", "size")
+
+    def __init__(self, rows: Sequence[Any]) -> None:
+        self.size = 0
+        self.nodes: dict[tree.Node, bytes] = {}
+        self.leaf: tuple[int | None, Any] | None = None
+        for tag, a, b, blob in rows:
+            if tag == _SIZE:
+                if type(a) is not int:  # on SQLite, a REAL index: no size a seal made
+                    raise CorruptLogError(0, f"the stored tree's last leaf index is {a!r}")
+                self.size = a
+            elif tag == _LEAF:
+                # A leaf row whose index is no integer (SQLite) is no leaf: audit's to report.
+                self.leaf = (a if type(a) is int else None, blob)
+            else:
+                level, idx = int(a), int(b)
+                self.nodes[(level, idx)] = _node_hash(blob, level, idx)
+
+
+def _damaged(error: tree.MissingNodeError) -> CorruptLogError:
+    level, idx = error.node
+    return CorruptLogError(idx << level, str(error))
+
+
+class TenantLog:
+    """One tenant's Merkle log, spoken to through the session of the store's unit of work."""
+
+    def __init__(self, dialect: Dialect, tenant: str, origin: str) -> None:
+        self._dialect = dialect
+        self.tenant = tenant
+        self.origin = origin
+        # The tenant's row in journal_counter: a seal and a rebuild's page hold its lock.
+        self.counter_name = _LOG_POSITION + tenant
+
+    async def _snapshot(self, session: AsyncSession, kind: str, **params: Any) -> _Snapshot:
+        conn = await session.connection()
+        result = await conn.execute(_statements()[kind], {"tenant": self.tenant, **params})
+        return _Snapshot(result.all())
+
+    # -- sealing -----------------------------------------------------------------------
+
+    async def append(self, session: AsyncSession, leaves: Sequence[SealedLeaf]) -> list[int]:
+        """Enter ``leaves`` as the log's next leaves, in order; return their log indexes.
+
+        The caller holds each run's mutex and has checked none is sealed yet. This takes
+        the tenant's log counter, held until COMMIT, then reads the tree's frontier in a
+        later statement (so it sees the previous sealer's commit), and writes the seals and
+        every node they complete.
+        """
+        if not leaves:
+            return []
+        last = (await session.execute(self._counter(len(leaves)))).scalar_one()
+        if type(last) is not int or not len(leaves) - 1 <= last <= MAX_LOG_INDEX:
+            # A hostile log_index or counter (2**63 - 1, on which the next value overflows;
+            # TEXT on SQLite): the position cannot be handed out, and no later one either
+            # until the seals are renumbered. Raising rolls the counter's update back.
+            raise CorruptLogError(
+                0,
+                f"the log counter or a seal's log_index is out of range (the next position "
+                f"would be {last!r}); `agentplane-journal reindex-log` renumbers the seals "
+                "in their order and resets it",
+            )
+        indexes = list(range(last - len(leaves) + 1, last + 1))
+        snap = await self._snapshot(session, "frontier")
+        try:
+            builder = tree.TreeBuilder(snap.size, snap.nodes)
+        except tree.MissingNodeError as error:
+            raise _damaged(error) from None
+        seals, nodes = [], []
+        for (run_id, head, sealed_at, outcome), log_index in zip(leaves, indexes, strict=True):
+            seals.append(
+                {
+                    "tenant": self.tenant,
+                    "run_id": run_id,
+                    "chain_head": head,
+                    "log_index": log_index,
+                    "sealed_at": sealed_at,
+                    "outcome": outcome,
+                }
+            )
+            leaf = hashlib.sha256(b"\x00" + head).digest()
+            for (level, idx), value in builder.add(leaf):
+                nodes.append(
+                    {
+                        "tenant": self.tenant,
+                        "level": level,
+                        "idx": idx,
+                        "hash": value,
+                        "run_id": run_id if level == 0 else None,
+                    }
+                )
+        conn = await session.connection()
+        await conn.execute(RunSeal.__table__.insert(), seals)
+        await conn.execute(LogTree.__table__.insert(), nodes)
+        return indexes
+
+    def _counter(self, step: int) -> Any:
+        """Advance the tenant's log counter by ``step`` under its row lock; the last value.
+
+        Never below the largest ``log_index`` sealed (a row some other writer put there,
+        agentplane 0.4.0 say): log order stays commit order for every seal made here.
+        """
+        d = self._dialect
+        last = (
+            select(RunSeal.log_index)
+            .where(RunSeal.tenant == self.tenant)
+            .order_by(RunSeal.log_index.desc())
+            .limit(1)
+            .scalar_subquery()
+        )  # one probe of (tenant, log_index), backwards (see _snapshot_statement)
+        # Both capped before adding, so a hostile 2**63 - 1 cannot overflow the statement
+        # itself: the result is then beyond MAX_LOG_INDEX, and append refuses it.
+        cap = literal(MAX_LOG_INDEX + 1, BigInteger)
+        top = select(d.least(func.coalesce(last, -1), cap) + step).scalar_subquery()
+        stmt = d.insert(JournalCounter).values(name=self.counter_name, value=top)
+        return stmt.on_conflict_do_update(
+            index_elements=[JournalCounter.name],
+            set_={
+                "value": d.greatest(d.least(JournalCounter.value, cap) + step, stmt.excluded.value)
+            },
+        ).returning(JournalCounter.value)
+
+    # -- reading -----------------------------------------------------------------------
+
+    async def sealed_runs(self, session: AsyncSession) -> list[tuple[RunId, Digest]]:
+        """The log in order, ``(run, sealed chain head)`` per leaf, from one snapshot."""
+        rows = await session.execute(
+            select(RunSeal.run_id, RunSeal.chain_head)
+            .where(RunSeal.tenant == self.tenant)
+            .order_by(RunSeal.log_index)
+        )
+        return [(stored_run(r, "run_seal.run_id"), digest(h, 0)) for r, h in rows]
+
+    async def checkpoint(self, session: AsyncSession) -> Checkpoint:
+        """``Checkpoint(origin, size, root)`` from the size and its frontier nodes."""
+        snap = await self._snapshot(session, "frontier")
+        if snap.size == 0:
+            return Checkpoint(self.origin, 0, EMPTY_ROOT)
+        try:
+            root = tree.root_from_nodes(snap.size, snap.nodes)
+        except tree.MissingNodeError as error:
+            raise _damaged(error) from None
+        return Checkpoint(self.origin, snap.size, Digest._trusted(root))
+
+    async def consistency_proof(self, session: AsyncSession, old_size: int) -> list[Digest]:
+        """RFC 6962 proof that the log of ``old_size`` is a prefix of the current one."""
+        snap = await self._snapshot(session, "last", last=max(old_size - 1, 0))
+        if old_size > snap.size:
+            raise BackendError(
+                f"a checkpoint of size {old_size} is larger than this log ({snap.size}): "
+                "either it belongs to another log (check the origin), or runs were removed"
+            )
+        try:
+            return tree.proof_from_nodes(tree.consistency_ranges(old_size, snap.size), snap.nodes)
+        except tree.MissingNodeError as error:
+            raise _damaged(error) from None
+
+    async def inclusion_proof(self, session: AsyncSession, run: RunId) -> Inclusion | None:
+        """``Inclusion`` for a sealed run from one snapshot; ``None`` if never sealed."""
+        snap = await self._snapshot(session, "run", run_id=str(run))
+        if snap.leaf is None or snap.leaf[1] is None:
+            return None  # not sealed (a leaf row naming an unsealed run is audit's to report)
+        position, head = snap.leaf
+        seal = digest(head, 0)
+        if position is None:
+            raise CorruptLogError(
+                snap.size, f"{run} is sealed, but the stored tree has no leaf for it"
+            )
+        stored = snap.nodes.get((0, position))
+        if stored != bytes(_leaf_hash(seal)):
+            raise CorruptLogError(
+                position, f"the stored leaf of {run} is not the hash of its sealed chain head"
+            )
+        try:
+            proof = tree.proof_from_nodes(tree.inclusion_ranges(position, snap.size), snap.nodes)
+        except tree.MissingNodeError as error:
+            raise _damaged(error) from None
+        return Inclusion(index=position, size=snap.size, seal=seal, proof=tuple(proof))
+
+    async def seals_of(
+        self, session: AsyncSession, run_ids: Sequence[str]
+    ) -> dict[str, tuple[Any, int | None]]:
+        """``run_id -> (sealed chain head column, leaf position or None)`` for sealed runs."""
+        rows = await session.execute(
+            select(RunSeal.run_id, RunSeal.chain_head, LogTree.idx)
+            .select_from(
+                RunSeal.__table__.outerjoin(
+                    LogTree,
+                    and_(
+                        LogTree.tenant == RunSeal.tenant,
+                        LogTree.run_id == RunSeal.run_id,
+                        LogTree.level == 0,
+                    ),
+                )
+            )
+            .where(RunSeal.tenant == self.tenant, RunSeal.run_id.in_(list(run_ids)))
+        )
+        # A leaf index that is no integer (TEXT on SQLite) is no position: audit reports it.
+        return {r: (h, i if type(i) is int else None) for r, h, i in rows}
+
+    async def paths_at(
+        self, session: AsyncSession, size: int, positions: Sequence[int]
+    ) -> dict[int, list[Digest]]:
+        """Inclusion paths of ``positions`` in the log of ``size`` leaves (a past size too).
+
+        Stored nodes never change below the size they were complete at, so every path of
+        one export is taken at the size of its header's checkpoint, page by page. The
+        nodes of a page are shared by its paths; one SELECT per level.
+        """
+        wanted: dict[int, list[tuple[int, int]]] = {}
+        ranges = {p: tree.inclusion_ranges(p, size) for p in positions if 0 <= p < size}
+        for plan in ranges.values():
+            for lo, hi in plan:
+                for level, idx in tree.range_nodes(lo, hi):
+                    wanted.setdefault(level, []).append(idx)
+        # One SELECT per level (and per 500 indexes), by the primary key's prefix; an OR
+        # across levels would let SQLite scan the tenant's whole tree instead.
+        parts = []
+        for level, idxs in sorted(wanted.items()):
+            ordered = sorted(set(idxs))
+            for start in range(0, len(ordered), 500):
+                parts.append(
+                    select(LogTree.level, LogTree.idx, LogTree.hash).where(
+                        LogTree.tenant == self.tenant,
+                        LogTree.level == level,
+                        LogTree.idx.in_(ordered[start : start + 500]),
+                    )
+                )
+        nodes: dict[tree.Node, bytes] = {}
+        for start in range(0, len(parts), 16):
+            group = parts[start : start + 16]
+            stmt = group[0] if len(group) == 1 else union_all(*group)
+            for lv, ix, h in await session.execute(stmt):
+                nodes[(int(lv), int(ix))] = _node_hash(h, int(lv), int(ix))
+        try:
+            return {p: tree.proof_from_nodes(plan, nodes) for p, plan in ranges.items()}
+        except tree.MissingNodeError as error:
+            raise _damaged(error) from None
+
+    # -- auditing and rebuilding the stored tree ---------------------------------------
+
+    async def audit(self, unit: Unit, progress: Progress | None = None) -> LogAudit:
+        """Re-derive the stored tree from the seals and name the first position it disagrees.
+
+        ``unit(fn)`` runs ``fn(session)`` in a read-only transaction of the store; one per
+        :data:`AUDIT_PAGE` leaves. Seals landing meanwhile extend the log beyond what is
+        checked and change nothing below it.
+        """
+        return await audit_pages(self, unit, False, progress)
+
+    async def reindex(self, unit: Unit, progress: Progress | None = None) -> LogAudit:
+        """Rebuild the stored tree from the seals where it disagrees with them (resumable).
+
+        Each page is a transaction holding the tenant's log counter, so no seal interleaves
+        with a page; a page already right is left as it is, so running it again after an
+        interruption redoes nothing that was done. Seals between pages are repaired by the
+        pages that follow; the last page, under the counter, removes anything beyond the log.
+        """
+        return await audit_pages(self, unit, True, progress)
+
+
+def _leaf_hash(value: Digest) -> bytes:
+    return hashlib.sha256(b"\x00" + bytes(value)).digest()

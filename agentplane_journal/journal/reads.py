@@ -1,0 +1,357 @@
+"""The per-run reads of :class:`~agentplane_journal.journal.store.SqlJournalStore`: what a run says.
+
+Records (whole, streamed, or page by page), heads, the case history, verification, and the
+run indexes. What an audit reads of many runs at once and the tenant's Merkle log are
+:mod:`agentplane_journal.journal.audits`'s. Every record is hash-checked and compared with its
+columns on the way out (:func:`~agentplane_journal.db.statements.record_from_row`), so a row
+an attacker edited is :class:`CorruptRecordError`, never an answer.
+
+:class:`RunReads` is a base of ``SqlJournalStore``; it holds no state of its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+from sqlalchemy import and_, literal, or_, select, tuple_
+from sqlalchemy.engine import Connection
+from sqlalchemy.engine.cursor import _DEFAULT_FETCH as _PLAIN_FETCH
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from agentplane_journal.core.checks import check_label
+from agentplane_journal.core.ids import CaseId, Digest, RunId
+from agentplane_journal.core.record import Record, RunCheck
+from agentplane_journal.core.signing import Verifier
+from agentplane_journal.core.values import Head
+from agentplane_journal.db.models import Journal, RunActivity, RunOutcome, RunSeal
+from agentplane_journal.db.statements import (
+    RECORD_COLUMNS,
+    digest,
+    page_statement,
+    record_from_row,
+    records_from_rows,
+    stored_int,
+    stored_run,
+)
+from agentplane_journal.db.unit import Repository, check_int, check_run
+
+__all__ = ["PAGE_BYTES", "STREAM_PAGE", "RunReads", "driver_rows"]
+
+#: Records per page when ``verify`` streams a run (its memory is one page, not the run).
+STREAM_PAGE = 1000
+
+#: The stored bytes (``raw``) a page of :meth:`RunReads.stream` or ``verify`` holds at most,
+#: besides its first record: a page ends at :data:`STREAM_PAGE` records or at this many
+#: bytes, whichever comes first, so a run of large records streams in the same memory as
+#: one of small ones. 1,000 records of ~150 bytes are ~150 KiB, far below it.
+PAGE_BYTES = 4 * 2**20
+
+#: The largest ``page_size`` :meth:`RunReads.stream` takes (100 x ``store.MAX_INSERT_ROWS``).
+_MAX_STREAM_PAGE = 100_000
+
+
+def __getattr__(name: str) -> Any:
+    """``reads.RunRead`` (and ``from agentplane_journal.journal.reads import RunRead``) as before
+    :class:`RunRead` moved to :mod:`agentplane_journal.journal.audits`, imported on first use
+    because that module imports this one."""
+    if name == "RunRead":
+        from agentplane_journal.journal.audits import RunRead
+
+        return RunRead
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+async def driver_rows(
+    session: AsyncSession, stmt: Any, params: dict[str, Any] | None = None
+) -> list[Any]:
+    """``stmt``'s rows as the driver returned them (tuples; asyncpg's records), in a list.
+
+    Executed by SQLAlchemy Core on the session's connection (its transaction, execution
+    options, compiled-statement cache, and its wrapping of driver errors, which
+    ``Repository._unit`` translates), but the rows are taken from the DBAPI cursor, which
+    already holds them all: the ORM's and even Core's per-row ``Row`` objects cost more than
+    a read of a long run spends anywhere but on its checks. If SQLAlchemy ever buffers
+    the rows itself (another fetch strategy), they come through its result instead, so no
+    row is ever skipped.
+    """
+    conn = await session.connection()
+    return await conn.run_sync(_driver_rows, stmt, params)
+
+
+def _driver_rows(conn: Connection, stmt: Any, params: dict[str, Any] | None) -> list[Any]:
+    result = conn.execute(stmt, params)
+    try:
+        if result.cursor_strategy is _PLAIN_FETCH and result.cursor is not None:
+            return list(result.cursor.fetchall())
+        return list(result)
+    finally:
+        result.close()
+
+
+class RunReads(Repository):
+    """The store's per-run reads: every method here only reads."""
+
+    def _key(self, run: RunId) -> Any:
+        return and_(Journal.tenant == self.tenant, Journal.run_id == str(run))
+
+    # -- reading -----------------------------------------------------------------------
+
+    async def read(
+        self, run: RunId, from_seq: int = 1, *, session: AsyncSession | None = None
+    ) -> list[Record]:
+        """The run's records from ``from_seq`` (inclusive; 0 reads like 1), hash-checked."""
+        run = check_run(run)
+        from_seq = check_int(from_seq, "from_seq")
+        stmt = (
+            select(*RECORD_COLUMNS)
+            .where(self._key(run), Journal.seq >= from_seq)
+            .order_by(Journal.seq)
+        )
+
+        async def unit(session: AsyncSession) -> list[Record]:
+            return records_from_rows(await driver_rows(session, stmt))
+
+        return await self._unit(unit, read_only=True, session=session)
+
+    def stream(
+        self,
+        run: RunId,
+        from_seq: int = 1,
+        *,
+        page_size: int = 1000,
+        page_bytes: int = PAGE_BYTES,
+        session: AsyncSession | None = None,
+    ) -> AsyncIterator[Record]:
+        """``async for record in store.stream(run)``: :meth:`read` in bounded memory.
+
+        Pages by seq of at most ``page_size`` records and at most ``page_bytes`` bytes of
+        stored records (but at least one record), each its own read (records never change
+        once written, so the pages join up; records appended meanwhile are streamed too, up
+        to the page that comes back short). Every record is hash-checked as by :meth:`read`.
+        """
+        run = check_run(run)
+        from_seq = check_int(from_seq, "from_seq")
+        page_size = check_int(page_size, "page_size", minimum=1, maximum=_MAX_STREAM_PAGE)
+        page_bytes = check_int(page_bytes, "page_bytes", minimum=1)
+
+        async def records() -> AsyncIterator[Record]:
+            async for page in self._pages(run, from_seq, page_size, page_bytes, session):
+                for record in page:
+                    yield record
+
+        return records()
+
+    def pages(
+        self,
+        run: RunId,
+        from_seq: int = 1,
+        *,
+        page_size: int = STREAM_PAGE,
+        page_bytes: int = PAGE_BYTES,
+        session: AsyncSession | None = None,
+    ) -> AsyncIterator[list[Record]]:
+        """:meth:`stream` a page at a time (``RunCheck.feed`` takes pages): the same pages,
+        the same checks, the same bounds."""
+        run = check_run(run)
+        from_seq = check_int(from_seq, "from_seq")
+        page_size = check_int(page_size, "page_size", minimum=1, maximum=_MAX_STREAM_PAGE)
+        page_bytes = check_int(page_bytes, "page_bytes", minimum=1)
+        return self._pages(run, from_seq, page_size, page_bytes, session)
+
+    async def _pages(
+        self,
+        run: RunId,
+        from_seq: int,
+        size: int,
+        budget: int,
+        session: AsyncSession | None,
+    ) -> AsyncIterator[list[Record]]:
+        """The run's records from ``from_seq`` in pages of at most ``size`` records and
+        ``budget`` bytes (besides a page's first record), one read each."""
+        stmt, tenant, run_id = page_statement(size), self.tenant, str(run)
+        at = from_seq
+        while True:
+
+            async def unit(session: AsyncSession, at: int = at) -> list[Record]:
+                params = {"tenant": tenant, "run_id": run_id, "from_seq": at, "budget": budget}
+                return records_from_rows(await driver_rows(session, stmt, params))
+
+            page = await self._unit(unit, read_only=True, session=session)
+            if not page:
+                return
+            yield page
+            # A short page is the run's end unless the budget cut it, which needs the bytes
+            # before its next row (so the page's own bytes) to have reached the budget.
+            # ``Record.raw`` is never shorter than what ``length`` counted for its row.
+            if len(page) < size and sum(len(r.raw) for r in page) < budget:
+                return
+            at = page[-1].seq + 1
+
+    async def head(self, run: RunId, *, session: AsyncSession | None = None) -> Head:
+        """``Head(seq, hash)``; an unwritten run is ``Head(0, Digest.ZERO)``.
+
+        The last row is re-hashed and checked against its columns like any read, so a
+        forged head is :class:`CorruptRecordError`, not an answer.
+        """
+        run = check_run(run)
+        stmt = select(*RECORD_COLUMNS).where(self._key(run)).order_by(Journal.seq.desc()).limit(1)
+
+        async def unit(session: AsyncSession) -> Head:
+            row = (await session.execute(stmt)).one_or_none()
+            if row is None:
+                return Head(0, Digest.ZERO)
+            record = record_from_row(row)
+            return Head(record.seq, record.hash)
+
+        return await self._unit(unit, read_only=True, primary=True, session=session)
+
+    async def case_history(
+        self, case: CaseId, limit: int, *, session: AsyncSession | None = None
+    ) -> list[Record]:
+        """Every record whose body names ``case``, from any run, by run id then seq.
+
+        What it sees: the rows whose ``case_id`` column names the case *or* whose bytes
+        contain its ULID as written. Each is hash-checked and compared with its columns, so a
+        row whose ``case_id`` was added or removed (the body still names the case literally)
+        is :class:`CorruptRecordError`, and a row that merely mentions the ULID is left out.
+
+        What it cannot see: a hash-valid record whose body names the case only in a spelling
+        other than the literal ULID (JSON escapes such as ``\\u0046``, in the value or in the
+        ``case`` key) *and* whose ``case_id`` column does not name it (NULLed, or never set
+        because the body was forged so). Neither the index nor the byte scan offers it, so it
+        is not in the answer and no error is raised here. Such a record is never a valid one:
+        every read refuses a ``case`` member not written literally, and its column disagrees
+        with its hashed body, so :meth:`verify` of its run (and ``verify --all``) reports it
+        as :class:`CorruptRecordError`. An answer is complete for the records that verify;
+        audit with ``verify`` before trusting an absence.
+
+        The byte scan reads the tenant's journal: this costs a scan, not an index lookup
+        (see the README's "Tamper evidence").
+        """
+        if isinstance(case, str):
+            case = CaseId.parse(case)
+        if not isinstance(case, CaseId):
+            raise TypeError(f"case must be a CaseId, not {type(case).__name__}")
+        limit = check_int(limit, "limit")
+        ulid = case.ulid
+        candidates = or_(
+            Journal.case_id == str(case), self._dialect.contains_bytes(Journal.raw, ulid.encode())
+        )
+        page = max(limit, 100)
+
+        async def unit(session: AsyncSession) -> list[Record]:
+            found: list[Record] = []
+            after: tuple[Any, Any] | None = None
+            while len(found) < limit:
+                stmt = select(*RECORD_COLUMNS).where(Journal.tenant == self.tenant, candidates)
+                if after is not None:
+                    stmt = stmt.where(
+                        tuple_(Journal.run_id, Journal.seq)
+                        > tuple_(literal(after[0]), literal(after[1]))
+                    )
+                rows = (
+                    await session.execute(stmt.order_by(Journal.run_id, Journal.seq).limit(page))
+                ).all()
+                for row in rows:
+                    record = record_from_row(row)
+                    if record.body.get("case") == ulid:
+                        found.append(record)
+                        if len(found) == limit:
+                            break
+                if len(rows) < page:
+                    break
+                after = (rows[-1].run_id, rows[-1].seq)
+            return found
+
+        return await self._unit(unit, read_only=True, session=session)
+
+    async def verify(
+        self,
+        run: RunId,
+        verifier: Verifier | None = None,
+        require_signature: bool = False,
+        *,
+        session: AsyncSession | None = None,
+    ) -> Digest:
+        """Check the whole run and return its head digest; the first bad seq is named.
+
+        Contiguity from seq 1, links, hashes, every column against its body, exactly-once
+        over the bodies (no two ``EffectStarted`` of one key), signatures when a verifier is
+        given, and, for a sealed run, that its records end exactly at the sealed head (a
+        run whose records were deleted, truncated or extended under its seal fails).
+        """
+        run = check_run(run)
+        if require_signature and verifier is None:
+            raise ValueError("require_signature needs a verifier that trusts the signers' keys")
+        seal_stmt = select(RunSeal.chain_head).where(
+            RunSeal.tenant == self.tenant, RunSeal.run_id == str(run)
+        )
+
+        async def seal_unit(session: AsyncSession) -> object:
+            return (await session.execute(seal_stmt)).scalar_one_or_none()
+
+        # The seal first: once it is there no append lands, so the records read next (later
+        # snapshots, page by page) are the ones it sealed. Pages keep memory bounded.
+        sealed = await self._unit(seal_unit, read_only=True, session=session)
+        check = RunCheck(verifier, require_signature)
+        async for page in self._pages(run, 1, STREAM_PAGE, PAGE_BYTES, session):
+            check.feed(page)
+        return check.finish(None if sealed is None else digest(sealed, check.last))
+
+    # -- indexes -----------------------------------------------------------------------
+
+    async def runs_by_outcome(
+        self, outcome: str, limit: int, *, session: AsyncSession | None = None
+    ) -> list[RunId]:
+        """Runs whose latest ``RunSealed`` record says ``outcome``, newest conclusion first."""
+        outcome = check_label(outcome, "outcome")
+        limit = check_int(limit, "limit")
+        stmt = (
+            select(RunOutcome.run_id)
+            .where(RunOutcome.tenant == self.tenant, RunOutcome.outcome == outcome)
+            .order_by(RunOutcome.ordinal.desc())
+            .limit(limit)
+        )
+
+        async def unit(session: AsyncSession) -> list[RunId]:
+            rows = (await session.execute(stmt)).scalars()
+            return [stored_run(r, "run_outcome.run_id") for r in rows]
+
+        return await self._unit(unit, read_only=True, session=session)
+
+    async def recent_runs(
+        self,
+        after: tuple[RunId, int] | None = None,
+        limit: int = 100,
+        *,
+        session: AsyncSession | None = None,
+    ) -> list[tuple[RunId, int]]:
+        """``(run, updated_at)`` newest first, ties by run id descending; ``after`` pages."""
+        limit = check_int(limit, "limit")
+        where = [RunActivity.tenant == self.tenant]
+        if after is not None:
+            if not isinstance(after, tuple) or len(after) != 2:
+                raise TypeError("after must be a (run, updated_at) pair as recent_runs returns")
+            after_run, after_at = check_run(after[0]), check_int(after[1], "after's updated_at")
+            where.append(
+                tuple_(RunActivity.updated_at, RunActivity.run_id)
+                < tuple_(literal(after_at), literal(str(after_run)))
+            )
+        stmt = (
+            select(RunActivity.run_id, RunActivity.updated_at)
+            .where(*where)
+            .order_by(RunActivity.updated_at.desc(), RunActivity.run_id.desc())
+            .limit(limit)
+        )
+
+        async def unit(session: AsyncSession) -> list[tuple[RunId, int]]:
+            return [
+                (
+                    stored_run(r[0], "run_activity.run_id"),
+                    stored_int(r[1], 0, "run_activity.updated_at"),
+                )
+                for r in await session.execute(stmt)
+            ]
+
+        return await self._unit(unit, read_only=True, session=session)

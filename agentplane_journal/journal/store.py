@@ -1,0 +1,438 @@
+"""The journal store: agentplane's store contract over one AsyncSession, on PostgreSQL or SQLite.
+
+This module is the repository: the only code that builds statements. It is dialect-agnostic;
+the few backend differences live in :mod:`agentplane_journal.db.dialect`.
+
+How the concurrency guarantees are made (each is a storage invariant, not a code path):
+
+* **The run mutex.** Every transaction that changes a run (append, append_atomic, seal)
+  starts by upserting the run's ``run_activity`` row. The upsert takes that row's lock and
+  holds it to COMMIT, so a run's writers queue, leased or not, and each reads the chain head
+  only *after* it holds the lock (in a later statement, hence a fresh snapshot at READ
+  COMMITTED). Without it, two unleased appenders read one head and the loser collides on the
+  primary key, and a seal can record a head that an append is about to move past.
+* **Fencing under the lease row's lock.** The fence reads ``run_lease`` ``FOR UPDATE`` after the
+  run mutex, so an ``acquire`` that takes over waits for an in-flight append to finish, and an
+  append that starts after the takeover sees the new epoch. Lock order is always
+  activity row, then lease row, then the tenant's log counter: no cycles, no deadlocks.
+* **Exactly-once** is the partial unique index ``journal_effect_started``; only that
+  constraint becomes :class:`DuplicateEffectError`.
+* **A fresh lease** is one ``INSERT .. ON CONFLICT DO UPDATE .. WHERE`` statement
+  (:mod:`agentplane_journal.journal.leases`, which says why exactly one first acquire gets epoch 1).
+* **The log** (dense commit-ordered positions, proofs from one snapshot) is
+  :mod:`agentplane_journal.journal.log`'s; a seal takes its log counter after the run mutex.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
+
+from agentplane_journal.backends import dispatch as fastpath
+from agentplane_journal.backends.postgresql import writer as pgpath
+from agentplane_journal.backends.sqlite import writer as sqlitepath
+from agentplane_journal.contracts import JournalStore
+from agentplane_journal.core.batch import COLUMNS, EFFECT_STARTED, RUN_SEALED, fenced, seal_batch
+from agentplane_journal.core.checks import check_key_id, check_label
+from agentplane_journal.core.ids import DEFAULT_TENANT, Digest, EffectKey, RunId, validate_tenant
+from agentplane_journal.core.record import Append, Record
+from agentplane_journal.core.signing import Signer
+from agentplane_journal.db.models import Journal, RunOutcome
+from agentplane_journal.db.statements import (
+    digest,
+    hot_statements,
+    record_from_row,
+    stored_int,
+    stored_text,
+)
+from agentplane_journal.db.unit import (
+    TransactionAnchor,
+    _Passthrough,
+    _Rollback,
+    check_int,
+    check_run,
+    check_text,
+)
+from agentplane_journal.errors import (
+    DuplicateEffectError,
+    RunSealedError,
+    TransactionEndedError,
+)
+from agentplane_journal.journal.audits import AuditReads, RunRead
+from agentplane_journal.journal.leases import RunControl
+from agentplane_journal.journal.log import TenantLog
+from agentplane_journal.journal.reads import (
+    STREAM_PAGE as STREAM_PAGE,  # where it was defined before reads.py
+)
+from agentplane_journal.journal.reads import RunReads
+
+__all__ = ["MAX_INSERT_ROWS", "JournalStore", "RunRead", "SqlJournalStore"]
+
+#: Records per multi-row INSERT. Far under both backends' bound-parameter limits
+#: (12 parameters a row); a batch larger than this costs one more statement per chunk.
+MAX_INSERT_ROWS = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class _RunState:
+    """What a run-changing transaction learns once it holds the run mutex."""
+
+    sealed_outcome: str | None
+    sealed_head: bytes | None
+    head_seq: int
+    head_hash: Digest
+
+
+class SqlJournalStore(RunReads, AuditReads, RunControl):
+    """agentplane's journal store over SQLAlchemy's async engine (PostgreSQL or SQLite).
+
+    Build it over an existing ``AsyncEngine`` (a host application's own works; SQLite's
+    write serialisation is installed on it) or open one with :meth:`connect`. The store
+    never creates or alters tables: run ``agentplane-journal upgrade`` (or
+    ``alembic upgrade head``) first; an out-of-date database is refused with
+    :class:`SchemaOutOfDateError` before the first statement.
+
+    A handle made by :meth:`for_tenant`, or constructed for a tenant other than
+    ``default``, names its log ``{origin}/{tenant}``; the default handle's log is ``origin``.
+
+    ``read_engine`` (a streaming replica) takes the audit reads: ``read``, ``verify``,
+    ``case_history``, the log, checkpoints and proofs, and the run indexes. A replica may be
+    behind, so what it answers is an older state, never a wrong one (its checkpoint is a
+    prefix of the primary's). ``head`` and ``cancellation`` stay on the primary: a writer
+    acts on them (reconciling after :class:`CommitUnknownError`, stopping a run).
+
+    ``group_commit`` (on by default): appends that arrive while a commit is in flight share
+    the next one, so concurrent writers in one process pay for one commit per group instead
+    of one each, and each append keeps its own outcome and its own error. SQLite: one
+    transaction, each append in its own savepoint. PostgreSQL: one statement for appends to
+    distinct runs, each run checked on its own
+    (:mod:`agentplane_journal.backends.postgresql.writer`). A lone
+    writer's append is a group of one: the same transaction or statement as without it, so
+    its latency does not change. ``group_commit=False`` commits each append on its own
+    (SQLite: appends still queue in the process, one transaction at a time; PostgreSQL: up
+    to ``pgpath.UNGROUPED_CONNECTIONS`` statements in flight).
+
+    Every method takes ``session=``, the host's own ``AsyncSession``: the store then runs in
+    that session's transaction (in a savepoint when it writes) and commits nothing, so the
+    records go with the host's rows (reads with it go to the session's database, never to
+    ``read_engine``). See :meth:`Repository._host_unit` and the README.
+    """
+
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        *,
+        tenant: str = DEFAULT_TENANT,
+        origin: str = "agentplane",
+        signer: Signer | None = None,
+        schema: str | None = None,
+        clock: Callable[[], float] | None = None,
+        read_engine: AsyncEngine | None = None,
+        group_commit: bool = True,
+        _shared: Any = None,
+        _named: bool = False,
+    ) -> None:
+        origin = check_text(origin, "origin")
+        if any(unicodedata.category(c) == "Cc" for c in origin):
+            raise ValueError(
+                "origin must be one line without control characters "
+                "(it is the checkpoint note's first line)"
+            )
+        if signer is not None:
+            if not (hasattr(signer, "key_id") and hasattr(signer, "sign")):
+                raise TypeError("signer must have a key_id and a sign(message) method")
+            check_key_id(signer.key_id)  # stored in every row it signs
+        super().__init__(
+            engine,
+            tenant=tenant,
+            schema=schema,
+            clock=clock,
+            read_engine=read_engine,
+            _shared=_shared,
+        )
+        if self._shared.heads is None:
+            self._shared.heads = fastpath.HeadCache()
+        if self._shared.sqlite_writer is None and self._dialect.name == "sqlite":
+            self._shared.sqlite_writer = sqlitepath.Writer(group_commit=bool(group_commit))
+        if self._shared.pg_writer is None and self._dialect.name == "postgresql":
+            # Group commit: one statement in flight, carrying every append that waited for
+            # it (a second connection would split the groups). Without: one per writer, up
+            # to as many as a small pool holds.
+            self._shared.pg_writer = pgpath.Writer(
+                self._bind,
+                self._shared.heads,
+                group_commit=bool(group_commit),
+                connections=1 if group_commit else pgpath.UNGROUPED_CONNECTIONS,
+            )
+        self._base_origin = origin
+        self._signer = signer
+        #: The name of this tenant's log in checkpoint notes.
+        # A handle for a tenant (for_tenant, or a constructor tenant other than the default)
+        # names its log "{origin}/{tenant}", as agentplane does.
+        named = _named or self.tenant != DEFAULT_TENANT
+        self.origin: str = f"{origin}/{self.tenant}" if named else origin
+        self._log = TenantLog(self._dialect, self.tenant, self.origin)
+
+    @classmethod
+    async def connect(
+        cls,
+        url: str,
+        *,
+        tenant: str = DEFAULT_TENANT,
+        origin: str = "agentplane",
+        signer: Signer | None = None,
+        schema: str | None = None,
+        clock: Callable[[], float] | None = None,
+        engine_options: dict[str, Any] | None = None,
+        read_url: str | None = None,
+        group_commit: bool = True,
+    ) -> SqlJournalStore:
+        """Open a store from a URL (``postgresql://…`` or ``sqlite:///…``; async drivers).
+
+        The engine is the store's own and :meth:`close` disposes of it. The schema revision
+        is checked here, so a database that needs ``upgrade`` fails now, not mid-run.
+        ``read_url`` (a replica) takes the audit reads; see the README's "Production topology".
+        ``schema``: the PostgreSQL schema the tables were migrated into (``upgrade(url,
+        schema=...)``); none means the default schema.
+        """
+        return await cls._open(
+            url,
+            engine_options,
+            read_url,
+            tenant=tenant,
+            origin=origin,
+            signer=signer,
+            schema=schema,
+            clock=clock,
+            group_commit=group_commit,
+        )
+
+    def for_tenant(self, name: str) -> SqlJournalStore:
+        """A handle whose every statement carries ``name``; its log is ``{origin}/{name}``."""
+        return SqlJournalStore(
+            self._shared.engine,
+            tenant=validate_tenant(name),
+            origin=self._base_origin,
+            signer=self._signer,
+            clock=self._clock,
+            _shared=self._shared,
+            _named=True,
+        )
+
+    # -- the run mutex, the fence and the head ----------------------------------------
+
+    async def _lock_run(self, session: AsyncSession, run: RunId, epoch: int) -> _RunState:
+        """Take the run mutex, then fence; return what the transaction needs to know."""
+        params = {"tenant": self.tenant, "run_id": str(run), "now": self._now()}
+        statements = hot_statements(self._dialect)
+        # Core statements on the session's own connection (same transaction), skipping the
+        # ORM's statement handling, which the append path does not need.
+        conn = await session.connection()
+        await conn.execute(statements.run_mutex, params)
+        # A later statement than the lock, so a fresh snapshot that sees the previous
+        # writer's commit; see ``_HotStatements.run_state``.
+        row = (await conn.execute(statements.run_state, params)).one()
+        lease_epoch, lease_owner, sealed_outcome, sealed_head = row[:4]
+        if lease_epoch is not None:
+            lease_epoch = stored_int(lease_epoch, 0, "run_lease.epoch")
+            lease_owner = stored_text(lease_owner, 0, "run_lease.owner")
+            # A released lease fences every epoch until someone acquires it again.
+            refused = fenced(run, epoch, lease_epoch, lease_owner)
+            if refused is not None:
+                raise refused
+        if sealed_outcome is not None:
+            sealed_outcome = stored_text(sealed_outcome, 0, "run_seal.outcome")
+        if row[4] is None:
+            head_seq, head_hash = 0, Digest.ZERO
+        else:
+            # The head is re-hashed and checked against its columns in this transaction: a
+            # forged head is refused here, never chained onto or sealed into the log.
+            head = record_from_row(row[4:])
+            head_seq, head_hash = head.seq, head.hash
+        return _RunState(
+            sealed_outcome=sealed_outcome,
+            sealed_head=sealed_head,
+            head_seq=head_seq,
+            head_hash=head_hash,
+        )
+
+    # -- appending ---------------------------------------------------------------------
+
+    def _check_batch(self, batch: Iterable[Append]) -> tuple[list[Append], RunId | None]:
+        items = list(batch)
+        for i, item in enumerate(items):
+            if not isinstance(item, Append):
+                raise TypeError(f"batch[{i}] must be an Append, not {type(item).__name__}")
+            if item.kind == RUN_SEALED:
+                # Its outcome feeds the outcome index (an indexed text column).
+                outcome = item.payload.get("outcome")
+                if not isinstance(outcome, str):
+                    raise ValueError(
+                        f"batch[{i}] is a RunSealed record without a non-empty string 'outcome'"
+                    )
+                check_label(outcome, f"batch[{i}]'s RunSealed outcome")
+        if not items:
+            return items, None
+        run = items[0].run
+        for i, item in enumerate(items[1:], start=1):
+            if item.run != run:
+                raise ValueError(
+                    f"batch spans runs {run} and {item.run} (batch[{i}]); "
+                    "a batch is one run's atomic unit"
+                )
+        return items, run
+
+    async def _write_batch(
+        self, session: AsyncSession, run: RunId, epoch: int, state: _RunState, batch: list[Append]
+    ) -> list[Record]:
+        """Seal, sign and insert ``batch`` after the fence, under the run mutex."""
+        if state.sealed_outcome is not None:
+            raise RunSealedError(run, state.sealed_outcome)
+        if not batch:
+            return []
+        seen: set[EffectKey] = set()
+        for item in batch:
+            if item.kind == EFFECT_STARTED and item.effect_key is not None:
+                if item.effect_key in seen:
+                    raise DuplicateEffectError(item.effect_key)
+                seen.add(item.effect_key)
+
+        tenant, run_id = self.tenant, str(run)
+        records, row_tuples, conclusion = seal_batch(
+            tenant, run_id, epoch, state.head_seq, state.head_hash, batch, self._signer
+        )
+        rows = [dict(zip(COLUMNS, row, strict=True)) for row in row_tuples]
+
+        insert = hot_statements(self._dialect).insert_records
+        conn = await session.connection()
+        for start in range(0, len(rows), MAX_INSERT_ROWS):
+            chunk = rows[start : start + MAX_INSERT_ROWS]
+            try:
+                written = (await conn.execute(insert, chunk)).scalars().all()
+            except DBAPIError as exc:
+                table = Journal.__table__
+                if self._dialect.constraint(exc, table) == "journal_effect_started":
+                    # Not expected (the INSERT skips these rows); kept so that this index,
+                    # and only it, still maps to DuplicateEffectError if it ever raises.
+                    raise DuplicateEffectError(next(iter(seen)) if seen else None) from exc
+                raise
+            if len(written) != len(chunk):
+                # The exactly-once index skipped a row: its key had already started.
+                done = set(written)
+                for row in chunk:
+                    if row["seq"] not in done:
+                        raise DuplicateEffectError(EffectKey.from_hex(row["effect_key"]))
+
+        if conclusion is not None:
+            d = self._dialect
+            ordinal = await d.conclusion_ordinal(await session.connection())
+            stmt = d.insert(RunOutcome).values(
+                tenant=tenant, run_id=run_id, outcome=conclusion, ordinal=ordinal
+            )
+            await session.execute(
+                stmt.on_conflict_do_update(
+                    index_elements=[RunOutcome.tenant, RunOutcome.run_id],
+                    set_={"outcome": stmt.excluded.outcome, "ordinal": stmt.excluded.ordinal},
+                )
+            )
+        return records
+
+    async def append(
+        self, epoch: int, batch: Sequence[Append], *, session: AsyncSession | None = None
+    ) -> list[Record]:
+        """Write a batch of one run's records in one transaction: all or nothing.
+
+        Fence first (a run with a lease row accepts only its current epoch, and a released
+        lease none), then sealed, then the writes. Returns the written records.
+        """
+        epoch = check_int(epoch, "epoch")
+        items, run = self._check_batch(batch)
+        if run is None:
+            return []
+
+        async def work(session: AsyncSession) -> list[Record]:
+            state = await self._lock_run(session, run, epoch)
+            return await self._write_batch(session, run, epoch, state, items)
+
+        if session is not None:  # the host's transaction: the general unit, no commit
+            return await self._unit(work, session=session)
+
+        async def general() -> list[Record]:
+            return await self._unit(work)
+
+        # One round trip on PostgreSQL, one thread hop on SQLite; `general` when it cannot.
+        return await fastpath.append(self, run, epoch, items, general)
+
+    async def append_atomic(
+        self,
+        run: RunId,
+        epoch: int,
+        work: Callable[[AsyncSession], Awaitable[Iterable[Append]]],
+        *,
+        session: AsyncSession | None = None,
+    ) -> list[Record]:
+        """Run ``work(session)`` inside the append's transaction, then append what it returns.
+
+        Fenced first, so a displaced writer's ``work`` never runs. ``work`` may use the
+        host's ORM models or Core through the session; its changes commit with the records
+        or not at all. An exception from ``work`` rolls back and propagates unchanged. A
+        connection lost during COMMIT is :class:`CommitUnknownError`.
+        """
+        run = check_run(run)
+        epoch = check_int(epoch, "epoch")
+        if not callable(work):
+            raise TypeError("work must be an async callable taking the AsyncSession")
+
+        async def unit(session: AsyncSession) -> list[Record]:
+            state = await self._lock_run(session, run, epoch)
+            if state.sealed_outcome is not None:
+                raise RunSealedError(run, state.sealed_outcome)
+            anchor = await TransactionAnchor.take(session)
+            try:
+                async with self._schema_for(session, ours=False):  # the host's own tables
+                    returned = await work(session)
+                items, batch_run = self._check_batch(returned if returned is not None else [])
+            except Exception as error:
+                raise _Passthrough(error) from None
+            if not await anchor.intact(session):
+                # work committed, rolled back or closed: the mutex and the fence are gone.
+                raise _Passthrough(TransactionEndedError(run))
+            if batch_run is not None and batch_run != run:
+                raise _Passthrough(
+                    ValueError(f"work returned appends for {batch_run}, but the unit is for {run}")
+                )
+            await session.flush()
+            return await self._write_batch(session, run, epoch, state, items)
+
+        return await self._unit(unit, session=session)
+
+    # -- sealing and the log -----------------------------------------------------------
+
+    async def seal(
+        self, run: RunId, epoch: int, outcome: str, *, session: AsyncSession | None = None
+    ) -> Digest:
+        """Freeze the run into this tenant's Merkle log at its current head; return the head.
+
+        Fenced like an append, and atomic with its head read under the run mutex. First seal
+        wins: a re-seal changes nothing and returns the sealed head. The log's part (the
+        position and the leaf) is :meth:`TenantLog.append
+        <agentplane_journal.journal.log.TenantLog>`.
+        """
+        run = check_run(run)
+        epoch = check_int(epoch, "epoch")
+        outcome = check_label(outcome, "outcome")
+
+        async def unit(session: AsyncSession) -> Digest:
+            state = await self._lock_run(session, run, epoch)
+            if state.sealed_head is not None:
+                raise _Rollback(digest(state.sealed_head, state.head_seq))
+            leaf = (str(run), bytes(state.head_hash), self._now(), outcome)
+            await self._log.append(session, [leaf])
+            return state.head_hash
+
+        return await self._unit(unit, session=session)

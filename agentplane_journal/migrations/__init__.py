@@ -1,0 +1,1 @@
+"""Alembic: the commands and the host recipe (the runtime never imports these)."""

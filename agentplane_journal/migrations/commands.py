@@ -1,0 +1,388 @@
+"""Schema versioning: upgrade a database, read its revision, refuse one that is out of date.
+
+The schema is created by Alembic and only by Alembic. The migrations travel inside the
+wheel (``agentplane_journal/_alembic``; ``alembic/`` in a source tree), so an installed
+package upgrades a database without the source tree. The package keeps its own version
+table, ``agentplane_journal_alembic_version``, beside any host application's.
+
+Where the tables go: by default the connection's default schema (agentplane's own layout).
+On PostgreSQL, ``schema="name"`` puts every table, index, sequence and the version table in
+that schema instead; the stores take the same ``schema=`` and reach their tables through
+SQLAlchemy's ``schema_translate_map``. SQLite has no schemas and refuses one.
+
+Host applications: see :mod:`agentplane_journal.migrations.host` (``run_journal_migrations`` for a
+host's ``env.py``, and the autogenerate filters), re-exported here.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from functools import cache
+from pathlib import Path
+from typing import Any, TextIO
+
+import alembic.context
+import alembic.op
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from sqlalchemy import inspect, literal, pool, select
+from sqlalchemy.engine import Connection
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.schema import CreateSchema
+
+from agentplane_journal.db.engine import create_engine
+from agentplane_journal.db.models import VERSION_TABLE, metadata
+from agentplane_journal.errors import SchemaConflictError, SchemaOutOfDateError
+
+__all__ = [
+    "HEAD_REVISION",
+    "SCHEMA_OPTION",
+    "alembic_config",
+    "check_revision",
+    "check_schema",
+    "current_revision",
+    "downgrade_connection",
+    "host_include_name",
+    "host_include_object",
+    "include_name",
+    "include_object",
+    "known_revisions",
+    "prepare",
+    "run_journal_migrations",
+    "schema_options",
+    "script_location",
+    "tables_with_rows",
+    "upgrade",
+    "upgrade_connection",
+    "upgrade_sql",
+    "versions_location",
+]
+
+#: The revision this version of the package works against. A test pins it to the script
+#: directory's single head, so it cannot drift from the migrations.
+HEAD_REVISION = "0002_log_tree"
+
+#: The ``context.configure`` option our revision scripts read their target schema from
+#: (our ``env.py`` sets it; a host running our revisions from its ``version_locations``
+#: may set it too).
+SCHEMA_OPTION = "agentplane_journal_schema"
+
+# A plain PostgreSQL identifier: no quoting surprises in DDL, logs or the CLI.
+_SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+
+
+def script_location() -> Path:
+    """Where the migrations are: inside the installed wheel, else the source tree's ``alembic/``."""
+    here = Path(__file__).resolve().parent.parent  # the package's own folder
+    for candidate in (here / "_alembic", here.parent / "alembic"):
+        if (candidate / "env.py").is_file():
+            return candidate
+    raise FileNotFoundError(
+        "agentplane_journal's migrations are missing from this installation "
+        f"(looked in {here / '_alembic'} and {here.parent / 'alembic'}); reinstall the package"
+    )
+
+
+def versions_location() -> Path:
+    """The folder of revision scripts, for a host that lists it in its ``version_locations``."""
+    return script_location() / "versions"
+
+
+def alembic_config(url: str | None = None, **attributes: Any) -> Config:
+    """An Alembic ``Config`` for this package's history, without needing an ``alembic.ini``.
+
+    ``attributes`` reach our ``env.py``: ``connection`` (a sync ``Connection``), ``engine``,
+    ``schema``, ``dialect_name`` (offline SQL without a URL).
+    """
+    cfg = Config(output_buffer=attributes.pop("output_buffer", None))
+    cfg.set_main_option("script_location", str(script_location()))
+    if url is not None:
+        cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+    cfg.attributes.update(attributes)
+    return cfg
+
+
+# -- where the tables go -----------------------------------------------------------------
+
+
+def check_schema(schema: object, dialect_name: str | None = None) -> str | None:
+    """A valid schema name (or ``None`` for the default), refusing one on SQLite."""
+    if schema is None:
+        return None
+    if not isinstance(schema, str):
+        raise TypeError(f"schema must be a string or None, not {type(schema).__name__}")
+    if not _SCHEMA_NAME.fullmatch(schema) or schema.startswith("pg_"):
+        raise ValueError(
+            f"schema {schema!r} is not a plain PostgreSQL schema name (lower-case letters, "
+            "digits and underscores, at most 63, not starting with a digit or pg_)"
+        )
+    if dialect_name is not None and dialect_name != "postgresql":
+        raise ValueError(
+            f"schema={schema!r}: {dialect_name} has no schemas; the journal's tables go in "
+            "the database file itself (give the journal its own file to keep it apart)"
+        )
+    return schema
+
+
+def schema_options(schema: str | None) -> dict[str, Any]:
+    """The execution options that point the package's tables at ``schema`` (none for default)."""
+    return {} if schema is None else {"schema_translate_map": {None: schema}}
+
+
+def _refuse_collisions(connection: Connection, schema: str | None) -> None:
+    """Refuse, before creating anything, when a table we would create is someone else's.
+
+    A table of ours that already exists with exactly our columns is agentplane 0.4.0's (the
+    first revision adopts it); any other shape is a host's table of the same name, which our
+    ``CREATE TABLE IF NOT EXISTS`` would silently skip and then fail on.
+    """
+    inspector = inspect(connection)
+    existing = set(inspector.get_table_names(schema=schema))
+    for name, table in sorted(metadata.tables.items()):
+        if name not in existing:
+            continue
+        columns = [c["name"] for c in inspector.get_columns(name, schema=schema)]
+        if set(columns) != {c.name for c in table.columns}:
+            where = schema or inspector.default_schema_name or "main"
+            raise SchemaConflictError(name, where, columns, connection.dialect.name)
+
+
+# -- upgrading, downgrading and checking ---------------------------------------------------
+
+
+def upgrade_connection(
+    connection: Connection,
+    revision: str = "head",
+    *,
+    schema: str | None = None,
+    join_transaction: bool = False,
+) -> None:
+    """Upgrade through a synchronous connection the caller holds, and commit.
+
+    The connection must not be inside a transaction: the journal's migration begins and
+    commits its own, so it is never left to a caller that does not commit (SQLite cannot
+    roll DDL back, and a host ``env.py`` made by ``alembic init`` never commits). A caller
+    that holds a transaction it will commit itself (Alembic's "sharing a connection"
+    recipe) says so with ``join_transaction=True``; the migration then commits or rolls
+    back with it.
+
+    Refuses, before creating anything, a database that is newer than this package
+    (:class:`SchemaOutOfDateError`) or whose tables collide with ours
+    (:class:`SchemaConflictError`).
+    """
+    _migrate_connection(connection, revision, schema, join_transaction, up=True)
+
+
+def downgrade_connection(
+    connection: Connection,
+    revision: str,
+    *,
+    schema: str | None = None,
+    join_transaction: bool = False,
+) -> None:
+    """Downgrade the journal's history to ``revision`` (``"base"`` drops every table)."""
+    _migrate_connection(connection, revision, schema, join_transaction, up=False)
+
+
+def _migrate_connection(
+    connection: Connection, revision: str, schema: str | None, join: bool, *, up: bool
+) -> None:
+    if not isinstance(connection, Connection):
+        raise TypeError(
+            f"expected a synchronous sqlalchemy Connection, not {type(connection).__name__} "
+            "(from async code use `await migrate.upgrade(engine)`)"
+        )
+    schema = check_schema(schema, connection.dialect.name)
+    if connection.in_transaction() and not join:
+        raise RuntimeError(
+            "upgrade_connection() was given a connection inside a transaction it cannot "
+            "commit. In a host env.py call run_journal_migrations(context) right after "
+            "context.configure(...) and before context.begin_transaction(); if you hold "
+            "the transaction and will commit it yourself, pass join_transaction=True"
+        )
+    with _host_alembic_preserved():
+        if join:
+            _run_command(connection, revision, schema, up=up)
+        else:
+            with connection.begin():
+                _run_command(connection, revision, schema, up=up)
+
+
+def _run_command(connection: Connection, revision: str, schema: str | None, *, up: bool) -> None:
+    prepare(connection, schema, upgrading=up)
+    cfg = alembic_config(connection=connection, schema=schema)
+    if up:
+        command.upgrade(cfg, revision)
+    else:
+        command.downgrade(cfg, revision)
+
+
+def prepare(connection: Connection, schema: str | None, *, upgrading: bool) -> None:
+    """Before any migration: refuse a newer database; before an upgrade creates anything,
+    refuse colliding tables, then create the schema the tables go in."""
+    current = _current(connection, schema)
+    if current is not None and current not in known_revisions():
+        raise SchemaOutOfDateError(current, HEAD_REVISION, newer=True)
+    if not upgrading:
+        return
+    if current is None:
+        _refuse_collisions(connection, schema)
+    if schema is not None:
+        connection.execute(CreateSchema(schema, if_not_exists=True))
+
+
+def upgrade_sql(
+    dialect_name: str,
+    revision: str = "head",
+    *,
+    schema: str | None = None,
+    starting_revision: str | None = None,
+    output: TextIO | None = None,
+) -> None:
+    """Write the SQL script of an upgrade (Alembic's offline ``--sql`` mode) to ``output``.
+
+    Nothing connects: a DBA reviews (and runs) the script. Without ``starting_revision``
+    it starts from an empty database, version table included.
+    """
+    if dialect_name not in ("postgresql", "sqlite"):
+        raise ValueError(f"unsupported dialect {dialect_name!r}: postgresql or sqlite")
+    schema = check_schema(schema, dialect_name)
+    target = revision if starting_revision is None else f"{starting_revision}:{revision}"
+    cfg = alembic_config(dialect_name=dialect_name, schema=schema, output_buffer=output)
+    with _host_alembic_preserved():
+        command.upgrade(cfg, target, sql=True)
+
+
+@contextmanager
+def _host_alembic_preserved() -> Iterator[None]:
+    """Keep a host's ``alembic.context`` and ``alembic.op`` working around our command.
+
+    Alembic publishes the running environment through module-level proxies that each
+    command installs on entry and *removes* on exit. Run inside a host's ``env.py``, our
+    command would leave the host's ``context`` pointing at nothing (its next
+    ``context.configure`` fails, and so does the host command's own exit), so whatever
+    proxies were installed before are put back afterwards.
+    """
+    saved = [getattr(module, "_proxy", None) for module in (alembic.context, alembic.op)]
+    try:
+        yield
+    finally:
+        for proxy in saved:
+            if proxy is not None:
+                proxy._install_proxy()
+
+
+def _current(connection: Connection, schema: str | None = None) -> str | None:
+    """Our revision: our own version table, else a host's ``alembic_version`` (see below)."""
+    opts = {"version_table": VERSION_TABLE, "version_table_schema": schema}
+    current = MigrationContext.configure(connection, opts=opts).get_current_revision()
+    if current is not None:
+        return current
+    # A host that lists our versions folder in its `version_locations` keeps our revision
+    # in its own version table, as one of its heads.
+    host = MigrationContext.configure(connection, opts={"version_table_schema": schema})
+    ours = [rev for rev in host.get_current_heads() if rev in known_revisions()]
+    return ours[0] if len(ours) == 1 else None
+
+
+async def _with_connection(url_or_engine: str | AsyncEngine, fn: Any, *args: Any) -> Any:
+    engine = url_or_engine
+    if isinstance(url_or_engine, str):
+        engine = create_engine(url_or_engine, poolclass=pool.NullPool)
+    if not isinstance(engine, AsyncEngine):
+        raise TypeError(
+            f"expected a database URL or an AsyncEngine, got {type(url_or_engine).__name__}"
+        )
+    try:
+        async with engine.connect() as conn:
+            result = await conn.run_sync(fn, *args)
+            await conn.commit()
+            return result
+    finally:
+        if isinstance(url_or_engine, str):
+            await engine.dispose()
+
+
+async def upgrade(
+    url_or_engine: str | AsyncEngine, revision: str = "head", *, schema: str | None = None
+) -> None:
+    """Migrate the database to ``revision`` (default: this package's head).
+
+    ``url_or_engine``: any URL the command line takes (``postgresql://`` and ``sqlite://``
+    get the async drivers), or an ``AsyncEngine``.
+    """
+    await _with_connection(url_or_engine, _upgrade_sync, revision, schema)
+
+
+def _upgrade_sync(connection: Connection, revision: str, schema: str | None) -> None:
+    upgrade_connection(connection, revision, schema=schema)
+
+
+async def current_revision(
+    url_or_engine: str | AsyncEngine, *, schema: str | None = None
+) -> str | None:
+    """The database's revision of this package's history, ``None`` if never migrated."""
+    return await _with_connection(url_or_engine, _current, schema)
+
+
+def _tables_with_rows(connection: Connection) -> list[str]:
+    present = set(inspect(connection).get_table_names())
+    return [
+        table.name
+        for table in metadata.sorted_tables
+        if table.name in present
+        and connection.execute(select(literal(1)).select_from(table).limit(1)).first() is not None
+    ]
+
+
+async def tables_with_rows(url_or_engine: str | AsyncEngine) -> list[str]:
+    """Which of this package's tables exist and hold at least one row, in any tenant.
+
+    Read-only (a table that does not exist is simply not listed). ``demo`` asks this before
+    writing anything, so it never mixes its made-up runs into a real journal.
+    """
+    return await _with_connection(url_or_engine, _tables_with_rows)  # type: ignore[no-any-return]
+
+
+async def check_revision(connection: AsyncConnection, *, schema: str | None = None) -> None:
+    """Refuse a database not at :data:`HEAD_REVISION`, touching nothing.
+
+    Read-only: a missing version table reads as "never migrated" and is not created. A
+    revision this package does not know was written by a newer version of it: the error
+    then says to upgrade the package, not the database.
+    """
+    current = await connection.run_sync(_current, schema)
+    if current != HEAD_REVISION:
+        newer = current is not None and current not in known_revisions()
+        raise SchemaOutOfDateError(current, HEAD_REVISION, newer=newer)
+
+
+@cache
+def _script() -> Any:
+    from alembic.script import ScriptDirectory
+
+    return ScriptDirectory.from_config(alembic_config())
+
+
+def script_heads() -> tuple[str, ...]:
+    """The heads of the shipped script directory (for tests and diagnostics)."""
+    return tuple(_script().get_heads())
+
+
+@cache
+def known_revisions() -> frozenset[str]:
+    """Every revision this version of the package ships."""
+    return frozenset(rev.revision for rev in _script().walk_revisions())
+
+
+# The host side lives in its own module; these names have always been importable from here.
+from agentplane_journal.migrations.host import (  # noqa: E402
+    host_include_name,
+    host_include_object,
+    include_name,
+    include_object,
+    run_journal_migrations,
+)

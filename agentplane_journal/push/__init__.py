@@ -1,0 +1,1 @@
+"""The push-delivery store: registrations, cursors, sealed secrets."""
