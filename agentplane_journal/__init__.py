@@ -12,6 +12,7 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from agentplane_journal.contracts import JournalStore, PushStore
     from agentplane_journal.core.append import Append
     from agentplane_journal.core.canon import canonical_bytes
     from agentplane_journal.core.chain import verify_attested, verify_chain
@@ -52,6 +53,7 @@ if TYPE_CHECKING:
     from agentplane_journal.core.values import Cancellation, Head, Lease
     from agentplane_journal.db.dialect import WRITE_TRANSACTION, begin_write, configure_engine
     from agentplane_journal.db.engine import pgbouncer_connect_args
+    from agentplane_journal.db.revision import HEAD_REVISION
     from agentplane_journal.errors import (
         BackendError,
         CommitUnknownError,
@@ -69,19 +71,12 @@ if TYPE_CHECKING:
         StoreError,
         TransactionEndedError,
     )
-    from agentplane_journal.journal.store import JournalStore, SqlJournalStore
-    from agentplane_journal.migrations.commands import HEAD_REVISION, current_revision, upgrade
+    from agentplane_journal.journal.store import SqlJournalStore
+    from agentplane_journal.migrations.commands import current_revision, upgrade
+    from agentplane_journal.push.rows import PushListing, ResealReport, UnreadableRegistration
     from agentplane_journal.push.secretbox import Keyring
-    from agentplane_journal.push.store import (
-        PushAuthentication,
-        PushConfig,
-        PushListing,
-        PushRegistration,
-        PushStore,
-        ResealReport,
-        SqlPushStore,
-        UnreadableRegistration,
-    )
+    from agentplane_journal.push.store import SqlPushStore
+    from agentplane_journal.push.values import PushAuthentication, PushConfig, PushRegistration
 
 # Every public name, and the module that defines it. Imported on first use (PEP 562), so
 # `import agentplane_journal.cli.main` for `agentplane-journal --help` does not pay for
@@ -122,7 +117,7 @@ _EXPORTS = {
     "root": "core.merkle",
     "verify_consistency": "core.merkle",
     "verify_inclusion": "core.merkle",
-    "HEAD_REVISION": "migrations.commands",
+    "HEAD_REVISION": "db.revision",
     "current_revision": "migrations.commands",
     "upgrade": "migrations.commands",
     "NoteSigner": "core.note",
@@ -131,14 +126,14 @@ _EXPORTS = {
     "OpenedNote": "core.note",
     "open_note": "core.note",
     "sign_note": "core.note",
-    "PushAuthentication": "push.store",
-    "PushConfig": "push.store",
-    "PushListing": "push.store",
-    "PushRegistration": "push.store",
+    "PushAuthentication": "push.values",
+    "PushConfig": "push.values",
+    "PushListing": "push.rows",
+    "PushRegistration": "push.values",
     "PushStore": "contracts",
-    "ResealReport": "push.store",
+    "ResealReport": "push.rows",
     "SqlPushStore": "push.store",
-    "UnreadableRegistration": "push.store",
+    "UnreadableRegistration": "push.rows",
     "MAX_RECORD_BYTES": "core.record",
     "Attestation": "core.record",
     "Record": "core.record",

@@ -30,12 +30,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agentplane_journal.db.engine import async_url, create_engine
 from agentplane_journal.db.models import VERSION_TABLE, metadata
-from agentplane_journal.migrations.commands import (
-    SCHEMA_OPTION,
-    include_name,
-    include_object,
-    prepare,
-)
+from agentplane_journal.migrations.commands import SCHEMA_OPTION, prepare
+from agentplane_journal.migrations.host import include_name, include_object
 
 config = context.config
 SCHEMA = (

@@ -26,10 +26,10 @@ from hypothesis import strategies as st
 
 from agentplane_journal import Append, Digest, Record, RunId
 from agentplane_journal.core import canon as canon
+from agentplane_journal.core.append import RECORD_VERSION, RESERVED_MEMBERS
 from agentplane_journal.core.canon import MAX_DEPTH, canonical_bytes
 from agentplane_journal.core.checks import MAX_LABEL_BYTES, check_label
 from agentplane_journal.core.ids import PHASES, CaseId, EffectKey, validate_step
-from agentplane_journal.core.record import RECORD_VERSION, RESERVED_MEMBERS
 
 RUN = RunId.parse("run_01J9Z8Y7X6W5V4T3S2R1Q0P9NM")
 PAYLOAD = {"text": "a realistic note of a few dozen bytes", "step_output": {"ok": True, "n": 42}}

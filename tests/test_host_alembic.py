@@ -28,11 +28,8 @@ from migration_tools import alembic_ok, output, query, run_alembic, table_names
 
 from agentplane_journal import RunId, SqlJournalStore
 from agentplane_journal.db.models import TABLE_NAMES, VERSION_TABLE
-from agentplane_journal.migrations.commands import (
-    HEAD_REVISION,
-    current_revision,
-    versions_location,
-)
+from agentplane_journal.db.revision import HEAD_REVISION
+from agentplane_journal.migrations.commands import current_revision, versions_location
 
 from helpers import admitted, concluded
 
@@ -118,7 +115,7 @@ ADDITIONS = [
     (
         "from alembic import context\n",
         "from alembic import context\n"
-        "from agentplane_journal.migrations.commands import (\n"
+        "from agentplane_journal.migrations.host import (\n"
         "    host_include_name,\n"
         "    host_include_object,\n"
         "    run_journal_migrations,\n"

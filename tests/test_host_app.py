@@ -34,12 +34,9 @@ from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
 
 from agentplane_journal import RunId, SqlJournalStore
 from agentplane_journal.db.models import TABLE_NAMES, VERSION_TABLE, metadata
-from agentplane_journal.migrations.commands import (
-    HEAD_REVISION,
-    current_revision,
-    host_include_name,
-    host_include_object,
-)
+from agentplane_journal.db.revision import HEAD_REVISION
+from agentplane_journal.migrations.commands import current_revision
+from agentplane_journal.migrations.host import host_include_name, host_include_object
 
 from helpers import admitted, concluded, note
 
@@ -110,11 +107,8 @@ from alembic import context
 from sqlalchemy import pool
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from agentplane_journal.migrations.commands import (
-    host_include_name,
-    host_include_object,
-    upgrade_connection,
-)
+from agentplane_journal.migrations.commands import upgrade_connection
+from agentplane_journal.migrations.host import host_include_name, host_include_object
 from host_models import Base
 
 config = context.config

@@ -27,7 +27,8 @@ from agentplane_journal import (
     leaf_hash,
     root,
 )
-from agentplane_journal.migrations.commands import HEAD_REVISION, current_revision, upgrade
+from agentplane_journal.db.revision import HEAD_REVISION
+from agentplane_journal.migrations.commands import current_revision, upgrade
 
 from helpers import admitted
 

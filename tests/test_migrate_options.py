@@ -37,8 +37,8 @@ from agentplane_journal import (
 )
 from agentplane_journal.db.engine import async_url
 from agentplane_journal.db.models import TABLE_NAMES, VERSION_TABLE
+from agentplane_journal.db.revision import HEAD_REVISION
 from agentplane_journal.migrations.commands import (
-    HEAD_REVISION,
     current_revision,
     downgrade_connection,
     upgrade,

@@ -37,13 +37,9 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from agentplane_journal import RunId, SchemaOutOfDateError, SqlJournalStore
 from agentplane_journal.db.models import TABLE_NAMES, VERSION_TABLE, Journal, RunActivity, metadata
+from agentplane_journal.db.revision import HEAD_REVISION, KNOWN_REVISIONS
 from agentplane_journal.migrations import commands as migrate
-from agentplane_journal.migrations.commands import (
-    HEAD_REVISION,
-    current_revision,
-    known_revisions,
-    upgrade,
-)
+from agentplane_journal.migrations.commands import current_revision, known_revisions, upgrade
 
 OUR_TABLES = set(metadata.tables)
 SEQUENCES = {"run_log_position", "run_conclusion_ordinal"}
@@ -162,6 +158,9 @@ def test_script_directory_has_a_single_head_equal_to_head_revision_and_labelled(
         assert base.down_revision is None
         assert "agentplane_journal" in base._orig_branch_labels
     assert migrate.script_heads() == (HEAD_REVISION,)
+    # The runtime's own list (it reads the version table without Alembic) is the scripts'.
+    assert frozenset(KNOWN_REVISIONS) == migrate.known_revisions()
+    assert KNOWN_REVISIONS[-1] == HEAD_REVISION
 
     heads = run_alembic("heads")
     assert heads.returncode == 0, output(heads)

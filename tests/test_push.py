@@ -18,15 +18,15 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from agentplane_journal import CorruptRegistrationError, RunId, SecretUnavailableError
-from agentplane_journal.push.store import (
+from agentplane_journal.contracts import PushStore
+from agentplane_journal.push.rows import ResealReport
+from agentplane_journal.push.secretbox import Keyring
+from agentplane_journal.push.store import SqlPushStore
+from agentplane_journal.push.values import (
     MAX_ERROR_BYTES,
-    Keyring,
     PushAuthentication,
     PushConfig,
     PushRegistration,
-    PushStore,
-    ResealReport,
-    SqlPushStore,
 )
 
 import logcheck

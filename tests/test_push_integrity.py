@@ -30,7 +30,9 @@ from agentplane_journal import (
     configure_engine,
 )
 from agentplane_journal.push import logsafe as logsafe
-from agentplane_journal.push.store import Keyring, PushListing, ResealReport, SqlPushStore
+from agentplane_journal.push.rows import PushListing, ResealReport
+from agentplane_journal.push.secretbox import Keyring
+from agentplane_journal.push.store import SqlPushStore
 
 from conftest import store_factory
 from logcheck import Capture, leaks, no_secret_logged

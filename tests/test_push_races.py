@@ -20,7 +20,8 @@ import pytest
 from sqlalchemy import text
 
 from agentplane_journal import RunId
-from agentplane_journal.push.store import PushConfig, SqlPushStore
+from agentplane_journal.push.store import SqlPushStore
+from agentplane_journal.push.values import PushConfig
 
 pytestmark = [pytest.mark.postgres, pytest.mark.race]
 

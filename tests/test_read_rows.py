@@ -17,8 +17,9 @@ from typing import Any
 
 import pytest
 
+from agentplane_journal.core.append import Append
 from agentplane_journal.core.ids import CaseId, Digest, EffectKey, RunId
-from agentplane_journal.core.record import Append, Record
+from agentplane_journal.core.record import Record
 from agentplane_journal.db.statements import (
     _checked_record,
     _plain_record,

@@ -15,7 +15,8 @@ from migration_tools import alembic_ok, query, table_names
 from test_host_alembic import HOST_OWN, add_journal, make_host
 from test_host_alembic import _edit as edit
 
-from agentplane_journal.migrations.commands import HEAD_REVISION, current_revision, upgrade
+from agentplane_journal.db.revision import HEAD_REVISION
+from agentplane_journal.migrations.commands import current_revision, upgrade
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 

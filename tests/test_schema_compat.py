@@ -59,7 +59,8 @@ from agentplane_journal import (
     verify_consistency,
 )
 from agentplane_journal.db.models import VERSION_TABLE, metadata
-from agentplane_journal.migrations.commands import HEAD_REVISION, current_revision, upgrade
+from agentplane_journal.db.revision import HEAD_REVISION
+from agentplane_journal.migrations.commands import current_revision, upgrade
 
 from helpers import admitted, concluded, key, note, started
 

@@ -433,7 +433,7 @@ async def test_an_edited_effect_started_column_never_lets_a_second_start_verify(
 
 async def test_exactly_once_is_checked_over_the_bodies() -> None:
     from agentplane_journal import Digest, Record
-    from agentplane_journal.core.record import verify_run
+    from agentplane_journal.core.chain import verify_run
 
     run = RunId.generate()
     records, prev = [], Digest.ZERO

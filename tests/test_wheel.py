@@ -20,13 +20,14 @@ from pathlib import Path
 from migration_tools import REPO
 
 from agentplane_journal.db.models import VERSION_TABLE, metadata
-from agentplane_journal.migrations.commands import HEAD_REVISION
+from agentplane_journal.db.revision import HEAD_REVISION
 
 SNIPPET = """
 import asyncio, json, sys
 
 import agentplane_journal
 from agentplane_journal import SqlJournalStore
+from agentplane_journal.db.revision import HEAD_REVISION
 from agentplane_journal.migrations import commands as migrate
 
 url = sys.argv[1]
@@ -48,7 +49,7 @@ before, after, size = asyncio.run(main())
 print(json.dumps({
     "file": agentplane_journal.__file__,
     "migrations": str(migrate.script_location()),
-    "head": migrate.HEAD_REVISION,
+    "head": HEAD_REVISION,
     "before": before,
     "after": after,
     "checkpoint_size": size,

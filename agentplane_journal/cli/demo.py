@@ -20,12 +20,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from agentplane_journal.core.append import Append
 from agentplane_journal.core.canon import canonical_bytes
 from agentplane_journal.core.checkpoint import Checkpoint
 from agentplane_journal.core.ids import CaseId, EffectKey, RunId
 from agentplane_journal.core.merkle import verify_consistency
-from agentplane_journal.core.record import Append
 from agentplane_journal.core.signing import Ed25519Signer, Ed25519Verifier
+from agentplane_journal.db.revision import HEAD_REVISION
 from agentplane_journal.errors import (
     CorruptRecordError,
     DuplicateEffectError,
@@ -33,7 +34,7 @@ from agentplane_journal.errors import (
     LeaseHeldError,
 )
 from agentplane_journal.journal.store import SqlJournalStore
-from agentplane_journal.migrations.commands import HEAD_REVISION, tables_with_rows, upgrade
+from agentplane_journal.migrations.commands import tables_with_rows, upgrade
 
 __all__ = ["DEMO_FILE", "DEMO_KEY_ID", "DemoRefused", "run_demo"]
 

@@ -16,9 +16,10 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
+from agentplane_journal.core.append import RESERVED_MEMBERS
 from agentplane_journal.core.checkpoint import Checkpoint, Inclusion
 from agentplane_journal.core.ids import Digest, RunId
-from agentplane_journal.core.record import RESERVED_MEMBERS, Record
+from agentplane_journal.core.record import Record
 from agentplane_journal.core.values import Cancellation
 
 __all__ = [

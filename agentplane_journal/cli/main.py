@@ -85,13 +85,6 @@ def _handler(name: str) -> Handler:
     return handler
 
 
-def __getattr__(name: str) -> Any:
-    """``cli.cmd_verify`` and the other handlers, still importable from here (lazily)."""
-    if name in _COMMANDS:
-        return _handler(name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 # -- the parser and main -------------------------------------------------------------------
 
 

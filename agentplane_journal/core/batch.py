@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from agentplane_journal.core.append import Append
 from agentplane_journal.core.ids import Digest, RunId
-from agentplane_journal.core.record import Append, Record
+from agentplane_journal.core.record import Record
 from agentplane_journal.core.signing import Signer
 from agentplane_journal.errors import FencedError
 

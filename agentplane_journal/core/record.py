@@ -27,15 +27,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentplane_journal.core.append import RECORD_VERSION, RESERVED_MEMBERS, Append
 from agentplane_journal.core.canon import MAX_DEPTH, canonical_bytes
-from agentplane_journal.core.chain import (
-    RunCheck,
-    check_exactly_once,
-    verify_attested,
-    verify_chain,
-    verify_run,
-)
 from agentplane_journal.core.checks import MAX_I64 as _I64_MAX
 from agentplane_journal.core.checks import MAX_U16 as _U16_MAX
 from agentplane_journal.core.checks import is_int as _is_int
@@ -45,18 +37,9 @@ from agentplane_journal.errors import CorruptRecordError, RecordTooLargeError
 
 __all__ = [
     "MAX_RECORD_BYTES",
-    "PHASES",
-    "RECORD_VERSION",
-    "RESERVED_MEMBERS",
-    "Append",
     "Attestation",
     "Record",
-    "RunCheck",
     "check_envelope",
-    "check_exactly_once",
-    "verify_attested",
-    "verify_chain",
-    "verify_run",
 ]
 
 MAX_RECORD_BYTES = 1_048_576

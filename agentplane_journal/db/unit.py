@@ -33,7 +33,6 @@ from sqlalchemy.exc import DBAPIError, UnboundExecutionError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
-from agentplane_journal.core.checks import check_int, check_run, check_text, check_ttl
 from agentplane_journal.core.ids import DEFAULT_TENANT, validate_tenant
 from agentplane_journal.db.dialect import (
     READ_ONLY,
@@ -43,26 +42,22 @@ from agentplane_journal.db.dialect import (
     is_configured,
 )
 from agentplane_journal.db.engine import open_engine
+from agentplane_journal.db.revision import (
+    HEAD_REVISION,
+    check_revision,
+    check_schema,
+    schema_options,
+)
 from agentplane_journal.errors import (
     BackendError,
     CommitUnknownError,
     SchemaOutOfDateError,
     StoreError,
 )
-from agentplane_journal.migrations.commands import (
-    HEAD_REVISION,
-    check_revision,
-    check_schema,
-    schema_options,
-)
 
 __all__ = [
     "Repository",
     "TransactionAnchor",
-    "check_int",
-    "check_run",
-    "check_text",
-    "check_ttl",
 ]
 
 log = logging.getLogger("agentplane_journal.db.unit")

@@ -25,15 +25,16 @@ from sqlalchemy import func, select, union
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from agentplane_journal.core.checkpoint import Checkpoint, Inclusion
-from agentplane_journal.core.checks import check_text
+from agentplane_journal.core.checks import check_int, check_run, check_text
 from agentplane_journal.core.ids import Digest, RunId
 from agentplane_journal.core.record import Record
 from agentplane_journal.db.models import Journal, RunSeal
 from agentplane_journal.db.statements import RECORD_COLUMNS, record_from_row
-from agentplane_journal.db.unit import Repository, check_int, check_run
+from agentplane_journal.db.unit import Repository
 from agentplane_journal.errors import CorruptRecordError
 from agentplane_journal.journal import reads as reads
-from agentplane_journal.journal.log import LogAudit, TenantLog
+from agentplane_journal.journal.log import TenantLog
+from agentplane_journal.journal.log_audit import LogAudit
 from agentplane_journal.journal.reads import driver_rows
 
 __all__ = ["AuditReads", "RunRead"]

@@ -28,12 +28,19 @@ from sqlalchemy import case, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from agentplane_journal.core.batch import RELEASED_OWNER
-from agentplane_journal.core.checks import MAX_I64, check_label
+from agentplane_journal.core.checks import (
+    MAX_I64,
+    check_int,
+    check_label,
+    check_run,
+    check_text,
+    check_ttl,
+)
 from agentplane_journal.core.ids import RunId
 from agentplane_journal.core.values import Cancellation, Lease
 from agentplane_journal.db.models import RunCancel, RunLease
 from agentplane_journal.db.statements import hot_statements, stored_int, stored_text
-from agentplane_journal.db.unit import Repository, check_int, check_run, check_text, check_ttl
+from agentplane_journal.db.unit import Repository
 from agentplane_journal.errors import BackendError, LeaseHeldError
 
 __all__ = ["RunControl"]

@@ -63,7 +63,6 @@ from agentplane_journal.db.models import JournalCounter, LogTree, RunSeal
 from agentplane_journal.db.statements import digest, stored_run
 from agentplane_journal.errors import BackendError, CorruptLogError
 from agentplane_journal.journal.log_audit import (
-    AUDIT_PAGE,
     MAX_LOG_INDEX,
     LogAudit,
     Progress,
@@ -71,7 +70,7 @@ from agentplane_journal.journal.log_audit import (
     audit_pages,
 )
 
-__all__ = ["AUDIT_PAGE", "LogAudit", "SealedLeaf", "TenantLog"]
+__all__ = ["SealedLeaf", "TenantLog"]
 
 _LOG_POSITION = "log_position/"
 _SIZE, _LEAF, _NODE = 0, 1, 2  # the tag column of a snapshot statement's rows

@@ -24,7 +24,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from sqlalchemy import (
     BigInteger,
@@ -42,10 +42,18 @@ from sqlalchemy import (
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from agentplane_journal.core import tree as tree
+from agentplane_journal.db.dialect import Dialect
 from agentplane_journal.db.models import Journal, JournalCounter, LogTree, RunSeal
 
-if TYPE_CHECKING:
-    from agentplane_journal.journal.log import TenantLog
+
+class TenantLog(Protocol):
+    """What an audit needs of :class:`agentplane_journal.journal.log.TenantLog` (which calls
+    it): a protocol, so this module does not import the one that imports it."""
+
+    tenant: str
+    counter_name: str
+    _dialect: Dialect
+
 
 __all__ = ["AUDIT_PAGE", "MAX_LOG_INDEX", "LogAudit", "Progress", "Unit", "audit_pages"]
 

@@ -19,9 +19,10 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.engine.cursor import _DEFAULT_FETCH as _PLAIN_FETCH
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from agentplane_journal.core.checks import check_label
+from agentplane_journal.core.chain import RunCheck
+from agentplane_journal.core.checks import check_int, check_label, check_run
 from agentplane_journal.core.ids import CaseId, Digest, RunId
-from agentplane_journal.core.record import Record, RunCheck
+from agentplane_journal.core.record import Record
 from agentplane_journal.core.signing import Verifier
 from agentplane_journal.core.values import Head
 from agentplane_journal.db.models import Journal, RunActivity, RunOutcome, RunSeal
@@ -34,7 +35,7 @@ from agentplane_journal.db.statements import (
     stored_int,
     stored_run,
 )
-from agentplane_journal.db.unit import Repository, check_int, check_run
+from agentplane_journal.db.unit import Repository
 
 __all__ = ["PAGE_BYTES", "STREAM_PAGE", "RunReads", "driver_rows"]
 
@@ -49,17 +50,6 @@ PAGE_BYTES = 4 * 2**20
 
 #: The largest ``page_size`` :meth:`RunReads.stream` takes (100 x ``store.MAX_INSERT_ROWS``).
 _MAX_STREAM_PAGE = 100_000
-
-
-def __getattr__(name: str) -> Any:
-    """``reads.RunRead`` (and ``from agentplane_journal.journal.reads import RunRead``) as before
-    :class:`RunRead` moved to :mod:`agentplane_journal.journal.audits`, imported on first use
-    because that module imports this one."""
-    if name == "RunRead":
-        from agentplane_journal.journal.audits import RunRead
-
-        return RunRead
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 async def driver_rows(

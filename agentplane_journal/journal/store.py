@@ -36,11 +36,17 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 from agentplane_journal.backends import dispatch as fastpath
 from agentplane_journal.backends.postgresql import writer as pgpath
 from agentplane_journal.backends.sqlite import writer as sqlitepath
-from agentplane_journal.contracts import JournalStore
+from agentplane_journal.core.append import Append
 from agentplane_journal.core.batch import COLUMNS, EFFECT_STARTED, RUN_SEALED, fenced, seal_batch
-from agentplane_journal.core.checks import check_key_id, check_label
+from agentplane_journal.core.checks import (
+    check_int,
+    check_key_id,
+    check_label,
+    check_run,
+    check_text,
+)
 from agentplane_journal.core.ids import DEFAULT_TENANT, Digest, EffectKey, RunId, validate_tenant
-from agentplane_journal.core.record import Append, Record
+from agentplane_journal.core.record import Record
 from agentplane_journal.core.signing import Signer
 from agentplane_journal.db.models import Journal, RunOutcome
 from agentplane_journal.db.statements import (
@@ -50,20 +56,13 @@ from agentplane_journal.db.statements import (
     stored_int,
     stored_text,
 )
-from agentplane_journal.db.unit import (
-    TransactionAnchor,
-    _Passthrough,
-    _Rollback,
-    check_int,
-    check_run,
-    check_text,
-)
+from agentplane_journal.db.unit import TransactionAnchor, _Passthrough, _Rollback
 from agentplane_journal.errors import (
     DuplicateEffectError,
     RunSealedError,
     TransactionEndedError,
 )
-from agentplane_journal.journal.audits import AuditReads, RunRead
+from agentplane_journal.journal.audits import AuditReads
 from agentplane_journal.journal.leases import RunControl
 from agentplane_journal.journal.log import TenantLog
 from agentplane_journal.journal.reads import (
@@ -71,7 +70,7 @@ from agentplane_journal.journal.reads import (
 )
 from agentplane_journal.journal.reads import RunReads
 
-__all__ = ["MAX_INSERT_ROWS", "JournalStore", "RunRead", "SqlJournalStore"]
+__all__ = ["MAX_INSERT_ROWS", "SqlJournalStore"]
 
 #: Records per multi-row INSERT. Far under both backends' bound-parameter limits
 #: (12 parameters a row); a batch larger than this costs one more statement per chunk.

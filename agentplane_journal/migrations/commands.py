@@ -11,12 +11,12 @@ that schema instead; the stores take the same ``schema=`` and reach their tables
 SQLAlchemy's ``schema_translate_map``. SQLite has no schemas and refuses one.
 
 Host applications: see :mod:`agentplane_journal.migrations.host` (``run_journal_migrations`` for a
-host's ``env.py``, and the autogenerate filters), re-exported here.
+host's ``env.py``, and the autogenerate filters). What the runtime needs of the revision,
+without importing Alembic, is :mod:`agentplane_journal.db.revision`.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import cache
@@ -27,32 +27,28 @@ import alembic.context
 import alembic.op
 from alembic import command
 from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
 from sqlalchemy import inspect, literal, pool, select
 from sqlalchemy.engine import Connection
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.schema import CreateSchema
 
 from agentplane_journal.db.engine import create_engine
-from agentplane_journal.db.models import VERSION_TABLE, metadata
+from agentplane_journal.db.models import metadata
+from agentplane_journal.db.revision import (
+    HEAD_REVISION,
+    KNOWN_REVISIONS,
+    check_schema,
+    current,
+)
 from agentplane_journal.errors import SchemaConflictError, SchemaOutOfDateError
 
 __all__ = [
     "HEAD_REVISION",
     "SCHEMA_OPTION",
     "alembic_config",
-    "check_revision",
-    "check_schema",
     "current_revision",
     "downgrade_connection",
-    "host_include_name",
-    "host_include_object",
-    "include_name",
-    "include_object",
-    "known_revisions",
     "prepare",
-    "run_journal_migrations",
-    "schema_options",
     "script_location",
     "tables_with_rows",
     "upgrade",
@@ -61,17 +57,10 @@ __all__ = [
     "versions_location",
 ]
 
-#: The revision this version of the package works against. A test pins it to the script
-#: directory's single head, so it cannot drift from the migrations.
-HEAD_REVISION = "0002_log_tree"
-
 #: The ``context.configure`` option our revision scripts read their target schema from
 #: (our ``env.py`` sets it; a host running our revisions from its ``version_locations``
 #: may set it too).
 SCHEMA_OPTION = "agentplane_journal_schema"
-
-# A plain PostgreSQL identifier: no quoting surprises in DDL, logs or the CLI.
-_SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 
 
 def script_location() -> Path:
@@ -106,30 +95,6 @@ def alembic_config(url: str | None = None, **attributes: Any) -> Config:
 
 
 # -- where the tables go -----------------------------------------------------------------
-
-
-def check_schema(schema: object, dialect_name: str | None = None) -> str | None:
-    """A valid schema name (or ``None`` for the default), refusing one on SQLite."""
-    if schema is None:
-        return None
-    if not isinstance(schema, str):
-        raise TypeError(f"schema must be a string or None, not {type(schema).__name__}")
-    if not _SCHEMA_NAME.fullmatch(schema) or schema.startswith("pg_"):
-        raise ValueError(
-            f"schema {schema!r} is not a plain PostgreSQL schema name (lower-case letters, "
-            "digits and underscores, at most 63, not starting with a digit or pg_)"
-        )
-    if dialect_name is not None and dialect_name != "postgresql":
-        raise ValueError(
-            f"schema={schema!r}: {dialect_name} has no schemas; the journal's tables go in "
-            "the database file itself (give the journal its own file to keep it apart)"
-        )
-    return schema
-
-
-def schema_options(schema: str | None) -> dict[str, Any]:
-    """The execution options that point the package's tables at ``schema`` (none for default)."""
-    return {} if schema is None else {"schema_translate_map": {None: schema}}
 
 
 def _refuse_collisions(connection: Connection, schema: str | None) -> None:
@@ -223,12 +188,12 @@ def _run_command(connection: Connection, revision: str, schema: str | None, *, u
 def prepare(connection: Connection, schema: str | None, *, upgrading: bool) -> None:
     """Before any migration: refuse a newer database; before an upgrade creates anything,
     refuse colliding tables, then create the schema the tables go in."""
-    current = _current(connection, schema)
-    if current is not None and current not in known_revisions():
-        raise SchemaOutOfDateError(current, HEAD_REVISION, newer=True)
+    found = current(connection, schema)
+    if found is not None and found not in KNOWN_REVISIONS:
+        raise SchemaOutOfDateError(found, HEAD_REVISION, newer=True)
     if not upgrading:
         return
-    if current is None:
+    if found is None:
         _refuse_collisions(connection, schema)
     if schema is not None:
         connection.execute(CreateSchema(schema, if_not_exists=True))
@@ -275,19 +240,6 @@ def _host_alembic_preserved() -> Iterator[None]:
                 proxy._install_proxy()
 
 
-def _current(connection: Connection, schema: str | None = None) -> str | None:
-    """Our revision: our own version table, else a host's ``alembic_version`` (see below)."""
-    opts = {"version_table": VERSION_TABLE, "version_table_schema": schema}
-    current = MigrationContext.configure(connection, opts=opts).get_current_revision()
-    if current is not None:
-        return current
-    # A host that lists our versions folder in its `version_locations` keeps our revision
-    # in its own version table, as one of its heads.
-    host = MigrationContext.configure(connection, opts={"version_table_schema": schema})
-    ours = [rev for rev in host.get_current_heads() if rev in known_revisions()]
-    return ours[0] if len(ours) == 1 else None
-
-
 async def _with_connection(url_or_engine: str | AsyncEngine, fn: Any, *args: Any) -> Any:
     engine = url_or_engine
     if isinstance(url_or_engine, str):
@@ -325,7 +277,7 @@ async def current_revision(
     url_or_engine: str | AsyncEngine, *, schema: str | None = None
 ) -> str | None:
     """The database's revision of this package's history, ``None`` if never migrated."""
-    return await _with_connection(url_or_engine, _current, schema)
+    return await _with_connection(url_or_engine, current, schema)  # type: ignore[no-any-return]
 
 
 def _tables_with_rows(connection: Connection) -> list[str]:
@@ -347,19 +299,6 @@ async def tables_with_rows(url_or_engine: str | AsyncEngine) -> list[str]:
     return await _with_connection(url_or_engine, _tables_with_rows)  # type: ignore[no-any-return]
 
 
-async def check_revision(connection: AsyncConnection, *, schema: str | None = None) -> None:
-    """Refuse a database not at :data:`HEAD_REVISION`, touching nothing.
-
-    Read-only: a missing version table reads as "never migrated" and is not created. A
-    revision this package does not know was written by a newer version of it: the error
-    then says to upgrade the package, not the database.
-    """
-    current = await connection.run_sync(_current, schema)
-    if current != HEAD_REVISION:
-        newer = current is not None and current not in known_revisions()
-        raise SchemaOutOfDateError(current, HEAD_REVISION, newer=newer)
-
-
 @cache
 def _script() -> Any:
     from alembic.script import ScriptDirectory
@@ -374,15 +313,6 @@ def script_heads() -> tuple[str, ...]:
 
 @cache
 def known_revisions() -> frozenset[str]:
-    """Every revision this version of the package ships."""
+    """Every revision the shipped script directory holds (a test pins
+    :data:`~agentplane_journal.db.revision.KNOWN_REVISIONS` to it)."""
     return frozenset(rev.revision for rev in _script().walk_revisions())
-
-
-# The host side lives in its own module; these names have always been importable from here.
-from agentplane_journal.migrations.host import (  # noqa: E402
-    host_include_name,
-    host_include_object,
-    include_name,
-    include_object,
-    run_journal_migrations,
-)

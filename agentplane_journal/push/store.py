@@ -40,11 +40,10 @@ from typing import Any
 from sqlalchemy import and_, delete, select, tuple_, update
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
-from agentplane_journal.contracts import PushStore
-from agentplane_journal.core.checks import MAX_I64
+from agentplane_journal.core.checks import MAX_I64, check_int, check_run
 from agentplane_journal.core.ids import DEFAULT_TENANT, RunId, validate_tenant
 from agentplane_journal.db.models import PushDelivery
-from agentplane_journal.db.unit import Repository, check_int, check_run
+from agentplane_journal.db.unit import Repository
 from agentplane_journal.errors import StoreError
 from agentplane_journal.push import logsafe as logsafe
 from agentplane_journal.push.rows import (
@@ -58,12 +57,6 @@ from agentplane_journal.push.secretbox import Keyring, keyring_from
 from agentplane_journal.push.secrets import CREDENTIALS, TOKEN, Binding, RowSecrets
 from agentplane_journal.push.values import (
     MAX_ATTEMPTS,
-    MAX_CONFIG_ID_CHARS,
-    MAX_ERROR_BYTES,
-    MAX_SCHEME_CHARS,
-    MAX_SECRET_CHARS,
-    MAX_URL_CHARS,
-    PushAuthentication,
     PushConfig,
     PushRegistration,
 )
@@ -72,21 +65,7 @@ from agentplane_journal.push.values import check_config_id as _check_config_id
 from agentplane_journal.push.values import clip_error as _clip_error
 
 __all__ = [
-    "MAX_ATTEMPTS",
-    "MAX_CONFIG_ID_CHARS",
-    "MAX_ERROR_BYTES",
-    "MAX_SCHEME_CHARS",
-    "MAX_SECRET_CHARS",
-    "MAX_URL_CHARS",
-    "Keyring",
-    "PushAuthentication",
-    "PushConfig",
-    "PushListing",
-    "PushRegistration",
-    "PushStore",
-    "ResealReport",
     "SqlPushStore",
-    "UnreadableRegistration",
 ]
 
 log = logging.getLogger("agentplane_journal.push.store")

@@ -39,9 +39,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentplane_journal.backends import pool_share as _pool
+from agentplane_journal.core.append import Append
 from agentplane_journal.core.batch import COLUMNS, fenced, seal_batch
 from agentplane_journal.core.ids import Digest, EffectKey, RunId
-from agentplane_journal.core.record import Append, Record
+from agentplane_journal.core.record import Record
 from agentplane_journal.core.signing import Signer
 from agentplane_journal.db.statements import (
     RECORD_COLUMNS,
