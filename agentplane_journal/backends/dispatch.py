@@ -38,8 +38,8 @@ from typing import Any
 
 from agentplane_journal.backends.postgresql import writer as pgpath
 from agentplane_journal.backends.sqlite import writer as sqlitepath
-from agentplane_journal.core.append import Append
-from agentplane_journal.core.batch import EFFECT_STARTED, RUN_SEALED, seal_batch
+from agentplane_journal.core.append import EFFECT_STARTED, RUN_SEALED, Append
+from agentplane_journal.core.batch import seal_batch
 from agentplane_journal.core.ids import Digest, EffectKey, RunId
 from agentplane_journal.core.record import Record
 

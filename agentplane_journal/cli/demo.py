@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agentplane_journal.core.append import Append
+from agentplane_journal.core.append import EFFECT_STARTED, Append
 from agentplane_journal.core.canon import canonical_bytes
 from agentplane_journal.core.checkpoint import Checkpoint
 from agentplane_journal.core.ids import CaseId, EffectKey, RunId
@@ -88,7 +88,7 @@ def _effect(
         "attempt": attempt,
         "backoff_ms": 0,
     }
-    return Append(run, "EffectStarted", payload, step=step, phase=phase, effect_key=key), key
+    return Append(run, EFFECT_STARTED, payload, step=step, phase=phase, effect_key=key), key
 
 
 def _done(run: RunId, step: int, key: EffectKey, output: Any, phase: str = "forward") -> Append:

@@ -17,7 +17,12 @@ from agentplane_journal.core.checks import check_label
 from agentplane_journal.core.checks import is_int as _is_int
 from agentplane_journal.core.ids import PHASES, CaseId, EffectKey, RunId, validate_step
 
-__all__ = ["RECORD_VERSION", "RESERVED_MEMBERS", "Append"]
+__all__ = ["EFFECT_STARTED", "RUN_SEALED", "RECORD_VERSION", "RESERVED_MEMBERS", "Append"]
+
+#: The record kinds the store acts on, spelled once: a started effect (the exactly-once
+#: index) and a conclusion (the outcome index).
+EFFECT_STARTED = "EffectStarted"
+RUN_SEALED = "RunSealed"
 
 RECORD_VERSION = 4
 """Schema version (``v``) of every agentplane 0.4.0 record kind."""

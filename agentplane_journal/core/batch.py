@@ -5,18 +5,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from agentplane_journal.core.append import Append
+from agentplane_journal.core.append import RUN_SEALED, Append
 from agentplane_journal.core.ids import Digest, RunId
 from agentplane_journal.core.record import Record
 from agentplane_journal.core.signing import Signer
 from agentplane_journal.errors import FencedError
 
-__all__ = ["COLUMNS", "EFFECT_STARTED", "RELEASED_OWNER", "RUN_SEALED", "fenced", "seal_batch"]
+__all__ = ["COLUMNS", "RELEASED_OWNER", "fenced", "seal_batch"]
 
 #: 0.4.0 marks a released lease with an empty owner (and ``expires_at = 0``).
 RELEASED_OWNER = ""
-EFFECT_STARTED = "EffectStarted"
-RUN_SEALED = "RunSealed"
 
 #: The journal's columns, in the order :func:`seal_batch` lays out a row.
 COLUMNS = (

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from agentplane_journal.core.append import EFFECT_STARTED
 from agentplane_journal.core.ids import Digest
 from agentplane_journal.core.signing import DOMAIN_RECORD, Verifier, signing_hash
 from agentplane_journal.errors import CorruptRecordError
@@ -104,7 +105,7 @@ def check_exactly_once(records: Iterable[Record], started: dict[str, int] | None
     for record in records:
         body = record.body
         key = body.get("effect_key")
-        if key is None or body.get("kind") != "EffectStarted":
+        if key is None or body.get("kind") != EFFECT_STARTED:
             continue
         first = started.setdefault(key, record.seq)
         if first != record.seq:

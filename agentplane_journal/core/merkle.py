@@ -44,7 +44,13 @@ def leaf_hash(value: Digest) -> Digest:
     """``SHA-256(0x00 || value)``: the 0x00 prefix keeps a leaf from posing as a node."""
     if not isinstance(value, Digest):
         raise TypeError(f"leaf_hash takes a Digest, not {type(value).__name__}")
-    return Digest._trusted(_sha256(b"\x00" + bytes(value)).digest())
+    return Digest._trusted(raw_leaf(bytes(value)))
+
+
+def raw_leaf(value: bytes) -> bytes:
+    """:func:`leaf_hash` over raw bytes (the stored tree and its audit): the one definition
+    of a leaf, so the log and every check of it hash a sealed head the same way."""
+    return _sha256(b"\x00" + value).digest()
 
 
 def node_hash(left: Digest, right: Digest) -> Digest:

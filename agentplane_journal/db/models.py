@@ -28,6 +28,12 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from agentplane_journal.core.append import EFFECT_STARTED
+
+#: The exactly-once predicate: the partial unique index ``journal_effect_started`` holds the
+#: rows it admits, and ``ON CONFLICT`` names it to infer that index. Defined once, here.
+EFFECT_STARTED_PREDICATE = text(f"kind = '{EFFECT_STARTED}' AND effect_key IS NOT NULL")
+
 __all__ = [
     "TABLE_NAMES",
     "VERSION_TABLE",
@@ -98,8 +104,8 @@ class Journal(Base):
             "run_id",
             "effect_key",
             unique=True,
-            postgresql_where=text("kind = 'EffectStarted' AND effect_key IS NOT NULL"),
-            sqlite_where=text("kind = 'EffectStarted' AND effect_key IS NOT NULL"),
+            postgresql_where=EFFECT_STARTED_PREDICATE,
+            sqlite_where=EFFECT_STARTED_PREDICATE,
         ),
     )
 

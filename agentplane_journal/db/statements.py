@@ -23,7 +23,6 @@ from sqlalchemy import (
     func,
     literal,
     select,
-    text,
     true,
     update,
 )
@@ -42,7 +41,13 @@ from agentplane_journal.core.record import (
     stored_record,
 )
 from agentplane_journal.db.dialect import Dialect
-from agentplane_journal.db.models import Journal, RunActivity, RunLease, RunSeal
+from agentplane_journal.db.models import (
+    EFFECT_STARTED_PREDICATE,
+    Journal,
+    RunActivity,
+    RunLease,
+    RunSeal,
+)
 from agentplane_journal.errors import CorruptRecordError
 
 __all__ = [
@@ -58,9 +63,6 @@ __all__ = [
     "stored_text",
 ]
 
-#: The predicate of the partial unique index ``journal_effect_started`` (see models.py), as
-#: ``ON CONFLICT`` must name it to infer that index.
-EFFECT_STARTED_PREDICATE = text("kind = 'EffectStarted' AND effect_key IS NOT NULL")
 
 # -- the rows a record is read from ---------------------------------------------------
 

@@ -33,7 +33,6 @@ How the log's guarantees are made:
 from __future__ import annotations
 
 import functools
-import hashlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -57,7 +56,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from agentplane_journal.core import tree as tree
 from agentplane_journal.core.checkpoint import Checkpoint, Inclusion
 from agentplane_journal.core.ids import Digest, RunId
-from agentplane_journal.core.merkle import EMPTY_ROOT
+from agentplane_journal.core.merkle import EMPTY_ROOT, raw_leaf
 from agentplane_journal.db.dialect import Dialect
 from agentplane_journal.db.models import JournalCounter, LogTree, RunSeal
 from agentplane_journal.db.statements import digest, stored_run
@@ -285,7 +284,7 @@ class TenantLog:
                     "outcome": outcome,
                 }
             )
-            leaf = hashlib.sha256(b"\x00" + head).digest()
+            leaf = raw_leaf(head)
             for (level, idx), value in builder.add(leaf):
                 nodes.append(
                     {
@@ -374,7 +373,7 @@ class TenantLog:
                 snap.size, f"{run} is sealed, but the stored tree has no leaf for it"
             )
         stored = snap.nodes.get((0, position))
-        if stored != bytes(_leaf_hash(seal)):
+        if stored != raw_leaf(bytes(seal)):
             raise CorruptLogError(
                 position, f"the stored leaf of {run} is not the hash of its sealed chain head"
             )
@@ -464,7 +463,3 @@ class TenantLog:
         pages that follow; the last page, under the counter, removes anything beyond the log.
         """
         return await audit_pages(self, unit, True, progress)
-
-
-def _leaf_hash(value: Digest) -> bytes:
-    return hashlib.sha256(b"\x00" + bytes(value)).digest()

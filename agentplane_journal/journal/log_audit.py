@@ -21,7 +21,6 @@ end at is reported (:attr:`LogAudit.kept`), and the tree keeps the leaf it holds
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -42,6 +41,7 @@ from sqlalchemy import (
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from agentplane_journal.core import tree as tree
+from agentplane_journal.core.merkle import raw_leaf
 from agentplane_journal.db.dialect import Dialect
 from agentplane_journal.db.models import Journal, JournalCounter, LogTree, RunSeal
 
@@ -335,7 +335,7 @@ async def _audit_page(
                 f"0..{MAX_LOG_INDEX} (`reindex-log` renumbers the seals in their order)",
             )
         sealed = bytes(head) if isinstance(head, _BYTES) else None
-        leaf = hashlib.sha256(b"\x00" + (sealed or b"")).digest()
+        leaf = raw_leaf(sealed or b"")
         problem = _seal_problem(sealed, head, last)
         if problem is not None:
             # Not the tree's to fix: the leaf it holds for the run stays (it is the log's

@@ -36,8 +36,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 from agentplane_journal.backends import dispatch as fastpath
 from agentplane_journal.backends.postgresql import writer as pgpath
 from agentplane_journal.backends.sqlite import writer as sqlitepath
-from agentplane_journal.core.append import Append
-from agentplane_journal.core.batch import COLUMNS, EFFECT_STARTED, RUN_SEALED, fenced, seal_batch
+from agentplane_journal.core.append import EFFECT_STARTED, RUN_SEALED, Append
+from agentplane_journal.core.batch import COLUMNS, fenced, seal_batch
 from agentplane_journal.core.checks import (
     check_int,
     check_key_id,

@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+from agentplane_journal.core.append import EFFECT_STARTED
 from agentplane_journal.core.batch import fenced
 from agentplane_journal.core.ids import Digest, EffectKey, RunId
 from agentplane_journal.errors import DuplicateEffectError, RunSealedError
@@ -145,9 +146,9 @@ WITH req AS MATERIALIZED (
             WHERE j.tenant = $1 AND j.run_id = q.run_id ORDER BY j.seq DESC LIMIT 1)
             AS at_head,
         (SELECT c.effect_key FROM recs c JOIN {{s}}journal j
-            ON j.tenant = $1 AND j.run_id = q.run_id AND j.kind = 'EffectStarted'
+            ON j.tenant = $1 AND j.run_id = q.run_id AND j.kind = '{EFFECT_STARTED}'
            AND j.effect_key = c.effect_key
-            WHERE c.i = q.i AND c.kind = 'EffectStarted' ORDER BY c.seq LIMIT 1) AS started
+            WHERE c.i = q.i AND c.kind = '{EFFECT_STARTED}' ORDER BY c.seq LIMIT 1) AS started
     FROM req q
     LEFT JOIN lock k ON k.run_id = q.run_id
     LEFT JOIN lease ls ON ls.run_id = q.run_id

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentplane_journal.backends import pool_share as _pool
-from agentplane_journal.core.append import Append
+from agentplane_journal.core.append import EFFECT_STARTED, Append
 from agentplane_journal.core.batch import COLUMNS, fenced, seal_batch
 from agentplane_journal.core.ids import Digest, EffectKey, RunId
 from agentplane_journal.core.record import Record
@@ -89,7 +89,8 @@ _HEAD = (
 )
 _INSERT = f"INSERT INTO journal ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * 12)})"
 _STARTED = (
-    "SELECT effect_key FROM journal WHERE tenant = ? AND run_id = ? AND kind = 'EffectStarted'"
+    "SELECT effect_key FROM journal WHERE tenant = ? AND run_id = ?"
+    f" AND kind = '{EFFECT_STARTED}'"
     " AND effect_key = ? AND seq <= ?"
 )
 _SAVEPOINT = "agentplane_journal_append"
