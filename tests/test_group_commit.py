@@ -40,7 +40,7 @@ def watch_groups(store: SqlJournalStore) -> list[list[RunId]]:
     """The runs of the appends each transaction (SQLite) or statement (PostgreSQL) carried,
     from now on."""
     groups: list[list[RunId]] = []
-    writer = store._shared.sqlite_writer or store._shared.pg_writer
+    writer = store._shared.writer
     if writer is not None:
         run = writer._run
 

@@ -48,7 +48,7 @@ async def pair(pg_battery_url: str, clock: FakeClock) -> AsyncIterator[list[SqlJ
 def watch(store: SqlJournalStore) -> list[list[tuple[RunId, str]]]:
     """Each statement's appends from now on: (run, how it was answered)."""
     seen: list[list[tuple[RunId, str]]] = []
-    writer = store._shared.pg_writer
+    writer = store._shared.writer
     answer = writer._answer
 
     def watching(group: list[Any], answers: list[Any]) -> None:
@@ -61,7 +61,7 @@ def watch(store: SqlJournalStore) -> list[list[tuple[RunId, str]]]:
 
 def refusals(store: SqlJournalStore, into: list[str]) -> list[str]:
     """The SQLSTATE of each statement the server refuses from now on, into ``into``."""
-    writer = store._shared.pg_writer
+    writer = store._shared.writer
     fetch = writer._fetch
 
     async def counting(driver: Any, statement: str, args: Any) -> Any:

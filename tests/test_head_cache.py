@@ -31,7 +31,7 @@ async def _warm(store: SqlJournalStore) -> tuple[RunId, int, list[Record]]:
     epoch = (await store.acquire(run, "worker", 60)).epoch
     written = await store.append(epoch, [note(run, "one")])
     written += await store.append(epoch, [note(run, "two")])
-    assert store._shared.heads.get(store.tenant, str(run)) == (2, written[-1].hash)
+    assert store._shared.writer._heads.get(store.tenant, str(run)) == (2, written[-1].hash)
     return run, epoch, written
 
 

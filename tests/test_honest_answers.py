@@ -93,7 +93,7 @@ async def test_a_full_database_in_a_sqlite_group_is_refused_and_says_so(
     store = await SqlJournalStore.connect(sqlite_database(), group_commit=True)
     try:
         cap = _cap_growth(store)
-        await store._shared.sqlite_writer.idle()  # its connection back in the pool
+        await store._shared.writer.idle()  # its connection back in the pool
         cap(True)
         runs = [RunId.generate() for _ in range(6)]
         answers = await asyncio.gather(
@@ -104,7 +104,7 @@ async def test_a_full_database_in_a_sqlite_group_is_refused_and_says_so(
             assert isinstance(answer, BackendError), answer
             assert not isinstance(answer, CommitUnknownError)
             assert "full" in str(answer) and "nothing" in str(answer), answer
-        await store._shared.sqlite_writer.idle()
+        await store._shared.writer.idle()
         cap(False)
         for run in runs:
             assert await store.read(run) == []
@@ -136,7 +136,7 @@ _FULL_DISK = textwrap.dedent(
             *(store.append(1, [Append(r, "Note", {"text": "z" * 20_000})]) for r in runs),
             return_exceptions=True,
         )
-        await store._shared.sqlite_writer.idle()
+        await store._shared.writer.idle()
         os.remove(filler)
         held = [len(await store.read(r)) for r in runs]
         again = len(await store.append(1, [Append(runs[0], "Note", {"text": "room"})]))

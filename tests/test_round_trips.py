@@ -101,7 +101,7 @@ async def test_a_first_append_to_a_run_costs_the_general_unit_of_work(
 
 async def settled(store: SqlJournalStore) -> None:
     """The SQLite write queue idle, its connection back in the pool (as between bursts)."""
-    writer = store._shared.sqlite_writer
+    writer = store._shared.writer
     if writer is not None:
         await writer.idle()
 

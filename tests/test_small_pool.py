@@ -67,7 +67,7 @@ async def test_a_writer_that_cannot_check_out_refuses_and_recovers(
     run = RunId.generate()
     lease = await store.acquire(run, "w", 60)
     await store.append(lease.epoch, [note(run, "warm")])
-    writer = store._shared.sqlite_writer if dialect == "sqlite" else store._shared.pg_writer
+    writer = store._shared.writer
     await writer.idle()
     async with store.engine.connect() as held:  # the pool's only connection
         await held.exec_driver_sql("SELECT 1")

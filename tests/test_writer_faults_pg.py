@@ -122,12 +122,12 @@ async def test_an_append_arriving_as_the_leader_finishes_is_answered(
     been reaped: it must get a leader of its own."""
     run = RunId.generate()
     await warm(writer, run)
-    w = writer._shared.pg_writer
+    w = writer._shared.writer
     lead = w._lead
     arrived: list[pgpath.Request] = []
 
     def arrive() -> None:  # what Writer.append does before it awaits, synchronously
-        head = writer._shared.heads.get(writer.tenant, str(run))
+        head = writer._shared.writer._heads.get(writer.tenant, str(run))
         records, rows, _ = seal_batch(
             writer.tenant, str(run), 0, head[0], head[1], [note(run, "late")], None
         )
@@ -187,7 +187,7 @@ class Ledger:
 
     def __init__(self, store: SqlJournalStore) -> None:
         self.answers: dict[int, int] = {}
-        w = store._shared.pg_writer
+        w = store._shared.writer
         answer = w._answer
 
         def counting(group: list[Any], answers: list[Any]) -> None:
@@ -250,7 +250,7 @@ async def test_the_writer_under_faults_answers_every_append_once(
             ]
             await asyncio.sleep(0.05)
             if fault == "cancel the leader":
-                for leader in list(store._shared.pg_writer._leaders):
+                for leader in list(store._shared.writer._leaders):
                     leader.cancel()
             elif fault == "drop the connection":
                 await conn.execute(

@@ -31,100 +31,28 @@ what an append means. Nothing here weakens a guarantee:
 
 from __future__ import annotations
 
-import asyncio
-from collections import OrderedDict
-from collections.abc import Awaitable, Callable
 from typing import Any
 
-from agentplane_journal.backends.postgresql import writer as pgpath
-from agentplane_journal.backends.sqlite import writer as sqlitepath
-from agentplane_journal.core.append import EFFECT_STARTED, RUN_SEALED, Append
-from agentplane_journal.core.batch import seal_batch
-from agentplane_journal.core.ids import Digest, EffectKey, RunId
-from agentplane_journal.core.record import Record
+from agentplane_journal.backends.head_cache import HeadCache
+from agentplane_journal.backends.postgresql import writer as postgresql
+from agentplane_journal.backends.sqlite import writer as sqlite
+from agentplane_journal.backends.writer import HotPath
+from agentplane_journal.db.dialect import Dialect, PostgresDialect, SqliteDialect
 
-__all__ = ["HeadCache", "append"]
+__all__ = ["hot_path"]
 
-
-class HeadCache:
-    """The head each run had after this process's last commit to it, at most ``size`` runs.
-
-    Only a hint: the append statement checks it under the run mutex, and a wrong or missing
-    entry costs one general unit of work, never a wrong record. Filled only after a commit
-    (never after an unknown one), dropped on any failure.
-    """
-
-    def __init__(self, size: int = 4096) -> None:
-        self._size = size
-        self._heads: OrderedDict[tuple[str, str], tuple[int, Digest]] = OrderedDict()
-
-    def get(self, tenant: str, run_id: str) -> tuple[int, Digest] | None:
-        key = (tenant, run_id)
-        head = self._heads.get(key)
-        if head is not None:
-            self._heads.move_to_end(key)
-        return head
-
-    def put(self, tenant: str, run_id: str, seq: int, hash_: Digest) -> None:
-        self._heads[(tenant, run_id)] = (seq, hash_)
-        self._heads.move_to_end((tenant, run_id))
-        if len(self._heads) > self._size:
-            self._heads.popitem(last=False)
-
-    def drop(self, tenant: str, run_id: str) -> None:
-        self._heads.pop((tenant, run_id), None)
+#: Each dialect's hot path, by the dialect object's class (never by a dialect's name).
+_PATHS: dict[type[Any], Any] = {
+    PostgresDialect: postgresql.open_path,
+    SqliteDialect: sqlite.open_path,
+}
 
 
-# -- the append, end to end ---------------------------------------------------------------
-
-
-async def append(
-    store: Any,
-    run: RunId,
-    epoch: int,
-    items: list[Append],
-    general: Callable[[], Awaitable[list[Record]]],
-) -> list[Record]:
-    """Append ``items`` to ``run`` by this module's path, or by ``general()`` when it cannot.
-
-    ``store`` is the :class:`SqlJournalStore` (its engine, tenant, signer and clock);
-    ``general`` is the same append as a unit of work, whose answers are the reference.
-    """
-    keys = [i.effect_key for i in items if i.kind == EFFECT_STARTED and i.effect_key is not None]
-    if len(set(keys)) != len(keys) or any(i.kind == RUN_SEALED for i in items):
-        return await general()  # rare batches: a duplicate in the batch, or a conclusion
-    await store._ready()
-    shared = store._shared
-    if shared.dialect.name == "sqlite":
-        return await sqlitepath.append(store, run, epoch, items, keys, general)
-    tenant, run_id = store.tenant, str(run)
-    head = shared.heads.get(tenant, run_id)
-    if head is None or not shared.pg_writer.usable:
-        records = await general()
-    else:
-        records = await _postgres(store, run, epoch, items, keys, head, general)
-    if records:
-        shared.heads.put(tenant, run_id, records[-1].seq, records[-1].hash)
-    return records
-
-
-async def _postgres(
-    store: Any,
-    run: RunId,
-    epoch: int,
-    items: list[Append],
-    keys: list[EffectKey],
-    head: tuple[int, Digest],
-    general: Callable[[], Awaitable[list[Record]]],
-) -> list[Record]:
-    """Chain the batch onto the known head here, in the caller's task, and hand it to the
-    store's :class:`~agentplane_journal.backends.postgresql.writer.Writer`; ``general()`` if it
-    says so."""
-    tenant, run_id = store.tenant, str(run)
-    records, rows, _ = seal_batch(tenant, run_id, epoch, head[0], head[1], items, store._signer)
-    future = asyncio.get_running_loop().create_future()
-    request = pgpath.Request(tenant, run, epoch, store._now(), head, records, rows, keys, future)
-    answer = await store._shared.pg_writer.append(request)
-    if answer is pgpath.GENERAL:
-        return await general()
-    return answer  # type: ignore[no-any-return]
+def hot_path(
+    dialect: Dialect, *, bind: Any, engine: Any, heads: HeadCache, group_commit: bool
+) -> HotPath:
+    """The store's hot path for ``dialect``: ``bind`` carries the schema translation,
+    ``engine`` is the bare engine, ``heads`` the store's shared :class:`HeadCache`."""
+    factory = _PATHS[type(dialect)]
+    path: HotPath = factory(bind=bind, engine=engine, heads=heads, group_commit=group_commit)
+    return path

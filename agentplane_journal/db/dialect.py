@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from sqlalchemy import ColumnElement, LargeBinary, Table, event, func, literal, select
+from sqlalchemy import ColumnElement, LargeBinary, Table, event, func, literal, select, true
 from sqlalchemy.dialects import postgresql as pg
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.engine import Engine
@@ -92,6 +92,15 @@ class Dialect(Protocol):
     def writable(self, conn: AsyncConnection) -> bool:
         """Whether the transaction open on ``conn`` may take the store's writes safely."""
 
+    def stored_as(self, column: Any, *storage: str) -> ColumnElement[bool]:
+        """Whether ``column``'s stored value has one of the SQLite storage classes
+        ``storage`` (``"integer"``, ``"blob"``, ``"text"``, ``"null"``). Always true where
+        the column's declared type already guarantees it (PostgreSQL); on SQLite a column
+        holds whatever was written, so an audit must ask."""
+
+    #: Loggers besides SQLAlchemy's that may print statement parameters (push secrets).
+    driver_loggers: tuple[str, ...]
+
 
 def _driver(exc: DBAPIError) -> Any:
     return getattr(exc, "driver_exception", None) or getattr(exc, "orig", None)
@@ -114,6 +123,10 @@ class PostgresDialect:
     """PostgreSQL through asyncpg, at READ COMMITTED (the server default)."""
 
     name = "postgresql"
+    driver_loggers: tuple[str, ...] = ()
+
+    def stored_as(self, column: Any, *storage: str) -> ColumnElement[bool]:
+        return true()  # the declared column type is the stored type
 
     def configure(self, engine: AsyncEngine) -> None:
         # Nothing to install: the store's guarantees come from row locks and constraints,
@@ -186,6 +199,10 @@ class SqliteDialect:
     """SQLite through aiosqlite: one writer at a time, across processes, by ``BEGIN IMMEDIATE``."""
 
     name = "sqlite"
+    driver_loggers: tuple[str, ...] = ("aiosqlite",)
+
+    def stored_as(self, column: Any, *storage: str) -> ColumnElement[bool]:
+        return func.typeof(column).in_(storage)
 
     def configure(self, engine: AsyncEngine) -> None:
         sync_engine = _unproxied(engine.sync_engine)

@@ -85,12 +85,9 @@ class _Shared:
     bind: AsyncEngine | None = None
     schema_checked: bool = False
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    #: Each run's head after this process's last append to it (fastpath.HeadCache).
-    heads: Any = None
-    #: SQLite: the process's write queue for this store (sqlitepath.Writer).
-    sqlite_writer: Any = None
-    #: PostgreSQL: the process's hot-append queue for this store (pgpath.Writer).
-    pg_writer: Any = None
+    #: The process's hot append path for this store, chosen by the dialect object
+    #: (``backends.dispatch.hot_path``; a ``backends.writer.HotPath``).
+    writer: Any = None
 
 
 class _Rollback(Exception):
@@ -180,9 +177,8 @@ class Repository:
 
     async def close(self) -> None:
         """Dispose of the engines this store opened (a caller's engines stay open)."""
-        for writer in (self._shared.sqlite_writer, self._shared.pg_writer):
-            if writer is not None:  # its connections back in the pool first
-                await writer.idle()
+        if self._shared.writer is not None:  # its connections back in the pool first
+            await self._shared.writer.idle()
         if self._shared.owns_engine:
             await self._shared.engine.dispose()
         if self._shared.owns_read_engine and self._shared.read_engine is not None:

@@ -92,29 +92,25 @@ class LogAudit:
         return self.first_bad is None
 
 
-def _valid_node(dialect: str) -> Any:
+def _valid_node(dialect: Dialect) -> Any:
     """SQL: the ``log_tree`` row is a node a seal could have written (the others are hostile)."""
-    checks = [
+    return and_(
         LogTree.level.between(0, tree.MAX_LEVEL),
         LogTree.idx.between(0, MAX_LOG_INDEX),
         func.length(LogTree.hash) == 32,
-    ]
-    if dialect == "sqlite":  # a column holds any storage class there
-        checks += [
-            func.typeof(LogTree.level) == "integer",
-            func.typeof(LogTree.idx) == "integer",
-            func.typeof(LogTree.hash) == "blob",
-            func.typeof(LogTree.run_id).in_(["text", "null"]),
-        ]
-    return and_(*checks)
+        dialect.stored_as(LogTree.level, "integer"),
+        dialect.stored_as(LogTree.idx, "integer"),
+        dialect.stored_as(LogTree.hash, "blob"),
+        dialect.stored_as(LogTree.run_id, "text", "null"),
+    )
 
 
-def _valid_index(dialect: str) -> Any:
+def _valid_index(dialect: Dialect) -> Any:
     """SQL: the seal's ``log_index`` is one a seal could have been handed."""
-    check = RunSeal.log_index.between(0, MAX_LOG_INDEX)
-    if dialect == "sqlite":
-        check = and_(check, func.typeof(RunSeal.log_index) == "integer")
-    return check
+    return and_(
+        RunSeal.log_index.between(0, MAX_LOG_INDEX),
+        dialect.stored_as(RunSeal.log_index, "integer"),
+    )
 
 
 def _good_index(value: object) -> bool:
@@ -137,7 +133,7 @@ class _Census:
 
 async def _census(session: AsyncSession, log: TenantLog) -> _Census:
     """One snapshot: the tree's size and shape, the seals, and what in them is hostile."""
-    tenant, dialect = log.tenant, log._dialect.name
+    tenant, dialect = log.tenant, log._dialect
     valid = and_(LogTree.tenant == tenant, _valid_node(dialect))
     size = (
         select(func.coalesce(func.max(LogTree.idx) + 1, 0))
@@ -199,9 +195,7 @@ async def _renumber(session: AsyncSession, log: TenantLog, finding: _Finding) ->
     conn = await session.connection()
     bad = (
         await session.execute(
-            select(func.count()).where(
-                RunSeal.tenant == tenant, not_(_valid_index(log._dialect.name))
-            )
+            select(func.count()).where(RunSeal.tenant == tenant, not_(_valid_index(log._dialect)))
         )
     ).scalar_one()
     rewritten = 0
@@ -284,7 +278,7 @@ async def _audit_page(
     session: AsyncSession, log: TenantLog, state: dict[str, Any], finding: _Finding, fix: bool
 ) -> tuple[int, bool]:
     """Check (or rewrite) the next page of leaves; ``(rows rewritten, last page?)``."""
-    tenant, a, dialect = log.tenant, state["at"], log._dialect.name
+    tenant, a, dialect = log.tenant, state["at"], log._dialect
     if fix:
         await _lock_counter(session, log)
     want = AUDIT_PAGE if state["limit"] is None else min(AUDIT_PAGE, state["limit"] - a)

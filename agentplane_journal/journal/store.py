@@ -33,9 +33,8 @@ from typing import Any
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
-from agentplane_journal.backends import dispatch as fastpath
-from agentplane_journal.backends.postgresql import writer as pgpath
-from agentplane_journal.backends.sqlite import writer as sqlitepath
+from agentplane_journal.backends import dispatch
+from agentplane_journal.backends.head_cache import HeadCache
 from agentplane_journal.core.append import EFFECT_STARTED, RUN_SEALED, Append
 from agentplane_journal.core.batch import COLUMNS, fenced, seal_batch
 from agentplane_journal.core.checks import (
@@ -114,7 +113,7 @@ class SqlJournalStore(RunReads, AuditReads, RunControl):
     writer's append is a group of one: the same transaction or statement as without it, so
     its latency does not change. ``group_commit=False`` commits each append on its own
     (SQLite: appends still queue in the process, one transaction at a time; PostgreSQL: up
-    to ``pgpath.UNGROUPED_CONNECTIONS`` statements in flight).
+    to ``backends.postgresql.writer.UNGROUPED_CONNECTIONS`` statements in flight).
 
     Every method takes ``session=``, the host's own ``AsyncSession``: the store then runs in
     that session's transaction (in a savepoint when it writes) and commits nothing, so the
@@ -154,19 +153,13 @@ class SqlJournalStore(RunReads, AuditReads, RunControl):
             read_engine=read_engine,
             _shared=_shared,
         )
-        if self._shared.heads is None:
-            self._shared.heads = fastpath.HeadCache()
-        if self._shared.sqlite_writer is None and self._dialect.name == "sqlite":
-            self._shared.sqlite_writer = sqlitepath.Writer(group_commit=bool(group_commit))
-        if self._shared.pg_writer is None and self._dialect.name == "postgresql":
-            # Group commit: one statement in flight, carrying every append that waited for
-            # it (a second connection would split the groups). Without: one per writer, up
-            # to as many as a small pool holds.
-            self._shared.pg_writer = pgpath.Writer(
-                self._bind,
-                self._shared.heads,
+        if self._shared.writer is None:
+            self._shared.writer = dispatch.hot_path(
+                self._dialect,
+                bind=self._bind,
+                engine=self._shared.engine,
+                heads=HeadCache(),
                 group_commit=bool(group_commit),
-                connections=1 if group_commit else pgpath.UNGROUPED_CONNECTIONS,
             )
         self._base_origin = origin
         self._signer = signer
@@ -364,8 +357,16 @@ class SqlJournalStore(RunReads, AuditReads, RunControl):
         async def general() -> list[Record]:
             return await self._unit(work)
 
+        keys = [
+            i.effect_key for i in items if i.kind == EFFECT_STARTED and i.effect_key is not None
+        ]
+        if len(set(keys)) != len(keys) or any(i.kind == RUN_SEALED for i in items):
+            return await general()  # rare batches: a duplicate in the batch, or a conclusion
+        await self._ready()
         # One round trip on PostgreSQL, one thread hop on SQLite; `general` when it cannot.
-        return await fastpath.append(self, run, epoch, items, general)
+        return await self._shared.writer.append(
+            self.tenant, self._signer, self._now(), run, epoch, items, keys, general
+        )
 
     async def append_atomic(
         self,

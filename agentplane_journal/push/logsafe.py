@@ -36,6 +36,8 @@ from typing import Any
 from sqlalchemy.exc import StatementError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from agentplane_journal.db.dialect import dialect_for
+
 __all__ = ["PushLogFilter", "install", "push_statements", "scrub"]
 
 _IN_PUSH = contextvars.ContextVar("agentplane_journal_push_call", default=False)
@@ -108,8 +110,7 @@ def _logger_of(engine: AsyncEngine) -> logging.Logger:
 def install(engine: AsyncEngine) -> None:
     """Put the filter on ``engine``'s SQLAlchemy logger and on ``aiosqlite`` (idempotent)."""
     loggers = [_logger_of(engine)]
-    if engine.dialect.name == "sqlite":
-        loggers.append(logging.getLogger("aiosqlite"))
+    loggers += [logging.getLogger(name) for name in dialect_for(engine).driver_loggers]
     for logger in loggers:
         if _FILTER not in logger.filters:
             logger.addFilter(_FILTER)

@@ -36,13 +36,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentplane_journal.backends import pool_share as _pool
+from agentplane_journal.backends.head_cache import HeadCache
 from agentplane_journal.backends.postgresql import sql as _pgsql
+from agentplane_journal.backends.writer import General
+from agentplane_journal.core.append import Append
+from agentplane_journal.core.batch import seal_batch
 from agentplane_journal.core.ids import Digest, EffectKey, RunId
 from agentplane_journal.core.record import Record
+from agentplane_journal.core.signing import Signer
 from agentplane_journal.db.unit import describe
 from agentplane_journal.errors import BackendError, CommitUnknownError, DuplicateEffectError
 
-__all__ = ["GENERAL", "Request", "Writer", "schema_of"]
+__all__ = ["GENERAL", "Request", "Writer", "open_path", "schema_of"]
 
 #: At most this many runs, and records, share one statement (a larger batch goes alone).
 MAX_GROUP_RUNS = 64
@@ -106,7 +111,7 @@ class Writer:
     """The process's PostgreSQL hot-append queue for one store (see the module)."""
 
     def __init__(
-        self, bind: Any, heads: Any, *, group_commit: bool = True, connections: int = 1
+        self, bind: Any, heads: HeadCache, *, group_commit: bool = True, connections: int = 1
     ) -> None:
         self.usable, self._schema = schema_of(bind)
         self.group_commit = group_commit
@@ -117,7 +122,36 @@ class Writer:
         self._leaders: set[asyncio.Task[None]] = set()
         self._free = 0  # leaders not in a statement (each takes the queue's head soon)
 
-    async def append(self, request: Request) -> Any:
+    async def append(
+        self,
+        tenant: str,
+        signer: Signer | None,
+        now: int,
+        run: RunId,
+        epoch: int,
+        items: Sequence[Append],
+        keys: Sequence[EffectKey],
+        general: General,
+    ) -> list[Record]:
+        """:class:`~agentplane_journal.backends.writer.HotPath`'s append: chain the batch onto
+        the known head here, in the caller's task, and send it; ``general()`` without a
+        known head, or when the statement says so."""
+        run_id = str(run)
+        head = self._heads.get(tenant, run_id)
+        if head is None or not self.usable:
+            records = await general()
+        else:
+            chained, rows, _ = seal_batch(tenant, run_id, epoch, head[0], head[1], items, signer)
+            future = asyncio.get_running_loop().create_future()
+            answer = await self.submit(
+                Request(tenant, run, epoch, now, head, chained, rows, keys, future)
+            )
+            records = await general() if answer is GENERAL else answer
+        if records:
+            self._heads.put(tenant, run_id, records[-1].seq, records[-1].hash)
+        return records  # type: ignore[no-any-return]
+
+    async def submit(self, request: Request) -> Any:
         """The records, or :data:`GENERAL`; the contract's errors are raised."""
         self._pending.append(request)
         self._spawn()
@@ -312,3 +346,15 @@ class Writer:
                 r.future.set_exception(answer)
             else:
                 r.future.set_result(answer)
+
+
+def open_path(*, bind: Any, engine: Any, heads: HeadCache, group_commit: bool) -> Writer:
+    """The PostgreSQL hot path. Group commit: one statement in flight, carrying every append
+    that waited for it (a second connection would split the groups). Without: one per
+    writer, up to as many as a small pool holds."""
+    return Writer(
+        bind,
+        heads,
+        group_commit=group_commit,
+        connections=1 if group_commit else UNGROUPED_CONNECTIONS,
+    )

@@ -34,11 +34,13 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from agentplane_journal.backends import pool_share as _pool
+from agentplane_journal.backends.head_cache import HeadCache
+from agentplane_journal.backends.writer import General
 from agentplane_journal.core.append import EFFECT_STARTED, Append
 from agentplane_journal.core.batch import COLUMNS, fenced, seal_batch
 from agentplane_journal.core.ids import Digest, EffectKey, RunId
@@ -56,7 +58,7 @@ from agentplane_journal.errors import (
     RunSealedError,
 )
 
-__all__ = ["Writer", "append"]
+__all__ = ["Writer", "open_path"]
 
 #: The run's activity, kept at ``max(updated_at, now)`` as the general unit of work keeps it.
 #: On SQLite the run mutex itself is the database's write lock, taken by ``BEGIN IMMEDIATE``
@@ -258,15 +260,17 @@ def _translate(exc: BaseException) -> BaseException:
 class Writer:
     """The process's SQLite write queue for one store: one transaction in flight at a time."""
 
-    def __init__(self, *, group_commit: bool = True) -> None:
+    def __init__(self, engine: Any, heads: HeadCache, *, group_commit: bool = True) -> None:
         self.group_commit = group_commit
+        self._engine = engine
+        self._heads = heads
         self._pending: list[_Request] = []
         self._leader: asyncio.Task[None] | None = None
 
-    async def append(self, engine: Any, request: _Request) -> list[Record]:
+    async def submit(self, request: _Request) -> list[Record]:
         self._pending.append(request)
         if self._leader is None or self._leader.done():
-            self._leader = asyncio.get_running_loop().create_task(self._lead(engine))
+            self._leader = asyncio.get_running_loop().create_task(self._lead(self._engine))
         return await request.future
 
     async def idle(self) -> None:
@@ -347,49 +351,56 @@ class Writer:
             else:
                 request.future.set_result(answer)
 
+    async def append(
+        self,
+        tenant: str,
+        signer: Signer | None,
+        now: int,
+        run: RunId,
+        epoch: int,
+        items: Sequence[Append],
+        keys: Sequence[EffectKey],
+        general: General,
+    ) -> list[Record]:
+        """:class:`~agentplane_journal.backends.writer.HotPath`'s append: one thread hop
+        (``general`` is unused: under ``BEGIN IMMEDIATE`` every append can be settled here).
 
-async def append(
-    store: Any,
-    run: RunId,
-    epoch: int,
-    items: list[Append],
-    keys: list[EffectKey],
-    general: Callable[[], Awaitable[list[Record]]],
-) -> list[Record]:
-    """Append through the store's :class:`Writer`: one thread hop (``general`` is unused:
-    under ``BEGIN IMMEDIATE`` every append can be settled here).
+        The run's known head (the shared :class:`HeadCache`) is read and written only here,
+        on the event loop: filled after a commit, dropped on any failure (an error may be
+        about the head, and a later append re-reads it from its row). With a known head the
+        batch is chained and signed here, before the hop, as the PostgreSQL path does: the
+        write lock is not held for it, and concurrent writers seal while a commit waits for
+        its ``fsync``; the transaction uses it only if the head is still that one.
+        """
+        run_id, heads = str(run), self._heads
+        known = heads.get(tenant, run_id)
+        sealed = None
+        if known is not None:
+            sealed = seal_batch(tenant, run_id, epoch, known[0], known[1], items, signer)[:2]
+        request = _Request(
+            tenant,
+            run,
+            epoch,
+            now,
+            list(items),
+            signer,
+            list(keys),
+            known,
+            sealed,
+            asyncio.get_running_loop().create_future(),
+        )
+        try:
+            records = await self.submit(request)
+        except BaseException:
+            heads.drop(tenant, run_id)
+            raise
+        if records:
+            last = records[-1]
+            heads.put(tenant, run_id, last.seq, last.hash)
+        return records
 
-    The run's known head (the store's ``HeadCache``, shared with the PostgreSQL path) is read
-    and written only here, on the event loop: filled after a commit, dropped on any failure
-    (an error may be about the head, and a later append re-reads it from its row). With a
-    known head the batch is chained and signed here, before the hop, as the PostgreSQL path
-    does: the write lock is not held for it, and concurrent writers seal while a commit
-    waits for its ``fsync``; the transaction uses it only if the head is still that one.
-    """
-    shared = store._shared
-    tenant, run_id, heads, signer = store.tenant, str(run), shared.heads, store._signer
-    known = heads.get(tenant, run_id)
-    sealed = None
-    if known is not None:
-        sealed = seal_batch(tenant, run_id, epoch, known[0], known[1], items, signer)[:2]
-    request = _Request(
-        tenant,
-        run,
-        epoch,
-        store._now(),
-        items,
-        signer,
-        keys,
-        known,
-        sealed,
-        asyncio.get_running_loop().create_future(),
-    )
-    try:
-        records = await shared.sqlite_writer.append(shared.engine, request)
-    except BaseException:
-        heads.drop(tenant, run_id)
-        raise
-    if records:
-        last = records[-1]
-        heads.put(tenant, run_id, last.seq, last.hash)
-    return records
+
+def open_path(*, bind: Any, engine: Any, heads: HeadCache, group_commit: bool) -> Writer:
+    """The SQLite hot path: the process's write queue for the store's engine (``bind``'s
+    schema translation does not apply: SQLite has no schemas)."""
+    return Writer(engine, heads, group_commit=group_commit)
