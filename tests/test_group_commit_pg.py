@@ -4,7 +4,7 @@
 only: the group statement raced against other processes' stores (each on its own engine),
 a takeover and a refused statement. Every group is watched, so a test that means to race a
 group proves that the failing append really shared its statement with appends that
-committed. Seen red against broken mechanisms: see the README's "Performance" section.
+committed. Seen red against broken mechanisms: see docs/performance.md.
 """
 
 from __future__ import annotations

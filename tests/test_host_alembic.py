@@ -1,11 +1,11 @@
-"""The README's Alembic recipe, in a host made by ``alembic init -t async``, on both dialects.
+"""docs/host-guide.md's Alembic recipe, in a host made by ``alembic init -t async``, both dialects.
 
 Each test builds the host as its developers would: ``alembic init -t async migrations`` run
 for real in a temporary directory, the host's own models (``shop/models.py``: its own
 ``DeclarativeBase``, an ``orders`` table) and its own revisions, its URL in ``alembic.ini``.
 The database is first brought to the host's head *without* the journal. Then exactly the
-lines the README documents are added to the generated ``env.py`` (:data:`ADDITIONS`; a
-README test checks it shows these very lines), and:
+lines the host guide documents are added to the generated ``env.py`` (:data:`ADDITIONS`; a
+test in test_readme.py checks it shows these very lines), and:
 
 * ``alembic current`` / ``check`` / ``history`` / ``revision --autogenerate`` leave the
   journal alone (nothing created, no journal operation in the generated revision);
@@ -109,7 +109,7 @@ HOST_OWN = [
     ),
 ]
 
-#: The lines the README tells a host to add to its ``alembic init -t async`` env.py:
+#: The lines the host guide tells a host to add to its ``alembic init -t async`` env.py:
 #: (the generated text they go after or replace, the text that results).
 ADDITIONS = [
     (
@@ -163,7 +163,7 @@ def make_host(root: Path, url: str, *, schema: str | None = None) -> Path:
 
 
 def add_journal(root: Path, *, schema: str | None = None) -> None:
-    """Add exactly the README's lines (with ``schema=`` when the journal has its own)."""
+    """Add exactly the host guide's lines (with ``schema=`` when the journal has its own)."""
     edits = ADDITIONS
     if schema is not None:
         edits = [(a, r.replace("(context)", f'(context, schema="{schema}")')) for a, r in edits]

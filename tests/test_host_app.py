@@ -2,7 +2,7 @@
 
 The host here is written out for real into a temporary directory: its own models (its own
 ``DeclarativeBase`` and ``MetaData``, an ``invoice`` table), its own ``alembic.ini``, an
-async ``env.py`` and one revision of its own. Its ``env.py`` does the two things the README
+async ``env.py`` and one revision of its own. Its ``env.py`` does the two things the host guide
 asks of a host: call :func:`agentplane_journal.migrations.commands.upgrade_connection` in its online
 migration, and pass ``host_include_name``/``host_include_object`` to ``context.configure``.
 

@@ -3,7 +3,7 @@
 Each test starts K store instances (each its own engine, so its own connections, as K
 runtime instances would be), warms their connections, then releases them together from a
 start barrier. READ COMMITTED, the server default, throughout. Every test has been seen to
-fail against a deliberately broken mechanism; the README's "Concurrency" section and the
+fail against a deliberately broken mechanism; docs/concepts/concurrency.md and the
 issue note say how each was broken.
 """
 

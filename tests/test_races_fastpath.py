@@ -5,7 +5,7 @@ general unit of work). Here every appender has already appended to the run, so i
 run's head in its cache and appends with the one-statement path: what must hold is that
 the statement's own checks (the mutex row's version, the lease row ``FOR UPDATE``, the seal,
 the known head) refuse or defer exactly when the general path would. Each test has been seen
-to fail against a deliberately broken statement (see the README's "Performance" section).
+to fail against a deliberately broken statement (see docs/performance.md).
 """
 
 from __future__ import annotations
