@@ -4,7 +4,7 @@
 
 Both hot paths (PostgreSQL's statement, SQLite's hop) and the general unit of work do this
 for every record: ``Append(...)`` validates the payload (its canonical bytes), and
-``_batch.seal_batch`` builds the body, its canonical bytes, the chained hash, the
+``_batch.chain_batch`` builds the body, its canonical bytes, the chained hash, the
 ``Record`` and the journal row. Printed per record, in microseconds, for bench/append.py's
 payload (~150 bytes) and a flat one, with canonical JSON through ``canonical_bytes`` (the C
 encoder's fast path where it applies) and through the general encoder alone, interleaved
@@ -20,7 +20,7 @@ from collections.abc import Callable
 
 from agentplane_journal import Append, Digest, RunId
 from agentplane_journal.core import canon as canon
-from agentplane_journal.core.batch import seal_batch
+from agentplane_journal.core.batch import chain_batch
 
 NESTED = {"text": "a realistic note of a few dozen bytes", "step_output": {"ok": True, "n": 42}}
 FLAT = {"text": "a realistic note of a few dozen bytes", "ok": True, "n": 42}
@@ -33,13 +33,13 @@ def cases(payload: dict) -> dict[str, Callable[[], object]]:
     body = item.body(1, 1)
 
     def append_and_seal() -> object:
-        return seal_batch(
+        return chain_batch(
             "default", run_id, 1, 0, Digest.ZERO, [Append(run, "Note", payload)], None
         )
 
     return {
         "Append()": lambda: Append(run, "Note", payload),
-        "seal_batch of 1": lambda: seal_batch("default", run_id, 1, 0, Digest.ZERO, [item], None),
+        "chain_batch of 1": lambda: chain_batch("default", run_id, 1, 0, Digest.ZERO, [item], None),
         "Append + seal": append_and_seal,
         "canonical body": lambda: canon.canonical_bytes(body, path="body"),
         "  general encoder": lambda: canon._general_bytes(body, "body"),

@@ -25,7 +25,7 @@ from agentplane_journal import (
     SqlJournalStore,
     upgrade,
 )
-from agentplane_journal.core.batch import seal_batch
+from agentplane_journal.core.batch import chain_batch
 
 from conftest import FakeClock, _dsn
 from helpers import admitted, key, note, started
@@ -226,7 +226,7 @@ async def test_a_refused_group_statement_still_commits_every_other_append(
         heads[r] = (await grouped.append(epochs[r], [admitted(r)]))[-1]
     target = runs[2]
     head = heads[target].hash
-    _, rows, _ = seal_batch(
+    _, rows, _ = chain_batch(
         grouped.tenant, str(target), epochs[target], 1, head, [note(target, "x")], None
     )
     intruder = await asyncpg.connect(_dsn(pg_battery_url))

@@ -22,7 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from agentplane_journal import BackendError, CommitUnknownError, RunId, SqlJournalStore
 from agentplane_journal.backends.postgresql import writer as pgpath
-from agentplane_journal.core.batch import seal_batch
+from agentplane_journal.core.batch import chain_batch
 
 from conftest import FakeClock, _dsn
 from helpers import note
@@ -128,7 +128,7 @@ async def test_an_append_arriving_as_the_leader_finishes_is_answered(
 
     def arrive() -> None:  # what Writer.append does before it awaits, synchronously
         head = writer._shared.writer._heads.get(writer.tenant, str(run))
-        records, rows, _ = seal_batch(
+        records, rows, _ = chain_batch(
             writer.tenant, str(run), 0, head[0], head[1], [note(run, "late")], None
         )
         future = asyncio.get_running_loop().create_future()

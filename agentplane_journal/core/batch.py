@@ -11,12 +11,12 @@ from agentplane_journal.core.record import Record
 from agentplane_journal.core.signing import Signer
 from agentplane_journal.errors import FencedError
 
-__all__ = ["COLUMNS", "RELEASED_OWNER", "fenced", "seal_batch"]
+__all__ = ["COLUMNS", "RELEASED_OWNER", "fenced", "chain_batch"]
 
 #: 0.4.0 marks a released lease with an empty owner (and ``expires_at = 0``).
 RELEASED_OWNER = ""
 
-#: The journal's columns, in the order :func:`seal_batch` lays out a row.
+#: The journal's columns, in the order :func:`chain_batch` lays out a row.
 COLUMNS = (
     "tenant",
     "run_id",
@@ -33,7 +33,7 @@ COLUMNS = (
 )
 
 
-def seal_batch(
+def chain_batch(
     tenant: str,
     run_id: str,
     epoch: int,

@@ -20,6 +20,7 @@ __all__ = [
     "MAX_KEY_ID_BYTES",
     "MAX_LABEL_BYTES",
     "MAX_U16",
+    "MAX_U32",
     "check_int",
     "check_key_id",
     "check_label",
@@ -33,6 +34,7 @@ MAX_I64 = 2**63 - 1
 """Every integer column is a signed 64-bit ``BIGINT`` (and so is ``now + ttl``)."""
 
 MAX_U16 = 0xFFFF
+MAX_U32 = 0xFFFF_FFFF
 """A record's schema version ``v`` is an unsigned 16-bit integer, as in agentplane."""
 
 MAX_LABEL_BYTES = 1024

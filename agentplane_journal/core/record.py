@@ -30,6 +30,7 @@ from typing import Any
 from agentplane_journal.core.canon import MAX_DEPTH, canonical_bytes
 from agentplane_journal.core.checks import MAX_I64 as _I64_MAX
 from agentplane_journal.core.checks import MAX_U16 as _U16_MAX
+from agentplane_journal.core.checks import MAX_U32 as _U32_MAX
 from agentplane_journal.core.checks import is_int as _is_int
 from agentplane_journal.core.ids import PHASES, CaseId, Digest, EffectKey, RunId
 from agentplane_journal.core.signing import DOMAIN_RECORD, Signer, signing_hash
@@ -45,8 +46,6 @@ __all__ = [
 MAX_RECORD_BYTES = 1_048_576
 """Largest accepted canonical body (1 MiB, inclusive), agentplane's limit."""
 
-_U32_MAX = 0xFFFF_FFFF
-
 
 def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
@@ -54,7 +53,7 @@ def _refuse_constant(name: str) -> Any:
 
 # One decoder, built once: json.loads(..., parse_constant=...) would build a new one per
 # call. Refusing NaN/Infinity keeps a stored body within what canonical JSON can express.
-_DECODER = json.JSONDecoder(parse_constant=_refuse_constant)
+JSON_DECODER = json.JSONDecoder(parse_constant=_refuse_constant)
 
 _new = object.__new__
 
@@ -171,11 +170,11 @@ class Record:
             # raw_decode skips decode()'s whitespace scans (canonical bytes have none); any
             # other input goes through decode() for the same verdict and message as before.
             try:
-                body, end = _DECODER.raw_decode(text)
+                body, end = JSON_DECODER.raw_decode(text)
             except ValueError:
                 end = -1
             if end != len(text):
-                body = _DECODER.decode(text)
+                body = JSON_DECODER.decode(text)
         except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError included
             raise CorruptRecordError(
                 seq if seq is not None else 0,
@@ -293,10 +292,10 @@ def stored_record(
 
 
 _CANONICAL_ULID = re.compile(r"[0-7][0-9A-HJKMNP-TV-Z]{25}")
-_LOWER_HEX64 = re.compile(r"[0-9a-f]{64}")
+LOWER_HEX64 = re.compile(r"[0-9a-f]{64}")
 
 
-def _is_canonical_ulid(text: str) -> bool:
+def is_canonical_ulid(text: str) -> bool:
     # Only 26-character strings reach the cache, so a hostile body cannot fill it with
     # megabyte-long keys.
     return len(text) == 26 and _ulid_verdict(text)
@@ -325,7 +324,7 @@ def check_envelope(body: dict[str, Any]) -> str | None:
     run = body.get("run")
     if type(run) is not str:
         return "record body has no string 'run' member"
-    if not _is_canonical_ulid(run):
+    if not is_canonical_ulid(run):
         return f"record body's 'run' member {run[:40]!r} is not a bare upper-case ULID"
     kind = body.get("kind")
     if type(kind) is not str or not kind:
@@ -338,11 +337,11 @@ def check_envelope(body: dict[str, Any]) -> str | None:
         return "record body has no integer 'v' member in 0..65535"
     if "case" in body:
         case = body["case"]
-        if type(case) is not str or not _is_canonical_ulid(case):
+        if type(case) is not str or not is_canonical_ulid(case):
             return "record body's 'case' member is not a bare upper-case ULID"
     if "effect_key" in body:
         key = body["effect_key"]
-        if type(key) is not str or not _LOWER_HEX64.fullmatch(key):
+        if type(key) is not str or not LOWER_HEX64.fullmatch(key):
             return "record body's 'effect_key' member is not 64 lower-case hex digits"
     if "step" in body:
         step = body["step"]

@@ -28,16 +28,16 @@ from sqlalchemy import (
 )
 
 from agentplane_journal.core.canon import MAX_DEPTH
+from agentplane_journal.core.checks import MAX_I64 as _I64_MAX
+from agentplane_journal.core.checks import MAX_U16 as _U16_MAX
+from agentplane_journal.core.checks import MAX_U32 as _U32_MAX
 from agentplane_journal.core.ids import PHASES, Digest, RunId
 from agentplane_journal.core.record import (
-    _DECODER,
-    _I64_MAX,
-    _LOWER_HEX64,
-    _U16_MAX,
-    _U32_MAX,
+    JSON_DECODER,
+    LOWER_HEX64,
     Attestation,
     Record,
-    _is_canonical_ulid,
+    is_canonical_ulid,
     stored_record,
 )
 from agentplane_journal.db.dialect import Dialect
@@ -331,7 +331,7 @@ _DEEP_BYTES = 2 * (MAX_DEPTH + 2)
 #: The last ``(run_id column, body run member)`` pair found canonical and equal.
 _known_run: tuple[Any, Any] = (_ABSENT, _ABSENT)
 _sha256 = hashlib.sha256
-_scan = _DECODER.scan_once  # what raw_decode calls, without its Python frame
+_scan = JSON_DECODER.scan_once  # what raw_decode calls, without its Python frame
 _new_digest = object.__new__
 _set_digest = Digest.__mro__[1].__dict__["_bytes"].__set__  # the slot Digest._trusted sets
 
@@ -383,7 +383,7 @@ def _plain_record(row: Any, prev: Digest | None) -> Record | None:
         return None
     member = get("run")
     if member != _known_run[1] or run_id != _known_run[0]:
-        if type(member) is not str or run_id != "run_" + member or not _is_canonical_ulid(member):
+        if type(member) is not str or run_id != "run_" + member or not is_canonical_ulid(member):
             return None
         _known_run = (run_id, member)  # a run's records all repeat it: check it once
     member = get("kind")
@@ -402,7 +402,7 @@ def _plain_record(row: Any, prev: Digest | None) -> Record | None:
     elif (
         type(member) is not str
         or case_id != "case_" + member
-        or not _is_canonical_ulid(member)
+        or not is_canonical_ulid(member)
         or member.encode() not in raw
     ):
         return None
@@ -410,7 +410,7 @@ def _plain_record(row: Any, prev: Digest | None) -> Record | None:
     if member is _ABSENT:
         if effect_key is not None:
             return None
-    elif type(member) is not str or member != effect_key or not _LOWER_HEX64.fullmatch(member):
+    elif type(member) is not str or member != effect_key or not LOWER_HEX64.fullmatch(member):
         return None
     member = get("step", _ABSENT)
     if member is not _ABSENT and (type(member) is not int or not 0 <= member <= _U32_MAX):

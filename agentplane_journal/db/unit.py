@@ -90,14 +90,14 @@ class _Shared:
     writer: Any = None
 
 
-class _Rollback(Exception):
+class Rollback(Exception):
     """Internal: end a unit of work without committing, returning ``value``."""
 
     def __init__(self, value: object) -> None:
         self.value = value
 
 
-class _Passthrough(Exception):
+class Passthrough(Exception):
     """Internal: carries a caller's exception (``append_atomic``'s work) to re-raise as is."""
 
     def __init__(self, error: BaseException) -> None:
@@ -252,7 +252,7 @@ class Repository:
     ) -> T:
         """Run ``fn`` in one transaction and commit it, translating driver errors once, here.
 
-        ``fn`` may raise ``_Rollback(value)`` to end without committing and return ``value``.
+        ``fn`` may raise ``Rollback(value)`` to end without committing and return ``value``.
         A read-only unit goes to the read engine (a replica, possibly behind) when there is
         one, unless ``primary``: a read whose answer a writer acts on must see the latest
         commit. (The fence, the head and the log counter of a write are read inside the write
@@ -273,7 +273,7 @@ class Repository:
                 await session.connection(execution_options={WRITE_TRANSACTION: True})
             try:
                 result = await fn(session)
-            except _Rollback as rollback:
+            except Rollback as rollback:
                 await session.rollback()
                 return rollback.value  # type: ignore[return-value]
             await session.flush()  # a failing flush is a statement error, not an unknown commit
@@ -328,7 +328,7 @@ class Repository:
             try:
                 async with self._schema_for(session, ours=True):
                     result = await fn(session)
-            except _Rollback as rollback:
+            except Rollback as rollback:
                 if savepoint is not None:
                     await savepoint.rollback()
                 return rollback.value  # type: ignore[return-value]
@@ -352,7 +352,7 @@ class Repository:
         database or a pool with no connection free :class:`BackendError`, anything else as
         it is."""
         await _quiet_rollback(undo)
-        if isinstance(exc, _Passthrough):
+        if isinstance(exc, Passthrough):
             raise exc.error from None
         if committing and isinstance(exc, Exception) and self._dialect.commit_in_doubt(exc):
             raise CommitUnknownError(describe(exc)) from exc

@@ -36,7 +36,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 from agentplane_journal.backends import dispatch
 from agentplane_journal.backends.head_cache import HeadCache
 from agentplane_journal.core.append import EFFECT_STARTED, RUN_SEALED, Append
-from agentplane_journal.core.batch import COLUMNS, fenced, seal_batch
+from agentplane_journal.core.batch import COLUMNS, chain_batch, fenced
 from agentplane_journal.core.checks import (
     check_int,
     check_key_id,
@@ -55,7 +55,7 @@ from agentplane_journal.db.statements import (
     stored_int,
     stored_text,
 )
-from agentplane_journal.db.unit import TransactionAnchor, _Passthrough, _Rollback
+from agentplane_journal.db.unit import Passthrough, Rollback, TransactionAnchor
 from agentplane_journal.errors import (
     DuplicateEffectError,
     RunSealedError,
@@ -64,9 +64,6 @@ from agentplane_journal.errors import (
 from agentplane_journal.journal.audits import AuditReads
 from agentplane_journal.journal.leases import RunControl
 from agentplane_journal.journal.log import TenantLog
-from agentplane_journal.journal.reads import (
-    STREAM_PAGE as STREAM_PAGE,  # where it was defined before reads.py
-)
 from agentplane_journal.journal.reads import RunReads
 
 __all__ = ["MAX_INSERT_ROWS", "SqlJournalStore"]
@@ -295,7 +292,7 @@ class SqlJournalStore(RunReads, AuditReads, RunControl):
                 seen.add(item.effect_key)
 
         tenant, run_id = self.tenant, str(run)
-        records, row_tuples, conclusion = seal_batch(
+        records, row_tuples, conclusion = chain_batch(
             tenant, run_id, epoch, state.head_seq, state.head_hash, batch, self._signer
         )
         rows = [dict(zip(COLUMNS, row, strict=True)) for row in row_tuples]
@@ -398,12 +395,12 @@ class SqlJournalStore(RunReads, AuditReads, RunControl):
                     returned = await work(session)
                 items, batch_run = self._check_batch(returned if returned is not None else [])
             except Exception as error:
-                raise _Passthrough(error) from None
+                raise Passthrough(error) from None
             if not await anchor.intact(session):
                 # work committed, rolled back or closed: the mutex and the fence are gone.
-                raise _Passthrough(TransactionEndedError(run))
+                raise Passthrough(TransactionEndedError(run))
             if batch_run is not None and batch_run != run:
-                raise _Passthrough(
+                raise Passthrough(
                     ValueError(f"work returned appends for {batch_run}, but the unit is for {run}")
                 )
             await session.flush()
@@ -430,7 +427,7 @@ class SqlJournalStore(RunReads, AuditReads, RunControl):
         async def unit(session: AsyncSession) -> Digest:
             state = await self._lock_run(session, run, epoch)
             if state.sealed_head is not None:
-                raise _Rollback(digest(state.sealed_head, state.head_seq))
+                raise Rollback(digest(state.sealed_head, state.head_seq))
             leaf = (str(run), bytes(state.head_hash), self._now(), outcome)
             await self._log.append(session, [leaf])
             return state.head_hash

@@ -233,17 +233,19 @@ class Outcome:
 
     written: bool
     error: Exception | None = None  # fenced, sealed or a started effect: the contract's answer
-    retry: bool = False  # contended, or the known head is not the head: a general unit
+    general: bool = False  # contended, or the known head is not the head: a general unit
 
 
 WRITTEN = Outcome(True)
-RETRY = Outcome(False, retry=True)
+#: Nothing written, and nothing to answer yet: the append goes to the general unit of work
+#: (the writer's :data:`~agentplane_journal.backends.postgresql.writer.GENERAL`).
+GENERAL = Outcome(False, general=True)
 
 
 def one_outcome(run: RunId, epoch: int, row: Any) -> Outcome:
     """:data:`ONE`'s answer (``None``: the run had no activity row yet)."""
     if row is None or not row["fresh"]:
-        return RETRY  # no activity row yet, or another writer moved it
+        return GENERAL  # no activity row yet, or another writer moved it
     if row["written"]:
         return WRITTEN
     error = fenced(run, epoch, row["lease_epoch"], row["lease_owner"])
@@ -251,18 +253,18 @@ def one_outcome(run: RunId, epoch: int, row: Any) -> Outcome:
         return Outcome(False, error=error)
     if row["sealed_outcome"] is not None:
         return Outcome(False, error=RunSealedError(run, row["sealed_outcome"]))
-    return RETRY
+    return GENERAL
 
 
 def group_outcome(run: RunId, epoch: int, row: Any) -> Outcome:
     """One row of :data:`MANY`'s answer: the same verdicts, and a started effect key."""
     outcome = one_outcome(run, epoch, row if row["fresh"] else None)
-    if outcome.retry and row["fresh"] and row["started"] is not None:
+    if outcome.general and row["fresh"] and row["started"] is not None:
         started = row["started"]
         try:
             key = EffectKey.from_hex(started)
         except (TypeError, ValueError):
-            return RETRY  # not a key we wrote: the general path reads and judges the row
+            return GENERAL  # not a key we wrote: the general path reads and judges the row
         return Outcome(False, error=DuplicateEffectError(key))
     return outcome
 

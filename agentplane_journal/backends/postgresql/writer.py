@@ -40,7 +40,7 @@ from agentplane_journal.backends.head_cache import HeadCache
 from agentplane_journal.backends.postgresql import sql as _pgsql
 from agentplane_journal.backends.writer import General
 from agentplane_journal.core.append import Append
-from agentplane_journal.core.batch import seal_batch
+from agentplane_journal.core.batch import chain_batch
 from agentplane_journal.core.ids import Digest, EffectKey, RunId
 from agentplane_journal.core.record import Record
 from agentplane_journal.core.signing import Signer
@@ -141,7 +141,7 @@ class Writer:
         if head is None or not self.usable:
             records = await general()
         else:
-            chained, rows, _ = seal_batch(tenant, run_id, epoch, head[0], head[1], items, signer)
+            chained, rows, _ = chain_batch(tenant, run_id, epoch, head[0], head[1], items, signer)
             future = asyncio.get_running_loop().create_future()
             answer = await self.submit(
                 Request(tenant, run, epoch, now, head, chained, rows, keys, future)

@@ -42,7 +42,7 @@ from agentplane_journal.backends import pool_share as _pool
 from agentplane_journal.backends.head_cache import HeadCache
 from agentplane_journal.backends.writer import General
 from agentplane_journal.core.append import EFFECT_STARTED, Append
-from agentplane_journal.core.batch import COLUMNS, fenced, seal_batch
+from agentplane_journal.core.batch import COLUMNS, chain_batch, fenced
 from agentplane_journal.core.ids import Digest, EffectKey, RunId
 from agentplane_journal.core.record import Record
 from agentplane_journal.core.signing import Signer
@@ -149,7 +149,7 @@ def _append_in(conn: sqlite3.Connection, r: _Request) -> list[Record]:
         else:
             head = record_from_row(last)
             head_seq, head_hash = head.seq, head.hash
-        records, rows, _ = seal_batch(
+        records, rows, _ = chain_batch(
             tenant, run_id, r.epoch, head_seq, head_hash, r.items, r.signer
         )
     try:
@@ -376,7 +376,7 @@ class Writer:
         known = heads.get(tenant, run_id)
         sealed = None
         if known is not None:
-            sealed = seal_batch(tenant, run_id, epoch, known[0], known[1], items, signer)[:2]
+            sealed = chain_batch(tenant, run_id, epoch, known[0], known[1], items, signer)[:2]
         request = _Request(
             tenant,
             run,
