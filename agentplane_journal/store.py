@@ -33,7 +33,7 @@ from typing import Any
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
-from . import fastpath, pgpath, sqlitepath
+from . import fastpath, pgpath, selfwait, sqlitepath
 from ._batch import COLUMNS, EFFECT_STARTED, RUN_SEALED, fenced, seal_batch
 from .audit_reads import AuditReads, RunRead
 from .contracts import JournalStore
@@ -229,6 +229,8 @@ class SqlJournalStore(RunReads, AuditReads, RunControl):
         # ORM's statement handling, which the append path does not need.
         conn = await session.connection()
         await conn.execute(statements.run_mutex, params)
+        if conn.sync_connection is not None:  # so that this task never waits on it itself
+            selfwait.hold(conn.sync_connection, self.tenant, str(run))
         # A later statement than the lock, so a fresh snapshot that sees the previous
         # writer's commit; see ``_HotStatements.run_state``.
         row = (await conn.execute(statements.run_state, params)).one()
@@ -358,8 +360,9 @@ class SqlJournalStore(RunReads, AuditReads, RunControl):
             return await self._unit(work, session=session)
 
         async def general() -> list[Record]:
-            return await self._unit(work)
+            return await self._unit(work, run=run)
 
+        self._refuse_own_wait(run)
         # One round trip on PostgreSQL, one thread hop on SQLite; `general` when it cannot.
         return await fastpath.append(self, run, epoch, items, general)
 
@@ -404,7 +407,7 @@ class SqlJournalStore(RunReads, AuditReads, RunControl):
             await session.flush()
             return await self._write_batch(session, run, epoch, state, items)
 
-        return await self._unit(unit, session=session)
+        return await self._unit(unit, session=session, run=run)
 
     # -- sealing and the log -----------------------------------------------------------
 
@@ -429,4 +432,4 @@ class SqlJournalStore(RunReads, AuditReads, RunControl):
             await self._log.append(session, [leaf])
             return state.head_hash
 
-        return await self._unit(unit, session=session)
+        return await self._unit(unit, session=session, run=run)
