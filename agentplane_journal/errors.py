@@ -181,7 +181,9 @@ class SchemaConflictError(StoreError):
     is never half-adopted (and no version row claims a schema that is not there).
     """
 
-    def __init__(self, table: str, schema: str, columns: list[str], dialect: str) -> None:
+    def __init__(
+        self, table: str, schema: str, columns: list[str], dialect: str, *, model: bool = False
+    ) -> None:
         self.table = table
         self.schema = schema
         self.columns = list(columns)
@@ -191,10 +193,17 @@ class SchemaConflictError(StoreError):
             if dialect == "postgresql"
             else "give the journal a database file of its own or rename your table"
         )
-        super().__init__(
-            f"table {table!r} already exists in schema {schema!r} and is not the journal's "
-            f"(its columns: {', '.join(columns)}); nothing was created: {way_out}"
-        )
+        if model:  # the host's Alembic metadata, before anything ran
+            said = (
+                f"your model's table {table!r} in schema {schema!r} is where the journal's "
+                f"table of that name lives: your autogenerate could not tell them apart"
+            )
+        else:
+            said = (
+                f"table {table!r} already exists in schema {schema!r} and is not the "
+                f"journal's (its columns: {', '.join(columns)}); nothing was created"
+            )
+        super().__init__(f"{said}: {way_out}")
 
 
 class BackendError(StoreError):

@@ -302,3 +302,61 @@ def test_alembic_init_is_the_one_this_test_ran(tmp_path: Path) -> None:
     env = (tmp_path / "m" / "env.py").read_text()
     assert "async_engine_from_config" in env and "await connection.run_sync" in env
     assert "commit" not in env  # the template never commits: why the journal commits itself
+
+
+CLASHING_MODEL = '''
+
+class Ledger(Base):
+    """The shop's own table that happens to have the journal's name."""
+
+    __tablename__ = "journal"
+    __table_args__ = {"schema": None}
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    entry: Mapped[str] = mapped_column(Text, nullable=False)
+'''
+
+
+async def test_a_host_model_where_a_journal_table_lives_is_refused_loudly(
+    tmp_path: Path, url: str
+) -> None:
+    """Same name, same schema: not silently left out of the host's autogenerate."""
+    root = make_host(tmp_path / "shop", url)
+    host(root, "upgrade", "head")  # the shop before it takes the journal and a `journal`
+    (root / "shop" / "models.py").write_text(HOST_MODELS.lstrip() + CLASHING_MODEL)
+    add_journal(root)
+    for args in (("check",), ("revision", "--autogenerate", "-m", "ledger"), ("upgrade", "head")):
+        result = run_alembic(*args, cwd=root)
+        assert result.returncode != 0, output(result)
+        assert "SchemaConflictError" in result.stderr, output(result)
+        assert "your model's table 'journal'" in result.stderr, output(result)
+    assert await _journal_state(url) == (set(), None)
+
+
+@pytest.mark.postgres
+async def test_postgresql_a_host_table_of_our_name_in_another_schema_is_seen(
+    tmp_path: Path, pg_database: Callable[..., str]
+) -> None:
+    """The journal in schema `journal`, the host's own `journal` in `public`: the host's
+    autogenerate and `alembic check` see the host's table (they used to hide it by name)."""
+    url = pg_database(migrated=False)
+    root = make_host(tmp_path / "shop", url)
+    (root / "shop" / "models.py").write_text(HOST_MODELS.lstrip() + CLASHING_MODEL)
+    add_journal(root, schema="journal")
+    host(root, "upgrade", "head")  # the host's revisions, and the journal in its schema
+    result = run_alembic("check", cwd=root)
+    assert result.returncode != 0 and "add_table" in output(result), output(result)
+    assert "journal" in output(result)
+    host(root, "revision", "--autogenerate", "-m", "ledger")
+    [script] = (root / "migrations" / "versions").glob("*ledger*.py")
+    assert "op.create_table('journal'" in script.read_text() or 'op.create_table("journal"' in (
+        script.read_text()
+    )
+    host(root, "upgrade", "head")
+    assert "No new upgrade operations detected" in host(root, "check")
+    rows = await query(
+        url,
+        "SELECT table_schema FROM information_schema.tables WHERE table_name = 'journal' "
+        "ORDER BY 1",
+    )
+    assert rows == [("journal",), ("public",)]
