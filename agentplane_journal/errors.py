@@ -153,11 +153,27 @@ class SchemaOutOfDateError(StoreError):
     newer version of the package migrated it, and the fix is upgrading the package.
     """
 
-    def __init__(self, current: str | None, expected: str, *, newer: bool = False) -> None:
+    def __init__(
+        self,
+        current: str | None,
+        expected: str,
+        *,
+        newer: bool = False,
+        elsewhere: list[str] | None = None,
+    ) -> None:
         self.current = current
         self.expected = expected
         self.newer = newer
-        if newer:
+        #: Other PostgreSQL schemas that hold a journal (a forgotten ``schema=``).
+        self.elsewhere = list(elsewhere or [])
+        if self.elsewhere:
+            names = ", ".join(self.elsewhere)
+            message = (
+                f"no journal in this schema, but there is one in schema {names}: pass "
+                f"`--schema {self.elsewhere[0]}` (schema={self.elsewhere[0]!r} to the stores and "
+                "migrations); running `upgrade` here would create a second, empty journal"
+            )
+        elif newer:
             message = (
                 f"the database is at revision {current}, newer than this version of "
                 f"agentplane_journal knows (it needs revision {expected}): a newer version "

@@ -28,7 +28,7 @@ import alembic.op
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import inspect, literal, pool, select
+from sqlalchemy import inspect, literal, pool, select, text
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.schema import CreateSchema
@@ -357,7 +357,25 @@ async def check_revision(connection: AsyncConnection, *, schema: str | None = No
     current = await connection.run_sync(_current, schema)
     if current != HEAD_REVISION:
         newer = current is not None and current not in known_revisions()
-        raise SchemaOutOfDateError(current, HEAD_REVISION, newer=newer)
+        elsewhere = (
+            await connection.run_sync(_journals_elsewhere, schema) if current is None else []
+        )
+        raise SchemaOutOfDateError(current, HEAD_REVISION, newer=newer, elsewhere=elsewhere)
+
+
+def _journals_elsewhere(connection: Connection, schema: str | None) -> list[str]:
+    """PostgreSQL: the other schemas holding our version table (a forgotten ``--schema``,
+    whose "never migrated, run upgrade" would create a second, empty journal)."""
+    if connection.dialect.name != "postgresql":
+        return []
+    rows = connection.execute(
+        text(
+            "SELECT table_schema FROM information_schema.tables WHERE table_name = :table "
+            "AND table_schema <> coalesce(CAST(:schema AS text), current_schema()) ORDER BY 1"
+        ),
+        {"table": VERSION_TABLE, "schema": schema},
+    )
+    return [row[0] for row in rows]
 
 
 @cache

@@ -238,9 +238,14 @@ async def test_the_command_line_works_in_the_schema(pg_url: str) -> None:
         result = await acli(*args, "--url", pg_url, "--schema", SCHEMA)
         assert result.returncode == 0, (args, result.stderr)
     assert str(run) in (await acli("runs", "--url", pg_url, "--schema", SCHEMA)).stdout
-    # Without --schema the command looks in the default schema, and says it is not there.
+    # Without --schema the command looks in the default schema, finds no journal there, and
+    # names the schema that has one (not "run upgrade": that would make a second, empty one).
     missing = await acli("runs", "--url", pg_url)
-    assert missing.returncode == 2 and "never been migrated" in missing.stderr
+    assert missing.returncode == 2 and f"pass `--schema {SCHEMA}`" in missing.stderr
+    assert "upgrade` here would create a second, empty journal" in missing.stderr
+    with pytest.raises(SchemaOutOfDateError, match=f"schema={SCHEMA!r}") as caught:
+        await SqlJournalStore.connect(pg_url)
+    assert caught.value.elsewhere == [SCHEMA]
     bad = await acli("runs", "--url", pg_url, "--schema", "Robert'); DROP")
     assert bad.returncode == 2 and "not a plain PostgreSQL schema name" in bad.stderr
 
