@@ -90,7 +90,14 @@ def run_journal_migrations(
     if command == _UPGRADE:
         upgrade_connection(connection, schema=schema, join_transaction=join_transaction)
     elif destination == "base":
-        downgrade_connection(connection, "base", schema=schema, join_transaction=join_transaction)
+        said = str(env.get_x_argument(as_dictionary=True).get("drop_records", "")).lower()
+        downgrade_connection(
+            connection,
+            "base",
+            schema=schema,
+            join_transaction=join_transaction,
+            drop_records=said in ("1", "yes", "true"),
+        )
 
 
 # -- autogenerate filters ---------------------------------------------------------------

@@ -29,7 +29,13 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agentplane_journal.engine import async_url, create_engine
-from agentplane_journal.migrate import SCHEMA_OPTION, include_name, include_object, prepare
+from agentplane_journal.migrate import (
+    DROP_RECORDS_OPTION,
+    SCHEMA_OPTION,
+    include_name,
+    include_object,
+    prepare,
+)
 from agentplane_journal.models import VERSION_TABLE, metadata
 
 config = context.config
@@ -61,6 +67,7 @@ def _configure(**kwargs: object) -> None:
         compare_server_default=True,
         render_as_batch=True,
         **{SCHEMA_OPTION: SCHEMA},
+        **{DROP_RECORDS_OPTION: bool(config.attributes.get("drop_records"))},
         **kwargs,
     )
 

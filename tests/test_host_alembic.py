@@ -237,8 +237,13 @@ async def test_the_hosts_env_adopts_the_journal_only_on_upgrade_and_commits_it(
     host(root, "downgrade", REV_1)
     assert await _journal_state(url) == (set(TABLE_NAMES), HEAD_REVISION)
     assert await query(url, "SELECT count(*) FROM journal") == [(2,)]
-    # ... `downgrade base` takes the whole database down, and `upgrade head` brings it back.
-    host(root, "downgrade", "base")
+    # ... `downgrade base` would drop the journal's records: refused, nothing dropped ...
+    refused = run_alembic("downgrade", "base", cwd=root)
+    assert refused.returncode != 0 and "the journal holds records" in refused.stderr
+    assert await _journal_state(url) == (set(TABLE_NAMES), HEAD_REVISION)
+    assert await query(url, "SELECT version_num FROM alembic_version") == [(REV_1,)]
+    # ... and when told, takes the whole database down; `upgrade head` brings it back.
+    host(root, "-x", "drop_records=yes", "downgrade", "base")
     # (as Alembic leaves them: both version tables, empty)
     assert await table_names(url) == {"alembic_version", VERSION_TABLE}
     assert await current_revision(url) is None

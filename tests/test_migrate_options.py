@@ -162,7 +162,13 @@ async def test_the_journal_in_its_own_schema_leaves_the_default_schema_untouched
     engine = create_async_engine(pg_url, poolclass=pool.NullPool)
     try:
         async with engine.connect() as conn:
-            await conn.run_sync(lambda c: downgrade_connection(c, "base", schema=SCHEMA))
+            with pytest.raises(ValueError, match="the journal holds records"):
+                await conn.run_sync(lambda c: downgrade_connection(c, "base", schema=SCHEMA))
+        assert "journal" in await tables_in(pg_url, SCHEMA)
+        async with engine.connect() as conn:
+            await conn.run_sync(
+                lambda c: downgrade_connection(c, "base", schema=SCHEMA, drop_records=True)
+            )
     finally:
         await engine.dispose()
     assert await tables_in(pg_url, SCHEMA) == {VERSION_TABLE}
