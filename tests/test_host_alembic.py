@@ -15,7 +15,8 @@ README test checks it shows these very lines), and:
 * a host downgrade to one of its own revisions leaves the journal; ``downgrade base``
   takes everything down, and ``upgrade head`` brings everything back.
 
-And the alternative: our versions folder in the host's ``version_locations``.
+And the no-longer-documented alternative (our versions folder in the host's
+``version_locations``): databases set up that way keep working.
 """
 
 from __future__ import annotations
@@ -269,7 +270,8 @@ async def test_a_pending_journal_migration_is_not_applied_by_current_or_check(
 async def test_the_hosts_version_locations_can_carry_our_revisions_instead(
     tmp_path: Path, url: str
 ) -> None:
-    """The alternative: our revisions in the host's own history (`alembic upgrade heads`)."""
+    """Our revisions in the host's own history (`alembic upgrade heads`): no longer
+    documented (two heads, site-packages paths), but databases set up so keep working."""
     root = make_host(tmp_path / "shop", url)
     # Only the autogenerate filters in env.py, and our folder in version_locations.
     _edit(root / "migrations" / "env.py", [ADDITIONS[0], ADDITIONS[2]])
