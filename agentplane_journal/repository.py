@@ -488,7 +488,13 @@ def describe(exc: BaseException) -> str:
     """One line naming the driver error and its SQLSTATE, for error messages: of a
     SQLAlchemy ``DBAPIError`` (its driver's exception) or of a driver's own exception."""
     driver = getattr(exc, "orig", None) or exc
-    code = getattr(getattr(exc, "driver_exception", exc), "sqlstate", None)
+    # SQLAlchemy 2.1 hands the driver's exception over as ``driver_exception``; 2.0 keeps
+    # the SQLSTATE on its adapted ``orig`` (or on the driver's exception as its cause).
+    code = None
+    for source in (getattr(exc, "driver_exception", None), driver, driver.__cause__, exc):
+        code = getattr(source, "sqlstate", None)
+        if code:
+            break
     text = str(driver).strip().splitlines()[0] if str(driver).strip() else type(driver).__name__
     return f"{type(driver).__name__}{f' [{code}]' if code else ''}: {text}"
 

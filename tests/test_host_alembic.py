@@ -21,6 +21,7 @@ And the no-longer-documented alternative (our versions folder in the host's
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -278,16 +279,16 @@ async def test_the_hosts_version_locations_can_carry_our_revisions_instead(
     _edit(root / "migrations" / "env.py", [("    run_journal_migrations(context)\n", "")])
     ours = versions_location()
     assert " " not in str(ours)
-    _edit(
-        root / "alembic.ini",
-        [
-            ("path_separator = os\n", "path_separator = space\n"),
-            (
-                "# version_locations = %(here)s/bar:%(here)s/bat:%(here)s/alembic/versions\n",
-                f"version_locations = %(here)s/migrations/versions {ours}\n",
-            ),
-        ],
+    # (Alembic >= 1.16 says `path_separator`, older ones `version_path_separator`.)
+    ini = root / "alembic.ini"
+    text = re.sub(r"(?m)^((?:version_)?path_separator) = os\b.*$", r"\1 = space", ini.read_text())
+    text, found = re.subn(
+        r"(?m)^# version_locations = .*$",
+        f"version_locations = %(here)s/migrations/versions {ours}",
+        text,
     )
+    assert found == 1 and "path_separator = space" in text, text
+    ini.write_text(text)
     heads = host(root, "heads")
     assert REV_2 in heads and HEAD_REVISION in heads
     host(root, "upgrade", "heads")
