@@ -153,11 +153,27 @@ class SchemaOutOfDateError(StoreError):
     newer version of the package migrated it, and the fix is upgrading the package.
     """
 
-    def __init__(self, current: str | None, expected: str, *, newer: bool = False) -> None:
+    def __init__(
+        self,
+        current: str | None,
+        expected: str,
+        *,
+        newer: bool = False,
+        elsewhere: list[str] | None = None,
+    ) -> None:
         self.current = current
         self.expected = expected
         self.newer = newer
-        if newer:
+        #: Other PostgreSQL schemas that hold a journal (a forgotten ``schema=``).
+        self.elsewhere = list(elsewhere or [])
+        if self.elsewhere:
+            names = ", ".join(self.elsewhere)
+            message = (
+                f"no journal in this schema, but there is one in schema {names}: pass "
+                f"`--schema {self.elsewhere[0]}` (schema={self.elsewhere[0]!r} to the stores and "
+                "migrations); running `upgrade` here would create a second, empty journal"
+            )
+        elif newer:
             message = (
                 f"the database is at revision {current}, newer than this version of "
                 f"agentplane_journal knows (it needs revision {expected}): a newer version "
@@ -181,7 +197,9 @@ class SchemaConflictError(StoreError):
     is never half-adopted (and no version row claims a schema that is not there).
     """
 
-    def __init__(self, table: str, schema: str, columns: list[str], dialect: str) -> None:
+    def __init__(
+        self, table: str, schema: str, columns: list[str], dialect: str, *, model: bool = False
+    ) -> None:
         self.table = table
         self.schema = schema
         self.columns = list(columns)
@@ -191,10 +209,17 @@ class SchemaConflictError(StoreError):
             if dialect == "postgresql"
             else "give the journal a database file of its own or rename your table"
         )
-        super().__init__(
-            f"table {table!r} already exists in schema {schema!r} and is not the journal's "
-            f"(its columns: {', '.join(columns)}); nothing was created: {way_out}"
-        )
+        if model:  # the host's Alembic metadata, before anything ran
+            said = (
+                f"your model's table {table!r} in schema {schema!r} is where the journal's "
+                f"table of that name lives: your autogenerate could not tell them apart"
+            )
+        else:
+            said = (
+                f"table {table!r} already exists in schema {schema!r} and is not the "
+                f"journal's (its columns: {', '.join(columns)}); nothing was created"
+            )
+        super().__init__(f"{said}: {way_out}")
 
 
 class BackendError(StoreError):

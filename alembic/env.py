@@ -30,7 +30,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agentplane_journal.db.engine import async_url, create_engine
 from agentplane_journal.db.models import VERSION_TABLE, metadata
-from agentplane_journal.migrations.commands import SCHEMA_OPTION, prepare
+from agentplane_journal.migrations.commands import DROP_RECORDS_OPTION, SCHEMA_OPTION, prepare
 from agentplane_journal.migrations.host import include_name, include_object
 
 config = context.config
@@ -62,6 +62,7 @@ def _configure(**kwargs: object) -> None:
         compare_server_default=True,
         render_as_batch=True,
         **{SCHEMA_OPTION: SCHEMA},
+        **{DROP_RECORDS_OPTION: bool(config.attributes.get("drop_records"))},
         **kwargs,
     )
 

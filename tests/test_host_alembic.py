@@ -15,11 +15,13 @@ test in test_readme.py checks it shows these very lines), and:
 * a host downgrade to one of its own revisions leaves the journal; ``downgrade base``
   takes everything down, and ``upgrade head`` brings everything back.
 
-And the alternative: our versions folder in the host's ``version_locations``.
+And the no-longer-documented alternative (our versions folder in the host's
+``version_locations``): databases set up that way keep working.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -238,8 +240,13 @@ async def test_the_hosts_env_adopts_the_journal_only_on_upgrade_and_commits_it(
     host(root, "downgrade", REV_1)
     assert await _journal_state(url) == (set(TABLE_NAMES), HEAD_REVISION)
     assert await query(url, "SELECT count(*) FROM journal") == [(2,)]
-    # ... `downgrade base` takes the whole database down, and `upgrade head` brings it back.
-    host(root, "downgrade", "base")
+    # ... `downgrade base` would drop the journal's records: refused, nothing dropped ...
+    refused = run_alembic("downgrade", "base", cwd=root)
+    assert refused.returncode != 0 and "the journal holds records" in refused.stderr
+    assert await _journal_state(url) == (set(TABLE_NAMES), HEAD_REVISION)
+    assert await query(url, "SELECT version_num FROM alembic_version") == [(REV_1,)]
+    # ... and when told, takes the whole database down; `upgrade head` brings it back.
+    host(root, "-x", "drop_records=yes", "downgrade", "base")
     # (as Alembic leaves them: both version tables, empty)
     assert await table_names(url) == {"alembic_version", VERSION_TABLE}
     assert await current_revision(url) is None
@@ -265,23 +272,24 @@ async def test_a_pending_journal_migration_is_not_applied_by_current_or_check(
 async def test_the_hosts_version_locations_can_carry_our_revisions_instead(
     tmp_path: Path, url: str
 ) -> None:
-    """The alternative: our revisions in the host's own history (`alembic upgrade heads`)."""
+    """Our revisions in the host's own history (`alembic upgrade heads`): no longer
+    documented (two heads, site-packages paths), but databases set up so keep working."""
     root = make_host(tmp_path / "shop", url)
     # Only the autogenerate filters in env.py, and our folder in version_locations.
     _edit(root / "migrations" / "env.py", [ADDITIONS[0], ADDITIONS[2]])
     _edit(root / "migrations" / "env.py", [("    run_journal_migrations(context)\n", "")])
     ours = versions_location()
     assert " " not in str(ours)
-    _edit(
-        root / "alembic.ini",
-        [
-            ("path_separator = os\n", "path_separator = space\n"),
-            (
-                "# version_locations = %(here)s/bar:%(here)s/bat:%(here)s/alembic/versions\n",
-                f"version_locations = %(here)s/migrations/versions {ours}\n",
-            ),
-        ],
+    # (Alembic >= 1.16 says `path_separator`, older ones `version_path_separator`.)
+    ini = root / "alembic.ini"
+    text = re.sub(r"(?m)^((?:version_)?path_separator) = os\b.*$", r"\1 = space", ini.read_text())
+    text, found = re.subn(
+        r"(?m)^# version_locations = .*$",
+        f"version_locations = %(here)s/migrations/versions {ours}",
+        text,
     )
+    assert found == 1 and "path_separator = space" in text, text
+    ini.write_text(text)
     heads = host(root, "heads")
     assert REV_2 in heads and HEAD_REVISION in heads
     host(root, "upgrade", "heads")
@@ -303,3 +311,61 @@ def test_alembic_init_is_the_one_this_test_ran(tmp_path: Path) -> None:
     env = (tmp_path / "m" / "env.py").read_text()
     assert "async_engine_from_config" in env and "await connection.run_sync" in env
     assert "commit" not in env  # the template never commits: why the journal commits itself
+
+
+CLASHING_MODEL = '''
+
+class Ledger(Base):
+    """The shop's own table that happens to have the journal's name."""
+
+    __tablename__ = "journal"
+    __table_args__ = {"schema": None}
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    entry: Mapped[str] = mapped_column(Text, nullable=False)
+'''
+
+
+async def test_a_host_model_where_a_journal_table_lives_is_refused_loudly(
+    tmp_path: Path, url: str
+) -> None:
+    """Same name, same schema: not silently left out of the host's autogenerate."""
+    root = make_host(tmp_path / "shop", url)
+    host(root, "upgrade", "head")  # the shop before it takes the journal and a `journal`
+    (root / "shop" / "models.py").write_text(HOST_MODELS.lstrip() + CLASHING_MODEL)
+    add_journal(root)
+    for args in (("check",), ("revision", "--autogenerate", "-m", "ledger"), ("upgrade", "head")):
+        result = run_alembic(*args, cwd=root)
+        assert result.returncode != 0, output(result)
+        assert "SchemaConflictError" in result.stderr, output(result)
+        assert "your model's table 'journal'" in result.stderr, output(result)
+    assert await _journal_state(url) == (set(), None)
+
+
+@pytest.mark.postgres
+async def test_postgresql_a_host_table_of_our_name_in_another_schema_is_seen(
+    tmp_path: Path, pg_database: Callable[..., str]
+) -> None:
+    """The journal in schema `journal`, the host's own `journal` in `public`: the host's
+    autogenerate and `alembic check` see the host's table (they used to hide it by name)."""
+    url = pg_database(migrated=False)
+    root = make_host(tmp_path / "shop", url)
+    (root / "shop" / "models.py").write_text(HOST_MODELS.lstrip() + CLASHING_MODEL)
+    add_journal(root, schema="journal")
+    host(root, "upgrade", "head")  # the host's revisions, and the journal in its schema
+    result = run_alembic("check", cwd=root)
+    assert result.returncode != 0 and "add_table" in output(result), output(result)
+    assert "journal" in output(result)
+    host(root, "revision", "--autogenerate", "-m", "ledger")
+    [script] = (root / "migrations" / "versions").glob("*ledger*.py")
+    assert "op.create_table('journal'" in script.read_text() or 'op.create_table("journal"' in (
+        script.read_text()
+    )
+    host(root, "upgrade", "head")
+    assert "No new upgrade operations detected" in host(root, "check")
+    rows = await query(
+        url,
+        "SELECT table_schema FROM information_schema.tables WHERE table_name = 'journal' "
+        "ORDER BY 1",
+    )
+    assert rows == [("journal",), ("public",)]

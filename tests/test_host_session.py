@@ -576,3 +576,138 @@ async def test_sqlite_configuration_leaves_foreign_keys_as_the_host_has_them(
             assert (await conn.execute(text("PRAGMA synchronous"))).scalar() == 2  # FULL
     finally:
         await engine.dispose()
+
+
+# -- the ordinary handler: the host writes its row first, then appends --------------------
+
+
+def write_then_append(host: Host, run: RunId, epoch: int, number: str) -> Any:
+    async def handler(session: AsyncSession) -> Any:
+        session.add(Order(number=number, run_id=str(run)))
+        await session.flush()  # SQLite: a DEFERRED transaction that has now written
+        return await host.store.append(epoch, [note(run, f"order {number}")], session=session)
+
+    return handler
+
+
+async def test_a_handler_that_writes_its_row_first_then_appends_commits_both(host: Host) -> None:
+    run = RunId.generate()
+    lease = await host.store.acquire(run, "shop", 60)
+    written = await serve(host, write_then_append(host, run, lease.epoch, "W-1"))
+    assert [r.seq for r in written] == [1]
+    assert await host.orders(run) == ["W-1"]
+    assert await host.store.read(run) == written
+
+
+async def test_a_handler_that_writes_first_and_fails_drops_both(host: Host) -> None:
+    run = RunId.generate()
+    lease = await host.store.acquire(run, "shop", 60)
+    handler = write_then_append(host, run, lease.epoch, "W-2")
+
+    async def failing(session: AsyncSession) -> Any:
+        await handler(session)
+        raise RuntimeError("payment declined")
+
+    with pytest.raises(RuntimeError):
+        await serve(host, failing)
+    assert await host.orders(run) == []
+    assert await host.store.read(run) == []
+
+
+async def test_a_fenced_append_after_the_hosts_write_rolls_back_its_begin_block(
+    host: Host, clock: FakeClock
+) -> None:
+    run = RunId.generate()
+    old = await host.store.acquire(run, "old", 1)
+    clock.advance(5)
+    await host.store.acquire(run, "new", 60)
+    async with host.sessions() as session:
+        with pytest.raises(FencedError):
+            async with session.begin():
+                session.add(Order(number="W-3", run_id=str(run)))
+                await session.flush()
+                await host.store.append(old.epoch, [note(run)], session=session)
+    assert await host.orders(run) == []
+    assert await host.store.read(run) == []
+
+
+# -- a forgotten `session=`: an immediate answer instead of waiting on itself --------------
+
+
+async def test_sqlite_a_store_write_without_session_inside_the_tasks_own_write_is_refused_at_once(
+    sqlite_host: Host,
+) -> None:
+    host, run = sqlite_host, RunId.generate()
+    async with host.sessions() as session:
+        session.add(Order(number="S-1", run_id=str(run)))
+        await session.flush()  # this task now holds the write lock
+        for call in (
+            lambda: host.store.append(1, [note(run)]),
+            lambda: host.store.acquire(run, "web", 30),
+            lambda: host.store.append_atomic(run, 1, _nothing),
+        ):
+            started = asyncio.get_running_loop().time()
+            with pytest.raises(ValueError, match="session=session"):
+                await soon(call())
+            assert asyncio.get_running_loop().time() - started < 1
+        await host.store.append(1, [note(run)], session=session)  # the right way works
+        await session.commit()
+    assert await host.orders(run) == ["S-1"]
+    assert [r.seq for r in await host.store.read(run)] == [1]
+
+    async with host.sessions() as session:
+        await begin_write(session)  # holds the write lock from BEGIN
+        with pytest.raises(ValueError, match="session=session"):
+            await soon(host.store.append(1, [note(run)]))
+
+    # a transaction that only read holds no lock: the store's own transaction goes ahead
+    async with host.sessions() as session:
+        await session.execute(select(Order.id))
+        written = await soon(host.store.append(1, [note(run)]))
+        assert [r.seq for r in written] == [2]
+    # and once the write transaction ended, the task may write without session= again
+    assert [r.seq for r in await host.store.append(1, [note(run)])] == [3]
+
+
+async def _nothing(session: AsyncSession) -> list[Any]:
+    return []
+
+
+async def soon(call: Awaitable[Any]) -> Any:
+    """``call`` within 5 s, in this task (``asyncio.wait_for`` runs it in a new task on 3.11,
+    which has no transaction of its own open)."""
+    async with asyncio.timeout(5):
+        return await call
+
+
+async def test_postgresql_a_store_write_on_a_run_the_tasks_transaction_holds_is_refused(
+    pg_battery_url: str, clock: FakeClock
+) -> None:
+    engine = create_async_engine(pg_battery_url)
+    store = SqlJournalStore(engine, tenant=f"own{uuid.uuid4().hex[:8]}", clock=clock)
+    run, other = RunId.generate(), RunId.generate()
+    try:
+        async with AsyncSession(engine) as session:
+            await store.append(1, [admitted(run)], session=session)  # holds run's mutex
+            for call in (
+                lambda: store.append(1, [note(run)]),
+                lambda: store.append_atomic(run, 1, _nothing),
+                lambda: store.seal(run, 1, "succeeded"),
+            ):
+                with pytest.raises(ValueError, match="run mutex"):
+                    await soon(call())
+            # another run: legal, and committed in the store's own transaction
+            await soon(store.append(1, [admitted(other)]))
+            await session.rollback()
+        assert await store.read(run) == []
+        assert [r.seq for r in await store.read(other)] == [1]
+
+        # a refused (fenced) append took no mutex it still holds: no refusal afterwards
+        await store.acquire(run, "web", 60)
+        async with AsyncSession(engine) as session:
+            with pytest.raises(FencedError):
+                await store.append(99, [admitted(run)], session=session)
+            lease = await soon(store.acquire(run, "web", 60))
+            await soon(store.append(lease.epoch, [admitted(run)]))
+    finally:
+        await engine.dispose()

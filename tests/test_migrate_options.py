@@ -162,7 +162,13 @@ async def test_the_journal_in_its_own_schema_leaves_the_default_schema_untouched
     engine = create_async_engine(pg_url, poolclass=pool.NullPool)
     try:
         async with engine.connect() as conn:
-            await conn.run_sync(lambda c: downgrade_connection(c, "base", schema=SCHEMA))
+            with pytest.raises(ValueError, match="the journal holds records"):
+                await conn.run_sync(lambda c: downgrade_connection(c, "base", schema=SCHEMA))
+        assert "journal" in await tables_in(pg_url, SCHEMA)
+        async with engine.connect() as conn:
+            await conn.run_sync(
+                lambda c: downgrade_connection(c, "base", schema=SCHEMA, drop_records=True)
+            )
     finally:
         await engine.dispose()
     assert await tables_in(pg_url, SCHEMA) == {VERSION_TABLE}
@@ -238,9 +244,14 @@ async def test_the_command_line_works_in_the_schema(pg_url: str) -> None:
         result = await acli(*args, "--url", pg_url, "--schema", SCHEMA)
         assert result.returncode == 0, (args, result.stderr)
     assert str(run) in (await acli("runs", "--url", pg_url, "--schema", SCHEMA)).stdout
-    # Without --schema the command looks in the default schema, and says it is not there.
+    # Without --schema the command looks in the default schema, finds no journal there, and
+    # names the schema that has one (not "run upgrade": that would make a second, empty one).
     missing = await acli("runs", "--url", pg_url)
-    assert missing.returncode == 2 and "never been migrated" in missing.stderr
+    assert missing.returncode == 2 and f"pass `--schema {SCHEMA}`" in missing.stderr
+    assert "upgrade` here would create a second, empty journal" in missing.stderr
+    with pytest.raises(SchemaOutOfDateError, match=f"schema={SCHEMA!r}") as caught:
+        await SqlJournalStore.connect(pg_url)
+    assert caught.value.elsewhere == [SCHEMA]
     bad = await acli("runs", "--url", pg_url, "--schema", "Robert'); DROP")
     assert bad.returncode == 2 and "not a plain PostgreSQL schema name" in bad.stderr
 

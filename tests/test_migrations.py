@@ -41,6 +41,8 @@ from agentplane_journal.db.revision import HEAD_REVISION, KNOWN_REVISIONS
 from agentplane_journal.migrations import commands as migrate
 from agentplane_journal.migrations.commands import current_revision, known_revisions, upgrade
 
+from helpers import admitted
+
 OUR_TABLES = set(metadata.tables)
 SEQUENCES = {"run_log_position", "run_conclusion_ordinal"}
 
@@ -485,3 +487,21 @@ def test_every_table_the_package_owns_is_named_for_host_filters() -> None:
         "journal_counter",
         "log_tree",
     }
+
+
+async def test_downgrade_base_refuses_to_drop_a_journal_that_holds_records(
+    empty_url: str,
+) -> None:
+    alembic_ok("upgrade", "head", url=empty_url)
+    store = await SqlJournalStore.connect(empty_url)
+    try:
+        await store.append(1, [admitted(RunId.generate())])
+    finally:
+        await store.close()
+    refused = run_alembic("downgrade", "base", url=empty_url)
+    assert refused.returncode != 0 and "the journal holds records" in refused.stderr
+    assert "-x drop_records=yes" in refused.stderr
+    assert await table_names(empty_url) == OUR_TABLES | {VERSION_TABLE}
+    assert await _version_rows(empty_url) == [HEAD_REVISION]
+    alembic_ok("-x", "drop_records=yes", "downgrade", "base", url=empty_url)
+    assert await table_names(empty_url) == {VERSION_TABLE}

@@ -146,3 +146,35 @@ from agentplane_journal import RunId, SqlJournalStore
 store = asyncio.run(SqlJournalStore.connect(sys.argv[1]))
 asyncio.run(store.acquire(RunId.generate(), "web", 30))
 """
+
+
+def test_the_readme_host_snippets_type_check_under_mypy_strict(tmp_path: Path) -> None:
+    """The host's own code as the README writes it (models, app, the env.py with our lines,
+    the sync helper) passes ``mypy --strict``, as a host running mypy in CI would need."""
+    root = make_host(tmp_path / "shop", "sqlite+aiosqlite:///unused.db")
+    add_journal(root)
+    (root / "shop" / "models.py").write_text(block(INSIDE, "# shop/models.py"))
+    (root / "shop" / "app.py").write_text(block(INSIDE, "# shop/app.py"))
+    sync = block(HOST_GUIDE, "import asyncio\nimport threading")
+    (root / "shop" / "journal_sync.py").write_text(sync)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mypy",
+            "--strict",
+            "--no-incremental",
+            "--cache-dir",
+            str(tmp_path / "mypy-cache"),
+            "shop/models.py",
+            "shop/app.py",
+            "shop/journal_sync.py",
+            "migrations/env.py",
+        ],
+        cwd=root,
+        env={**os.environ, "MYPYPATH": str(root)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr

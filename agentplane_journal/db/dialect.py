@@ -22,6 +22,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 from sqlalchemy.sql.dml import Insert
 
+from agentplane_journal.db import selfwait
 from agentplane_journal.db.models import JournalCounter, RunOutcome, run_conclusion_ordinal
 
 __all__ = [
@@ -54,6 +55,8 @@ _CONFIGURED = "_agentplane_journal_configured"
 # In a pooled connection's ``info``: how its current transaction began ("immediate" or
 # "deferred"); cleared when the transaction ends.
 _BEGUN = "agentplane_journal_begun"
+# Beside it: the connection's sqlite3 ``total_changes`` when the transaction began.
+_CHANGES = "agentplane_journal_changes"
 
 
 class Dialect(Protocol):
@@ -248,12 +251,19 @@ class SqliteDialect:
             options = connection.get_execution_options()
             write = options.get(WRITE_TRANSACTION, False) and not options.get(READ_ONLY, False)
             connection.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
-            connection.info[_BEGUN] = "immediate" if write else "deferred"
+            info = connection.info
+            info[_BEGUN] = "immediate" if write else "deferred"
+            info[_CHANGES] = _total_changes(connection)
+            # Remembered for this task, so that a store call without ``session=`` made while
+            # this transaction holds the write lock is refused at once (selfwait.py).
+            selfwait.opened(connection, lambda: _holds_write_lock(info, connection))
 
         @event.listens_for(sync_engine, "commit")
         @event.listens_for(sync_engine, "rollback")
         def _on_end(connection: Any) -> None:
             connection.info.pop(_BEGUN, None)
+            connection.info.pop(_CHANGES, None)
+            connection.info.pop(selfwait.TOKEN, None)
 
         setattr(sync_engine, _CONFIGURED, True)
 
@@ -304,11 +314,43 @@ class SqliteDialect:
         return False
 
     def writable(self, conn: AsyncConnection) -> bool:
-        # A DEFERRED transaction that has already read holds a snapshot: its first write
-        # fails at once (SQLITE_BUSY_SNAPSHOT, or SQLITE_BUSY without waiting on
-        # busy_timeout) whenever another connection wrote or is writing. Only a transaction
-        # that took the write lock at BEGIN is safe under concurrency.
-        return bool(conn.sync_connection.info.get(_BEGUN) == "immediate")
+        # A DEFERRED transaction that has read but not written holds a snapshot and no
+        # lock: its first write fails at once (SQLITE_BUSY_SNAPSHOT, or SQLITE_BUSY without
+        # waiting on busy_timeout) whenever another connection wrote or is writing. A
+        # transaction that took the write lock is safe: at BEGIN (IMMEDIATE), or by a write
+        # of its own (the host's flush) that succeeded, which holds the lock to the end of
+        # the transaction (ROLLBACK TO a savepoint keeps it too).
+        sync = conn.sync_connection
+        assert sync is not None
+        return _holds_write_lock(sync.info, sync)
+
+
+def _total_changes(connection: Any) -> int | None:
+    """The sqlite3 connection's ``total_changes``: rows this connection has ever changed."""
+    try:
+        return int(connection.connection.driver_connection.total_changes)
+    except Exception:  # not aiosqlite's connection, or closed: no evidence of a write
+        return None
+
+
+def _holds_write_lock(info: Any, connection: Any) -> bool:
+    """Whether the SQLite transaction open on ``connection`` holds the write lock.
+
+    IMMEDIATE took it at BEGIN; otherwise a row this connection changed since BEGIN (sqlite3's
+    ``total_changes`` moved) proves a write statement succeeded in this transaction, which
+    takes the lock and keeps it to COMMIT/ROLLBACK. This is a lower bound: a write that
+    changed no row (or DDL) also took the lock but is not counted, so such a transaction is
+    refused as if it had only read, never the other way round. Probing with a write of our
+    own instead would fail under exactly the concurrency the refusal is about.
+    """
+    begun = info.get(_BEGUN)
+    if begun == "immediate":
+        return True
+    if begun != "deferred":
+        return False
+    start = info.get(_CHANGES)
+    now = _total_changes(connection)
+    return start is not None and now is not None and now > start
 
 
 # Stateless, so one of each: the repository caches statements per dialect object.

@@ -26,6 +26,7 @@ __all__ = [
     "check_revision",
     "check_schema",
     "current",
+    "journals_elsewhere",
     "schema_options",
 ]
 
@@ -91,4 +92,18 @@ async def check_revision(connection: AsyncConnection, *, schema: str | None = No
     found = await connection.run_sync(current, schema)
     if found != HEAD_REVISION:
         newer = found is not None and found not in KNOWN_REVISIONS
-        raise SchemaOutOfDateError(found, HEAD_REVISION, newer=newer)
+        elsewhere = await connection.run_sync(journals_elsewhere, schema) if found is None else []
+        raise SchemaOutOfDateError(found, HEAD_REVISION, newer=newer, elsewhere=elsewhere)
+
+
+def journals_elsewhere(connection: Connection, schema: str | None) -> list[str]:
+    """The other schemas holding our version table: a forgotten ``--schema``, whose "never
+    migrated, run upgrade" would create a second, empty journal. Asked of the inspector, so
+    a database without schemas (SQLite: only ``main``) simply has none elsewhere."""
+    inspector = inspect(connection)
+    here = schema or inspector.default_schema_name
+    return sorted(
+        name
+        for name in inspector.get_schema_names()
+        if name != here and inspector.has_table(VERSION_TABLE, schema=name)
+    )

@@ -34,6 +34,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from agentplane_journal.core.ids import DEFAULT_TENANT, validate_tenant
+from agentplane_journal.db import selfwait
 from agentplane_journal.db.dialect import (
     READ_ONLY,
     WRITE_TRANSACTION,
@@ -249,6 +250,7 @@ class Repository:
         primary: bool = False,
         translate: Callable[[DBAPIError], StoreError | None] | None = None,
         session: AsyncSession | None = None,
+        run: Any = None,
     ) -> T:
         """Run ``fn`` in one transaction and commit it, translating driver errors once, here.
 
@@ -259,9 +261,13 @@ class Repository:
         transaction itself, which is never read-only.)
         With ``session`` (the host's), ``fn`` runs in that session's transaction instead and
         nothing is committed: see :meth:`_host_unit`.
+        Without it, a write that would wait on a transaction this task holds open itself is
+        refused first (:meth:`_refuse_own_wait`; ``run``, when the unit takes a run mutex).
         """
         if session is not None:
             return await self._host_unit(session, fn, read_only=read_only, translate=translate)
+        if not read_only:
+            self._refuse_own_wait(run)
         await self._ready()
         shared = self._shared
         replica = read_only and not primary and shared.read_sessions is not None
@@ -322,6 +328,8 @@ class Repository:
             # Writes only: a read changes nothing to undo, and the two statements cost a
             # host-session write a tenth to a fifth of its time (bench/session.py, README).
             savepoint = None if read_only else await session.begin_nested()
+            sync = conn.sync_connection
+            held = selfwait.held_runs(sync) if sync is not None else frozenset()
         except BaseException as exc:
             await self._fail(exc, None, translate)
         try:
@@ -331,12 +339,29 @@ class Repository:
             except Rollback as rollback:
                 if savepoint is not None:
                     await savepoint.rollback()
+                    self._forget_runs(sync, held)
                 return rollback.value  # type: ignore[return-value]
             if savepoint is not None:
                 await savepoint.commit()
             return result
         except BaseException as exc:
+            if savepoint is not None:
+                self._forget_runs(sync, held)
             await self._fail(exc, savepoint, translate)
+
+    @staticmethod
+    def _forget_runs(sync: Connection | None, held: frozenset[tuple[str, str]]) -> None:
+        # ROLLBACK TO SAVEPOINT released the run mutexes taken since (PostgreSQL).
+        if sync is not None:
+            selfwait.restore(sync, held)
+
+    def _refuse_own_wait(self, run: Any = None) -> None:
+        """Refuse (``ValueError``, before any statement) a call without ``session=`` that
+        would wait on this task's own open transaction: on SQLite one holding the write
+        lock, on PostgreSQL one holding ``run``'s mutex (see :mod:`.selfwait`)."""
+        selfwait.refuse_own_wait(
+            self._shared.engine.sync_engine, self.tenant, None if run is None else str(run)
+        )
 
     async def _fail(
         self,
@@ -470,7 +495,13 @@ def describe(exc: BaseException) -> str:
     """One line naming the driver error and its SQLSTATE, for error messages: of a
     SQLAlchemy ``DBAPIError`` (its driver's exception) or of a driver's own exception."""
     driver = getattr(exc, "orig", None) or exc
-    code = getattr(getattr(exc, "driver_exception", exc), "sqlstate", None)
+    # SQLAlchemy 2.1 hands the driver's exception over as ``driver_exception``; 2.0 keeps
+    # the SQLSTATE on its adapted ``orig`` (or on the driver's exception as its cause).
+    code = None
+    for source in (getattr(exc, "driver_exception", None), driver, driver.__cause__, exc):
+        code = getattr(source, "sqlstate", None)
+        if code:
+            break
     text = str(driver).strip().splitlines()[0] if str(driver).strip() else type(driver).__name__
     return f"{type(driver).__name__}{f' [{code}]' if code else ''}: {text}"
 

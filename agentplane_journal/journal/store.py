@@ -47,6 +47,7 @@ from agentplane_journal.core.checks import (
 from agentplane_journal.core.ids import DEFAULT_TENANT, Digest, EffectKey, RunId, validate_tenant
 from agentplane_journal.core.record import Record
 from agentplane_journal.core.signing import Signer
+from agentplane_journal.db import selfwait
 from agentplane_journal.db.models import Journal, RunOutcome
 from agentplane_journal.db.statements import (
     digest,
@@ -223,6 +224,8 @@ class SqlJournalStore(RunReads, AuditReads, RunControl):
         # ORM's statement handling, which the append path does not need.
         conn = await session.connection()
         await conn.execute(statements.run_mutex, params)
+        if conn.sync_connection is not None:  # so that this task never waits on it itself
+            selfwait.hold(conn.sync_connection, self.tenant, str(run))
         # A later statement than the lock, so a fresh snapshot that sees the previous
         # writer's commit; see ``_HotStatements.run_state``.
         row = (await conn.execute(statements.run_state, params)).one()
@@ -352,8 +355,9 @@ class SqlJournalStore(RunReads, AuditReads, RunControl):
             return await self._unit(work, session=session)
 
         async def general() -> list[Record]:
-            return await self._unit(work)
+            return await self._unit(work, run=run)
 
+        self._refuse_own_wait(run)
         keys = [
             i.effect_key for i in items if i.kind == EFFECT_STARTED and i.effect_key is not None
         ]
@@ -406,7 +410,7 @@ class SqlJournalStore(RunReads, AuditReads, RunControl):
             await session.flush()
             return await self._write_batch(session, run, epoch, state, items)
 
-        return await self._unit(unit, session=session)
+        return await self._unit(unit, session=session, run=run)
 
     # -- sealing and the log -----------------------------------------------------------
 
@@ -432,4 +436,4 @@ class SqlJournalStore(RunReads, AuditReads, RunControl):
             await self._log.append(session, [leaf])
             return state.head_hash
 
-        return await self._unit(unit, session=session)
+        return await self._unit(unit, session=session, run=run)

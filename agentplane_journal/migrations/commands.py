@@ -28,6 +28,7 @@ import alembic.op
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import inspect, literal, pool, select
+from sqlalchemy import table as sa_table
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.schema import CreateSchema
@@ -43,7 +44,7 @@ from agentplane_journal.db.revision import (
 from agentplane_journal.errors import SchemaConflictError, SchemaOutOfDateError
 
 __all__ = [
-    "HEAD_REVISION",
+    "DROP_RECORDS_OPTION",
     "SCHEMA_OPTION",
     "alembic_config",
     "current_revision",
@@ -61,6 +62,9 @@ __all__ = [
 #: (our ``env.py`` sets it; a host running our revisions from its ``version_locations``
 #: may set it too).
 SCHEMA_OPTION = "agentplane_journal_schema"
+#: Context option (and ``-x drop_records=yes``): ``downgrade base`` may drop a journal that
+#: holds records.
+DROP_RECORDS_OPTION = "agentplane_journal_drop_records"
 
 
 def script_location() -> Path:
@@ -147,13 +151,63 @@ def downgrade_connection(
     *,
     schema: str | None = None,
     join_transaction: bool = False,
+    drop_records: bool = False,
 ) -> None:
-    """Downgrade the journal's history to ``revision`` (``"base"`` drops every table)."""
-    _migrate_connection(connection, revision, schema, join_transaction, up=False)
+    """Downgrade the journal's history to ``revision`` (``"base"`` drops every table).
+
+    ``"base"`` on a journal that holds records is refused (``ValueError``, nothing dropped)
+    unless ``drop_records``.
+    """
+    _migrate_connection(
+        connection, revision, schema, join_transaction, up=False, drop_records=drop_records
+    )
+
+
+def refuse_dropping_records(migration: Any, *, only_to_base: bool = False) -> None:
+    """The first revision's ``downgrade``: refuse to drop a journal that holds records.
+
+    Unless told: :data:`DROP_RECORDS_OPTION` in the context (``downgrade_connection(...,
+    drop_records=True)``, a host's ``alembic -x drop_records=yes downgrade base``) or
+    ``-x drop_records=yes`` on this command. An offline script cannot look, and says so.
+    ``only_to_base``: a later revision's downgrade, checking only on the way to ``base``.
+    """
+    if migration.opts.get(DROP_RECORDS_OPTION):
+        return
+    if only_to_base:
+        destination = migration.environment_context.context_opts.get("destination_rev")
+        if destination != "base":
+            return
+    try:
+        from alembic import context
+
+        said = context.get_x_argument(as_dictionary=True).get("drop_records", "")
+    except Exception:
+        said = ""
+    if str(said).lower() in ("1", "yes", "true"):
+        return
+    if migration.as_sql:
+        migration.impl.static_output(
+            "-- agentplane_journal: the next statements drop the journal and its records\n"
+        )
+        return
+    journal = sa_table("journal", schema=migration.opts.get(SCHEMA_OPTION))
+    if migration.connection.execute(select(literal(1)).select_from(journal).limit(1)).first():
+        raise ValueError(
+            "the journal holds records: `downgrade base` would drop them, with every run, "
+            "lease and seal; nothing was dropped. To drop them anyway: `alembic -x "
+            "drop_records=yes downgrade base` (in your project or ours), or "
+            "downgrade_connection(..., drop_records=True)"
+        )
 
 
 def _migrate_connection(
-    connection: Connection, revision: str, schema: str | None, join: bool, *, up: bool
+    connection: Connection,
+    revision: str,
+    schema: str | None,
+    join: bool,
+    *,
+    up: bool,
+    drop_records: bool = False,
 ) -> None:
     if not isinstance(connection, Connection):
         raise TypeError(
@@ -170,15 +224,22 @@ def _migrate_connection(
         )
     with _host_alembic_preserved():
         if join:
-            _run_command(connection, revision, schema, up=up)
+            _run_command(connection, revision, schema, up=up, drop_records=drop_records)
         else:
             with connection.begin():
-                _run_command(connection, revision, schema, up=up)
+                _run_command(connection, revision, schema, up=up, drop_records=drop_records)
 
 
-def _run_command(connection: Connection, revision: str, schema: str | None, *, up: bool) -> None:
+def _run_command(
+    connection: Connection,
+    revision: str,
+    schema: str | None,
+    *,
+    up: bool,
+    drop_records: bool = False,
+) -> None:
     prepare(connection, schema, upgrading=up)
-    cfg = alembic_config(connection=connection, schema=schema)
+    cfg = alembic_config(connection=connection, schema=schema, drop_records=drop_records)
     if up:
         command.upgrade(cfg, revision)
     else:

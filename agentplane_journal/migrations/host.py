@@ -16,10 +16,16 @@ the journal. ``downgrade`` takes the journal down only with the host's ``downgra
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 from agentplane_journal.db.models import TABLE_NAMES
+from agentplane_journal.db.models import metadata as _our_metadata
+from agentplane_journal.errors import SchemaConflictError
+
+if TYPE_CHECKING:
+    from alembic.runtime.environment import NameFilterParentNames, NameFilterType
+    from sqlalchemy.schema import SchemaItem
 
 __all__ = [
     "host_include_name",
@@ -66,6 +72,11 @@ def run_journal_migrations(
             "the host's env.py"
         ) from exc
     env = migration.environment_context
+    # For the autogenerate filters: where our tables are, so that a host table of the same
+    # name elsewhere stays the host's; and a host model that *is* in our place is refused
+    # now, at every command, rather than silently left out of the host's autogenerate.
+    setattr(migration, _SCHEMA_ATTR, schema)
+    refuse_host_models_in_our_place(migration.opts.get("target_metadata"), schema, migration)
     fn = env.context_opts.get("fn")
     command = getattr(fn, "__name__", None)
     if command not in (_UPGRADE, _DOWNGRADE):
@@ -84,13 +95,66 @@ def run_journal_migrations(
     if command == _UPGRADE:
         upgrade_connection(connection, schema=schema, join_transaction=join_transaction)
     elif destination == "base":
-        downgrade_connection(connection, "base", schema=schema, join_transaction=join_transaction)
+        said = str(env.get_x_argument(as_dictionary=True).get("drop_records", "")).lower()
+        downgrade_connection(
+            connection,
+            "base",
+            schema=schema,
+            join_transaction=join_transaction,
+            drop_records=said in ("1", "yes", "true"),
+        )
 
 
 # -- autogenerate filters ---------------------------------------------------------------
 
+# On the MigrationContext: the schema run_journal_migrations(context, schema=...) was given.
+_SCHEMA_ATTR = "_agentplane_journal_schema"
 
-def include_name(name: str | None, type_: str, parent_names: Mapping[str, Any]) -> bool:
+
+def _journal_schema() -> str | None:
+    """The journal's schema in the host's env.py now running (``None``: the default one)."""
+    try:
+        from alembic import context
+
+        return getattr(context.get_context(), _SCHEMA_ATTR, None)
+    except Exception:  # outside an env.py, or before configure(): the default schema
+        return None
+
+
+def _ours(table: str | None, schema: str | None) -> bool:
+    """Whether ``schema.table`` is where one of the journal's tables lives."""
+    return table in TABLE_NAMES and schema == _journal_schema()
+
+
+def refuse_host_models_in_our_place(
+    target_metadata: Any, schema: str | None, migration: Any = None
+) -> None:
+    """Raise :class:`SchemaConflictError` if the host's metadata has a table where one of
+    ours lives (same name, same schema): its autogenerate could neither create it nor tell
+    it from ours. A host table of our name in *another* schema is the host's, and is seen."""
+    if target_metadata is None:
+        return
+    metadatas: Iterable[Any] = (
+        target_metadata if isinstance(target_metadata, list | tuple) else [target_metadata]
+    )
+    dialect = getattr(getattr(migration, "dialect", None), "name", "sqlite")
+    for md in metadatas:
+        if md is _our_metadata:
+            continue
+        for table in md.tables.values():
+            if table.name in TABLE_NAMES and table.schema == schema:
+                raise SchemaConflictError(
+                    table.name,
+                    schema or "(default)",
+                    [c.name for c in table.columns],
+                    dialect,
+                    model=True,
+                )
+
+
+def include_name(
+    name: str | None, type_: NameFilterType, parent_names: NameFilterParentNames
+) -> bool:
     """For this package's env: only our tables (never a host's tables in the same database)."""
     if type_ == "table":
         return name in TABLE_NAMES
@@ -99,7 +163,11 @@ def include_name(name: str | None, type_: str, parent_names: Mapping[str, Any]) 
 
 
 def include_object(
-    obj: Any, name: str | None, type_: str, reflected: bool, compare_to: Any
+    obj: SchemaItem,
+    name: str | None,
+    type_: NameFilterType,
+    reflected: bool,
+    compare_to: SchemaItem | None,
 ) -> bool:
     """For this package's env: only objects of our tables."""
     table = getattr(getattr(obj, "table", None), "name", None)
@@ -108,19 +176,35 @@ def include_object(
     return table is None or table in TABLE_NAMES
 
 
-def host_include_name(name: str | None, type_: str, parent_names: Mapping[str, Any]) -> bool:
-    """For a host's env: everything except our tables, so autogenerate leaves them alone."""
+def host_include_name(
+    name: str | None, type_: NameFilterType, parent_names: NameFilterParentNames
+) -> bool:
+    """For a host's env: everything except our tables (by name *and* schema: a host table
+    of the same name in another schema is the host's), so autogenerate leaves ours alone."""
+    schema = parent_names.get("schema_name")
     if type_ == "table":
-        return name not in TABLE_NAMES
+        return not _ours(name, schema)
     table = parent_names.get("table_name")
-    return table is None or table not in TABLE_NAMES
+    return table is None or not _ours(table, schema)
 
 
 def host_include_object(
-    obj: Any, name: str | None, type_: str, reflected: bool, compare_to: Any
+    obj: SchemaItem,
+    name: str | None,
+    type_: NameFilterType,
+    reflected: bool,
+    compare_to: SchemaItem | None,
 ) -> bool:
-    """For a host's env: everything except objects of our tables."""
+    """For a host's env: everything except objects of our tables. A host *model* in our
+    place is refused (:class:`SchemaConflictError`), never silently skipped."""
     if type_ == "table":
-        return name not in TABLE_NAMES
-    table = getattr(getattr(obj, "table", None), "name", None)
-    return table is None or table not in TABLE_NAMES
+        schema = getattr(obj, "schema", None)
+        if not reflected and getattr(obj, "metadata", None) is not _our_metadata:
+            if _ours(name, schema):
+                refuse_host_models_in_our_place(getattr(obj, "metadata", None), schema)
+            return True
+        return not _ours(name, schema)
+    table = getattr(obj, "table", None)
+    if table is None:
+        return True
+    return not _ours(getattr(table, "name", None), getattr(table, "schema", None))

@@ -191,6 +191,9 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    from agentplane_journal.migrations.commands import refuse_dropping_records
+
+    refuse_dropping_records(op.get_context())  # a journal with records: only when told
     schema = _schema()
     op.drop_table("journal_counter", schema=schema)
     op.drop_index("push_delivery_due", table_name="push_delivery", schema=schema)

@@ -119,4 +119,9 @@ def _adopt(
 
 
 def downgrade() -> None:
+    from agentplane_journal.migrations.commands import refuse_dropping_records
+
+    # On the way to base, refuse before this step too: SQLite's DDL is not transactional,
+    # so a refusal in 0001 alone would leave this one done.
+    refuse_dropping_records(op.get_context(), only_to_base=True)
     op.drop_table("log_tree", schema=_schema())
