@@ -10,8 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentplane_journal.core.append import RECORD_VERSION, RESERVED_MEMBERS, Append
+from agentplane_journal.core.chain import verify_chain
 from agentplane_journal.core.ids import PHASES, CaseId, Digest, EffectKey, RunId
-from agentplane_journal.core.record import MAX_RECORD_BYTES, Record, verify_chain
+from agentplane_journal.core.record import MAX_RECORD_BYTES, Record
 from agentplane_journal.errors import CorruptRecordError, RecordTooLargeError
 
 RUN = RunId.parse("01ARZ3NDEKTSV4RRFFQ69G5FAV")

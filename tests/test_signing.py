@@ -8,8 +8,9 @@ import pickle
 import pytest
 
 from agentplane_journal.core.append import Append
+from agentplane_journal.core.chain import verify_attested, verify_chain
 from agentplane_journal.core.ids import Digest, RunId
-from agentplane_journal.core.record import Attestation, Record, verify_attested, verify_chain
+from agentplane_journal.core.record import Attestation, Record
 from agentplane_journal.core.signing import (
     DOMAIN_RECORD,
     Ed25519Signer,
