@@ -9,6 +9,11 @@
   ``sqlite`` and ``postgresql``. PostgreSQL stores share one migrated database and each test
   gets its own tenant (as agentplane's own harness does), which also exercises isolation.
 * ``clock``: a settable clock, so leases lapse without sleeping.
+
+Every test that reaches PostgreSQL carries the ``postgres`` marker (added at collection, see
+``pytest_collection_modifyitems``), so ``pytest -m "not postgres"`` is the quick SQLite-only
+loop. The cluster is started lazily, by the first test that asks for ``pg_server``; in a run
+that deselects ``postgres``, asking for it is an error naming the unmarked test.
 """
 
 from __future__ import annotations
@@ -34,6 +39,50 @@ from agentplane_journal.migrations.commands import upgrade
 from pgcluster import Cluster
 
 DIALECTS = ["sqlite", "postgresql"]
+
+# Fixtures that reach the test cluster: a test depending on one (directly or through other
+# fixtures) is a PostgreSQL test.
+PG_FIXTURES = frozenset({"pg_server", "pg_template", "pg_database", "pg_battery_url"})
+# Files whose tests start clusters (standbys, failover) or a PgBouncer of their own.
+PG_FILES = frozenset({"test_failover.py", "test_replica.py", "test_pgbouncer.py"})
+
+
+def _reaches_postgres(item: pytest.Item) -> bool:
+    if item.path.name in PG_FILES:
+        return True
+    if PG_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+        return True
+    # A dialect chosen by parameter (``dialect``, ``database_url``'s, a harness's own):
+    # its PostgreSQL fixture is taken with request.getfixturevalue, so it is not in
+    # fixturenames; the parameter says which database the case runs on.
+    callspec = getattr(item, "callspec", None)
+    return callspec is not None and "postgresql" in [
+        v for v in callspec.params.values() if isinstance(v, str)
+    ]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark every PostgreSQL case ``postgres``, so ``-m "not postgres"`` needs no cluster."""
+    for item in items:
+        if _reaches_postgres(item) and item.get_closest_marker("postgres") is None:
+            item.add_marker(pytest.mark.postgres)
+
+
+def _postgres_deselected(config: pytest.Config) -> bool:
+    """Whether this run's ``-m`` expression leaves out tests because they are ``postgres``."""
+    markexpr = config.getoption("markexpr", "")
+    if not markexpr:
+        return False
+    from _pytest.mark.expression import Expression
+
+    expr = Expression.compile(markexpr)
+
+    def evaluate(marked: Callable[[str], bool]) -> bool:
+        return bool(expr.evaluate(lambda name, **_kw: marked(name)))
+
+    return (evaluate(lambda n: n != "postgres") and not evaluate(lambda n: True)) or (
+        evaluate(lambda n: False) and not evaluate(lambda n: n == "postgres")
+    )
 
 
 class FakeClock:
@@ -75,7 +124,13 @@ async def _admin(url: str, sql: str) -> None:
 
 
 @pytest.fixture(scope="session")
-def pg_server() -> Iterator[str]:
+def pg_server(request: pytest.FixtureRequest) -> Iterator[str]:
+    if _postgres_deselected(request.config):
+        pytest.fail(
+            "a test deselected PostgreSQL (-m) but asked for the cluster: give it the "
+            "postgres marker (or teach tests/conftest.py's _reaches_postgres its fixture)",
+            pytrace=False,
+        )
     url = os.environ.get("AGENTPLANE_JOURNAL_TEST_PG_URL")
     if url:
         yield url

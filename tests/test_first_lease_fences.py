@@ -27,6 +27,7 @@ from agentplane_journal import FencedError, RunId, SqlJournalStore
 
 from conftest import FakeClock, _dsn
 from helpers import note
+from races import until_waiting
 
 
 @pytest.fixture
@@ -38,30 +39,6 @@ async def trio(database_url: str, clock: FakeClock) -> AsyncIterator[list[SqlJou
     ]
     yield opened
     await asyncio.gather(*(s.close() for s in opened))
-
-
-async def lock_waiters(url: str) -> int:
-    conn = await asyncpg.connect(_dsn(url))
-    try:
-        return int(
-            await conn.fetchval(
-                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-                " AND wait_event_type = 'Lock'"
-            )
-        )
-    finally:
-        await conn.close()
-
-
-async def until_waiting(url: str, n: int, *, give_up: asyncio.Task[Any] | None = None) -> None:
-    """Until ``n`` backends wait for a lock, or ``give_up`` is done (it did not wait)."""
-    for _ in range(500):
-        if give_up is not None and give_up.done():
-            return
-        if await lock_waiters(url) >= n:
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"{n} statements never waited for a lock")
 
 
 def has(records: list[Any], text: str) -> bool:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import asyncpg
@@ -29,6 +29,7 @@ from agentplane_journal.core.batch import chain_batch
 
 from conftest import FakeClock, _dsn
 from helpers import admitted, key, note, started
+from races import race, until_waiting
 
 pytestmark = [pytest.mark.race, pytest.mark.postgres]
 
@@ -78,29 +79,6 @@ def refusals(store: SqlJournalStore, into: list[str]) -> list[str]:
 def shared_with_commits(groups: list[list[tuple[RunId, str]]], run: RunId, how: str) -> bool:
     """Whether an append to ``run`` answered ``how`` shared a statement with a commit."""
     return any((run, how) in g and any(r != run and a == "list" for r, a in g) for g in groups)
-
-
-async def waiting_on_locks(conn: asyncpg.Connection, n: int) -> None:
-    """Until ``n`` other backends of this database wait for a lock (the group statements)."""
-    for _ in range(1000):
-        count = await conn.fetchval(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-            " AND wait_event_type = 'Lock'"
-        )
-        if count >= n:
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"{n} statements never waited for a lock")
-
-
-async def race(*calls: Callable[[], Awaitable[Any]]) -> list[Any]:
-    barrier = asyncio.Barrier(len(calls))
-
-    async def one(call: Callable[[], Awaitable[Any]]) -> Any:
-        await barrier.wait()
-        return await call()
-
-    return await asyncio.gather(*(one(c) for c in calls), return_exceptions=True)
 
 
 async def test_fenced_sealed_and_duplicate_appends_fail_alone_in_their_group(
@@ -244,7 +222,7 @@ async def test_a_refused_group_statement_still_commits_every_other_append(
         appends = [
             asyncio.ensure_future(grouped.append(epochs[r], [note(r, "grouped")])) for r in runs
         ]
-        await waiting_on_locks(intruder, 1)  # the group statement, on the intruder's row
+        await until_waiting(intruder, 1, tries=1000)  # the group statement, on the intruder's row
         await tx.commit()
         results = await asyncio.gather(*appends, return_exceptions=True)
     finally:
@@ -306,7 +284,7 @@ async def test_two_processes_groups_over_the_same_runs_never_deadlock(
         # Watched from another connection: pg_stat_activity is a snapshot per transaction.
         watcher = await asyncpg.connect(_dsn(pg_battery_url))
         try:
-            await waiting_on_locks(watcher, 2)  # both stores' appends to the held run
+            await until_waiting(watcher, 2, tries=1000)  # both stores' appends to the held run
         finally:
             await watcher.close()
         await tx.commit()

@@ -22,7 +22,7 @@ from agentplane_journal import Append, FencedError, RunId, RunSealedError, SqlJo
 
 from conftest import FakeClock
 from helpers import admitted, key, note
-from test_races import K, no_surprises, race
+from races import K, no_surprises, race
 
 pytestmark = pytest.mark.race
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import random
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from functools import partial
 
 import pytest
@@ -22,6 +22,8 @@ from sqlalchemy import text
 from agentplane_journal import RunId
 from agentplane_journal.push.store import SqlPushStore
 from agentplane_journal.push.values import PushConfig
+
+from races import no_surprises, race
 
 pytestmark = [pytest.mark.postgres, pytest.mark.race]
 
@@ -50,17 +52,6 @@ async def racers(pg_battery_url: str) -> AsyncIterator[list[SqlPushStore]]:
     await asyncio.gather(*(store.close() for store in stores))
 
 
-async def race(actions: list[Callable[[], Awaitable[None]]]) -> None:
-    """Run every action at once: each waits on one barrier, then makes its call."""
-    barrier = asyncio.Barrier(len(actions))
-
-    async def one(action: Callable[[], Awaitable[None]]) -> None:
-        await barrier.wait()
-        await action()
-
-    await asyncio.gather(*(one(action) for action in actions))
-
-
 async def cursor_and_attempts(store: SqlPushStore, task: RunId, id: str) -> tuple[int, int]:
     async with store.engine.connect() as conn:
         row = (
@@ -83,7 +74,9 @@ async def test_concurrent_advances_end_at_the_maximum(racers: list[SqlPushStore]
         await racers[0].put(PushConfig(id, task, URL), initial)
         seqs = rng.sample(range(1, 10_000), RACERS)
 
-        await race([partial(s.advance, task, id, seqs[i]) for i, s in enumerate(racers)])
+        no_surprises(
+            await race(*[partial(s.advance, task, id, seqs[i]) for i, s in enumerate(racers)])
+        )
         cursor, attempts = await cursor_and_attempts(racers[0], task, id)
         assert cursor == max(initial, *seqs), f"round {round_}: an advance was lost"
         assert attempts == 0
@@ -94,8 +87,10 @@ async def test_concurrent_retries_count_every_attempt(racers: list[SqlPushStore]
         task, id = RunId.generate(), f"cfg-{round_}"
         await racers[0].put(PushConfig(id, task, URL), 7)
 
-        await race(
-            [partial(s.retry, task, id, 100 + i, f"racer {i}") for i, s in enumerate(racers)]
+        no_surprises(
+            await race(
+                *[partial(s.retry, task, id, 100 + i, f"racer {i}") for i, s in enumerate(racers)]
+            )
         )
         cursor, attempts = await cursor_and_attempts(racers[0], task, id)
         assert attempts == RACERS, f"round {round_}: {RACERS - attempts} retries were lost"
@@ -113,13 +108,15 @@ async def test_a_put_racing_advances_never_lowers_the_cursor(
         # Half the racers re-register the receiver (asking for cursor 1), half acknowledge.
         putters = set(rng.sample(range(RACERS), RACERS // 2))
         acked = [seqs[i] for i in range(RACERS) if i not in putters]
-        await race(
-            [
-                partial(s.put, PushConfig(id, task, f"{URL}/{i}", token=f"t{i}"), 1)
-                if i in putters
-                else partial(s.advance, task, id, seqs[i])
-                for i, s in enumerate(racers)
-            ]
+        no_surprises(
+            await race(
+                *[
+                    partial(s.put, PushConfig(id, task, f"{URL}/{i}", token=f"t{i}"), 1)
+                    if i in putters
+                    else partial(s.advance, task, id, seqs[i])
+                    for i, s in enumerate(racers)
+                ]
+            )
         )
         cursor, _ = await cursor_and_attempts(racers[0], task, id)
         assert cursor == max(acked), f"round {round_}: a put rewound the cursor to {cursor}"
@@ -134,11 +131,13 @@ async def test_races_do_not_leak_between_tenants(racers: list[SqlPushStore]) -> 
     await racers[0].put(PushConfig(id, task, URL), 1)
     await other[0].put(PushConfig(id, task, URL), 1)
     seqs = random.Random(3).sample(range(2, 10_000), RACERS)
-    await race(
-        [
-            partial((s if i % 2 else other[i]).advance, task, id, seqs[i])
-            for i, s in enumerate(racers)
-        ]
+    no_surprises(
+        await race(
+            *[
+                partial((s if i % 2 else other[i]).advance, task, id, seqs[i])
+                for i, s in enumerate(racers)
+            ]
+        )
     )
     assert (await cursor_and_attempts(racers[0], task, id))[0] == max(seqs[1::2])
     assert (await cursor_and_attempts(other[0], task, id))[0] == max(seqs[0::2])

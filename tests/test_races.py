@@ -32,10 +32,9 @@ from agentplane_journal import (
 
 from conftest import FakeClock
 from helpers import admitted, key, note, started
+from races import K, no_surprises, race
 
 pytestmark = pytest.mark.race
-
-K = 16
 
 
 @pytest.fixture
@@ -58,22 +57,6 @@ async def instances(
 
     yield make
     await asyncio.gather(*(s.close() for s in opened))
-
-
-async def race(*calls: Callable[[], Awaitable[Any]]) -> list[Any]:
-    """Run the calls together from a start barrier; results or exceptions, in order."""
-    barrier = asyncio.Barrier(len(calls))
-
-    async def one(call: Callable[[], Awaitable[Any]]) -> Any:
-        await barrier.wait()
-        return await call()
-
-    return await asyncio.gather(*(one(c) for c in calls), return_exceptions=True)
-
-
-def no_surprises(results: list[Any], *allowed: type[BaseException]) -> None:
-    unexpected = [r for r in results if isinstance(r, BaseException) and not isinstance(r, allowed)]
-    assert not unexpected, f"unexpected errors: {unexpected[:3]}"
 
 
 # 1 -------------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -21,6 +21,7 @@ from agentplane_journal import FencedError, RunId, RunSealedError, SqlJournalSto
 
 from conftest import FakeClock
 from helpers import admitted, note
+from races import no_surprises, race
 
 pytestmark = pytest.mark.race
 
@@ -37,21 +38,6 @@ async def stores(pg_battery_url: str, clock: FakeClock) -> AsyncIterator[list[Sq
     await asyncio.gather(*(s.head(RunId.generate()) for s in opened))
     yield opened
     await asyncio.gather(*(s.close() for s in opened))
-
-
-async def race(*calls: Callable[[], Awaitable[Any]]) -> list[Any]:
-    barrier = asyncio.Barrier(len(calls))
-
-    async def one(call: Callable[[], Awaitable[Any]]) -> Any:
-        await barrier.wait()
-        return await call()
-
-    return await asyncio.gather(*(one(c) for c in calls), return_exceptions=True)
-
-
-def no_surprises(results: list[Any], *allowed: type[BaseException]) -> None:
-    unexpected = [r for r in results if isinstance(r, BaseException) and not isinstance(r, allowed)]
-    assert not unexpected, f"unexpected errors: {unexpected[:3]}"
 
 
 async def test_warm_appenders_sharing_one_store_and_run_build_one_chain(

@@ -14,11 +14,14 @@ import os
 import sqlite3
 import subprocess
 import sys
+import tarfile
 import zipfile
 from pathlib import Path
 
+import pytest
 from migration_tools import REPO
 
+import agentplane_journal
 from agentplane_journal.db.models import VERSION_TABLE, metadata
 from agentplane_journal.db.revision import HEAD_REVISION
 
@@ -107,6 +110,33 @@ def test_the_wheel_ships_the_migrations(tmp_path: Path) -> None:
     assert "agentplane_journal/migrations/commands.py" in names
     assert "agentplane_journal/py.typed" in names
     assert not [n for n in names if "__pycache__" in n or n.startswith("tests/")]
+
+    info = f"agentplane_journal-{agentplane_journal.__version__}.dist-info"
+    assert f"{info}/licenses/LICENSE" in names
+    license = zipfile.ZipFile(wheel).read(f"{info}/licenses/LICENSE")
+    assert license == (REPO / "LICENSE").read_bytes()
+    metadata = zipfile.ZipFile(wheel).read(f"{info}/METADATA").decode()
+    assert f"\nVersion: {agentplane_journal.__version__}\n" in metadata
+    assert "\nLicense-Expression: Apache-2.0\n" in metadata
+    assert "\nLicense-File: LICENSE\n" in metadata
+
+
+def test_the_sdist_ships_the_license_and_the_changelog(tmp_path: Path) -> None:
+    argv = [sys.executable, "-m", "build", "--sdist", "--no-isolation"]
+    if importlib.util.find_spec("build") is None:
+        pytest.skip("the sdist is built with `build`, which is not installed")
+    _run([*argv, "--outdir", str(tmp_path), str(REPO)], cwd=tmp_path)
+    (sdist,) = tmp_path.glob("agentplane_journal-*.tar.gz")
+    root = f"agentplane_journal-{agentplane_journal.__version__}"
+    assert sdist.name == f"{root}.tar.gz"
+    with tarfile.open(sdist) as tar:
+        names = set(tar.getnames())
+        license = tar.extractfile(f"{root}/LICENSE")
+        assert license is not None and license.read() == (REPO / "LICENSE").read_bytes()
+        pkg_info = tar.extractfile(f"{root}/PKG-INFO")
+        assert pkg_info is not None
+        assert f"\nVersion: {agentplane_journal.__version__}\n" in pkg_info.read().decode()
+    assert {f"{root}/CHANGELOG.md", f"{root}/CONTRIBUTING.md", f"{root}/README.md"} <= names
 
 
 def test_a_wheel_installed_in_a_fresh_venv_upgrades_an_empty_database(tmp_path: Path) -> None:

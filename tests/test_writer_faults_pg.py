@@ -26,6 +26,7 @@ from agentplane_journal.core.batch import chain_batch
 
 from conftest import FakeClock, _dsn
 from helpers import note
+from races import until_waiting
 
 pytestmark = [pytest.mark.postgres, pytest.mark.race]
 
@@ -45,22 +46,6 @@ async def warm(store: SqlJournalStore, *runs: RunId) -> None:
     """The store appends once to each run, so it knows their heads (the hot path)."""
     for run in runs:
         await store.append(0, [note(run, "warm")])
-
-
-async def waiters(url: str, n: int) -> None:
-    conn = await asyncpg.connect(_dsn(url))
-    try:
-        for _ in range(500):
-            count = await conn.fetchval(
-                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-                " AND wait_event_type = 'Lock'"
-            )
-            if count >= n:
-                return
-            await asyncio.sleep(0.01)
-    finally:
-        await conn.close()
-    raise AssertionError(f"{n} statements never waited for a lock")
 
 
 async def hold(url: str, sql: str, *args: Any) -> tuple[asyncpg.Connection, Any]:
@@ -85,7 +70,7 @@ async def test_a_run_locked_elsewhere_never_stalls_appends_to_other_runs(
     )
     try:
         blocked = asyncio.create_task(writer.append(0, [note(held, "waits")]))
-        await waiters(pg_battery_url, 1)
+        await until_waiting(pg_battery_url, 1)
         for i in range(5):  # alone, and in groups with the blocked run's append
             await asyncio.wait_for(writer.append(0, [note(other, f"free {i}")]), BOUND)
         assert not blocked.done()
@@ -243,7 +228,7 @@ async def test_the_writer_under_faults_answers_every_append_once(
                 asyncio.create_task(store.append(0, [note(r, f"first {i}")]))
                 for i, r in enumerate(runs[:3])
             ]
-            await waiters(pg_battery_url, 1)
+            await until_waiting(pg_battery_url, 1)
             queued = [
                 asyncio.create_task(store.append(0, [note(r, f"queued {i}")]))
                 for i, r in enumerate(runs[3:])
