@@ -188,7 +188,9 @@ async def cmd_verify(args: argparse.Namespace) -> int:
 
 async def cmd_export(args: argparse.Namespace) -> int:
     async with _store(args) as store:
-        runs = await _all_runs(store) if args.all else [await _existing(store, args.run)]
+        runs: list[RunId | str] = (
+            await _all_runs(store) if args.all else [await _existing(store, args.run)]
+        )
         # Every proof is taken at the header's size from the stored tree, whose nodes below
         # that size never change: one snapshot of the log, read page by page.
         cp = await store.checkpoint()
@@ -226,36 +228,41 @@ async def _export_run(
     progress: fmt.Progress,
 ) -> int:
     """Write one run's records and inclusion line; 1 if it fails what verify checks."""
-    sealed = None
     if isinstance(run, str):
-        problem = _not_a_run(run)
-    elif reads[run].whole:
-        problem, sealed = _judge(run, reads[run], None, False)
+        return _export_failed(run, _not_a_run(run), every, progress)
+    read = reads[run]
+    sealed = None
+    if read.whole:
+        problem, sealed = _judge(run, read, None, False)
     else:
         # Checked in pages first, then read again and written: only a run that verifies is
         # exported, in the memory of a page.
-        problem, sealed = await _judge_pages(store, run, reads[run], None, False)
+        problem, sealed = await _judge_pages(store, run, read, None, False)
     if problem["ok"]:
-        read = reads[run]  # type: ignore[index]
         if read.whole:
             for record in read.records:
                 sys.stdout.write(fmt.export_record(run, record) + "\n")
         else:
-            problem = await _export_pages(store, run, problem)  # type: ignore[arg-type]
+            problem = await _export_pages(store, run, problem)
     if not problem["ok"]:
-        # What verify checks: a run that would fail it is reported, not exported.
-        line = f"FAILED {run} seq {problem['seq']}: {problem['error']}"
-        if not every:
-            raise _Exit(1, line)
-        # An audit carries on past a bad run, names it, and fails at the end.
-        progress.close()
-        print(f"{PROG}: {line}", file=sys.stderr)
-        return 1
-    read = reads[run]  # type: ignore[index]
+        return _export_failed(run, problem, every, progress)
     if sealed is not None and read.position in paths:
         inc = Inclusion(read.position, size, sealed, tuple(paths[read.position]))
         sys.stdout.write(fmt.export_inclusion(run, inc) + "\n")
     return 0
+
+
+def _export_failed(
+    run: RunId | str, problem: dict[str, Any], every: bool, progress: fmt.Progress
+) -> int:
+    # What verify checks: a run that would fail it is reported, not exported.
+    line = f"FAILED {run} seq {problem['seq']}: {problem['error']}"
+    if not every:
+        raise _Exit(1, line)
+    # An audit carries on past a bad run, names it, and fails at the end.
+    progress.close()
+    print(f"{PROG}: {line}", file=sys.stderr)
+    return 1
 
 
 async def _export_pages(

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from agentplane_journal.cli import format as fmt
 from agentplane_journal.cli.base import PROG, _Exit, _redact, _Target
@@ -98,7 +98,8 @@ async def _all_runs(store: SqlJournalStore) -> list[RunId | str]:
         runs.extend(_stored_run(value) for value in page)
         if len(page) < _PAGE:
             return runs
-        after = page[-1]
+        # As stored; audit_runs refuses (TypeError) a value that is not text.
+        after = cast("RunId | str", page[-1])
 
 
 def _stored_run(value: object) -> RunId | str:

@@ -324,6 +324,7 @@ async def run_demo(
     ``$AGENTPLANE_JOURNAL_URL`` (so the suggested commands need no ``--url``).
     """
     started = time.monotonic()
+    url_option: str | None
     if url is None:
         path = _fresh_file(directory)
         url = f"sqlite+aiosqlite:///{path}"

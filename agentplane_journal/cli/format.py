@@ -95,8 +95,9 @@ def _nested(value: Any) -> str:
     """A nested payload value in a word: its ``kind``/``mode`` tag if it has one."""
     if isinstance(value, dict):
         for tag in ("kind", "mode", "reason"):
-            if isinstance(value.get(tag), str):
-                return value[tag]
+            tagged = value.get(tag)
+            if isinstance(tagged, str):
+                return tagged
         return "{...}"
     return "[...]" if value else "[]"
 

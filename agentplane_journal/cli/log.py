@@ -102,7 +102,12 @@ async def _audit_log(store: SqlJournalStore, quiet: bool) -> dict[str, Any]:
     try:
         audit = await store.audit_log(update)
     except (CorruptRecordError, CorruptLogError) as exc:  # a seal row that is not a seal
-        result = {"ok": False, "leaves": None, "position": None, "error": exc.detail}
+        result: dict[str, Any] = {
+            "ok": False,
+            "leaves": None,
+            "position": None,
+            "error": exc.detail,
+        }
         if not quiet:
             print(fmt.log_failure_line(result))
         return result

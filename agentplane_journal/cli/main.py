@@ -29,7 +29,7 @@ import asyncio
 import importlib
 import os
 import sys
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
 from agentplane_journal import __version__
@@ -37,7 +37,13 @@ from agentplane_journal.cli.base import PROG, _Exit, _fail
 from agentplane_journal.core.ids import DEFAULT_TENANT
 
 if TYPE_CHECKING:
+    # What _load() binds at run time, for the type checker.
+    from alembic.util.exc import CommandError
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from agentplane_journal.cli.db import _target
     from agentplane_journal.core.note import NoteVerifier
+    from agentplane_journal.errors import CorruptLogError, CorruptRecordError, StoreError
 
 __all__ = ["build_parser", "main"]
 
@@ -77,7 +83,7 @@ _COMMANDS = {
     "cmd_reindex_log": "log",
 }
 
-Handler = Callable[[argparse.Namespace], Awaitable[int]]
+Handler = Callable[[argparse.Namespace], Coroutine[Any, Any, int]]
 
 
 def _handler(name: str) -> Handler:

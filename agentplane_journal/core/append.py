@@ -46,7 +46,7 @@ class Append:
 
     run: RunId
     kind: str
-    payload: dict[str, Any] = field(default=None, hash=False)  # type: ignore[assignment]
+    payload: dict[str, Any] = field(hash=False)  # __init__ defaults it to {}
     _: KW_ONLY
     case: CaseId | None = None
     step: int | None = None

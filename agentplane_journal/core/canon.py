@@ -29,8 +29,9 @@ from __future__ import annotations
 
 import math
 import sys
-from json.encoder import c_make_encoder, encode_basestring
-from typing import Any
+from collections.abc import Callable
+from json.encoder import encode_basestring
+from typing import Any, cast
 
 __all__ = ["MAX_DEPTH", "canonical_bytes", "format_float"]
 
@@ -62,11 +63,14 @@ def _unexpected(value: object) -> object:
 # (by code point: _plain only lets through keys below U+D800, where that is UTF-16 order),
 # strings through the same escaper as the general encoder, NaN refused. Without _json (not
 # CPython), every value takes the general encoder.
-_c_encode = (
-    None
-    if c_make_encoder is None
-    else c_make_encoder(None, _unexpected, _encode_str, None, ":", ",", True, False, False)
-)
+# (json.encoder takes make_encoder from _json the same way, as its c_make_encoder.)
+_c_encode: Callable[[object, int], Any] | None
+try:
+    from _json import make_encoder
+except ImportError:
+    _c_encode = None
+else:
+    _c_encode = make_encoder(None, _unexpected, _encode_str, None, ":", ",", True, False, False)
 
 
 class _Refusal(Exception):
@@ -142,13 +146,14 @@ def _plain(value: object, depth: int) -> bool:
         return False
     t = type(value)
     if t is dict:
+        mapping = cast("dict[Any, object]", value)  # its type is exactly dict
         try:
-            joined = "".join(value)  # type: ignore[arg-type]
+            joined = "".join(mapping)  # TypeError unless every key is a str
         except TypeError:
             return False
         if not joined.isascii() and max(joined) >= "\ud800":
             return False
-        items: Any = value.values()  # type: ignore[union-attr]
+        items: Any = mapping.values()
     elif t is list or t is tuple:
         items = value
     else:
@@ -242,9 +247,9 @@ def _write(value: object, out: list[str], depth: int) -> None:
     # inline (see _scalar) and only recurse here for nested containers and rare types.
     t = type(value)
     if t is dict:
-        _write_object(value, out, depth)  # type: ignore[arg-type]
+        _write_object(cast("dict[Any, Any]", value), out, depth)
     elif t is list or t is tuple:
-        _write_array(value, out, depth)  # type: ignore[arg-type]
+        _write_array(cast("list[Any] | tuple[Any, ...]", value), out, depth)
     else:
         text = _scalar(value, t)
         if text is None:
@@ -256,7 +261,7 @@ def _write(value: object, out: list[str], depth: int) -> None:
 def _scalar(value: Any, t: type) -> str | None:
     """The JSON text of an exact-type scalar, or None for anything else."""
     if t is str:
-        return _encode_str(value)  # type: ignore[no-any-return]
+        return _encode_str(value)
     if t is int:
         if _I64_MIN <= value <= _U64_MAX:
             return repr(value)
@@ -279,10 +284,11 @@ def _write_other(value: object, out: list[str], depth: int) -> None:
     # Subclasses (StrEnum, IntEnum, OrderedDict, ...) are written as their base type.
     if isinstance(value, str):
         out.append(_encode_str(value))
+    # _scalar writes an exact int or float, or raises: it never answers None for them.
     elif isinstance(value, int):
-        out.append(_scalar(int(value), int))  # type: ignore[arg-type]
+        out.append(cast(str, _scalar(int(value), int)))
     elif isinstance(value, float):
-        out.append(_scalar(float(value), float))  # type: ignore[arg-type]
+        out.append(cast(str, _scalar(float(value), float)))
     elif isinstance(value, dict):
         _write_object(value, out, depth)
     elif isinstance(value, list | tuple):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import unicodedata
 from datetime import timedelta
+from typing import TypeGuard
 
 from agentplane_journal.core.ids import RunId
 
@@ -48,7 +49,7 @@ MAX_KEY_ID_BYTES = 256
 """Longest signer key id, in UTF-8 bytes: it is stored in every signed row."""
 
 
-def is_int(value: object) -> bool:
+def is_int(value: object) -> TypeGuard[int]:
     """An ``int`` that is not a ``bool`` (``True`` is an ``int`` to Python, never a seq)."""
     return isinstance(value, int) and not isinstance(value, bool)
 

@@ -102,7 +102,7 @@ class _Bytes32:
 
     def __eq__(self, other: object) -> bool:
         if type(other) is type(self):
-            return self._bytes == other._bytes  # type: ignore[attr-defined]
+            return self._bytes == other._bytes
         return NotImplemented
 
     def __hash__(self) -> int:
@@ -259,7 +259,7 @@ class _UlidId:
     def parse(cls: type[_I], text: str | _UlidId | ULID) -> _I:
         """``<prefix>_<ULID>`` or a bare ULID; an existing id is returned as it is."""
         if type(text) is cls:
-            return text  # type: ignore[return-value]
+            return text
         return cls(text)
 
     @property
@@ -275,7 +275,7 @@ class _UlidId:
 
     def __eq__(self, other: object) -> bool:
         if type(other) is type(self):
-            return self._ulid == other._ulid  # type: ignore[attr-defined]
+            return self._ulid == other._ulid
         return NotImplemented
 
     def __hash__(self) -> int:
@@ -285,22 +285,22 @@ class _UlidId:
     # shared within a type and the ULID alphabet is ASCII, so comparing the ULIDs suffices.
     def __lt__(self, other: object) -> bool:
         if type(other) is type(self):
-            return self._ulid < other._ulid  # type: ignore[attr-defined]
+            return self._ulid < other._ulid
         return NotImplemented
 
     def __le__(self, other: object) -> bool:
         if type(other) is type(self):
-            return self._ulid <= other._ulid  # type: ignore[attr-defined]
+            return self._ulid <= other._ulid
         return NotImplemented
 
     def __gt__(self, other: object) -> bool:
         if type(other) is type(self):
-            return self._ulid > other._ulid  # type: ignore[attr-defined]
+            return self._ulid > other._ulid
         return NotImplemented
 
     def __ge__(self, other: object) -> bool:
         if type(other) is type(self):
-            return self._ulid >= other._ulid  # type: ignore[attr-defined]
+            return self._ulid >= other._ulid
         return NotImplemented
 
     def __reduce__(self) -> tuple[Any, ...]:

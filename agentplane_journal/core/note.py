@@ -35,7 +35,7 @@ import re
 import unicodedata
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import NoReturn
+from typing import NoReturn, cast
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import (
@@ -100,7 +100,7 @@ def _check_name(name: object) -> str:
     problem = _name_problem(name)
     if problem:
         raise ValueError(problem)
-    return name  # type: ignore[return-value]
+    return cast(str, name)  # _name_problem refuses anything but a str
 
 
 def key_hash(name: str, public_key: bytes) -> int:
@@ -129,6 +129,7 @@ class NoteSigner:
     """
 
     __slots__ = ("_key", "key_hash", "name", "public_key")
+    _key: Ed25519PrivateKey
     name: str
     public_key: bytes
     key_hash: int
@@ -190,7 +191,7 @@ class NoteVerifier:
             raise ValueError(f"an Ed25519 public key is exactly {_PUBLIC_BYTES} bytes")
 
     @classmethod
-    def from_key(cls, vkey: str) -> NoteVerifier:
+    def from_key(cls, vkey: NoteVerifier | str) -> NoteVerifier:
         """Parse a verifier key ``name+hash+base64(0x01 || key)``, checking its hash.
 
         A key whose hash does not match its name and public key is refused, not trusted
@@ -297,7 +298,7 @@ def _verifiers(keys: Iterable[NoteVerifier | str]) -> dict[tuple[str, int], Note
         keys = [keys]
     known: dict[tuple[str, int], NoteVerifier] = {}
     for key in keys:
-        verifier = NoteVerifier.from_key(key)  # type: ignore[arg-type]
+        verifier = NoteVerifier.from_key(key)
         slot = (verifier.name, verifier.key_hash)
         if slot in known and known[slot] != verifier:
             raise ValueError(

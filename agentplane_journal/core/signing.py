@@ -82,6 +82,7 @@ class Ed25519Signer:
     """
 
     __slots__ = ("_key", "key_id", "public_key")
+    _key: Ed25519PrivateKey
     key_id: str
     public_key: bytes
 

@@ -14,6 +14,8 @@ in step; the partial-index predicates, which Alembic does not compare, are pinne
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from sqlalchemy import (
     BigInteger,
     Index,
@@ -22,6 +24,7 @@ from sqlalchemy import (
     MetaData,
     PrimaryKeyConstraint,
     Sequence,
+    Table,
     Text,
     UniqueConstraint,
     text,
@@ -78,6 +81,9 @@ class Base(DeclarativeBase):
     """Declarative base on the package's own ``MetaData``, separate from any host's."""
 
     metadata = metadata
+    # Declarative types it as a FromClause (a class may be mapped to any selectable); every
+    # model here is mapped to a Table of its own, by __tablename__.
+    __table__: ClassVar[Table]
 
 
 class Journal(Base):

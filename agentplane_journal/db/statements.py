@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import functools
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, overload
 
 from sqlalchemy import (
     BigInteger,
@@ -26,6 +26,7 @@ from sqlalchemy import (
     true,
     update,
 )
+from sqlalchemy.sql.elements import BindParameter
 
 from agentplane_journal.core.canon import MAX_DEPTH
 from agentplane_journal.core.checks import MAX_I64 as _I64_MAX
@@ -155,7 +156,8 @@ class HotStatements:
 
 @functools.cache
 def hot_statements(dialect: Dialect) -> HotStatements:
-    tenant, run_id = bindparam("tenant"), bindparam("run_id")
+    tenant: BindParameter[str] = bindparam("tenant")
+    run_id: BindParameter[str] = bindparam("run_id")
     upsert = dialect.insert(RunActivity).values(
         tenant=tenant, run_id=run_id, updated_at=bindparam("now")
     )
@@ -248,6 +250,12 @@ def stored_int(value: object, seq: int, column: str) -> int:
     return value
 
 
+@overload
+def stored_text(
+    value: object, seq: int, column: str, *, nullable: Literal[False] = False
+) -> str: ...
+@overload
+def stored_text(value: object, seq: int, column: str, *, nullable: bool) -> str | None: ...
 def stored_text(value: object, seq: int, column: str, *, nullable: bool = False) -> str | None:
     """A text column's value; on SQLite a column can hold a BLOB or a number, which is corrupt."""
     if value is None and nullable:
@@ -331,7 +339,9 @@ _DEEP_BYTES = 2 * (MAX_DEPTH + 2)
 #: The last ``(run_id column, body run member)`` pair found canonical and equal.
 _known_run: tuple[Any, Any] = (_ABSENT, _ABSENT)
 _sha256 = hashlib.sha256
-_scan = JSON_DECODER.scan_once  # what raw_decode calls, without its Python frame
+# What raw_decode calls, without its Python frame. JSONDecoder.__init__ sets scan_once;
+# typeshed's JSONDecoder does not declare it.
+_scan: Callable[[str, int], tuple[Any, int]] = JSON_DECODER.scan_once  # type: ignore[attr-defined]
 _new_digest = object.__new__
 _set_digest = Digest.__mro__[1].__dict__["_bytes"].__set__  # the slot Digest._trusted sets
 

@@ -52,6 +52,7 @@ from sqlalchemy import (
     union_all,
 )
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.sql.elements import BindParameter
 
 from agentplane_journal.core import tree as tree
 from agentplane_journal.core.checkpoint import Checkpoint, Inclusion
@@ -100,7 +101,7 @@ def _snapshot_statement(leaf_source: str | None) -> Any:
     ancestor's sibling. Only complete subtrees are stored, so whatever exists is what the
     size allows. At most 3 x 63 primary-key probes.
     """
-    tenant = bindparam("tenant")
+    tenant: BindParameter[str] = bindparam("tenant")
     levels = select(literal_column("0").label("k")).cte("levels", recursive=True)
     levels = levels.union_all(
         select((levels.c.k + 1).label("k")).where(levels.c.k < tree.MAX_LEVEL)
@@ -134,7 +135,7 @@ def _snapshot_statement(leaf_source: str | None) -> Any:
         if leaf_source == "run":
             # Two lookups by constants (the seal's primary key, the tree's run index): a
             # join here lets a planner without fresh statistics scan the leaves instead.
-            run_id = bindparam("run_id")
+            run_id: BindParameter[str] = bindparam("run_id")
             leaf = select(
                 select(RunSeal.chain_head)
                 .where(RunSeal.tenant == tenant, RunSeal.run_id == run_id)
@@ -413,7 +414,7 @@ class TenantLog:
         one export is taken at the size of its header's checkpoint, page by page. The
         nodes of a page are shared by its paths; one SELECT per level.
         """
-        wanted: dict[int, list[tuple[int, int]]] = {}
+        wanted: dict[int, list[int]] = {}
         ranges = {p: tree.inclusion_ranges(p, size) for p in positions if 0 <= p < size}
         for plan in ranges.values():
             for lo, hi in plan:

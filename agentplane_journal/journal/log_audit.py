@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypedDict, cast
 
 from sqlalchemy import (
     BigInteger,
@@ -38,7 +38,9 @@ from sqlalchemy import (
     union_all,
     update,
 )
+from sqlalchemy.engine import CursorResult
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.sql import ColumnElement
 
 from agentplane_journal.core import tree as tree
 from agentplane_journal.core.merkle import raw_leaf
@@ -92,7 +94,7 @@ class LogAudit:
         return self.first_bad is None
 
 
-def _valid_node(dialect: Dialect) -> Any:
+def _valid_node(dialect: Dialect) -> ColumnElement[bool]:
     """SQL: the ``log_tree`` row is a node a seal could have written (the others are hostile)."""
     return and_(
         LogTree.level.between(0, tree.MAX_LEVEL),
@@ -105,7 +107,7 @@ def _valid_node(dialect: Dialect) -> Any:
     )
 
 
-def _valid_index(dialect: Dialect) -> Any:
+def _valid_index(dialect: Dialect) -> ColumnElement[bool]:
     """SQL: the seal's ``log_index`` is one a seal could have been handed."""
     return and_(
         RunSeal.log_index.between(0, MAX_LOG_INDEX),
@@ -245,10 +247,10 @@ async def _renumber(session: AsyncSession, log: TenantLog, finding: _Finding) ->
             .scalar_subquery()
         )
         d = log._dialect
-        stmt = d.insert(JournalCounter).values(name=log.counter_name, value=top)
+        reset = d.insert(JournalCounter).values(name=log.counter_name, value=top)
         await conn.execute(
-            stmt.on_conflict_do_update(
-                index_elements=[JournalCounter.name], set_={"value": stmt.excluded.value}
+            reset.on_conflict_do_update(
+                index_elements=[JournalCounter.name], set_={"value": reset.excluded.value}
             )
         )
         rewritten += 1
@@ -274,8 +276,18 @@ def _seal_problem(sealed: bytes | None, head: object, ended: object) -> str | No
     return None
 
 
+class _PageState(TypedDict):
+    """Where :func:`audit_pages` is, carried from one page's transaction to the next."""
+
+    builder: tree.TreeBuilder
+    after: object  # the last page's last log_index, as stored (compared in SQL)
+    at: int  # leaves checked so far
+    limit: int | None  # the seals to check (None: a rebuild, to the last one)
+    kept: int  # seals no rebuild can repair
+
+
 async def _audit_page(
-    session: AsyncSession, log: TenantLog, state: dict[str, Any], finding: _Finding, fix: bool
+    session: AsyncSession, log: TenantLog, state: _PageState, finding: _Finding, fix: bool
 ) -> tuple[int, bool]:
     """Check (or rewrite) the next page of leaves; ``(rows rewritten, last page?)``."""
     tenant, a, dialect = log.tenant, state["at"], log._dialect
@@ -383,8 +395,14 @@ async def _audit_page(
         # Node (level, idx) lies within b leaves iff (idx + 1) << level <= b, that is iff
         # idx < b >> level: shifting the bound, not the stored index, cannot overflow.
         beyond = LogTree.idx >= literal(b, BigInteger).op(">>")(LogTree.level)
-        result = await session.execute(
-            delete(LogTree).where(LogTree.tenant == tenant, or_(not_(_valid_node(dialect)), beyond))
+        # A DELETE's result is a CursorResult (AsyncSession.execute is typed as any Result).
+        result = cast(
+            "CursorResult[Any]",
+            await session.execute(
+                delete(LogTree).where(
+                    LogTree.tenant == tenant, or_(not_(_valid_node(dialect)), beyond)
+                )
+            ),
         )
         if result.rowcount:
             finding.add(
@@ -429,7 +447,13 @@ async def audit_pages(log: TenantLog, unit: Unit, fix: bool, progress: Progress 
         repaired += await unit(lambda session: _renumber(session, log, finding), primary=True)
     # An audit checks the log as the census saw it (seals landing meanwhile are beyond it);
     # a rebuild goes on to whatever is sealed when its last page runs.
-    state = {"builder": tree.TreeBuilder(), "after": None, "at": 0, "limit": None, "kept": 0}
+    state: _PageState = {
+        "builder": tree.TreeBuilder(),
+        "after": None,
+        "at": 0,
+        "limit": None,
+        "kept": 0,
+    }
     if not fix:
         state["limit"] = census.seals
     while True:

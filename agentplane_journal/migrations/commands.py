@@ -17,11 +17,11 @@ without importing Alembic, is :mod:`agentplane_journal.db.revision`.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import cache
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Concatenate, ParamSpec, TextIO, TypeVar
 
 import alembic.context
 import alembic.op
@@ -301,7 +301,16 @@ def _host_alembic_preserved() -> Iterator[None]:
                 proxy._install_proxy()
 
 
-async def _with_connection(url_or_engine: str | AsyncEngine, fn: Any, *args: Any) -> Any:
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
+
+
+async def _with_connection(
+    url_or_engine: str | AsyncEngine,
+    fn: Callable[Concatenate[Connection, _P], _T],
+    *args: _P.args,
+    **kwargs: _P.kwargs,
+) -> _T:
     engine = url_or_engine
     if isinstance(url_or_engine, str):
         engine = create_engine(url_or_engine, poolclass=pool.NullPool)
@@ -311,7 +320,7 @@ async def _with_connection(url_or_engine: str | AsyncEngine, fn: Any, *args: Any
         )
     try:
         async with engine.connect() as conn:
-            result = await conn.run_sync(fn, *args)
+            result = await conn.run_sync(fn, *args, **kwargs)
             await conn.commit()
             return result
     finally:
@@ -338,7 +347,7 @@ async def current_revision(
     url_or_engine: str | AsyncEngine, *, schema: str | None = None
 ) -> str | None:
     """The database's revision of this package's history, ``None`` if never migrated."""
-    return await _with_connection(url_or_engine, current, schema)  # type: ignore[no-any-return]
+    return await _with_connection(url_or_engine, current, schema)
 
 
 def _tables_with_rows(connection: Connection) -> list[str]:
@@ -357,7 +366,7 @@ async def tables_with_rows(url_or_engine: str | AsyncEngine) -> list[str]:
     Read-only (a table that does not exist is simply not listed). ``demo`` asks this before
     writing anything, so it never mixes its made-up runs into a real journal.
     """
-    return await _with_connection(url_or_engine, _tables_with_rows)  # type: ignore[no-any-return]
+    return await _with_connection(url_or_engine, _tables_with_rows)
 
 
 @cache

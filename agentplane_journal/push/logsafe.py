@@ -31,10 +31,11 @@ import functools
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeGuard
 
 from sqlalchemy.exc import StatementError
 from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.log import InstanceLogger
 
 from agentplane_journal.db.dialect import dialect_for
 
@@ -72,7 +73,7 @@ class _HiddenCall:
     __str__ = __repr__
 
 
-def _is_push_call(arg: object) -> bool:
+def _is_push_call(arg: object) -> TypeGuard[functools.partial[Any]]:
     return isinstance(arg, functools.partial) and any(
         isinstance(a, str) and _TABLE in a for a in arg.args
     )
@@ -104,7 +105,7 @@ _FILTER = PushLogFilter()
 def _logger_of(engine: AsyncEngine) -> logging.Logger:
     logger = engine.sync_engine.logger
     # An engine made with echo= or logging_name= wraps its logger in an InstanceLogger.
-    return getattr(logger, "logger", logger)  # type: ignore[no-any-return]
+    return logger.logger if isinstance(logger, InstanceLogger) else logger
 
 
 def install(engine: AsyncEngine) -> None:

@@ -34,10 +34,11 @@ from __future__ import annotations
 
 import builtins
 import logging
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar, cast
 
 from sqlalchemy import and_, delete, select, tuple_, update
+from sqlalchemy.engine import CursorResult
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 from agentplane_journal.core.checks import MAX_I64, check_int, check_run
@@ -72,6 +73,8 @@ log = logging.getLogger("agentplane_journal.push.store")
 
 # -- the store --------------------------------------------------------------------------
 
+
+_T = TypeVar("_T")
 
 _COLUMNS = (
     PushDelivery.task_id,
@@ -178,7 +181,7 @@ class SqlPushStore(Repository):
         log.warning("%s (%s)", error, served)
         return UnreadableRegistration(task_id, config_id, error)
 
-    async def _unit(self, fn: Any, **kw: Any) -> Any:
+    async def _unit(self, fn: Callable[[AsyncSession], Awaitable[_T]], **kw: Any) -> _T:
         # Every push statement runs marked, so the log filter hides its values, and no
         # exception leaves with the statement's parameters in its chain (see logsafe).
         try:
@@ -469,6 +472,7 @@ class SqlPushStore(Repository):
                 continue
 
             async def unit(session: AsyncSession, row: Any = row, new: Any = new) -> int:
+                # An UPDATE's result is a CursorResult (AsyncSession.execute is typed Result).
                 result = await session.execute(
                     update(PushDelivery)
                     .where(
@@ -480,7 +484,7 @@ class SqlPushStore(Repository):
                     )
                     .values(new)
                 )
-                return int(result.rowcount or 0)  # type: ignore[attr-defined]
+                return int(cast("CursorResult[Any]", result).rowcount or 0)
 
             if await self._unit(unit, session=session):
                 resealed += 1

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 from agentplane_journal.core.checks import check_int, check_run, check_text
@@ -132,7 +132,10 @@ def clip_error(error: object) -> str:
     return raw.decode("utf-8", "ignore")
 
 
-def build_unchecked(cls: type[Any], **fields: Any) -> Any:
+_T = TypeVar("_T")
+
+
+def build_unchecked(cls: type[_T], **fields: Any) -> _T:
     """A value read back from the database, without re-validating it.
 
     Rows written by agentplane itself (or an older version) may not meet this version's
