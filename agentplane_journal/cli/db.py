@@ -35,8 +35,14 @@ def _target(raw: str, *, must_exist: bool) -> _Target:
         raise _Exit(2, f"{_redact(raw)!r}: {exc}") from None
     driver = url.drivername
     shown = url.render_as_string(hide_password=True)
-    if must_exist and driver.startswith("sqlite") and url.database not in (None, "", ":memory:"):
-        path = Path(url.database)
+    database = url.database
+    if (
+        must_exist
+        and driver.startswith("sqlite")
+        and database is not None
+        and database not in ("", ":memory:")
+    ):
+        path = Path(database)
         if not path.exists():
             raise _Exit(
                 2,

@@ -70,7 +70,8 @@ def _versions(connection: Connection, name: str, schema: str | None) -> list[str
     if not inspect(connection).has_table(name, schema=schema):
         return []
     versions = table(name, column("version_num"), schema=schema)
-    return [str(v) for v in connection.execute(select(versions.c.version_num)).scalars()]
+    stored: list[object] = list(connection.execute(select(versions.c.version_num)).scalars())
+    return [str(v) for v in stored]
 
 
 def current(connection: Connection, schema: str | None = None) -> str | None:

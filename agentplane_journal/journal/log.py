@@ -256,7 +256,7 @@ class TenantLog:
         """
         if not leaves:
             return []
-        last = (await session.execute(self._counter(len(leaves)))).scalar_one()
+        last: object = (await session.execute(self._counter(len(leaves)))).scalar_one()
         if type(last) is not int or not len(leaves) - 1 <= last <= MAX_LOG_INDEX:
             # A hostile log_index or counter (2**63 - 1, on which the next value overflows;
             # TEXT on SQLite): the position cannot be handed out, and no later one either
