@@ -20,7 +20,6 @@ from sqlalchemy.dialects import sqlite
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
-from sqlalchemy.sql.dml import Insert
 
 from agentplane_journal.db import selfwait
 from agentplane_journal.db.models import JournalCounter, RunOutcome, run_conclusion_ordinal
@@ -59,15 +58,24 @@ _BEGUN = "agentplane_journal_begun"
 _CHANGES = "agentplane_journal_changes"
 
 
+#: Either backend's ``INSERT``: both have ``on_conflict_do_nothing``/``on_conflict_do_update``
+#: (with ``index_elements``, ``index_where``, ``set_``, ``where``) and ``excluded``.
+Upsert = pg.Insert | sqlite.Insert
+
+
 class Dialect(Protocol):
     """What the repository needs to know about a backend."""
 
     name: str
 
+    # Statements are cached per dialect object (functools.cache), so it must hash; a
+    # protocol type is not Hashable to mypy unless it says so.
+    def __hash__(self) -> int: ...
+
     def configure(self, engine: AsyncEngine) -> None:
         """Install the connection and transaction settings the store's guarantees rely on."""
 
-    def insert(self, table: Any) -> Insert:
+    def insert(self, table: Any) -> Upsert:
         """An ``INSERT`` that supports ``on_conflict_do_nothing``/``on_conflict_do_update``."""
 
     def greatest(self, a: Any, b: Any) -> ColumnElement[Any]:
@@ -136,7 +144,7 @@ class PostgresDialect:
         # which hold at PostgreSQL's default isolation level.
         return None
 
-    def insert(self, table: Any) -> Insert:
+    def insert(self, table: Any) -> pg.Insert:
         return pg.insert(table)
 
     def greatest(self, a: Any, b: Any) -> ColumnElement[Any]:
@@ -153,7 +161,9 @@ class PostgresDialect:
 
     def contains_bytes(self, column: Any, needle: bytes) -> ColumnElement[bool]:
         # bytea LIKE bytea; the needle is a ULID, which holds neither % nor _ nor \.
-        return column.op("LIKE", is_comparison=True)(literal(b"%" + needle + b"%", LargeBinary))
+        like = column.op("LIKE", is_comparison=True)
+        contains: ColumnElement[bool] = like(literal(b"%" + needle + b"%", LargeBinary))
+        return contains
 
     def constraint(self, exc: DBAPIError, table: Table) -> str | None:
         driver = _driver(exc)
@@ -267,7 +277,7 @@ class SqliteDialect:
 
         setattr(sync_engine, _CONFIGURED, True)
 
-    def insert(self, table: Any) -> Insert:
+    def insert(self, table: Any) -> sqlite.Insert:
         return sqlite.insert(table)
 
     def greatest(self, a: Any, b: Any) -> ColumnElement[Any]:
@@ -282,7 +292,7 @@ class SqliteDialect:
         # transaction holds from its start. A database that already has outcomes starts
         # after the largest one.
         initial = select(func.coalesce(func.max(RunOutcome.ordinal), 0) + 1).scalar_subquery()
-        value = (
+        value: int = (
             await conn.execute(counter_next(self, "run_conclusion_ordinal", initial))
         ).scalar_one()
         return literal(value)
@@ -293,15 +303,19 @@ class SqliteDialect:
 
     def constraint(self, exc: DBAPIError, table: Table) -> str | None:
         code = getattr(_driver(exc), "sqlite_errorname", None)
+        # (A name is a str here: the package's naming convention names every constraint;
+        # SQLAlchemy also types it as its "no name" marker or None.)
         if code == "SQLITE_CONSTRAINT_PRIMARYKEY":
-            return table.primary_key.name
+            name = table.primary_key.name
+            return name if isinstance(name, str) else None
         if code == "SQLITE_CONSTRAINT_UNIQUE":
             # SQLite does not report the index name, but it does say "unique, not primary
             # key"; a table with a single unique constraint or index therefore names it.
             names = [i.name for i in table.indexes if i.unique] + [
                 c.name for c in table.constraints if c.__class__.__name__ == "UniqueConstraint"
             ]
-            return names[0] if len(names) == 1 else None
+            name = names[0] if len(names) == 1 else None
+            return name if isinstance(name, str) else None
         return None
 
     def connection_lost(self, exc: DBAPIError) -> bool:
@@ -424,7 +438,8 @@ async def begin_write(session: AsyncSession) -> AsyncConnection:
             "begin_write(session) must come before the transaction's first statement; "
             "this session's transaction already has a connection"
         )
-    return await session.connection(execution_options={WRITE_TRANSACTION: True})
+    write: dict[str, Any] = {WRITE_TRANSACTION: True}
+    return await session.connection(execution_options=write)
 
 
 def _unproxied(sync_engine: Engine) -> Engine:

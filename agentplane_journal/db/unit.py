@@ -276,7 +276,8 @@ class Repository:
         try:
             if not read_only:
                 # SQLite: BEGIN IMMEDIATE, the write lock before the first read.
-                await session.connection(execution_options={WRITE_TRANSACTION: True})
+                write: dict[str, Any] = {WRITE_TRANSACTION: True}
+                await session.connection(execution_options=write)
             try:
                 result = await fn(session)
             except Rollback as rollback:
@@ -403,6 +404,7 @@ class Repository:
             yield
             return
         conn = await session.connection()
+        assert conn.sync_connection is not None  # a session hands out a started connection
         previous = conn.sync_connection.get_execution_options().get("schema_translate_map")
         await session.flush()
         await conn.execution_options(

@@ -79,7 +79,7 @@ class RunControl(Repository):
         async def take(session: AsyncSession) -> Lease:
             for _ in range(8):
                 now = self._now()
-                stmt = d.insert(RunLease).values(
+                insert = d.insert(RunLease).values(
                     tenant=self.tenant,
                     run_id=str(run),
                     owner=owner,
@@ -87,12 +87,12 @@ class RunControl(Repository):
                     expires_at=now + ttl,
                 )
                 lapsed = RunLease.expires_at <= now
-                stmt = stmt.on_conflict_do_update(
+                stmt = insert.on_conflict_do_update(
                     index_elements=[RunLease.tenant, RunLease.run_id],
                     set_={
-                        "owner": stmt.excluded.owner,
+                        "owner": insert.excluded.owner,
                         "epoch": case((lapsed, RunLease.epoch + 1), else_=RunLease.epoch),
-                        "expires_at": stmt.excluded.expires_at,
+                        "expires_at": insert.excluded.expires_at,
                     },
                     where=or_(lapsed, RunLease.owner == owner),
                 ).returning(RunLease.epoch)

@@ -305,13 +305,14 @@ class SqlJournalStore(RunReads, AuditReads, RunControl):
         for start in range(0, len(rows), MAX_INSERT_ROWS):
             chunk = rows[start : start + MAX_INSERT_ROWS]
             try:
-                written = (await conn.execute(insert, chunk)).scalars().all()
+                written: Sequence[int] = (await conn.execute(insert, chunk)).scalars().all()
             except DBAPIError as exc:
                 table = Journal.__table__
-                if self._dialect.constraint(exc, table) == "journal_effect_started":
+                if self._dialect.constraint(exc, table) == "journal_effect_started" and seen:
                     # Not expected (the INSERT skips these rows); kept so that this index,
-                    # and only it, still maps to DuplicateEffectError if it ever raises.
-                    raise DuplicateEffectError(next(iter(seen)) if seen else None) from exc
+                    # and only it, still maps to DuplicateEffectError if it ever raises (it
+                    # cannot without an EffectStarted key in the batch).
+                    raise DuplicateEffectError(next(iter(seen))) from exc
                 raise
             if len(written) != len(chunk):
                 # The exactly-once index skipped a row: its key had already started.
@@ -365,9 +366,11 @@ class SqlJournalStore(RunReads, AuditReads, RunControl):
             return await general()  # rare batches: a duplicate in the batch, or a conclusion
         await self._ready()
         # One round trip on PostgreSQL, one thread hop on SQLite; `general` when it cannot.
-        return await self._shared.writer.append(
+        # (The writer is a backends.writer.HotPath, typed Any in db/, which is below it.)
+        records: list[Record] = await self._shared.writer.append(
             self.tenant, self._signer, self._now(), run, epoch, items, keys, general
         )
+        return records
 
     async def append_atomic(
         self,

@@ -149,7 +149,7 @@ class Writer:
             records = await general() if answer is GENERAL else answer
         if records:
             self._heads.put(tenant, run_id, records[-1].seq, records[-1].hash)
-        return records  # type: ignore[no-any-return]
+        return records
 
     async def submit(self, request: Request) -> Any:
         """The records, or :data:`GENERAL`; the contract's errors are raised."""
@@ -206,7 +206,7 @@ class Writer:
             # Leave the set now, not in a done callback: the callback runs a loop turn later,
             # and an append arriving in between would see this finished leader as running and
             # start none, then wait until some other append came along (a lost wakeup).
-            self._leaders.discard(asyncio.current_task())  # type: ignore[arg-type]
+            self._leaders.discard(asyncio.current_task())
             if self._pending and not self._leaders:
                 # Stopped (cancelled) with appends still queued: nobody would answer them.
                 stopped = BackendError("the append writer stopped before sending this append")
@@ -272,13 +272,17 @@ class Writer:
 
     async def _fetch(self, driver: Any, statement: str, args: tuple[Any, ...]) -> list[Any]:
         query = _pgsql.sql(statement, self._schema)
+        # asyncpg ships no types: its fetch() answers a list of Records.
+        rows: list[Any]
         if getattr(driver, "_stmt_cache_enabled", True):
-            return await driver.fetch(query, *args)
+            rows = await driver.fetch(query, *args)
+            return rows
         # Behind a transaction pooler (no statement cache): asyncpg prepares and executes an
         # uncached statement in two exchanges, and only an open transaction keeps both on
         # one server connection.
         async with driver.transaction():
-            return await driver.fetch(query, *args)
+            rows = await driver.fetch(query, *args)
+            return rows
 
     async def _one(self, driver: Any, r: Request) -> Any:
         """One append by the single-run statement; raises :class:`_Lost`."""
@@ -296,9 +300,9 @@ class Writer:
                 return GENERAL  # which of the keys had started: the general path says
             if getattr(exc, "sqlstate", None) in _GENERAL_STATES:
                 return GENERAL  # a stale head's key collision, or a lease row locked
-            error = BackendError(describe(exc))
-            error.__cause__ = exc
-            return error
+            failure = BackendError(describe(exc))
+            failure.__cause__ = exc
+            return failure
         return self._settle(r, _pgsql.one_outcome(r.run, r.epoch, rows[0] if rows else None))
 
     async def _many(self, driver: Any, group: list[Request]) -> tuple[list[Any], bool]:
