@@ -456,7 +456,10 @@ def is_configured(sync_engine: Engine) -> bool:
 def _pooled_connections(sync_engine: Engine) -> int:
     pool = sync_engine.pool
     try:
-        return int(pool.checkedin()) + int(pool.checkedout())  # type: ignore[attr-defined]
+        # Only some pools count (QueuePool and its async variant): the base Pool declares
+        # no checkedin()/checkedout().
+        counted: Any = pool
+        return int(counted.checkedin()) + int(counted.checkedout())
     except AttributeError:  # pools without counts; the begin listener catches their strays
         return 0
 

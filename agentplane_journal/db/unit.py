@@ -26,7 +26,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any, NoReturn, Self, TypeVar
+from typing import Any, NoReturn, Self, TypeVar, cast
 
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError, UnboundExecutionError
@@ -270,8 +270,10 @@ class Repository:
             self._refuse_own_wait(run)
         await self._ready()
         shared = self._shared
-        replica = read_only and not primary and shared.read_sessions is not None
-        session = (shared.read_sessions if replica else shared.sessions)()  # type: ignore[misc]
+        sessions = shared.sessions
+        if read_only and not primary and shared.read_sessions is not None:
+            sessions = shared.read_sessions  # the replica
+        session = sessions()
         committing = False
         try:
             if not read_only:
@@ -282,7 +284,7 @@ class Repository:
                 result = await fn(session)
             except Rollback as rollback:
                 await session.rollback()
-                return rollback.value  # type: ignore[return-value]
+                return cast(T, rollback.value)  # fn raised it with its own result
             await session.flush()  # a failing flush is a statement error, not an unknown commit
             # Only a write's COMMIT can be in doubt: a read-only unit wrote nothing, so
             # however its COMMIT fails, nothing was written and the read can be retried.
@@ -341,7 +343,7 @@ class Repository:
                 if savepoint is not None:
                     await savepoint.rollback()
                     self._forget_runs(sync, held)
-                return rollback.value  # type: ignore[return-value]
+                return cast(T, rollback.value)  # fn raised it with its own result
             if savepoint is not None:
                 await savepoint.commit()
             return result
