@@ -234,8 +234,10 @@ class SqliteDialect:
             # declares no foreign keys.
             dbapi_connection.isolation_level = None
             cursor = dbapi_connection.cursor()
-            cursor.execute("PRAGMA journal_mode=WAL")
+            # The busy timeout first: switching to WAL takes a lock another process may hold
+            # (opening, checkpointing), and that wait should be ours, not the driver's 5 s.
             cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+            cursor.execute("PRAGMA journal_mode=WAL")
             # An acknowledged append survives power loss: the WAL is synced at every COMMIT.
             # (FULL is SQLite's usual build default, but a build or a host may say NORMAL,
             # which can lose the last commits on power loss; the journal's promise needs FULL.)
