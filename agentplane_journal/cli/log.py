@@ -3,7 +3,7 @@
 What the Merkle log of sealed runs says and proves, and the audit of its stored tree that
 ``verify --all`` runs. A proof is always read with the checkpoint of the same log size:
 when a seal lands between the two reads, both are taken again (:data:`_RETRIES` times).
-Signed notes are read and checked by ``_cli_notes``.
+Signed notes are read and checked by ``cli.notes``.
 """
 
 from __future__ import annotations

@@ -9,16 +9,16 @@ makes its connections safe behind PgBouncer's transaction pooling.
 ``demo`` shows the whole package working in one command: on a new SQLite file in the current
 directory by default, or on ``--url`` / ``$AGENTPLANE_JOURNAL_URL`` if it holds no journal rows.
 ``checkpoint --sign-key-file`` prints a C2SP signed note; ``prove --checkpoint`` and
-``consistency`` check a signed note with ``--note-key`` (see ``_cli_notes.py`` for the rules).
+``consistency`` check a signed note with ``--note-key`` (see ``cli/notes.py`` for the rules).
 
 Exit codes: 0 ok; 1 something failed to verify (the output names the run and ``seq N``),
 or a run that must be sealed is not; 2 a usage, connection or schema problem, reported on
 stderr in one line (run ``agentplane-journal upgrade`` when the schema is behind).
 
-The commands live beside this module, by what they hold: ``_cli_store`` (the database
-target, finding runs, ``upgrade``/``runs``/``show``), ``_cli_audit`` (``verify``, ``export``
-and the export format), ``_cli_log`` (``checkpoint``, ``prove``, ``consistency``,
-``reindex-log``), ``_cli_demo`` (``demo``); ``_cli_base`` is what ``main`` needs before any of
+The commands live beside this module, by what they hold: ``db`` (the database
+target, finding runs, ``upgrade``/``runs``/``show``), ``audit`` (``verify``, ``export``
+and the export format), ``log`` (``checkpoint``, ``prove``, ``consistency``,
+``reindex-log``), ``demo`` (``demo``); ``base`` is what ``main`` needs before any of
 them is imported.
 """
 

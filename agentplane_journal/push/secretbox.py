@@ -12,9 +12,9 @@ Which secrets a row has is sealed too, so that blanking one (setting its column 
 not a way to turn an authenticated registration into an unauthenticated one. Format v3's
 plaintext is a tag byte and the value: ``\x01`` + the secret, or ``\x00`` alone, the
 *absence marker* a column that must always hold an envelope (the token, see
-:mod:`.push_secrets`) holds when there is no secret; and every v3 value is bound to whether
-the row's credentials column is set. So a NULLed token column is missing its marker, and a
-NULLed credentials column makes the token's binding fail.
+:mod:`~agentplane_journal.push.secrets`) holds when there is no secret; and every v3 value
+is bound to whether the row's credentials column is set. So a NULLed token column is
+missing its marker, and a NULLed credentials column makes the token's binding fail.
 
 Format v1 (``apj:v1:``) bound only tenant, task, config id and column; format v2 added
 ``url`` and ``auth_scheme`` but not which secrets the row holds. Both still open (so a v1/v2
@@ -197,7 +197,7 @@ def is_sealed(stored: str) -> bool:
 def is_current(keyring: Keyring, stored: str | None) -> bool:
     """Whether ``stored`` is absent or already in the current format under the current key.
 
-    (Whether absent is allowed is the row's business: see :mod:`.push_secrets`.)
+    (Whether absent is allowed is the row's business: see :mod:`~agentplane_journal.push.secrets`.)
     """
     return stored is None or stored.startswith(f"apj:v{FORMAT_VERSION}:{keyring.current}:")
 

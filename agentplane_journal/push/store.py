@@ -20,14 +20,15 @@ Secrets at rest. Tokens and credentials are what a database dump must not hand o
 key, they are sealed with AES-256-GCM before they leave the process, bound (associated data)
 to the row's tenant, task, config id, column, ``url``, ``auth_scheme`` and whether it has
 credentials, so a value copied elsewhere, or a row pointed at another host, does not open
-(see :mod:`.sealing`); a keyed row always holds a sealed token column (an absence marker
-without a token), so blanking a secret is seen, not served as "no authentication" (see
-:mod:`.push_secrets`). A store with a key refuses plaintext in a sealed column, or an empty
-token column (a downgrade), unless told ``accept_plaintext=True``; a store without a key
-reads and writes plaintext, as agentplane 0.4.0 does. A value that cannot be opened is
-:class:`SecretUnavailableError`, never garbage and never a silent ``None``; ``due`` and
-``list`` serve the other rows and name it in ``.unavailable`` (see :mod:`.push_rows`). No
-secret reaches a log (see :mod:`.logsafe`).
+(see :mod:`~agentplane_journal.push.secretbox`); a keyed row always holds a sealed token
+column (an absence marker without a token), so blanking a secret is seen, not served as
+"no authentication" (see :mod:`~agentplane_journal.push.secrets`). A store with a key
+refuses plaintext in a sealed column, or an empty token column (a downgrade), unless told
+``accept_plaintext=True``; a store without a key reads and writes plaintext, as agentplane
+0.4.0 does. A value that cannot be opened is :class:`SecretUnavailableError`, never garbage
+and never a silent ``None``; ``due`` and ``list`` serve the other rows and name it in
+``.unavailable`` (see :mod:`~agentplane_journal.push.rows`). No secret reaches a log (see
+:mod:`~agentplane_journal.push.logsafe`).
 """
 
 from __future__ import annotations
