@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import pytest
+from checks_tools import around_checks
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
@@ -34,6 +35,7 @@ from agentplane_journal.push.rows import PushListing, ResealReport
 from agentplane_journal.push.secretbox import Keyring
 from agentplane_journal.push.store import SqlPushStore
 
+import logcheck
 from conftest import store_factory
 from logcheck import Capture, leaks, no_secret_logged
 from test_push import (
@@ -70,14 +72,16 @@ async def make_push(database_url: str, clock: Any) -> AsyncIterator[Callable[...
 
 
 async def set_column(store: SqlPushStore, id: str, column: str, value: Any) -> None:
-    """``UPDATE push_delivery SET <column> = :v`` for one config id of the store's tenant."""
-    await sql(
-        store,
-        f"UPDATE push_delivery SET {column} = :v WHERE tenant = :t AND config_id = :id",
-        v=value,
-        t=store.tenant,
-        id=id,
-    )
+    """``UPDATE push_delivery SET <column> = :v`` for one config id of the store's tenant
+    (a negative number around the column's CHECK, as an attacker would have to)."""
+    statement = f"UPDATE push_delivery SET {column} = :v WHERE tenant = :t AND config_id = :id"
+    params = {"v": value, "t": store.tenant, "id": id}
+    if type(value) is int and value < 0:
+        with logcheck.current().paused():
+            async with store.engine.begin() as conn, around_checks(conn, "push_delivery"):
+                await conn.execute(text(statement), params)
+        return
+    await sql(store, statement, **params)
 
 
 def seal_v1(
@@ -231,6 +235,8 @@ async def test_bad_rows_leave_due_serving_the_rest_and_are_reported(
         "bad-url": ("url", EVIL),
         "bad-plaintext": ("token", "swapped-in"),
         "bad-cursor": ("next_seq", -1),
+        "bad-attempts": ("attempts", -2),
+        "bad-due": ("next_attempt_at", -5),
     }
     if dialect == "sqlite":  # SQLite stores any type in any column
         bad |= {

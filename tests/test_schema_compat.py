@@ -58,7 +58,7 @@ from agentplane_journal import (
     root,
     verify_consistency,
 )
-from agentplane_journal.db.models import VERSION_TABLE, metadata
+from agentplane_journal.db.models import COLUMN_FLOORS, VERSION_TABLE, metadata
 from agentplane_journal.db.revision import HEAD_REVISION
 from agentplane_journal.migrations.commands import current_revision, upgrade
 
@@ -188,6 +188,17 @@ async def test_every_040_table_column_key_index_and_sequence_is_identical_after_
     due_040 = next(r for r in cat_040["indexes"] if r[1] == "push_delivery_due")
     assert indexes["push_delivery_due"][:6] == due_040[:6]
     mine["indexes"] = [r for r in mine["indexes"] if r[1] not in TOUCHED_BY_022]
+    # Revision 0004: a CHECK on every counter and instant (0.4.0 declared none), named as
+    # 0.22.0's inline ones are; two floors are lower than 0.22.0's (see 0004_checks).
+    checks = {r[1]: r[3] for r in mine["constraints"] if r[2] == "c"}
+    assert checks == {
+        f"{table}_{column}_check": f"CHECK (({column} >= {floor}))"
+        for table, floors in COLUMN_FLOORS.items()
+        if table in TABLES_040
+        for column, floor in floors.items()
+    }
+    assert not [r for r in cat_040["constraints"] if r[2] == "c"]
+    mine["constraints"] = [r for r in mine["constraints"] if r[2] != "c"]
     for section, rows in only_tables(cat_040, TABLES_040, SEQUENCES_040).items():
         if section == "indexes":
             rows = [r for r in rows if r[1] not in TOUCHED_BY_022]
@@ -553,3 +564,53 @@ async def test_adopting_a_040_database_keeps_every_row_and_the_store_works_on_th
         assert after[table] == rows_before[table]
     assert set(rows_before["journal"]) <= set(after["journal"])
     assert set(rows_before["run_seal"]) <= set(after["run_seal"])
+
+
+async def test_a_040_database_upgrades_to_the_checks_and_downgrades_from_them(
+    new_pg: Callable[..., Any],
+) -> None:
+    """0.4.0's rows (epoch-1 leases, released, sequence positions and ordinals, pushes) are
+    within every floor: adopted with the CHECKs, and back to ``0003`` without them."""
+    url, at_0003 = await new_pg(), await new_pg()
+    await make_040_database(url)
+    await make_040_database(at_0003)
+    await upgrade(at_0003, "0003_contract_0_22")
+    conn = await asyncpg.connect(_dsn(url))
+    try:
+        plane = Agentplane040(conn, "acme")
+        run = RunId.generate()
+        await plane.acquire(run, "worker-1", 1, 60)
+        await plane.append(1, [admitted(run), concluded(run, "succeeded")])
+        await plane.release(run, 1)
+        await plane.seal(run, "succeeded")
+        await plane.request_cancel(run, "ops", "late")
+        await conn.execute(
+            "INSERT INTO push_delivery (tenant, task_id, config_id, url, next_seq) "
+            "VALUES ('acme', 'task-1', 'cfg-1', 'https://hooks.example/a', 0)"
+        )
+    finally:
+        await conn.close()
+    rows = await table_contents(url, TABLES_040)
+
+    def checks(cat: dict[str, list[tuple[Any, ...]]]) -> set[str]:
+        return {r[1] for r in cat["constraints"] if r[2] == "c"}
+
+    await upgrade(url)
+    adopted = await catalog(url)
+    assert len(checks(adopted)) == 13
+    after = await table_contents(url, TABLES_040)
+    after["push_delivery"] = [r[:-1] for r in after["push_delivery"]]  # 0003's `parked`
+    assert after == rows
+
+    # The alembic CLI, as an operator would.
+    await asyncio.to_thread(alembic_ok, "downgrade", "0003_contract_0_22", url=url)
+    assert await current_revision(url) == "0003_contract_0_22"
+    assert await catalog(url) == await catalog(at_0003)
+    assert checks(await catalog(url)) == set()
+    back = await table_contents(url, TABLES_040)
+    back["push_delivery"] = [r[:-1] for r in back["push_delivery"]]
+    assert back == rows
+
+    await upgrade(url)
+    assert await catalog(url) == adopted
+    assert "No new upgrade operations detected" in alembic_ok("check", url=url)

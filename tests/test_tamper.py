@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from checks_tools import around_checks
 from sqlalchemy import text
 
 from agentplane_journal import (
@@ -54,8 +55,9 @@ class Victim:
     def params(self) -> dict[str, Any]:
         return {"t": self.store.tenant, "r": str(self.run)}
 
-    async def sql(self, statement: str, **params: Any) -> None:
-        async with self.store.engine.begin() as conn:
+    async def sql(self, statement: str, *, around: tuple[str, ...] = (), **params: Any) -> None:
+        """Run ``statement``; ``around``: tables whose floor CHECKs it must get past."""
+        async with self.store.engine.begin() as conn, around_checks(conn, *around):
             await conn.execute(text(statement), {**self.params, **params})
 
     async def row(self, seq: int) -> Any:

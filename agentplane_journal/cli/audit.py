@@ -43,6 +43,7 @@ from agentplane_journal.core.signing import Ed25519Verifier
 from agentplane_journal.db.statements import digest
 from agentplane_journal.errors import CorruptRecordError
 from agentplane_journal.journal.audits import RunRead
+from agentplane_journal.journal.bounds import BoundsFinding
 from agentplane_journal.journal.store import SqlJournalStore
 
 if TYPE_CHECKING:
@@ -160,6 +161,8 @@ async def cmd_verify(args: argparse.Namespace) -> int:
         progress.close()
         # The stored Merkle tree against the seals it is derived from.
         log = await _audit_log(store, args.json) if args.all else None
+        # Counters and instants below their CHECK's floor (a constraint dropped, a row edited).
+        bounds = [_bound(f) for f in await store.audit_bounds()] if args.all else None
     failed = [r for r in results if not r["ok"]]
     signatures = (
         "not checked (pass --trust KEY_ID=PUBLIC_KEY_HEX)"
@@ -177,13 +180,27 @@ async def cmd_verify(args: argparse.Namespace) -> int:
                 "signatures": signatures,
                 "runs": results,
                 **({} if log is None else {"log": log}),
+                **({} if bounds is None else {"bounds": bounds}),
             }
         )
     else:
         fmt.print_verify_summary(results, store.tenant, signatures, single=not args.all)
         if log is not None:
             print(fmt.log_audit_line(log))
-    return 1 if failed or (log is not None and not log["ok"]) else 0
+        if bounds is not None:
+            for line in fmt.bounds_lines(bounds):
+                print(line)
+    return 1 if failed or (log is not None and not log["ok"]) or bounds else 0
+
+
+def _bound(finding: BoundsFinding) -> dict[str, Any]:
+    return {
+        "table": finding.table,
+        "column": finding.column,
+        "floor": finding.floor,
+        "rows": finding.rows,
+        "first": finding.first,
+    }
 
 
 async def cmd_export(args: argparse.Namespace) -> int:

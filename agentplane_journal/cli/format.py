@@ -261,6 +261,17 @@ def log_audit_line(log: dict[str, Any]) -> str:
     )
 
 
+def bounds_lines(bounds: list[dict[str, Any]]) -> list[str]:
+    """``verify --all``'s verdict on the counters and instants (``audit_bounds``)."""
+    if not bounds:
+        return ["bounds: every counter and instant is at or above its floor"]
+    return [
+        f"bounds: FAILED {b['table']}.{b['column']}: {b['rows']} row(s) below {b['floor']} "
+        f"(first: {b['first']}); its CHECK was dropped and the row(s) edited around the store"
+        for b in bounds
+    ]
+
+
 def reindex_line(report: dict[str, Any]) -> str:
     head = f"log of tenant {report['tenant']!r}: {report['leaves']} leaves"
     if report["first_bad"] is None:

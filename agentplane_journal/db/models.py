@@ -19,6 +19,7 @@ from typing import ClassVar
 from sqlalchemy import (
     BigInteger,
     Boolean,
+    CheckConstraint,
     Index,
     Integer,
     LargeBinary,
@@ -39,6 +40,7 @@ from agentplane_journal.core.append import EFFECT_STARTED
 EFFECT_STARTED_PREDICATE = text(f"kind = '{EFFECT_STARTED}' AND effect_key IS NOT NULL")
 
 __all__ = [
+    "COLUMN_FLOORS",
     "LATER_COLUMNS",
     "LEASE_HELD_PREDICATE",
     "PUSH_DUE_PREDICATE",
@@ -75,6 +77,33 @@ metadata = MetaData(
     }
 )
 
+#: The least value each counter and instant may hold: a ``CHECK (column >= floor)`` named
+#: ``{table}_{column}_check`` (revision ``0004_checks``), which is PostgreSQL's own name for
+#: agentplane 0.22.0's inline CHECKs, so a database its DDL made already has them. Two floors
+#: are lower than 0.22.0's, because the store writes those values: ``journal.epoch`` 0 (an
+#: append to a run that never had a lease) and ``run_seal.log_index`` 0 (each tenant's log is
+#: dense from 0). ``verify --all`` reports a stored row below its floor (``audit_bounds``).
+COLUMN_FLOORS: dict[str, dict[str, int]] = {
+    "journal": {"seq": 1, "epoch": 0},
+    "run_activity": {"updated_at": 0},
+    "run_lease": {"epoch": 1, "expires_at": 0},
+    "run_seal": {"log_index": 0, "sealed_at": 0},
+    "run_outcome": {"ordinal": 1},
+    "run_admission": {"admitted_at": 0},
+    "run_cancel": {"requested_at": 0},
+    "push_delivery": {"next_seq": 0, "attempts": 0, "next_attempt_at": 0},
+}
+
+
+def _floors(table: str) -> tuple[CheckConstraint, ...]:
+    """The table's floor CHECKs (the naming convention turns ``column`` into
+    ``{table}_{column}_check``)."""
+    return tuple(
+        CheckConstraint(f"{column} >= {floor}", name=column)
+        for column, floor in COLUMN_FLOORS[table].items()
+    )
+
+
 #: 0.4.0's global sequences. PostgreSQL only: SQLite ignores ``Sequence``. ``run_log_position``
 #: is kept for compatibility but this package does not use it (a sequence hands out values in
 #: allocation order, not commit order; see ``journal_counter``).
@@ -97,6 +126,7 @@ class Journal(Base):
     __tablename__ = "journal"
     __table_args__ = (
         PrimaryKeyConstraint("tenant", "run_id", "seq"),
+        *_floors("journal"),
         # One matter's history, in order, without touching another tenant's.
         Index(
             "journal_by_case",
@@ -138,7 +168,7 @@ class RunActivity(Base):
     """Last activity per run, for ``recent_runs``; its row is also the run's write mutex."""
 
     __tablename__ = "run_activity"
-    __table_args__ = (PrimaryKeyConstraint("tenant", "run_id"),)
+    __table_args__ = (PrimaryKeyConstraint("tenant", "run_id"), *_floors("run_activity"))
 
     tenant: Mapped[str] = mapped_column(Text, nullable=False)
     run_id: Mapped[str] = mapped_column(Text, nullable=False)
@@ -165,6 +195,7 @@ class RunLease(Base):
     __tablename__ = "run_lease"
     __table_args__ = (
         PrimaryKeyConstraint("tenant", "run_id"),
+        *_floors("run_lease"),
         # The recovery queue (``abandoned_runs``): held leases by expiry. Partial, because
         # released rows dominate the table (every run ever leased keeps one) and the query
         # filters them all out (agentplane 0.22.0's index, same name and predicate).
@@ -191,6 +222,7 @@ class RunSeal(Base):
     __table_args__ = (
         PrimaryKeyConstraint("tenant", "run_id"),
         UniqueConstraint("tenant", "log_index"),
+        *_floors("run_seal"),
     )
 
     tenant: Mapped[str] = mapped_column(Text, nullable=False)
@@ -207,6 +239,7 @@ class RunOutcome(Base):
     __tablename__ = "run_outcome"
     __table_args__ = (
         PrimaryKeyConstraint("tenant", "run_id"),
+        *_floors("run_outcome"),
         Index("run_outcome_by_outcome", "tenant", "outcome", "ordinal"),
     )
 
@@ -227,7 +260,7 @@ class RunAdmission(Base):
     """
 
     __tablename__ = "run_admission"
-    __table_args__ = (PrimaryKeyConstraint("tenant", "key"),)
+    __table_args__ = (PrimaryKeyConstraint("tenant", "key"), *_floors("run_admission"))
 
     tenant: Mapped[str] = mapped_column(Text, nullable=False)
     key: Mapped[str] = mapped_column(Text, nullable=False)
@@ -239,7 +272,7 @@ class RunCancel(Base):
     """An operator's stop request; the primary key keeps the first asker on the record."""
 
     __tablename__ = "run_cancel"
-    __table_args__ = (PrimaryKeyConstraint("tenant", "run_id"),)
+    __table_args__ = (PrimaryKeyConstraint("tenant", "run_id"), *_floors("run_cancel"))
 
     tenant: Mapped[str] = mapped_column(Text, nullable=False)
     run_id: Mapped[str] = mapped_column(Text, nullable=False)
@@ -258,6 +291,7 @@ class PushDelivery(Base):
     __tablename__ = "push_delivery"
     __table_args__ = (
         PrimaryKeyConstraint("tenant", "task_id", "config_id"),
+        *_floors("push_delivery"),
         # What ``due`` scans: parked rows are left out, so they cost nothing per sweep.
         Index(
             "push_delivery_due",

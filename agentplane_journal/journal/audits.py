@@ -33,6 +33,7 @@ from agentplane_journal.db.statements import RECORD_COLUMNS, record_from_row
 from agentplane_journal.db.unit import Repository
 from agentplane_journal.errors import CorruptRecordError
 from agentplane_journal.journal import reads as reads
+from agentplane_journal.journal.bounds import BoundsFinding, audit_bounds
 from agentplane_journal.journal.log import TenantLog
 from agentplane_journal.journal.log_audit import LogAudit
 from agentplane_journal.journal.reads import driver_rows
@@ -219,6 +220,19 @@ class AuditReads(Repository):
             return await self._unit(fn, read_only=True)
 
         return await self._log.audit(unit, progress)
+
+    async def audit_bounds(self, *, session: AsyncSession | None = None) -> list[BoundsFinding]:
+        """This tenant's stored counters and instants below their floors, by table and column.
+
+        Each has a CHECK (revision ``0004_checks``) that no write passes, so a finding means
+        a constraint was dropped and a row edited around the store. Read-only, one statement
+        per table; ``verify --all`` runs it and fails on any finding. Empty: all in bounds.
+        """
+
+        async def unit(session: AsyncSession) -> list[BoundsFinding]:
+            return await audit_bounds(session, self.tenant)
+
+        return await self._unit(unit, read_only=True, session=session)
 
     async def reindex_log(self, progress: Callable[[int, int], None] | None = None) -> LogAudit:
         """Rebuild the stored tree where it disagrees with the seals (resumable; see
