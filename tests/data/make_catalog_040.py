@@ -19,6 +19,7 @@ import json
 import os
 import sys
 import uuid
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -59,40 +60,47 @@ def _dump(snapshot: dict) -> str:
     return text
 
 
-async def main(server: str) -> None:
-    name = f"apj_ddl040_{uuid.uuid4().hex[:8]}"
+async def write(server: str, ddl: str, version: str, reference: str, target: Path) -> None:
+    """Run ``ddl`` on a new database of ``server`` and write its catalog to ``target``."""
+    name = f"apj_ddl_{uuid.uuid4().hex[:8]}"
     admin = await asyncpg.connect(_dsn(server))
     await admin.execute(f'CREATE DATABASE "{name}"')
     try:
         conn = await asyncpg.connect(_dsn(server, name))
         try:
-            await conn.execute(schema_040())
-            version = await conn.fetchval("SHOW server_version")
+            await conn.execute(ddl)
+            server_version = await conn.fetchval("SHOW server_version")
         finally:
             await conn.close()
         url = make_url(server).set(database=name).render_as_string(hide_password=False)
         snapshot = {
             "about": (
-                "Catalog of a PostgreSQL database created by agentplane 0.4.0's DDL "
-                f"(the SCHEMA constant of {REFERENCE}); made by tests/data/make_catalog_040.py"
+                f"Catalog of a PostgreSQL database created by agentplane {version}'s DDL "
+                f"(the SCHEMA constant of {reference}); made by tests/data/"
+                f"make_catalog_{version.replace('.', '')[:3]}.py"
             ),
-            "postgresql": version.split()[0],
+            "postgresql": server_version.split()[0],
             "catalog": to_json(await catalog(url)),
         }
     finally:
         await admin.execute(f'DROP DATABASE "{name}"')
         await admin.close()
-    CATALOG_040.write_text(_dump(snapshot))
-    print(f"wrote {CATALOG_040}")
+    await asyncio.to_thread(target.write_text, _dump(snapshot))
+    print(f"wrote {target}")
 
 
-if __name__ == "__main__":
-    if reference_dir() is None:
-        sys.exit(f"{REFERENCE} not found: put ../shared/reference beside the repository")
+def run(reference: str, make: Callable[[str], Awaitable[None]]) -> None:
+    """``make(server_url)`` against ``AGENTPLANE_JOURNAL_TEST_PG_URL`` or a throwaway cluster."""
+    if reference_dir(reference) is None:
+        sys.exit(f"{reference} not found: put ../shared/reference beside the repository")
     server = os.environ.get("AGENTPLANE_JOURNAL_TEST_PG_URL")
     cluster = None if server else Cluster()
     try:
-        asyncio.run(main(server or cluster.url))
+        asyncio.run(make(server or cluster.url))
     finally:
         if cluster is not None:
             cluster.stop()
+
+
+if __name__ == "__main__":
+    run(REFERENCE, lambda server: write(server, schema_040(), "0.4.0", REFERENCE, CATALOG_040))
