@@ -316,7 +316,8 @@ async def test_rows_below_a_floor_refuse_the_upgrade_naming_them_and_nothing_cha
         "run_lease.epoch: 1 row(s) below 1",
         "run_lease.expires_at: 1 row(s) below 0",
         "run_cancel.requested_at: 2 row(s) below 0",
-        "nothing was changed",
+        "(SELECT * FROM run_cancel WHERE requested_at < 0)",
+        "Nothing was changed",
     ):
         assert finding in message, message
     assert await current_revision(url) == PREVIOUS

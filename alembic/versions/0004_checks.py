@@ -164,17 +164,17 @@ def _refuse_violations(schema: str | None, todo: dict[str, list[str]]) -> None:
         ]
         row = op.get_bind().execute(sa.select(*counts).select_from(t)).one()
         found += [
-            f"{table}.{c}: {n} row(s) below {FLOORS[table][c]}"
+            f"{table}.{c}: {n} row(s) below {FLOORS[table][c]} "
+            f"(SELECT * FROM {table} WHERE {c} < {FLOORS[table][c]})"
             for c, n in zip(columns, row, strict=True)
             if n
         ]
     if found:
         raise ValueError(
             "revision 0004_checks adds a CHECK constraint on every counter and instant, but "
-            f"stored rows break them ({'; '.join(found)}); nothing was changed. No version "
-            "of the store writes such values: the rows were edited around it. Find them "
-            "(e.g. SELECT * FROM journal WHERE epoch < 0), correct or delete them, then "
-            "upgrade again (`agentplane-journal verify --all` names them too)."
+            f"stored rows break them: {'; '.join(found)}. Nothing was changed. No version "
+            "of the store writes such values (the rows were edited around it): correct or "
+            "delete them, then upgrade again."
         )
 
 
@@ -197,7 +197,7 @@ def _rebuild(table: str, *, checks: bool, offline: bool) -> None:
             raise ValueError(
                 f"the SQLite table {table!r} has the columns {found}, not the "
                 f"{[c.name for c in shape.columns]} revision 0004_checks rebuilds; nothing "
-                "of it was changed. Was it altered by hand?"
+                "was changed. Was it altered by hand?"
             )
     # The CHECKs as table_args, made here in FLOORS' order: the new table lists its
     # constraints in the order they were made (a copied table's come in set order).
