@@ -276,19 +276,38 @@ async def test_upgrade_and_downgrade_between_0003_and_0004_keep_every_row(
         await store.close()
 
 
-async def test_sqlite_keeps_its_partial_and_descending_indexes_through_the_rebuild(
+async def test_sqlite_keeps_indexes_and_a_hosts_views_and_triggers_through_the_rebuilds(
     sqlite_database: Callable[..., str],
 ) -> None:
     url = sqlite_database(migrated=False)
     await upgrade(url, PREVIOUS)
-    indexes = "SELECT name, sql FROM sqlite_master WHERE type = 'index' ORDER BY name"
-    before = await query(url, indexes)
+    # A host's view over a rebuilt table (a rename would re-check it and fail while the
+    # table is missing) and its trigger on one (dropped with the old table).
+    await execute(
+        url,
+        "CREATE VIEW host_cancels AS SELECT run_id, actor FROM run_cancel",
+        "CREATE TABLE host_audit (run_id TEXT)",
+        "CREATE TRIGGER host_on_cancel AFTER INSERT ON run_cancel "
+        "BEGIN INSERT INTO host_audit VALUES (NEW.run_id); END",
+    )
+    others = "SELECT type, name, sql FROM sqlite_master WHERE type <> 'table' ORDER BY name"
+    before = await query(url, others)
     await upgrade(url)
-    assert await query(url, indexes) == before
-    assert dict(before)["run_activity_recent"] == (
+    assert await query(url, others) == before
+    indexes = dict((n, sql) for kind, n, sql in before if kind == "index")
+    assert indexes["run_activity_recent"] == (
         "CREATE INDEX run_activity_recent ON run_activity (tenant, updated_at DESC, run_id DESC)"
     )
-    assert dict(before)["push_delivery_due"].endswith("WHERE NOT parked")
+    assert indexes["push_delivery_due"].endswith("WHERE NOT parked")
+    await execute(
+        url,
+        "INSERT INTO run_cancel (tenant, run_id, actor, reason, requested_at) "
+        "VALUES ('t', 'r', 'ops', 'stop', 0)",
+    )
+    assert await query(url, "SELECT * FROM host_audit") == [("r",)]
+    assert await query(url, "SELECT * FROM host_cancels") == [("r", "ops")]
+    await _downgrade(url, PREVIOUS)
+    assert await query(url, others) == before
 
 
 # -- refusals -------------------------------------------------------------------------------

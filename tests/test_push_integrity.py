@@ -77,11 +77,17 @@ async def set_column(store: SqlPushStore, id: str, column: str, value: Any) -> N
     statement = f"UPDATE push_delivery SET {column} = :v WHERE tenant = :t AND config_id = :id"
     params = {"v": value, "t": store.tenant, "id": id}
     if type(value) is int and value < 0:
-        with logcheck.current().paused():
-            async with store.engine.begin() as conn, around_checks(conn, "push_delivery"):
-                await conn.execute(text(statement), params)
+        await around(store, statement, **params)
         return
     await sql(store, statement, **params)
+
+
+async def around(store: SqlPushStore, statement: str, **params: Any) -> None:
+    """``statement`` past push_delivery's CHECKs (which PostgreSQL checks on every row an
+    UPDATE writes, a bad row left by an earlier edit included)."""
+    with logcheck.current().paused():
+        async with store.engine.begin() as conn, around_checks(conn, "push_delivery"):
+            await conn.execute(text(statement), params)
 
 
 def seal_v1(
@@ -252,7 +258,7 @@ async def test_bad_rows_leave_due_serving_the_rest_and_are_reported(
             value = sealed[:-3] + ("A" if sealed[-3] != "A" else "B") + sealed[-2:]
         await set_column(push, id, column, value)
     await stranger.put(full(task, "bad-foreign-key"), 1)
-    await sql(
+    await around(
         push,
         "UPDATE push_delivery SET tenant = :t WHERE tenant = :s",
         t=push.tenant,
@@ -281,6 +287,8 @@ async def test_bad_rows_leave_due_serving_the_rest_and_are_reported(
     assert kinds["bad-task"] is CorruptRegistrationError
     assert kinds["bad-foreign-key"] is SecretUnavailableError
     assert kinds["bad-cursor"] is CorruptRegistrationError
+    assert kinds["bad-attempts"] is CorruptRegistrationError
+    assert kinds["bad-due"] is CorruptRegistrationError
     # Each was logged as a warning, naming the row.
     warnings = [line for line in no_secret_in_logs.lines if "left out of due()" in line]
     assert len(warnings) == len(names) * 2
@@ -289,12 +297,14 @@ async def test_bad_rows_leave_due_serving_the_rest_and_are_reported(
     # list serves the rest likewise (it does not look at the delivery state); get raises.
     listing = await push.list(task)
     assert [c.id for c in listing] == sorted(
-        [*good, "bad-cursor"]
+        [*good, "bad-cursor", "bad-attempts", "bad-due"]
         + (["bad-real-in-integer", "bad-text-in-integer"] if dialect == "sqlite" else [])
     )
     assert {u.config_id for u in listing.unavailable} == names - {
         "bad-task",
         "bad-cursor",
+        "bad-attempts",
+        "bad-due",
         "bad-text-in-integer",
         "bad-real-in-integer",
     }

@@ -190,7 +190,8 @@ async def _renumber(session: AsyncSession, log: TenantLog, finding: _Finding) ->
     order changes no leaf: it only takes the hostile values (2**63 - 1, on which every later
     seal would overflow; a negative one; TEXT on SQLite) out of the counter's way. Two
     passes, so that no intermediate value collides with another seal's (the unique key is
-    checked row by row): first to negative values no seal holds, then to the ranks.
+    checked row by row): first to values past the last rank that no seal holds, then to the
+    ranks. Never below 0 on the way: ``run_seal_log_index_check`` refuses that.
     """
     tenant = log.tenant
     counter = await _lock_counter(session, log)
@@ -217,12 +218,12 @@ async def _renumber(session: AsyncSession, log: TenantLog, finding: _Finding) ->
             f"the seal of {rows[first][0]} has log_index {_show(rows[first][1])}, not a "
             f"position 0..{MAX_LOG_INDEX}: the seals were renumbered in their order",
         )
-        temps, t = [], -1
+        temps, t = [], len(rows)
         for _ in moves:
             while t in taken:
-                t -= 1
+                t += 1
             temps.append(t)
-            t -= 1
+            t += 1
         stmt = (
             update(RunSeal.__table__)
             .where(RunSeal.tenant == tenant, RunSeal.run_id == bindparam("r_id"))

@@ -37,7 +37,8 @@ Create Date: 2026-12-03
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 import sqlalchemy as sa
 from alembic import context, op
@@ -116,11 +117,17 @@ def upgrade() -> None:
             op.execute(f"ALTER TABLE {_qualified(table, schema)} {', '.join(clauses)}")
         return
     _begin_sqlite(offline)
-    for table in todo:
-        _rebuild(table, checks=True, offline=offline)
+    with _renaming_leaves_views_alone(offline):
+        for table in todo:
+            _rebuild(table, checks=True, offline=offline)
 
 
 def downgrade() -> None:
+    from agentplane_journal.migrations.commands import refuse_dropping_records
+
+    # On the way to base, refuse before this step too: on SQLite the alembic command commits
+    # each revision by itself, so a refusal in 0001 alone would leave this one done.
+    refuse_dropping_records(op.get_context(), only_to_base=True)
     schema = _schema()
     offline = context.is_offline_mode()
     if op.get_context().dialect.name == "postgresql":
@@ -130,9 +137,10 @@ def downgrade() -> None:
         return
     existing = {} if offline else _existing_checks(schema)
     _begin_sqlite(offline)
-    for table in FLOORS:
-        if offline or existing.get(table):
-            _rebuild(table, checks=False, offline=offline)
+    with _renaming_leaves_views_alone(offline):
+        for table in FLOORS:
+            if offline or existing.get(table):
+                _rebuild(table, checks=False, offline=offline)
 
 
 def _qualified(table: str, schema: str | None) -> str:
@@ -188,17 +196,49 @@ def _begin_sqlite(offline: bool) -> None:
         op.execute("BEGIN")
 
 
+@contextmanager
+def _renaming_leaves_views_alone(offline: bool) -> Iterator[None]:
+    """While tables are rebuilt, a rename does not re-check every view: a view over a table
+    being rebuilt names a table that is missing for a moment (SQLite's own procedure for
+    such changes, https://sqlite.org/lang_altertable.html#otheralter)."""
+    if offline:
+        yield
+        return
+    bind = op.get_bind()
+    before = bind.exec_driver_sql("PRAGMA legacy_alter_table").scalar()
+    bind.exec_driver_sql("PRAGMA legacy_alter_table = ON")
+    try:
+        yield
+    finally:
+        bind.exec_driver_sql(f"PRAGMA legacy_alter_table = {'ON' if before else 'OFF'}")
+
+
 def _rebuild(table: str, *, checks: bool, offline: bool) -> None:
-    """Rebuild ``table`` to its ``0003_contract_0_22`` shape, with or without its CHECKs."""
+    """Rebuild ``table`` to its ``0003_contract_0_22`` shape, with or without its CHECKs.
+
+    Triggers someone else put on it (a host's) go with the old table, so they are created
+    again afterwards from their stored SQL.
+    """
     shape = _shapes()[table]
+    triggers: list[str] = []
     if not offline:
-        found = [c["name"] for c in sa.inspect(op.get_bind()).get_columns(table)]
+        bind = op.get_bind()
+        found = [c["name"] for c in sa.inspect(bind).get_columns(table)]
         if found != [c.name for c in shape.columns]:
             raise ValueError(
                 f"the SQLite table {table!r} has the columns {found}, not the "
                 f"{[c.name for c in shape.columns]} revision 0004_checks rebuilds; nothing "
                 "was changed. Was it altered by hand?"
             )
+        triggers = list(
+            bind.execute(
+                sa.text(
+                    "SELECT sql FROM sqlite_master WHERE type = 'trigger' AND tbl_name = :t "
+                    "AND sql IS NOT NULL ORDER BY name"
+                ),
+                {"t": table},
+            ).scalars()
+        )
     # The CHECKs as table_args, made here in FLOORS' order: the new table lists its
     # constraints in the order they were made (a copied table's come in set order).
     floors = FLOORS[table].items() if checks else ()
@@ -207,6 +247,8 @@ def _rebuild(table: str, *, checks: bool, offline: bool) -> None:
     )
     with op.batch_alter_table(table, copy_from=shape, recreate="always", table_args=constraints):
         pass
+    for sql in triggers:
+        op.execute(sql)
 
 
 def _shapes() -> dict[str, sa.Table]:
