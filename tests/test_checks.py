@@ -35,7 +35,7 @@ from sqlalchemy import CheckConstraint, insert, inspect, pool
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from agentplane_journal import RunId, SqlJournalStore
+from agentplane_journal import BackendError, RunId, SqlJournalStore
 from agentplane_journal.db.models import COLUMN_FLOORS, metadata
 from agentplane_journal.db.revision import HEAD_REVISION
 from agentplane_journal.migrations import commands as migrate
@@ -144,6 +144,19 @@ async def test_the_store_writes_epoch_0_and_log_index_0_which_0_22s_floors_refus
     inclusion = await store.inclusion_proof(run)
     assert inclusion is not None and inclusion.index == 0  # the tenant's first leaf
     assert await store.audit_bounds() == []
+
+
+async def test_a_clock_before_1970_is_refused_by_the_checks_and_nothing_is_written(
+    make_store: Callable[..., Any],
+) -> None:
+    store = await make_store(clock=lambda: -5.0)
+    run = RunId.generate()
+    with pytest.raises(BackendError, match="run_activity_updated_at_check"):
+        await store.append(0, [admitted(run)])
+    assert await store.read(run) == []
+    with pytest.raises(BackendError, match="run_cancel_requested_at_check"):
+        await store.request_cancel(run, "ops", "stop")
+    assert await store.cancellation(run) is None
 
 
 async def test_every_check_is_in_the_database_and_refuses_a_value_below_its_floor(

@@ -173,7 +173,7 @@ def _refuse_violations(schema: str | None, todo: dict[str, list[str]]) -> None:
         row = op.get_bind().execute(sa.select(*counts).select_from(t)).one()
         found += [
             f"{table}.{c}: {n} row(s) below {FLOORS[table][c]} "
-            f"(SELECT * FROM {table} WHERE {c} < {FLOORS[table][c]})"
+            f"(SELECT * FROM {_qualified(table, schema)} WHERE {c} < {FLOORS[table][c]})"
             for c, n in zip(columns, row, strict=True)
             if n
         ]
