@@ -198,15 +198,15 @@ class SchemaConflictError(StoreError):
     """
 
     def __init__(
-        self, table: str, schema: str, columns: list[str], dialect: str, *, model: bool = False
+        self, table: str, schema: str, columns: list[str], schemas: bool, *, model: bool = False
     ) -> None:
         self.table = table
         self.schema = schema
         self.columns = list(columns)
-        way_out = (
+        way_out = (  # ``schemas``: whether the database has them (the dialect's ``schemas``)
             "put the journal in a schema of its own (schema=..., --schema NAME) or rename "
             "your table"
-            if dialect == "postgresql"
+            if schemas
             else "give the journal a database file of its own or rename your table"
         )
         if model:  # the host's Alembic metadata, before anything ran

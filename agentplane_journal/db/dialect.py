@@ -7,17 +7,27 @@ Everything else in the repository is dialect-agnostic SQLAlchemy. What lives her
 * the dialect's ``insert`` (for ``ON CONFLICT``), ``greatest``/``least``;
 * where the run-conclusion ordinal comes from (a sequence, or a counter row);
 * reading a driver error: which constraint it names, and whether the connection was lost.
-  By SQLSTATE, constraint name and SQLite extended result code, never by parsing messages.
+  By SQLSTATE, constraint name and SQLite extended result code, never by parsing messages;
+* what a database is called: the URL schemes and driver that reach it, whether it has
+  schemas, which file it is (SQLite), a store's own engine options.
+
+Which dialect a database is, is decided here and only here: :func:`dialect_for` (an engine,
+a connection, a URL) and :func:`dialect_named` (a backend's name), both over one table of
+the two dialect objects. Everything else asks the object it is given, never a dialect's
+name (``tests/test_layout.py`` holds the package to that).
 """
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 from sqlalchemy import ColumnElement, LargeBinary, Table, event, func, literal, select, true
 from sqlalchemy.dialects import postgresql as pg
 from sqlalchemy.dialects import sqlite
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import URL, Engine
+from sqlalchemy.engine import Dialect as SqlalchemyDialect
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 
@@ -33,7 +43,9 @@ __all__ = [
     "begin_write",
     "configure_engine",
     "counter_next",
+    "database_key",
     "dialect_for",
+    "dialect_named",
 ]
 
 #: Execution option marking a read-only unit of work. Transactions begin DEFERRED unless
@@ -56,6 +68,8 @@ _CONFIGURED = "_agentplane_journal_configured"
 _BEGUN = "agentplane_journal_begun"
 # Beside it: the connection's sqlite3 ``total_changes`` when the transaction began.
 _CHANGES = "agentplane_journal_changes"
+# On an engine: its database_key, computed once.
+_KEY = "_agentplane_journal_database_key"
 
 
 #: Either backend's ``INSERT``: both have ``on_conflict_do_nothing``/``on_conflict_do_update``
@@ -66,7 +80,24 @@ Upsert = pg.Insert | sqlite.Insert
 class Dialect(Protocol):
     """What the repository needs to know about a backend."""
 
+    #: SQLAlchemy's name for the backend (``engine.dialect.name``), for messages and keys.
     name: str
+    #: The backend as people write it ("PostgreSQL"), for messages.
+    title: str
+    #: The one driver the store runs on, and the URL scheme that names it.
+    driver: str
+    url_scheme: str
+    #: The URL schemes that reach this database: the bare backend names get the driver.
+    url_schemes: tuple[str, ...]
+    #: A URL of this database, for messages.
+    url_example: str
+    #: Whether the database has schemas (``schema=``, ``--schema``); without them, the
+    #: journal keeps apart from a host's tables by a database of its own.
+    schemas: bool
+    #: Whether ``?pgbouncer=true`` applies (PgBouncer pools PostgreSQL connections).
+    pgbouncer: bool
+    #: A store's own engine's options (``connect``), under the caller's.
+    engine_options: Mapping[str, Any]
 
     # Statements are cached per dialect object (functools.cache), so it must hash; a
     # protocol type is not Hashable to mypy unless it says so.
@@ -109,6 +140,18 @@ class Dialect(Protocol):
         the column's declared type already guarantees it (PostgreSQL); on SQLite a column
         holds whatever was written, so an audit must ask."""
 
+    def configured(self, engine: Engine) -> bool:
+        """Whether ``engine`` has what :meth:`configure` installs, so a host session on it
+        may take the store's writes (an engine other than the store's, on its database)."""
+
+    def database_file(self, url: URL) -> str | None:
+        """The file ``url``'s database is, as the URL says it, when it is a file on this
+        machine (SQLite, neither in memory nor a ``file:`` URI); ``None`` otherwise."""
+
+    def database(self, url: URL) -> str | None:
+        """What names the database ``url`` reaches, the same for every URL of it (a SQLite
+        file's real path; otherwise the URL's database name)."""
+
     #: Loggers besides SQLAlchemy's that may print statement parameters (push secrets).
     driver_loggers: tuple[str, ...]
 
@@ -134,7 +177,27 @@ class PostgresDialect:
     """PostgreSQL through asyncpg, at READ COMMITTED (the server default)."""
 
     name = "postgresql"
+    title = "PostgreSQL"
+    driver = "asyncpg"
+    url_scheme = "postgresql+asyncpg"
+    # Heroku-style ``postgres://`` too, so one URL works for the library, the migrations
+    # and the CLI.
+    url_schemes: tuple[str, ...] = ("postgresql", "postgres", "postgresql+asyncpg")
+    url_example = "postgresql+asyncpg://user@host/db"
+    schemas = True
+    pgbouncer = True
+    # Enough connections for a runtime's concurrent appends without queueing on the pool.
+    engine_options: Mapping[str, Any] = {"pool_size": 10, "max_overflow": 40}
     driver_loggers: tuple[str, ...] = ()
+
+    def configured(self, engine: Engine) -> bool:
+        return True  # configure() installs nothing
+
+    def database_file(self, url: URL) -> str | None:
+        return None
+
+    def database(self, url: URL) -> str | None:
+        return url.database
 
     def stored_as(self, column: Any, *storage: str) -> ColumnElement[bool]:
         return true()  # the declared column type is the stored type
@@ -212,7 +275,28 @@ class SqliteDialect:
     """SQLite through aiosqlite: one writer at a time, across processes, by ``BEGIN IMMEDIATE``."""
 
     name = "sqlite"
+    title = "SQLite"
+    driver = "aiosqlite"
+    url_scheme = "sqlite+aiosqlite"
+    url_schemes: tuple[str, ...] = ("sqlite", "sqlite+aiosqlite")
+    url_example = "sqlite+aiosqlite:///path/to/journal.db"
+    schemas = False
+    pgbouncer = False
+    engine_options: Mapping[str, Any] = {}
     driver_loggers: tuple[str, ...] = ("aiosqlite",)
+
+    def configured(self, engine: Engine) -> bool:
+        return is_configured(engine)
+
+    def database_file(self, url: URL) -> str | None:
+        name = url.database
+        if not name or name == ":memory:" or name.startswith("file:"):
+            return None
+        return name
+
+    def database(self, url: URL) -> str | None:
+        path = self.database_file(url)
+        return os.path.realpath(path) if path is not None else url.database
 
     def stored_as(self, column: Any, *storage: str) -> ColumnElement[bool]:
         return func.typeof(column).in_(storage)
@@ -374,28 +458,72 @@ _POSTGRES = PostgresDialect()
 _SQLITE = SqliteDialect()
 
 
-def dialect_for(engine: AsyncEngine) -> Dialect:
-    """The :class:`Dialect` for an engine, refusing backends this package does not support."""
-    name = engine.dialect.name
-    if name == "postgresql":
-        if engine.dialect.driver != "asyncpg":
-            raise ValueError(
-                "PostgreSQL is supported through asyncpg; this engine uses "
-                f"{engine.dialect.driver!r}"
-                " (use a postgresql+asyncpg:// URL)"
-            )
-        return _POSTGRES
-    if name == "sqlite":
-        if engine.dialect.driver != "aiosqlite":
-            raise ValueError(
-                f"SQLite is supported through aiosqlite; this engine uses {engine.dialect.driver!r}"
-                " (use a sqlite+aiosqlite:/// URL)"
-            )
-        return _SQLITE
-    raise ValueError(
-        f"unsupported database {name!r}: agentplane_journal runs on PostgreSQL (asyncpg) "
-        "and SQLite (aiosqlite)"
-    )
+#: Every database the store runs on: the one table the lookups below read.
+_DIALECTS: tuple[Dialect, ...] = (_POSTGRES, _SQLITE)
+
+_SUPPORTED = "agentplane_journal runs on PostgreSQL (asyncpg) and SQLite (aiosqlite)"
+
+
+def dialect_named(name: str) -> Dialect:
+    """The :class:`Dialect` of a backend by SQLAlchemy's name for it (``"postgresql"``,
+    ``"sqlite"``), whatever the driver: for what names a database before any engine (the
+    offline migration script). ``ValueError`` for a backend this package does not support."""
+    for dialect in _DIALECTS:
+        if dialect.name == name:
+            return dialect
+    raise ValueError(f"unsupported database {name!r}: {_SUPPORTED}")
+
+
+class _Bound(Protocol):
+    """An engine, a connection (sync or async), Alembic's migration context: what has
+    SQLAlchemy's dialect."""
+
+    @property
+    def dialect(self) -> SqlalchemyDialect: ...
+
+
+def dialect_for(
+    bind: _Bound | URL | SqlalchemyDialect,
+    *,
+    any_driver: bool = False,
+) -> Dialect:
+    """The :class:`Dialect` of an engine, a connection (or anything with SQLAlchemy's
+    ``.dialect``, such as Alembic's migration context), SQLAlchemy's dialect or a URL.
+
+    Refuses (``ValueError``) a backend this package does not support and, unless
+    ``any_driver``, a driver it does not run on. A URL in one of the dialect's
+    :attr:`~Dialect.url_schemes` (``postgresql://`` included) is the dialect's: it gets the
+    async driver (:func:`agentplane_journal.db.engine.async_url`). The migrations pass
+    ``any_driver``: a host's ``env.py`` may run them on any driver of a supported backend.
+    """
+    if isinstance(bind, URL):
+        for dialect in _DIALECTS:
+            if bind.drivername in dialect.url_schemes:
+                return dialect
+        backend, driver, what = bind.get_backend_name(), bind.get_driver_name(), "URL"
+    else:
+        sa = bind if isinstance(bind, SqlalchemyDialect) else bind.dialect
+        backend, driver, what = sa.name, sa.driver, "engine"
+    dialect = dialect_named(backend)
+    if not any_driver and driver != dialect.driver:
+        raise ValueError(
+            f"{dialect.title} is supported through {dialect.driver}; this {what} uses "
+            f"{driver!r} (use a URL such as {dialect.url_example})"
+        )
+    return dialect
+
+
+def database_key(engine: Engine) -> tuple[str, ...]:
+    """What names the database an engine reaches, the same for every engine on it: the
+    backend, host, port and :meth:`Dialect.database` (computed once per engine)."""
+    engine = _unproxied(engine)
+    key: tuple[str, ...] | None = getattr(engine, _KEY, None)
+    if key is None:
+        dialect = dialect_for(engine, any_driver=True)
+        url = engine.url
+        key = (dialect.name, url.host or "", str(url.port or ""), dialect.database(url) or "")
+        setattr(engine, _KEY, key)
+    return key
 
 
 def configure_engine(engine: AsyncEngine) -> AsyncEngine:
