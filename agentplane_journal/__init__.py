@@ -55,6 +55,7 @@ if TYPE_CHECKING:
     from agentplane_journal.db.engine import pgbouncer_connect_args
     from agentplane_journal.db.revision import HEAD_REVISION
     from agentplane_journal.errors import (
+        AppendConflictError,
         BackendError,
         CommitUnknownError,
         CorruptLogError,
@@ -90,6 +91,7 @@ _EXPORTS = {
     "begin_write": "db.dialect",
     "configure_engine": "db.dialect",
     "pgbouncer_connect_args": "db.engine",
+    "AppendConflictError": "errors",
     "BackendError": "errors",
     "CommitUnknownError": "errors",
     "CorruptLogError": "errors",
@@ -161,6 +163,7 @@ __all__ = [
     "HEAD_REVISION",
     "MAX_RECORD_BYTES",
     "Append",
+    "AppendConflictError",
     "Attestation",
     "BackendError",
     "Cancellation",

@@ -11,7 +11,9 @@ compare equal only to their own type, never to their text).
 
 The distinctions matter more than the wording: a ``FencedError`` tells a stale writer to
 drop the run, a ``LeaseHeldError`` tells an early one to wait; ``CommitUnknownError`` means
-"may have landed", ``BackendError`` means "refused and rolled back".
+"may have landed", ``BackendError`` means "refused and rolled back", and an
+``AppendConflictError`` "refused: another writer took that place in the chain, read the head
+and retry" (never a ``DuplicateEffectError``, which is exactly-once holding).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 from agentplane_journal.core.ids import EffectKey, RunId
 
 __all__ = [
+    "AppendConflictError",
     "BackendError",
     "CommitUnknownError",
     "CorruptLogError",
@@ -83,6 +86,29 @@ class DuplicateEffectError(StoreError):
         super().__init__(
             f"effect ek:{effect_key.hex()} has already started in this run; it must not run twice "
             "(reconcile it instead of starting it again)"
+        )
+
+
+class AppendConflictError(StoreError):
+    """An append raced another writer: the chain position it wrote was taken meanwhile.
+
+    The journal's primary key ``(tenant, run_id, seq)`` refused the batch's rows, so nothing of
+    the batch was written (the transaction, or the host's savepoint, rolled back). The run mutex
+    serialises the store's own writers, so the other writer bypassed it (a statement of its own
+    on the journal table, or a host's ``append_atomic`` work that inserted records itself).
+    Retryable: the next append reads the new head. Distinct from :class:`DuplicateEffectError`
+    (exactly-once holding), which a retry can never get past; the two are told apart by the
+    constraint the database names, never guessed.
+    """
+
+    def __init__(self, run: RunId, seq: int, constraint: str) -> None:
+        self.run = _run(run)
+        self.seq = seq
+        self.constraint = constraint
+        super().__init__(
+            f"append to run {self.run} raced another writer: chain position {seq} (or a later "
+            f"one of the batch) was written meanwhile (unique violation on {constraint!r}); "
+            "nothing of this batch was written: read the head and retry"
         )
 
 
