@@ -287,18 +287,33 @@ class CorruptRegistrationError(StoreError):
 
 
 class TransactionEndedError(StoreError):
-    """``append_atomic``'s ``work`` ended the transaction that held the run mutex.
+    """``append_atomic``'s ``work`` ended, or tried to end, the transaction holding the run mutex.
 
     ``session.commit()``, ``rollback()`` or ``close()`` inside ``work`` releases the run mutex
     and the fence the append was checked under, so the batch is refused: nothing of it was
-    appended. Whatever ``work`` committed itself before that stays committed.
+    appended. Whatever ``work`` committed itself before that stays committed. A statement that
+    would end or control the transaction (``COMMIT``, ``ROLLBACK``, ``SAVEPOINT``, ... as SQL
+    text) is refused before it reaches the database (``statement`` names its verb): then the
+    transaction never ended, and nothing of ``work``'s writes nor of the batch is committed.
     """
 
-    def __init__(self, run: RunId) -> None:
+    def __init__(self, run: RunId, statement: str | None = None) -> None:
         self.run = _run(run)
-        super().__init__(
-            f"append_atomic's work ended the transaction on run {self.run} (it called "
-            "session.commit(), rollback() or close()), which released the run mutex and the "
-            "fence; nothing of its batch was appended. Return the appends and let the store "
-            "end the transaction (or, in your own session, pass session= and commit yourself)"
-        )
+        self.statement = statement
+        if statement is None:
+            message = (
+                f"append_atomic's work ended the transaction on run {self.run} (it called "
+                "session.commit(), rollback() or close()), which released the run mutex and the "
+                "fence; nothing of its batch was appended. Return the appends and let the store "
+                "end the transaction (or, in your own session, pass session= and commit yourself)"
+            )
+        else:
+            message = (
+                f"append_atomic's work ran a {statement} statement on run {self.run}'s "
+                "transaction: it would end or control the transaction that holds the run mutex "
+                "and the fence, so it was refused before reaching the database, and nothing of "
+                "work's writes or of its batch was committed. Write inside the transaction and "
+                "return the appends; the store ends it (a savepoint of your own: "
+                "session.begin_nested())"
+            )
+        super().__init__(message)

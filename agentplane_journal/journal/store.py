@@ -58,6 +58,7 @@ from agentplane_journal.db.statements import (
     stored_int,
     stored_text,
 )
+from agentplane_journal.db.txcontrol import refusing_transaction_control
 from agentplane_journal.db.unit import Passthrough, Rollback, TransactionAnchor
 from agentplane_journal.db.violations import Collision, append_raced, journal_collision
 from agentplane_journal.errors import (
@@ -404,7 +405,11 @@ class SqlJournalStore(RunReads, AuditReads, RunControl):
         Fenced first, so a displaced writer's ``work`` never runs. ``work`` may use the
         host's ORM models or Core through the session; its changes commit with the records
         or not at all. An exception from ``work`` rolls back and propagates unchanged. A
-        connection lost during COMMIT is :class:`CommitUnknownError`.
+        connection lost during COMMIT is :class:`CommitUnknownError`. ``work`` may not end
+        the transaction: ``session.commit()``/``rollback()``/``close()`` is
+        :class:`TransactionEndedError` after it returns, and a transaction-control statement
+        sent as SQL (``COMMIT``, ``ROLLBACK``, ``SAVEPOINT``, ...) is refused before it
+        reaches the database (:mod:`agentplane_journal.db.txcontrol`).
         """
         run = check_run(run)
         epoch = check_int(epoch, "epoch")
@@ -417,11 +422,17 @@ class SqlJournalStore(RunReads, AuditReads, RunControl):
                 raise RunSealedError(run, state.sealed_outcome)
             anchor = await TransactionAnchor.take(session)
             try:
-                async with self._schema_for(session, ours=False):  # the host's own tables
-                    returned = await work(session)
+                # A COMMIT, ROLLBACK, SAVEPOINT... that work sends as SQL text is refused
+                # before it reaches the database (db/txcontrol.py): SQLAlchemy would not see
+                # it, and the anchor below could not tell.
+                with refusing_transaction_control(anchor.connection, run) as refused:
+                    async with self._schema_for(session, ours=False):  # the host's own tables
+                        returned = await work(session)
                 items, batch_run = self._check_batch(returned if returned is not None else [])
             except Exception as error:
                 raise Passthrough(error) from None
+            if refused:  # work caught the refusal and went on: the batch is refused all the same
+                raise Passthrough(TransactionEndedError(run, refused[0]))
             if not await anchor.intact(session):
                 # work committed, rolled back or closed: the mutex and the fence are gone.
                 raise Passthrough(TransactionEndedError(run))
