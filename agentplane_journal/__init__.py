@@ -16,7 +16,11 @@ if TYPE_CHECKING:
     from agentplane_journal.core.append import Append
     from agentplane_journal.core.canon import canonical_bytes
     from agentplane_journal.core.chain import verify_attested, verify_chain
-    from agentplane_journal.core.checkpoint import Checkpoint, Inclusion
+    from agentplane_journal.core.checkpoint import (
+        Checkpoint,
+        Inclusion,
+        IncoherentCheckpointError,
+    )
     from agentplane_journal.core.ids import (
         DEFAULT_TENANT,
         CaseId,
@@ -87,6 +91,7 @@ _EXPORTS = {
     "canonical_bytes": "core.canon",
     "Checkpoint": "core.checkpoint",
     "Inclusion": "core.checkpoint",
+    "IncoherentCheckpointError": "core.checkpoint",
     "WRITE_TRANSACTION": "db.dialect",
     "begin_write": "db.dialect",
     "configure_engine": "db.dialect",
@@ -181,6 +186,7 @@ __all__ = [
     "FencedError",
     "Head",
     "Inclusion",
+    "IncoherentCheckpointError",
     "JournalStore",
     "Keyring",
     "Lease",
