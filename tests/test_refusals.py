@@ -104,6 +104,10 @@ async def test_a_batch_spans_one_run(cold: Any) -> None:
         await store.append_atomic(a, 1, mixed)
     with pytest.raises(ValueError, match=f"work returned appends for {b}, but the unit is for {a}"):
         await store.append_atomic(a, 1, foreign)
+    async with AsyncSession(engine) as session:  # in the host's transaction: its savepoint
+        with pytest.raises(ValueError, match=f"batch spans runs {a} and {b}"):
+            await store.append_atomic(a, 1, mixed, session=session)
+        await session.commit()
     for run in (a, b):
         assert await store.read(run) == []
         assert await store.head(run) == Head(0, Digest.ZERO)

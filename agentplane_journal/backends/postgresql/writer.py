@@ -20,8 +20,8 @@ here, and :mod:`agentplane_journal.backends.postgresql.sql`, the statements). Tw
   a timeout) wrote nothing; its appends are then run one by one. A unique violation is read
   by the constraint it names (:mod:`agentplane_journal.db.violations`): the exactly-once
   index is a duplicate effect, the primary key a position taken meanwhile (the general unit
-  of work retries under the run mutex), any other index the server's error. A group of one is the
-  single-run statement, exactly as without group commit.
+  of work retries under the run mutex), any other index the server's error. A group of one
+  is the single-run statement, exactly as without group commit.
 
 The statements are autocommitted: a connection lost with one in flight is
 :class:`CommitUnknownError` for every append it carried; an answered error surely rolled
