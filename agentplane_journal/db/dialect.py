@@ -7,7 +7,9 @@ Everything else in the repository is dialect-agnostic SQLAlchemy. What lives her
 * the dialect's ``insert`` (for ``ON CONFLICT``), ``greatest``/``least``;
 * where the run-conclusion ordinal comes from (a sequence, or a counter row);
 * reading a driver error: which constraint it names, and whether the connection was lost.
-  By SQLSTATE, constraint name and SQLite extended result code, never by parsing messages;
+  By SQLSTATE, constraint name and SQLite extended result code; a SQLite message is read only
+  to tell apart two unique indexes of one table (SQLite reports no index name, only columns);
+* whether several processes may write the store's durable state at once (``is_shared``);
 * what a database is called: the URL schemes and driver that reach it, whether it has
   schemas, which file it is (SQLite), a store's own engine options.
 
@@ -23,7 +25,17 @@ import os
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from sqlalchemy import ColumnElement, LargeBinary, Table, event, func, literal, select, true
+from sqlalchemy import (
+    ColumnElement,
+    LargeBinary,
+    Table,
+    UniqueConstraint,
+    event,
+    func,
+    literal,
+    select,
+    true,
+)
 from sqlalchemy.dialects import postgresql as pg
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.engine import URL, Engine
@@ -118,8 +130,16 @@ class Dialect(Protocol):
     async def conclusion_ordinal(self, conn: AsyncConnection) -> ColumnElement[int]:
         """An expression giving the next run-conclusion ordinal (newest conclusion = largest)."""
 
-    def constraint(self, exc: DBAPIError, table: Table) -> str | None:
-        """The name of the unique/primary-key constraint ``exc`` reports on ``table``, if any."""
+    def constraint(self, exc: BaseException, table: Table) -> str | None:
+        """The name of the unique/primary-key constraint ``exc`` reports on ``table``, if any.
+
+        ``exc`` is SQLAlchemy's ``DBAPIError`` or the driver's own exception (the hot paths
+        run the driver directly); anything that is not a unique violation is ``None``."""
+
+    def is_shared(self, url: URL) -> bool:
+        """Whether several processes may append to the durable state ``url`` names at once
+        (agentplane's ``JournalStore::is_shared``): the runtime refuses process-local
+        coordination beside a shared store."""
 
     def contains_bytes(self, column: Any, needle: bytes) -> ColumnElement[bool]:
         """Whether a binary column contains ``needle`` (byte for byte)."""
@@ -158,6 +178,23 @@ class Dialect(Protocol):
 
 def _driver(exc: DBAPIError) -> Any:
     return getattr(exc, "driver_exception", None) or getattr(exc, "orig", None)
+
+
+def _driver_errors(exc: BaseException) -> list[Any]:
+    """Where a driver's own error may be: SQLAlchemy 2.1's ``driver_exception``, ``orig``
+    (2.0 adapts asyncpg's error there and keeps the original as its ``__cause__``), or ``exc``
+    itself when the driver raised it directly."""
+    found: list[Any] = []
+    orig = getattr(exc, "orig", None)
+    for candidate in (
+        getattr(exc, "driver_exception", None),
+        orig,
+        getattr(orig, "__cause__", None),
+        exc,
+    ):
+        if candidate is not None and candidate not in found:
+            found.append(candidate)
+    return found
 
 
 def counter_next(dialect: Dialect, name: str, initial: Any) -> Any:
@@ -228,11 +265,19 @@ class PostgresDialect:
         contains: ColumnElement[bool] = like(literal(b"%" + needle + b"%", LargeBinary))
         return contains
 
-    def constraint(self, exc: DBAPIError, table: Table) -> str | None:
-        driver = _driver(exc)
-        if getattr(driver, "sqlstate", None) != "23505":
-            return None
-        return getattr(driver, "constraint_name", None)
+    def constraint(self, exc: BaseException, table: Table) -> str | None:
+        # 23505 is unique_violation (a primary key is a unique index to PostgreSQL); asyncpg
+        # carries the server's constraint name on its UniqueViolationError.
+        for driver in _driver_errors(exc):
+            name = getattr(driver, "constraint_name", None)
+            if getattr(driver, "sqlstate", None) == "23505" and isinstance(name, str):
+                return name
+        return None
+
+    def is_shared(self, url: URL) -> bool:
+        # A server: any number of processes on any number of hosts reach the same database,
+        # and the run mutex, the fence and the unique indexes arbitrate between them.
+        return True
 
     def connection_lost(self, exc: DBAPIError) -> bool:
         if exc.connection_invalidated:
@@ -387,22 +432,48 @@ class SqliteDialect:
         # instr() compares BLOBs byte by byte (LIKE would fold case and stop at a NUL).
         return func.instr(column, literal(needle, LargeBinary)) > 0
 
-    def constraint(self, exc: DBAPIError, table: Table) -> str | None:
-        code = getattr(_driver(exc), "sqlite_errorname", None)
+    def constraint(self, exc: BaseException, table: Table) -> str | None:
+        driver = next(
+            (d for d in _driver_errors(exc) if getattr(d, "sqlite_errorname", None)), None
+        )
+        code = getattr(driver, "sqlite_errorname", None)
+        if code not in ("SQLITE_CONSTRAINT_PRIMARYKEY", "SQLITE_CONSTRAINT_UNIQUE"):
+            return None
+        # The extended code says "primary key" or "another unique index", not which table or
+        # index: SQLite reports no index name, only the columns ("UNIQUE constraint failed:
+        # journal.tenant, journal.run_id, journal.effect_key", a partial index like any
+        # other; "... failed: index 'name'" for one on expressions). When the message says,
+        # it must be ``table``'s own; when it does not, a table with one candidate is named
+        # by the code alone, and several are not told apart by guessing.
+        _, marker, failed = str(driver).partition("UNIQUE constraint failed: ")
+
+        def reported(name: object, columns: Any) -> bool:
+            spelled = ", ".join(f"{table.name}.{c.name}" for c in columns)
+            return not marker or failed in (spelled, f"index '{name}'")
+
+        if code == "SQLITE_CONSTRAINT_PRIMARYKEY":
+            key = table.primary_key
+            candidates = [key.name] if reported(key.name, key.columns) else []
+        else:
+            unique: list[Any] = [i for i in table.indexes if i.unique]
+            unique += [c for c in table.constraints if isinstance(c, UniqueConstraint)]
+            candidates = [c.name for c in unique if reported(c.name, c.columns)]
         # (A name is a str here: the package's naming convention names every constraint;
         # SQLAlchemy also types it as its "no name" marker or None.)
-        if code == "SQLITE_CONSTRAINT_PRIMARYKEY":
-            name = table.primary_key.name
-            return name if isinstance(name, str) else None
-        if code == "SQLITE_CONSTRAINT_UNIQUE":
-            # SQLite does not report the index name, but it does say "unique, not primary
-            # key"; a table with a single unique constraint or index therefore names it.
-            names = [i.name for i in table.indexes if i.unique] + [
-                c.name for c in table.constraints if c.__class__.__name__ == "UniqueConstraint"
-            ]
-            name = names[0] if len(names) == 1 else None
-            return name if isinstance(name, str) else None
-        return None
+        name = candidates[0] if len(candidates) == 1 else None
+        return name if isinstance(name, str) else None
+
+    def is_shared(self, url: URL) -> bool:
+        # A database file: several processes may append to it at once, each transaction
+        # taking the file's write lock at BEGIN IMMEDIATE (tests/test_sqlite_processes.py).
+        # An in-memory database lives and dies with its one process (a shared-cache one is
+        # shared by that process's connections only), so nothing else can append to it.
+        # ``False`` only when surely in memory: the unsafe answer is "not shared" for a file.
+        database = url.database or ""
+        if str(url.query.get("uri", "")).lower() in ("true", "1") and database.startswith("file:"):
+            # A URI filename (sqlite:///file:name?mode=memory&uri=true): its path, its mode.
+            return not (database[5:] in ("", ":memory:") or url.query.get("mode") == "memory")
+        return database not in ("", ":memory:")
 
     def connection_lost(self, exc: DBAPIError) -> bool:
         return bool(exc.connection_invalidated)
