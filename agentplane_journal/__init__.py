@@ -78,7 +78,7 @@ if TYPE_CHECKING:
     )
     from agentplane_journal.journal.store import SqlJournalStore
     from agentplane_journal.migrations.commands import current_revision, upgrade
-    from agentplane_journal.push.rows import PushListing, ResealReport, UnreadableRegistration
+    from agentplane_journal.push.rows import PushListing, ReencryptReport, UnreadableRegistration
     from agentplane_journal.push.secretbox import Keyring
     from agentplane_journal.push.store import SqlPushStore
     from agentplane_journal.push.values import PushAuthentication, PushConfig, PushRegistration
@@ -138,7 +138,7 @@ _EXPORTS = {
     "PushListing": "push.rows",
     "PushRegistration": "push.values",
     "PushStore": "contracts",
-    "ResealReport": "push.rows",
+    "ReencryptReport": "push.rows",
     "SqlPushStore": "push.store",
     "UnreadableRegistration": "push.rows",
     "MAX_RECORD_BYTES": "core.record",
@@ -202,7 +202,7 @@ __all__ = [
     "PushStore",
     "Record",
     "RecordTooLargeError",
-    "ResealReport",
+    "ReencryptReport",
     "RunId",
     "RunSealedError",
     "SchemaConflictError",

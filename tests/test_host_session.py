@@ -301,7 +301,7 @@ async def test_the_push_store_runs_in_the_hosts_transaction(host: Host, clock: F
             assert await push.list(task, session=session) == [config]
             [due] = await push.due(10, 5, session=session)
             assert (due.next_seq, due.attempts) == (5, 1)
-            assert (await push.reseal(session=session)).resealed == 0
+            assert (await push.reencrypt(session=session)).reencrypted == 0
             assert await push.get(task, "hook") is None  # not visible outside
             if keep:
                 await session.commit()

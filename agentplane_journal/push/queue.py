@@ -1,7 +1,7 @@
 """The delivery queue: which registrations a worker is handed, and the cursors it moves.
 
 A base of :class:`~agentplane_journal.push.store.SqlPushStore` (which adds registering,
-reading and resealing registrations), holding every statement a delivery worker runs and
+reading and re-encrypting registrations), holding every statement a delivery worker runs and
 the plumbing all push statements share. How the guarantees are made (each write is one SQL
 statement, so concurrent callers commute):
 
@@ -26,7 +26,7 @@ A stored ``parked`` flag is read as stored and checked (:func:`~.rows.parked_fla
 edited one is a :class:`CorruptRegistrationError` in ``.unavailable``, never a guess. What a
 flipped flag costs is a delivery delayed (until ``unpark``) or resumed (duplicates the
 receiver must tolerate anyway); the cursor is untouched, so delivery stays at least once,
-and no secret is involved (the flag is not part of what a sealed secret is bound to).
+and no secret is involved (the flag is not part of what an encrypted secret is bound to).
 """
 
 from __future__ import annotations
@@ -97,7 +97,7 @@ class DeliveryQueue(Repository):
     """The push store's delivery queue: ``due``, ``advance``, ``retry``, ``park``,
     ``parked``, ``unpark`` (see :class:`~agentplane_journal.push.store.SqlPushStore`)."""
 
-    #: Opens and seals a row's secrets (set by the store's constructor).
+    #: Opens and encrypts a row's secrets (set by the store's constructor).
     _rows: RowSecrets
 
     # -- helpers ------------------------------------------------------------------------

@@ -13,13 +13,13 @@ rewinds it. **``delete`` drops the cursor**, so it is an operator's explicit rem
 worker giving up on a receiver parks it instead.
 
 Secrets at rest. Tokens and credentials are what a database dump must not hand out. Given a
-key, they are sealed with AES-256-GCM before they leave the process, bound (associated data)
+key, they are encrypted with AES-256-GCM before they leave the process, bound (associated data)
 to the row's tenant, task, config id, column, ``url``, ``auth_scheme`` and whether it has
 credentials, so a value copied elsewhere, or a row pointed at another host, does not open
-(see :mod:`~agentplane_journal.push.secretbox`); a keyed row always holds a sealed token
+(see :mod:`~agentplane_journal.push.secretbox`); a keyed row always holds an encrypted token
 column (an absence marker without a token), so blanking a secret is seen, not served as
 "no authentication" (see :mod:`~agentplane_journal.push.secrets`). A store with a key
-refuses plaintext in a sealed column, or an empty token column (a downgrade), unless told
+refuses plaintext in an encrypted column, or an empty token column (a downgrade), unless told
 ``accept_plaintext=True``; a store without a key reads and writes plaintext, as agentplane
 0.4.0 does. A value that cannot be opened is :class:`SecretUnavailableError`, never garbage
 and never a silent ``None``; ``due`` and ``list`` serve the other rows and name it in
@@ -45,7 +45,7 @@ from agentplane_journal.push import logsafe as logsafe
 from agentplane_journal.push.queue import COLUMNS, DeliveryQueue
 from agentplane_journal.push.rows import (
     PushListing,
-    ResealReport,
+    ReencryptReport,
     UnreadableRegistration,
     check_row,
 )
@@ -67,9 +67,9 @@ class SqlPushStore(DeliveryQueue):
     Build it over an existing ``AsyncEngine`` or open one with :meth:`connect`; like the
     journal store it never creates tables and refuses an out-of-date schema. With
     ``secret_key=`` (32 bytes) or ``keyring=`` (a :class:`Keyring`), tokens and credentials
-    are sealed at rest and a plaintext value in their columns is refused (a downgrade)
-    unless ``accept_plaintext=True`` (adopting agentplane's rows: then :meth:`reseal`).
-    Without a key they are stored as agentplane stores them, in plain text, and a sealed
+    are encrypted at rest and a plaintext value in their columns is refused (a downgrade)
+    unless ``accept_plaintext=True`` (adopting agentplane's rows: then :meth:`re-encrypt`).
+    Without a key they are stored as agentplane stores them, in plain text, and an encrypted
     value is :class:`SecretUnavailableError`.
 
     Every method takes ``session=``, the host's own ``AsyncSession``, as the journal store's
@@ -138,7 +138,7 @@ class SqlPushStore(DeliveryQueue):
 
     @property
     def key_id(self) -> str | None:
-        """The id new secrets are sealed under, or ``None`` when they are stored in plain text."""
+        """The id new secrets are encrypted under; ``None``: they are stored in plain text."""
         return None if self._keyring is None else self._keyring.current
 
     # -- the contract -------------------------------------------------------------------
@@ -160,8 +160,8 @@ class SqlPushStore(DeliveryQueue):
         auth = config.authentication
         plain = None if auth is None else auth.credentials
         row = Binding(task_id, config.id, config.url, None if auth is None else auth.scheme, plain)
-        token = self._rows.seal(row, TOKEN, config.token)
-        credentials = self._rows.seal(row, CREDENTIALS, plain)
+        token = self._rows.encrypt(row, TOKEN, config.token)
+        credentials = self._rows.encrypt(row, CREDENTIALS, plain)
         stmt = self._dialect.insert(PushDelivery).values(
             tenant=self.tenant,
             task_id=task_id,
@@ -239,28 +239,28 @@ class SqlPushStore(DeliveryQueue):
         task_id, config_id = str(check_run(task, "task")), _check_config_id(id)
         await self._write(delete(PushDelivery).where(self._where(task_id, config_id)), session)
 
-    async def reseal(self, *, session: AsyncSession | None = None) -> ResealReport:
-        """Re-seal this tenant's secrets under the current key and format; report what it did.
+    async def reencrypt(self, *, session: AsyncSession | None = None) -> ReencryptReport:
+        """Re-encrypt this tenant's secrets under the current key and format; report what it did.
 
         After adding a new current key to the keyring, this moves rows off the old key,
         rewrites format-v1 and v2 values as v3 (binding them to the row's url, auth_scheme
-        and secrets as they are now), and, with ``accept_plaintext=True``, seals plaintext
-        rows and gives rows without a token the sealed absence marker, all without
+        and secrets as they are now), and, with ``accept_plaintext=True``, encrypts plaintext
+        rows and gives rows without a token the encrypted absence marker, all without
         touching cursors or backoff, so the old key can then be retired. A row it cannot
         open is left as it is and named in the report's ``unavailable`` (and logged); the
-        others are resealed all the same. Each row is rewritten only if it has not changed
+        others are reencrypted all the same. Each row is rewritten only if it has not changed
         since it was read, so a concurrent ``put`` wins (counted as ``changed``).
 
-        Raises ``ValueError`` on a store without a key: there is nothing to seal under.
+        Raises ``ValueError`` on a store without a key: there is nothing to encrypt under.
         """
         keyring = self._keyring
         if keyring is None:
             raise ValueError(
-                "reseal() seals under the store's current key, and this store has none; "
+                "reencrypt() encrypts under the store's current key, and this store has none; "
                 "open it with secret_key= or keyring="
             )
         rows = await self._read(select(*COLUMNS).where(PushDelivery.tenant == self.tenant), session)
-        resealed = current = changed = 0
+        reencrypted = current = changed = 0
         bad: builtins.list[UnreadableRegistration] = []
         for row in rows:
             try:
@@ -272,11 +272,11 @@ class SqlPushStore(DeliveryQueue):
                     current += 1
                     continue
                 new = {
-                    column: self._rows.seal(row, column, self._rows.open(row, column, value))
+                    column: self._rows.encrypt(row, column, self._rows.open(row, column, value))
                     for column, value in ((TOKEN, row.token), (CREDENTIALS, row.auth_credentials))
                 }
             except StoreError as exc:
-                bad.append(self._unreadable(row, exc, "not resealed"))
+                bad.append(self._unreadable(row, exc, "not reencrypted"))
                 continue
 
             async def unit(session: AsyncSession, row: Any = row, new: Any = new) -> int:
@@ -295,7 +295,7 @@ class SqlPushStore(DeliveryQueue):
                 return int(cast("CursorResult[Any]", result).rowcount or 0)
 
             if await self._unit(unit, session=session):
-                resealed += 1
+                reencrypted += 1
             else:
                 changed += 1
-        return ResealReport(resealed, current, changed, tuple(bad))
+        return ReencryptReport(reencrypted, current, changed, tuple(bad))

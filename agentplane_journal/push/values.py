@@ -35,7 +35,7 @@ __all__ = [
 MAX_CONFIG_ID_CHARS = 256
 #: Longest webhook URL (characters).
 MAX_URL_CHARS = 2048
-#: Longest token or credentials (characters), before sealing.
+#: Longest token or credentials (characters), before encrypting.
 MAX_SECRET_CHARS = 8192
 #: Longest authentication scheme (characters); an HTTP auth-scheme is one short token.
 MAX_SCHEME_CHARS = 256
