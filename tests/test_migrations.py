@@ -486,6 +486,7 @@ def test_every_table_the_package_owns_is_named_for_host_filters() -> None:
         "push_delivery",
         "journal_counter",
         "log_tree",
+        "run_admission",
     }
 
 

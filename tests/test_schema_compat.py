@@ -174,15 +174,30 @@ async def test_every_040_table_column_key_index_and_sequence_is_identical_after_
     }
 
     # Identical, field by field: names, types, nullability, defaults, keys, index columns,
-    # orderings, uniqueness and predicates, sequence definitions.
+    # orderings, uniqueness and predicates, sequence definitions; except what agentplane
+    # 0.22.0 itself changed in these tables (revision 0003), stated here one by one.
     mine = only_tables(cat_ours, TABLES_040, SEQUENCES_040)
+    changed = {r[0:2] for r in mine["columns"]} - {r[0:2] for r in cat_040["columns"]}
+    assert changed == {("push_delivery", 12)}
+    [parked] = [r for r in mine["columns"] if r[0:2] == ("push_delivery", 12)]
+    assert parked[2:6] == ("parked", "boolean", "NO", "false")
+    mine["columns"].remove(parked)
+    indexes = {r[1]: r for r in mine["indexes"]}
+    assert indexes["run_lease_abandoned"][6] == "(owner <> ''::text)"
+    assert indexes["push_delivery_due"][6] == "(NOT parked)"
+    due_040 = next(r for r in cat_040["indexes"] if r[1] == "push_delivery_due")
+    assert indexes["push_delivery_due"][:6] == due_040[:6]
+    mine["indexes"] = [r for r in mine["indexes"] if r[1] not in TOUCHED_BY_022]
     for section, rows in only_tables(cat_040, TABLES_040, SEQUENCES_040).items():
+        if section == "indexes":
+            rows = [r for r in rows if r[1] not in TOUCHED_BY_022]
         assert mine[section] == rows, section
 
-    # What we add is additional tables only.
+    # What we add otherwise is additional tables.
     assert {t for t, _ in cat_ours["tables"]} - TABLES_040 == {
         "journal_counter",
         "log_tree",
+        "run_admission",
         VERSION_TABLE,
     }
     assert {s[0] for s in cat_ours["sequences"]} == SEQUENCES_040
@@ -238,9 +253,14 @@ async def test_adopting_an_empty_040_database_with_alembic_cli_yields_exactly_ou
     assert await catalog(adopted) == await catalog(fresh)
     # The 0.4.0 relations are the very same ones (adopted, not dropped and recreated).
     after = await catalog(adopted, identity=True)
-    old_relations = set(before["relations"])
+    # (push_delivery_due is rebuilt with 0.22.0's predicate, so it is a new relation.)
+    old_relations = {r for r in before["relations"] if r[0] != "push_delivery_due"}
     assert old_relations <= set(after["relations"])
     assert "No new upgrade operations detected" in alembic_ok("check", url=adopted)
+
+
+#: Indexes of 0.4.0's tables that revision 0003 adds or changes (agentplane 0.22.0's).
+TOUCHED_BY_022 = frozenset({"push_delivery_due", "run_lease_abandoned"})
 
 
 class Agentplane040:
@@ -444,7 +464,11 @@ async def test_adopting_a_040_database_keeps_every_row_and_the_store_works_on_th
         assert f"revision {HEAD_REVISION}" in said, said
 
     assert await current_revision(url) == HEAD_REVISION
-    assert await table_contents(url, TABLES_040) == rows_before
+    rows_after = await table_contents(url, TABLES_040)
+    # Revision 0003 adds push_delivery.parked (last column), false for every adopted row.
+    assert {r[-1] for r in rows_after["push_delivery"]} == {False}
+    rows_after["push_delivery"] = [r[:-1] for r in rows_after["push_delivery"]]
+    assert rows_after == rows_before
     assert (
         await query(url, "SELECT sequencename, last_value FROM pg_sequences ORDER BY 1")
         == sequences_before
@@ -524,6 +548,7 @@ async def test_adopting_a_040_database_keeps_every_row_and_the_store_works_on_th
     assert [i for _, i in indexes] == [7, 12, 13, 14]
     # The 0.4.0 rows the store did not write to are still exactly as 0.4.0 wrote them.
     after = await table_contents(url, TABLES_040)
+    after["push_delivery"] = [r[:-1] for r in after["push_delivery"]]  # 0003's `parked`
     for table in ("run_cancel", "push_delivery"):
         assert after[table] == rows_before[table]
     assert set(rows_before["journal"]) <= set(after["journal"])

@@ -18,6 +18,7 @@ from typing import ClassVar
 
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     Index,
     Integer,
     LargeBinary,
@@ -38,6 +39,9 @@ from agentplane_journal.core.append import EFFECT_STARTED
 EFFECT_STARTED_PREDICATE = text(f"kind = '{EFFECT_STARTED}' AND effect_key IS NOT NULL")
 
 __all__ = [
+    "LATER_COLUMNS",
+    "LEASE_HELD_PREDICATE",
+    "PUSH_DUE_PREDICATE",
     "TABLE_NAMES",
     "VERSION_TABLE",
     "Base",
@@ -46,6 +50,7 @@ __all__ = [
     "LogTree",
     "PushDelivery",
     "RunActivity",
+    "RunAdmission",
     "RunCancel",
     "RunLease",
     "RunOutcome",
@@ -149,11 +154,28 @@ Index(
 )
 
 
+#: A held lease: released rows blank the owner (``RELEASED_OWNER``). The recovery queue's
+#: partial index ``run_lease_abandoned`` holds only these rows; defined once, here.
+LEASE_HELD_PREDICATE = text("owner <> ''")
+
+
 class RunLease(Base):
     """The fencing epoch of a run. Released leases keep their row: the epoch must survive."""
 
     __tablename__ = "run_lease"
-    __table_args__ = (PrimaryKeyConstraint("tenant", "run_id"),)
+    __table_args__ = (
+        PrimaryKeyConstraint("tenant", "run_id"),
+        # The recovery queue (``abandoned_runs``): held leases by expiry. Partial, because
+        # released rows dominate the table (every run ever leased keeps one) and the query
+        # filters them all out (agentplane 0.22.0's index, same name and predicate).
+        Index(
+            "run_lease_abandoned",
+            "tenant",
+            "expires_at",
+            postgresql_where=LEASE_HELD_PREDICATE,
+            sqlite_where=LEASE_HELD_PREDICATE,
+        ),
+    )
 
     tenant: Mapped[str] = mapped_column(Text, nullable=False)
     run_id: Mapped[str] = mapped_column(Text, nullable=False)
@@ -194,6 +216,25 @@ class RunOutcome(Base):
     ordinal: Mapped[int] = mapped_column(BigInteger, nullable=False)
 
 
+class RunAdmission(Base):
+    """Admission keys this tenant has issued: derived from ``RunAdmitted`` records.
+
+    Claimed inside the append that writes the run's admission record, in the same
+    transaction, so the key is taken at the instant the run becomes real; the primary key is
+    the arbiter between two instances admitting one message at once. Derived, not an
+    authority: it can be rebuilt from the records, and ``admitted_at`` (store-observed) only
+    orders retirement (agentplane 0.22.0's table, column for column).
+    """
+
+    __tablename__ = "run_admission"
+    __table_args__ = (PrimaryKeyConstraint("tenant", "key"),)
+
+    tenant: Mapped[str] = mapped_column(Text, nullable=False)
+    key: Mapped[str] = mapped_column(Text, nullable=False)
+    run_id: Mapped[str] = mapped_column(Text, nullable=False)
+    admitted_at: Mapped[int] = mapped_column(BigInteger, nullable=False)
+
+
 class RunCancel(Base):
     """An operator's stop request; the primary key keeps the first asker on the record."""
 
@@ -207,13 +248,26 @@ class RunCancel(Base):
     requested_at: Mapped[int] = mapped_column(BigInteger, nullable=False)
 
 
+#: A registration ``due`` may serve; parked ones are left out of ``push_delivery_due``.
+PUSH_DUE_PREDICATE = text("NOT parked")
+
+
 class PushDelivery(Base):
     """A webhook registration and the first journal seq its receiver has not acknowledged."""
 
     __tablename__ = "push_delivery"
     __table_args__ = (
         PrimaryKeyConstraint("tenant", "task_id", "config_id"),
-        Index("push_delivery_due", "tenant", "next_attempt_at", "task_id", "config_id"),
+        # What ``due`` scans: parked rows are left out, so they cost nothing per sweep.
+        Index(
+            "push_delivery_due",
+            "tenant",
+            "next_attempt_at",
+            "task_id",
+            "config_id",
+            postgresql_where=PUSH_DUE_PREDICATE,
+            sqlite_where=PUSH_DUE_PREDICATE,
+        ),
     )
 
     tenant: Mapped[str] = mapped_column(Text, nullable=False)
@@ -229,6 +283,9 @@ class PushDelivery(Base):
         BigInteger, nullable=False, server_default=text("0")
     )
     last_error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    #: Stopped with the cursor kept (a receiver that answered permanently or outlasted the
+    #: retry ceiling): never served by ``due``, still naming how far its receiver got.
+    parked: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default=text("false"))
 
 
 class JournalCounter(Base):
@@ -278,3 +335,7 @@ class LogTree(Base):
 
 #: Every table this package owns (for host applications' autogenerate filters).
 TABLE_NAMES: frozenset[str] = frozenset(metadata.tables) | {VERSION_TABLE}
+
+#: Columns a later revision added to agentplane 0.4.0's tables: a table that lacks them is
+#: still ours (0.4.0's shape, which that revision completes), not a host's table of our name.
+LATER_COLUMNS: dict[str, frozenset[str]] = {"push_delivery": frozenset({"parked"})}

@@ -34,7 +34,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.schema import CreateSchema
 
 from agentplane_journal.db.engine import create_engine
-from agentplane_journal.db.models import metadata
+from agentplane_journal.db.models import LATER_COLUMNS, metadata
 from agentplane_journal.db.revision import (
     HEAD_REVISION,
     KNOWN_REVISIONS,
@@ -104,8 +104,9 @@ def alembic_config(url: str | None = None, **attributes: Any) -> Config:
 def _refuse_collisions(connection: Connection, schema: str | None) -> None:
     """Refuse, before creating anything, when a table we would create is someone else's.
 
-    A table of ours that already exists with exactly our columns is agentplane 0.4.0's (the
-    first revision adopts it); any other shape is a host's table of the same name, which our
+    A table of ours that already exists with exactly our columns is agentplane's (0.22.0's,
+    or 0.4.0's without the columns a later revision adds: :data:`LATER_COLUMNS`), which the
+    revisions adopt; any other shape is a host's table of the same name, which our
     ``CREATE TABLE IF NOT EXISTS`` would silently skip and then fail on.
     """
     inspector = inspect(connection)
@@ -114,7 +115,8 @@ def _refuse_collisions(connection: Connection, schema: str | None) -> None:
         if name not in existing:
             continue
         columns = [c["name"] for c in inspector.get_columns(name, schema=schema)]
-        if set(columns) != {c.name for c in table.columns}:
+        ours = {c.name for c in table.columns}
+        if not ours - LATER_COLUMNS.get(name, frozenset()) <= set(columns) <= ours:
             where = schema or inspector.default_schema_name or "main"
             raise SchemaConflictError(name, where, columns, connection.dialect.name)
 
