@@ -38,12 +38,12 @@ SHORT = 1
 
 
 @contextmanager
-def statements(store: SqlJournalStore) -> Iterator[list[str]]:
-    """The statements ``store``'s engine sends inside the block."""
-    sent: list[str] = []
+def statements(store: SqlJournalStore) -> Iterator[list[tuple[str, Any]]]:
+    """The statements ``store``'s engine sends inside the block, with their parameters."""
+    sent: list[tuple[str, Any]] = []
 
-    def count(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
-        sent.append(statement)
+    def count(_conn: Any, _cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
+        sent.append((statement, parameters))
 
     engine = store.engine.sync_engine
     event.listen(engine, "before_cursor_execute", count)
@@ -425,3 +425,46 @@ async def test_lease_not_held_is_a_store_error_with_its_fields() -> None:
     assert str(run) in str(err) and "released at epoch 3" in str(err)
     assert "you no longer own it" in str(err)
     assert LeaseNotHeldError(str(run), "o", 1).run == run  # text is parsed, like the others
+
+
+async def test_the_recovery_queue_is_read_from_its_partial_index(
+    store: SqlJournalStore, dialect: str, clock: FakeClock
+) -> None:
+    """``abandoned_runs`` is served by ``run_lease_abandoned`` (``WHERE owner <> ''``), even
+    where released rows dominate the table, and on PostgreSQL in a generic plan too (seen
+    red with the literal ``''`` made a bound parameter: a sequential scan)."""
+    now = int(clock())
+    async with store.engine.begin() as conn:
+        released = [
+            {"tenant": store.tenant, "run_id": str(RunId.generate()), "owner": "", "exp": 0}
+            for _ in range(3000)
+        ]
+        held = [
+            {"tenant": store.tenant, "run_id": str(RunId.generate()), "owner": "w", "exp": now - i}
+            for i in range(5)
+        ]
+        await conn.execute(
+            text(
+                "INSERT INTO run_lease (tenant, run_id, owner, epoch, expires_at)"
+                " VALUES (:tenant, :run_id, :owner, 1, :exp)"
+            ),
+            released + held,
+        )
+        await conn.execute(text("ANALYZE run_lease" if dialect == "postgresql" else "ANALYZE"))
+    with statements(store) as sent:
+        listed = await store.abandoned_runs(3)
+    assert [str(r) for r in listed] == [h["run_id"] for h in held[::-1][:3]]
+    query, params = next((q, p) for q, p in sent if "run_lease" in q)
+    async with store.engine.connect() as conn:
+        if dialect == "sqlite":
+            plans = [await conn.exec_driver_sql("EXPLAIN QUERY PLAN " + query, params)]
+        else:  # the plan of a prepared statement, as asyncpg runs it: custom, then generic
+            await conn.exec_driver_sql(f"PREPARE abandoned AS {query}")
+            args = ", ".join(f"'{p}'" if isinstance(p, str) else str(p) for p in params)
+            plans = []
+            for mode in ("force_custom_plan", "force_generic_plan"):
+                await conn.exec_driver_sql(f"SET plan_cache_mode = {mode}")
+                plans.append(await conn.exec_driver_sql(f"EXPLAIN EXECUTE abandoned({args})"))
+        for rows in plans:
+            plan = "\n".join(str(row[-1]) for row in rows)
+            assert "run_lease_abandoned" in plan, plan

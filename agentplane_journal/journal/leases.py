@@ -43,7 +43,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from sqlalchemy import exists, literal_column, select, update
+from sqlalchemy import exists, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from agentplane_journal.core.batch import RELEASED_OWNER
@@ -57,18 +57,18 @@ from agentplane_journal.core.checks import (
 )
 from agentplane_journal.core.ids import RunId
 from agentplane_journal.core.values import Cancellation, Lease
-from agentplane_journal.db.models import RunCancel, RunLease, RunSeal
+from agentplane_journal.db.models import LEASE_HELD_PREDICATE, RunCancel, RunLease, RunSeal
 from agentplane_journal.db.statements import hot_statements, stored_int, stored_run, stored_text
 from agentplane_journal.db.unit import Repository
 from agentplane_journal.errors import BackendError, LeaseHeldError, LeaseNotHeldError
 
 __all__ = ["RunControl"]
 
-#: A held lease, spelled as the partial index ``run_lease_abandoned`` spells it
-#: (``WHERE owner <> ''``). A literal, not a bound parameter: neither PostgreSQL (in a
-#: generic plan) nor SQLite uses a partial index whose predicate a parameter would imply.
-_HELD = RunLease.owner != literal_column("''")
-assert RELEASED_OWNER == "", "_HELD spells the released marker as ''"
+# abandoned_runs spells a held lease exactly as the partial index ``run_lease_abandoned``
+# does (the models' LEASE_HELD_PREDICATE): a literal, not a bound parameter, because a
+# PostgreSQL generic plan (what a prepared statement becomes after five runs) cannot use a
+# partial index that only a parameter's value implies (tests/test_leases.py shows both).
+assert RELEASED_OWNER == "", "LEASE_HELD_PREDICATE spells the released marker as ''"
 
 
 class RunControl(Repository):
@@ -195,7 +195,7 @@ class RunControl(Repository):
             select(RunLease.run_id)
             .where(
                 RunLease.tenant == self.tenant,
-                _HELD,
+                LEASE_HELD_PREDICATE,
                 RunLease.expires_at <= self._now(),
                 ~sealed,
             )
