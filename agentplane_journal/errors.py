@@ -92,7 +92,7 @@ class LeaseNotHeldError(StoreError):
         super().__init__(
             f"{owner!r} no longer holds the lease of run {self.run} at epoch {epoch}{why}; "
             "stop working on the run: you no longer own it, and the store fences your next "
-            "append (take it again with acquire() only if it is free, at a new epoch)"
+            "append"
         )
 
 
