@@ -16,7 +16,11 @@ if TYPE_CHECKING:
     from agentplane_journal.core.append import Append
     from agentplane_journal.core.canon import canonical_bytes
     from agentplane_journal.core.chain import verify_attested, verify_chain
-    from agentplane_journal.core.checkpoint import Checkpoint, Inclusion
+    from agentplane_journal.core.checkpoint import (
+        Checkpoint,
+        Inclusion,
+        IncoherentCheckpointError,
+    )
     from agentplane_journal.core.ids import (
         DEFAULT_TENANT,
         CaseId,
@@ -55,6 +59,7 @@ if TYPE_CHECKING:
     from agentplane_journal.db.engine import pgbouncer_connect_args
     from agentplane_journal.db.revision import HEAD_REVISION
     from agentplane_journal.errors import (
+        AppendConflictError,
         BackendError,
         CommitUnknownError,
         CorruptLogError,
@@ -87,10 +92,12 @@ _EXPORTS = {
     "canonical_bytes": "core.canon",
     "Checkpoint": "core.checkpoint",
     "Inclusion": "core.checkpoint",
+    "IncoherentCheckpointError": "core.checkpoint",
     "WRITE_TRANSACTION": "db.dialect",
     "begin_write": "db.dialect",
     "configure_engine": "db.dialect",
     "pgbouncer_connect_args": "db.engine",
+    "AppendConflictError": "errors",
     "BackendError": "errors",
     "CommitUnknownError": "errors",
     "CorruptLogError": "errors",
@@ -163,6 +170,7 @@ __all__ = [
     "HEAD_REVISION",
     "MAX_RECORD_BYTES",
     "Append",
+    "AppendConflictError",
     "Attestation",
     "BackendError",
     "Cancellation",
@@ -180,6 +188,7 @@ __all__ = [
     "FencedError",
     "Head",
     "Inclusion",
+    "IncoherentCheckpointError",
     "JournalStore",
     "Keyring",
     "Lease",

@@ -35,6 +35,7 @@ class JournalStore(Protocol):
     tenant: str
 
     def for_tenant(self, name: str) -> JournalStore: ...
+    def is_shared(self) -> bool: ...
     async def append(
         self, epoch: int, batch: Sequence[Append], *, session: AsyncSession | None = None
     ) -> list[Record]: ...
@@ -138,6 +139,19 @@ class PushStore(Protocol):
         *,
         session: AsyncSession | None = None,
     ) -> None: ...
+    async def park(
+        self, task: RunId, id: str, error: str, *, session: AsyncSession | None = None
+    ) -> None: ...
+    async def parked(
+        self,
+        limit: int,
+        *,
+        after: tuple[RunId, str] | None = None,
+        session: AsyncSession | None = None,
+    ) -> builtins.list[PushRegistration]: ...
+    async def unpark(
+        self, task: RunId, id: str, at: int, *, session: AsyncSession | None = None
+    ) -> bool: ...
     async def delete(
         self, task: RunId, id: str, *, session: AsyncSession | None = None
     ) -> None: ...

@@ -297,13 +297,18 @@ async def test_bad_rows_leave_due_serving_the_rest_and_are_reported(
     if dialect == "sqlite":
         with pytest.raises(CorruptRegistrationError, match="token is not text"):
             await push.get(task, "bad-blob-token")
-    # A worker can move a bad row out of the way, or delete it.
+    # A worker can move a bad row out of the way, park it (keeping its cursor: parked()
+    # reports it from then on), or an operator can delete it.
     await push.retry(task, "bad-url", 10**9, "secret unavailable")
+    await push.park(task, "bad-plaintext", "secret unavailable")
     await push.delete(task, "bad-tampered")
     assert {u.config_id for u in (await push.due(10, 100)).unavailable} == names - {
         "bad-url",
+        "bad-plaintext",
         "bad-tampered",
     }
+    parked = await push.parked(10)
+    assert parked == [] and [u.config_id for u in parked.unavailable] == ["bad-plaintext"]
 
 
 async def test_reseal_reseals_what_it_can_and_reports_the_rest(
@@ -385,6 +390,9 @@ async def exercise(store: SqlPushStore, task: RunId) -> None:
     assert len(await store.due(10**9, 10)) == 2
     await store.advance(task, "cfg", 5)
     await store.retry(task, "cfg", 9, "HTTP 503")
+    await store.park(task, "cfg", "HTTP 410")
+    assert len(await store.parked(10)) == 1
+    assert await store.unpark(task, "cfg", 9)
     if store.key_id is not None:
         await store.reseal()
     await store.delete(task, "second")

@@ -16,7 +16,9 @@ How the concurrency guarantees are made (each is a storage invariant, not a code
   append that starts after the takeover sees the new epoch. Lock order is always
   activity row, then lease row, then the tenant's log counter: no cycles, no deadlocks.
 * **Exactly-once** is the partial unique index ``journal_effect_started``; only that
-  constraint becomes :class:`DuplicateEffectError`.
+  constraint becomes :class:`DuplicateEffectError`, and the primary key refusing a chain
+  position (a writer that bypassed the run mutex) is :class:`AppendConflictError`, both by the
+  constraint the database names (:mod:`agentplane_journal.db.violations`).
 * **A fresh lease** is one ``INSERT .. ON CONFLICT DO UPDATE .. WHERE`` statement
   (:mod:`agentplane_journal.journal.leases`, which says why exactly one first acquire gets epoch 1).
 * **The log** (dense commit-ordered positions, proofs from one snapshot) is
@@ -48,7 +50,7 @@ from agentplane_journal.core.ids import DEFAULT_TENANT, Digest, EffectKey, RunId
 from agentplane_journal.core.record import Record
 from agentplane_journal.core.signing import Signer
 from agentplane_journal.db import selfwait
-from agentplane_journal.db.models import Journal, RunOutcome
+from agentplane_journal.db.models import RunOutcome
 from agentplane_journal.db.statements import (
     digest,
     hot_statements,
@@ -56,7 +58,9 @@ from agentplane_journal.db.statements import (
     stored_int,
     stored_text,
 )
+from agentplane_journal.db.txcontrol import refusing_transaction_control
 from agentplane_journal.db.unit import Passthrough, Rollback, TransactionAnchor
+from agentplane_journal.db.violations import Collision, append_raced, journal_collision
 from agentplane_journal.errors import (
     DuplicateEffectError,
     RunSealedError,
@@ -214,6 +218,18 @@ class SqlJournalStore(RunReads, AuditReads, RunControl):
             _named=True,
         )
 
+    def is_shared(self) -> bool:
+        """Whether several processes may append to this store's durable state at once.
+
+        agentplane's runtime asks this to refuse what is unsafe on a shared store (a
+        process-local lock beside it), so the answer is about the database, never about this
+        handle: PostgreSQL ``True``; a SQLite file ``True`` as well (processes on one file
+        append safely, each transaction holding the file's write lock from ``BEGIN
+        IMMEDIATE``); an in-memory SQLite database ``False`` (no other process can reach
+        it). Decided by the dialect object from the engine's URL; no statement runs.
+        """
+        return self._dialect.is_shared(self._shared.engine.url)
+
     # -- the run mutex, the fence and the head ----------------------------------------
 
     async def _lock_run(self, session: AsyncSession, run: RunId, epoch: int) -> _RunState:
@@ -307,8 +323,12 @@ class SqlJournalStore(RunReads, AuditReads, RunControl):
             try:
                 written: Sequence[int] = (await conn.execute(insert, chunk)).scalars().all()
             except DBAPIError as exc:
-                table = Journal.__table__
-                if self._dialect.constraint(exc, table) == "journal_effect_started" and seen:
+                what, name = journal_collision(self._dialect, exc) or (None, "")
+                if what is Collision.CHAIN_POSITION:
+                    # A record already holds one of these positions: another writer bypassed
+                    # the run mutex (raw SQL, or append_atomic's work inserting records).
+                    raise append_raced(run, state.head_seq + 1, name, exc) from exc
+                if what is Collision.EFFECT_STARTED and seen:
                     # Not expected (the INSERT skips these rows); kept so that this index,
                     # and only it, still maps to DuplicateEffectError if it ever raises (it
                     # cannot without an EffectStarted key in the batch).
@@ -385,7 +405,11 @@ class SqlJournalStore(RunReads, AuditReads, RunControl):
         Fenced first, so a displaced writer's ``work`` never runs. ``work`` may use the
         host's ORM models or Core through the session; its changes commit with the records
         or not at all. An exception from ``work`` rolls back and propagates unchanged. A
-        connection lost during COMMIT is :class:`CommitUnknownError`.
+        connection lost during COMMIT is :class:`CommitUnknownError`. ``work`` may not end
+        the transaction: ``session.commit()``/``rollback()``/``close()`` is
+        :class:`TransactionEndedError` after it returns, and a transaction-control statement
+        sent as SQL (``COMMIT``, ``ROLLBACK``, ``SAVEPOINT``, ...) is refused before it
+        reaches the database (:mod:`agentplane_journal.db.txcontrol`).
         """
         run = check_run(run)
         epoch = check_int(epoch, "epoch")
@@ -398,11 +422,17 @@ class SqlJournalStore(RunReads, AuditReads, RunControl):
                 raise RunSealedError(run, state.sealed_outcome)
             anchor = await TransactionAnchor.take(session)
             try:
-                async with self._schema_for(session, ours=False):  # the host's own tables
-                    returned = await work(session)
+                # A COMMIT, ROLLBACK, SAVEPOINT... that work sends as SQL text is refused
+                # before it reaches the database (db/txcontrol.py): SQLAlchemy would not see
+                # it, and the anchor below could not tell.
+                with refusing_transaction_control(anchor.connection, run) as refused:
+                    async with self._schema_for(session, ours=False):  # the host's own tables
+                        returned = await work(session)
                 items, batch_run = self._check_batch(returned if returned is not None else [])
             except Exception as error:
                 raise Passthrough(error) from None
+            if refused:  # work caught the refusal and went on: the batch is refused all the same
+                raise Passthrough(TransactionEndedError(run, refused[0]))
             if not await anchor.intact(session):
                 # work committed, rolled back or closed: the mutex and the fence are gone.
                 raise Passthrough(TransactionEndedError(run))

@@ -18,7 +18,14 @@ from typing import Any, Generic, TypeVar
 from agentplane_journal.errors import CorruptRegistrationError, StoreError
 from agentplane_journal.push.values import url_problem
 
-__all__ = ["PushListing", "ResealReport", "UnreadableRegistration", "check_row", "row_names"]
+__all__ = [
+    "PushListing",
+    "ResealReport",
+    "UnreadableRegistration",
+    "check_row",
+    "parked_flag",
+    "row_names",
+]
 
 T = TypeVar("T")
 
@@ -134,3 +141,27 @@ def check_row(row: Any, *, cursor: bool) -> None:
         raise _fail(row, f"its next_seq is negative ({row.next_seq})")
     if row.last_error is not None and not isinstance(row.last_error, str):
         raise _fail(row, "its last_error is not text")
+    parked_flag(row)
+
+
+def parked_flag(row: Any) -> bool:
+    """The row's ``parked`` flag as stored, or :class:`CorruptRegistrationError`.
+
+    The store selects the column without SQLAlchemy's Boolean conversion, because on SQLite
+    that conversion is ``bool(value)``: a flag edited to 2, 'yes' or a BLOB would read as
+    some answer instead of being reported. PostgreSQL hands back True or False (NULL only
+    if someone dropped the column's NOT NULL); SQLite hands back whatever was stored, and
+    only the integers 0 and 1 are flags.
+    """
+    value = row.parked
+    if isinstance(value, bool):
+        return value
+    if type(value) is int and value in (0, 1):
+        return bool(value)
+    if value is None:
+        shown = "NULL"
+    elif isinstance(value, int | float):
+        shown = repr(value)
+    else:
+        shown = f"a {type(value).__name__}"
+    raise _fail(row, f"its parked flag is {shown}, not true or false (the row was edited)")

@@ -17,8 +17,11 @@ here, and :mod:`agentplane_journal.backends.postgresql.sql`, the statements). Tw
   append keeps its own all-or-nothing outcome and its own error (fenced, sealed, duplicate
   effect; a stale head sends that append alone to the general unit of work). A statement
   the server refuses as a whole (a unique violation the checks did not foresee, a deadlock,
-  a timeout) wrote nothing; its appends are then run one by one. A group of one is the
-  single-run statement, exactly as without group commit.
+  a timeout) wrote nothing; its appends are then run one by one. A unique violation is read
+  by the constraint it names (:mod:`agentplane_journal.db.violations`): the exactly-once
+  index is a duplicate effect, the primary key a position taken meanwhile (the general unit
+  of work retries under the run mutex), any other index the server's error. A group of one
+  is the single-run statement, exactly as without group commit.
 
 The statements are autocommitted: a connection lost with one in flight is
 :class:`CommitUnknownError` for every append it carried; an answered error surely rolled
@@ -44,7 +47,9 @@ from agentplane_journal.core.batch import chain_batch
 from agentplane_journal.core.ids import Digest, EffectKey, RunId
 from agentplane_journal.core.record import Record
 from agentplane_journal.core.signing import Signer
+from agentplane_journal.db.dialect import PostgresDialect
 from agentplane_journal.db.unit import describe
+from agentplane_journal.db.violations import Collision, journal_collision
 from agentplane_journal.errors import BackendError, CommitUnknownError, DuplicateEffectError
 
 __all__ = ["GENERAL", "Request", "Writer", "open_path", "schema_of"]
@@ -54,9 +59,11 @@ MAX_GROUP_RUNS = 64
 MAX_GROUP_ROWS = 1000
 #: Statements in flight at once without group commit (each on its own held connection).
 UNGROUPED_CONNECTIONS = 8
-#: Refusals that leave the append to the general unit of work: a unique violation (the
-#: primary key refused a stale head) and a lease row locked (``NOWAIT``), never waited for.
-_GENERAL_STATES = frozenset({"23505", "55P03"})
+#: A lease row locked (``NOWAIT``, never waited for): the append goes to the general unit
+#: of work, as does the primary key refusing a position (``db.violations``'s classification).
+_LOCKED = "55P03"
+#: Reads this path's driver errors (which constraint a unique violation names).
+_DIALECT = PostgresDialect()
 
 
 class _General:
@@ -292,14 +299,18 @@ class Writer:
         except Exception as exc:
             if not _pgsql.answered(exc):
                 raise _Lost(exc) from exc
-            if getattr(exc, "constraint_name", None) == "journal_effect_started":
+            what, _ = journal_collision(_DIALECT, exc) or (None, "")
+            if what is Collision.EFFECT_STARTED:
                 if len(r.keys) == 1:
                     error = DuplicateEffectError(r.keys[0])
                     error.__cause__ = exc
                     return error
                 return GENERAL  # which of the keys had started: the general path says
-            if getattr(exc, "sqlstate", None) in _GENERAL_STATES:
-                return GENERAL  # a stale head's key collision, or a lease row locked
+            if what is Collision.CHAIN_POSITION or getattr(exc, "sqlstate", None) == _LOCKED:
+                # A writer that bypassed the run mutex took a position after this
+                # statement's snapshot, or a lease row is locked: the general path waits
+                # for the mutex, reads the head afresh, and names a real race itself.
+                return GENERAL
             failure = BackendError(describe(exc))
             failure.__cause__ = exc
             return failure

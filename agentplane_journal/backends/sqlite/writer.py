@@ -46,12 +46,14 @@ from agentplane_journal.core.batch import COLUMNS, chain_batch, fenced
 from agentplane_journal.core.ids import Digest, EffectKey, RunId
 from agentplane_journal.core.record import Record
 from agentplane_journal.core.signing import Signer
+from agentplane_journal.db.dialect import SqliteDialect
 from agentplane_journal.db.statements import (
     RECORD_COLUMNS,
     record_from_row,
     stored_int,
     stored_text,
 )
+from agentplane_journal.db.violations import Collision, append_raced, journal_collision
 from agentplane_journal.errors import (
     BackendError,
     DuplicateEffectError,
@@ -96,6 +98,8 @@ _STARTED = (
     " AND effect_key = ? AND seq <= ?"
 )
 _SAVEPOINT = "agentplane_journal_append"
+#: Reads this path's driver errors (which constraint a unique violation names).
+_DIALECT = SqliteDialect()
 
 
 @dataclass(slots=True)
@@ -155,10 +159,15 @@ def _append_in(conn: sqlite3.Connection, r: _Request) -> list[Record]:
     try:
         conn.executemany(_INSERT, rows)
     except sqlite3.IntegrityError as exc:
-        if getattr(exc, "sqlite_errorname", None) != "SQLITE_CONSTRAINT_UNIQUE" or not r.keys:
+        what, name = journal_collision(_DIALECT, exc) or (None, "")
+        if what is Collision.CHAIN_POSITION:
+            # Not reachable through the store under BEGIN IMMEDIATE (the head was read under
+            # the write lock); a position taken anyway is a race, never a duplicate effect.
+            raise append_raced(r.run, head_seq + 1, name, exc) from exc
+        if what is not Collision.EFFECT_STARTED or not r.keys:
             raise
-        # The only unique index on the journal besides its key: exactly-once. Which key had
-        # started before this batch (the batch's own earlier rows are in the transaction)?
+        # Exactly-once. Which key had started before this batch (the batch's own earlier
+        # rows are in the transaction)?
         for key in r.keys:
             if conn.execute(_STARTED, (tenant, run_id, key.hex(), head_seq)).fetchone():
                 raise DuplicateEffectError(key) from exc
