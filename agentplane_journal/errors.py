@@ -30,6 +30,7 @@ __all__ = [
     "DuplicateEffectError",
     "FencedError",
     "LeaseHeldError",
+    "LeaseNotHeldError",
     "RecordTooLargeError",
     "RunSealedError",
     "SchemaConflictError",
@@ -73,6 +74,28 @@ class LeaseHeldError(StoreError):
         super().__init__(
             f"run {self.run} is leased by {owner!r} at epoch {epoch} for another "
             f"{remaining_secs}s; retry after it lapses or is released"
+        )
+
+
+class LeaseNotHeldError(StoreError):
+    """A renewal found no live lease of this ``owner`` at this ``epoch``: stop working on the run.
+
+    The lease was released (the run concluded), lapsed (anyone may have taken it) or is held
+    by somebody else (somebody did). ``found`` says which, as the store saw it just after the
+    refused renewal; the decision itself was the renewal's own guarded statement. Nothing
+    was written: a renewal never claims a lease.
+    """
+
+    def __init__(self, run: RunId, owner: str, epoch: int, found: str = "") -> None:
+        self.run = _run(run)
+        self.owner = owner
+        self.epoch = epoch
+        self.found = found
+        why = f" ({found})" if found else ""
+        super().__init__(
+            f"{owner!r} no longer holds the lease of run {self.run} at epoch {epoch}{why}; "
+            "stop working on the run: you no longer own it, and the store fences your next "
+            "append"
         )
 
 

@@ -10,6 +10,7 @@ from agentplane_journal import (
     EffectKey,
     FencedError,
     LeaseHeldError,
+    LeaseNotHeldError,
     RunId,
     RunSealedError,
     TransactionEndedError,
@@ -23,6 +24,7 @@ def test_run_errors_hold_the_run_id_the_caller_passed() -> None:
     for err in (
         FencedError(RUN, 1, 2),
         LeaseHeldError(RUN, "instance-a", 3, 45),
+        LeaseNotHeldError(RUN, "instance-a", 3, "the lease was released at epoch 3"),
         RunSealedError(RUN, "succeeded"),
         AppendConflictError(RUN, 7, "journal_pkey"),
         TransactionEndedError(RUN),

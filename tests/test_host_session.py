@@ -823,6 +823,9 @@ async def test_postgresql_a_store_write_on_a_run_the_tasks_transaction_holds_is_
                 lambda: store.append(1, [note(run)]),
                 lambda: store.append_atomic(run, 1, _nothing),
                 lambda: store.seal(run, 1, "succeeded"),
+                lambda: store.acquire(run, "web", 60),  # lease changes take the mutex too
+                lambda: store.renew(run, "web", 1, 60),
+                lambda: store.release_lease(run, 1),
             ):
                 with pytest.raises(ValueError, match="run mutex"):
                     await soon(call())
@@ -833,11 +836,11 @@ async def test_postgresql_a_store_write_on_a_run_the_tasks_transaction_holds_is_
         assert [r.seq for r in await store.read(other)] == [1]
 
         # a refused (fenced) append took no mutex it still holds: no refusal afterwards
-        await store.acquire(run, "web", 60)
+        first = await store.acquire(run, "web", 60)
         async with AsyncSession(engine) as session:
             with pytest.raises(FencedError):
                 await store.append(99, [admitted(run)], session=session)
-            lease = await soon(store.acquire(run, "web", 60))
+            lease = await soon(store.renew(run, "web", first.epoch, 60))
             await soon(store.append(lease.epoch, [admitted(run)]))
     finally:
         await engine.dispose()
