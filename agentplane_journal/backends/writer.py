@@ -7,10 +7,9 @@ into a writer's fields; a writer gets what it needs of the store as arguments, n
 store itself.
 
 :class:`GroupWriter` is the skeleton of both databases' writers (one per store, shared by
-its tenant handles): the queue of appends, the leader tasks that drain it on a held
-connection, the waiting appends a group carries, and the handing of each append's own
-answer back to its caller. A database's writer
-(:class:`agentplane_journal.backends.postgresql.writer.Writer`,
+its tenant handles): the queue of appends, the leader tasks that drain it group by group on
+a held connection, and the handing of each append's own answer back to its caller. A
+database's writer (:class:`agentplane_journal.backends.postgresql.writer.Writer`,
 :class:`agentplane_journal.backends.sqlite.writer.Writer`) subclasses it and supplies only
 what is its own, the abstract methods: which waiting appends share a group (:meth:`_take`),
 what a group runs and how its outcome is split among its appends (:meth:`_execute`), what
@@ -18,12 +17,13 @@ the appends of a group hear when its leader is interrupted (:meth:`_interrupted`
 answer becomes on its way to its caller (:meth:`_heard`), and what becomes of a connection a
 group failed on (:meth:`_abandon`). What the skeleton keeps, for both:
 
-* **Every append handed to the writer is answered once**: by its group's answer; by
-  :class:`BackendError` when no connection could be checked out (its group was never sent);
-  by :class:`BackendError` when the last leader stops (is cancelled) with appends still
-  queued. An append whose caller is cancelled before its group is sent is left out of the
-  group (and nothing of it is sent); one cancelled after is still answered (its answer is
-  dropped, but the writer's bookkeeping, the known heads, sees it).
+* **Every append handed to the writer is answered once**, in the time its group takes: by
+  its group's answer (or by :meth:`_interrupted` if its leader is cancelled with the group in
+  flight); by :class:`BackendError` when no connection could be checked out (its group was
+  never sent); by :class:`BackendError` when the last leader stops (is cancelled) with
+  appends still queued. An append whose caller is cancelled before its group is sent is left
+  out of the group, so nothing of it is sent; one cancelled later still passes through
+  :meth:`_heard` (PostgreSQL's known heads see its outcome), though nobody hears it.
 * **No lost wakeup**: a leader leaves the set of running leaders in its own ``finally``, not
   in a done callback, which runs a loop turn later: an append arriving in between would see
   the finished leader as running, start none, and wait until some other append came along
