@@ -154,25 +154,31 @@ class GroupWriter(ABC, Generic[R, T]):
         answer: T = await request.future
         return answer
 
-    def _running(self) -> int:
-        """The leaders still running (one cancelled before it ever ran has no ``finally``
-        that leaves the set, and its done callback comes a loop turn later)."""
-        done = [task for task in self._leaders if task.done()]
-        if done:
-            self._leaders.difference_update(done)
-        return len(self._leaders)
-
     def _spawn(self) -> None:
         """A leader for the queue if none is free and fewer than ``connections`` run."""
-        if self._free == 0 and self._running() < self._limit:
+        if self._free == 0 and (len(self._leaders) < self._limit or self._reap()):
             task = asyncio.get_running_loop().create_task(self._lead())
             self._leaders.add(task)
             task.add_done_callback(self._leaders.discard)
 
+    def _reap(self) -> bool:
+        """Drop the leaders that are done; whether there were any. A leader leaves the set
+        in its own ``finally`` (see :meth:`_lead`), but one cancelled before it ever ran has
+        none, and its done callback comes a loop turn later."""
+        for task in self._leaders:
+            if task.done():
+                break
+        else:
+            return False
+        self._leaders.difference_update([task for task in self._leaders if task.done()])
+        return True
+
     async def idle(self) -> None:
         """Wait until the queue is drained and every connection is back in the pool."""
-        while self._running():
+        self._reap()
+        while self._leaders:
             await asyncio.wait(list(self._leaders))
+            self._reap()
 
     async def _lead(self) -> None:
         """Drain the queue, one group at a time, on a connection held while work arrives."""
