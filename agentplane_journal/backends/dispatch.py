@@ -22,7 +22,9 @@ the reference for what an append means. Nothing here weakens a guarantee:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Protocol
+
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agentplane_journal.backends.head_cache import HeadCache
 from agentplane_journal.backends.postgresql import writer as postgresql
@@ -32,18 +34,30 @@ from agentplane_journal.db.dialect import Dialect, PostgresDialect, SqliteDialec
 
 __all__ = ["hot_path"]
 
+
+class _Opens(Protocol):
+    """A database's ``open_path``: its hot path over the store's engine."""
+
+    def __call__(
+        self, *, bind: AsyncEngine, engine: AsyncEngine, heads: HeadCache, group_commit: bool
+    ) -> HotPath: ...
+
+
 #: Each dialect's hot path, by the dialect object's class (never by a dialect's name).
-_PATHS: dict[type[Any], Any] = {
+_PATHS: dict[type[Dialect], _Opens] = {
     PostgresDialect: postgresql.open_path,
     SqliteDialect: sqlite.open_path,
 }
 
 
 def hot_path(
-    dialect: Dialect, *, bind: Any, engine: Any, heads: HeadCache, group_commit: bool
+    dialect: Dialect,
+    *,
+    bind: AsyncEngine,
+    engine: AsyncEngine,
+    heads: HeadCache,
+    group_commit: bool,
 ) -> HotPath:
     """The store's hot path for ``dialect``: ``bind`` carries the schema translation,
     ``engine`` is the bare engine, ``heads`` the store's shared :class:`HeadCache`."""
-    factory = _PATHS[type(dialect)]
-    path: HotPath = factory(bind=bind, engine=engine, heads=heads, group_commit=group_commit)
-    return path
+    return _PATHS[type(dialect)](bind=bind, engine=engine, heads=heads, group_commit=group_commit)
