@@ -24,6 +24,7 @@ __all__ = [
     "CorruptLogError",
     "CorruptRecordError",
     "CorruptRegistrationError",
+    "DuplicateAdmissionError",
     "DuplicateEffectError",
     "FencedError",
     "LeaseHeldError",
@@ -83,6 +84,26 @@ class DuplicateEffectError(StoreError):
         super().__init__(
             f"effect ek:{effect_key.hex()} has already started in this run; it must not run twice "
             "(reconcile it instead of starting it again)"
+        )
+
+
+class DuplicateAdmissionError(StoreError):
+    """A second admission under a key this tenant already issued: at-most-once holding.
+
+    ``key`` is the admission key, ``run`` the :class:`RunId` that holds it: the answer a
+    caller who retried a delivery needs (the run its first delivery started). Raised only
+    for a refusal that surely did not commit: nothing of the batch was written and no key
+    was spent. ``run`` may be the appending run itself, when it was already admitted under
+    this key.
+    """
+
+    def __init__(self, key: str, run: RunId) -> None:
+        self.key = key
+        self.run = _run(run)
+        super().__init__(
+            f"admission key {key!r} is already held by run {self.run}; nothing of this batch "
+            "was written: answer the caller with that run instead of starting another (a key "
+            "is free again only once forget_admissions retires it)"
         )
 
 
