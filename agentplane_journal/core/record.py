@@ -383,7 +383,9 @@ def _json_type(value: object) -> str:
         return "boolean"
     if isinstance(value, int | float):
         return "number"
-    return {dict: "object", list: "array"}.get(type(value), type(value).__name__)
+    if isinstance(value, dict):
+        return "object"
+    return "array" if isinstance(value, list) else type(value).__name__
 
 
 def _depth(value: object) -> int:
