@@ -134,7 +134,9 @@ def test_a_stored_key_that_is_not_a_string_is_corruption_not_a_type_error() -> N
 
 
 async def test_one_key_admits_one_run_and_the_loser_is_told_which(store: SqlJournalStore) -> None:
-    first = await admit(store, "conformance/one-message")
+    first = RunId.generate()
+    held = await store.acquire(first, "conformance", LEASE)
+    await store.append(held.epoch, [admitted_under(first, "conformance/one-message")])
     second = RunId.generate()
     lease = await store.acquire(second, "conformance", LEASE)
     with pytest.raises(DuplicateAdmissionError) as refused:
@@ -145,9 +147,8 @@ async def test_one_key_admits_one_run_and_the_loser_is_told_which(store: SqlJour
     assert (await store.head(second)).seq == 0
     assert await store.admitted_as("conformance/one-message") == first
     # The holder itself admitted again under its key is refused too, naming itself.
-    lease = await store.acquire(first, "conformance", LEASE)
     with pytest.raises(DuplicateAdmissionError) as again:
-        await store.append(lease.epoch, [admitted_under(first, "conformance/one-message")])
+        await store.append(held.epoch, [admitted_under(first, "conformance/one-message")])
     assert again.value.run == first
     assert len(await store.read(first)) == 1
 
