@@ -104,9 +104,9 @@ def claimed_keys(items: Iterable[Append]) -> list[str]:
     A key named twice in one batch is one claim by its run. Each key is checked again here:
     an :class:`Append`'s payload is a dict a caller could still edit after construction.
     """
-    keys = {
-        check_admission_key(item.payload[IDEMPOTENCY_KEY], f"{RUN_ADMITTED}'s {IDEMPOTENCY_KEY}")
-        for item in items
-        if item.kind == RUN_ADMITTED and IDEMPOTENCY_KEY in item.payload
-    }
-    return sorted(keys)
+    keys: set[str] = set()
+    for item in items:  # a plain loop: this runs for every append, keyed or not
+        if item.kind == RUN_ADMITTED and IDEMPOTENCY_KEY in item.payload:
+            what = f"{RUN_ADMITTED}'s {IDEMPOTENCY_KEY}"
+            keys.add(check_admission_key(item.payload[IDEMPOTENCY_KEY], what))
+    return sorted(keys) if keys else []
