@@ -520,3 +520,27 @@ async def test_the_scan_pages_by_count_and_by_bytes(
     assert rebuilt.ok and rebuilt.admissions == 10 and rebuilt.claimed == 10
     assert [await store.admitted_as(f"page/{i}") for i in range(8)] == runs
     assert await store.admitted_as(f"{runs[1]}/second") == runs[1]
+
+
+async def test_hostile_storage_classes_are_findings_never_tracebacks(
+    make_store: Callable[..., Any], dialect: str
+) -> None:
+    if dialect != "sqlite":
+        pytest.skip("PostgreSQL's column types refuse these values")
+    store: SqlJournalStore = await make_store()
+    run = await admit(store, "real")
+    await sql(
+        store,
+        "INSERT INTO run_admission (tenant, key, run_id, admitted_at) VALUES "
+        "(:t, X'FF00', 'run_x', 0), (:t, 7, :r, 'soon'), (:t, 'blob-run', X'00', 0)",
+        r=str(run),
+    )
+    audit = await store.audit_admissions()
+    found = sorted((f.what, f.key) for f in audit.findings)
+    # 7 became the text '7' (the column's affinity), a key the run does not carry.
+    assert found == [("bad-row", "b'\\xff\\x00'"), ("bad-row", "blob-run"), ("orphan-row", "7")]
+    assert await store.admitted_as("real") == run
+    rebuilt = await store.reindex_admissions()
+    assert rebuilt.ok and rebuilt.removed == 3 and rebuilt.claimed == 0
+    assert await rows(store) == [("real", str(run))]
+    assert (await store.audit_admissions()).ok
