@@ -544,3 +544,30 @@ async def test_hostile_storage_classes_are_findings_never_tracebacks(
     assert rebuilt.ok and rebuilt.removed == 3 and rebuilt.claimed == 0
     assert await rows(store) == [("real", str(run))]
     assert (await store.audit_admissions()).ok
+
+
+async def test_a_store_in_its_own_schema_claims_there(pg_database: Any) -> None:
+    """Every admission statement names the store's schema (its bind's translate map), on
+    the store's own units and in a host's session alike."""
+    from agentplane_journal.migrations.commands import upgrade
+
+    url = pg_database(migrated=False)
+    await upgrade(url, schema="journal_here")
+    store = await SqlJournalStore.connect(url, schema="journal_here")
+    try:
+        first = await admit(store, "schema/key")
+        with pytest.raises(DuplicateAdmissionError) as refused:
+            await admit(store, "schema/key")
+        assert refused.value.run == first
+        second = RunId.generate()
+        epoch = (await store.acquire(second, "conformance", LEASE)).epoch
+        async with AsyncSession(store.engine) as session:
+            await store.append(epoch, [admitted_under(second, "schema/host")], session=session)
+            await session.commit()
+        assert await store.admitted_as("schema/host") == second
+        assert (await store.audit_admissions()).ok
+        assert await store.forget_admissions(2**40) == 2
+        assert (await store.reindex_admissions()).claimed == 2
+        assert await store.admitted_as("schema/key") == first
+    finally:
+        await store.close()
