@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Awaitable, Callable, Iterable, Sequence
+from datetime import datetime
 from typing import Protocol, runtime_checkable
 
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -79,6 +80,12 @@ class JournalStore(Protocol):
     async def runs_by_outcome(
         self, outcome: str, limit: int, *, session: AsyncSession | None = None
     ) -> list[RunId]: ...
+    async def admitted_as(
+        self, key: str, *, session: AsyncSession | None = None
+    ) -> RunId | None: ...
+    async def forget_admissions(
+        self, older_than: int | datetime, *, session: AsyncSession | None = None
+    ) -> int: ...
     async def recent_runs(
         self,
         after: tuple[RunId, int] | None = None,

@@ -27,6 +27,7 @@ __all__ = [
     "CorruptLogError",
     "CorruptRecordError",
     "CorruptRegistrationError",
+    "DuplicateAdmissionError",
     "DuplicateEffectError",
     "FencedError",
     "LeaseHeldError",
@@ -132,6 +133,26 @@ class AppendConflictError(StoreError):
             f"append to run {self.run} raced another writer: chain position {seq} (or a later "
             f"one of the batch) was written meanwhile (unique violation on {constraint!r}); "
             "nothing of this batch was written: read the head and retry"
+        )
+
+
+class DuplicateAdmissionError(StoreError):
+    """A second admission under a key this tenant already issued: at-most-once holding.
+
+    ``key`` is the admission key, ``run`` the :class:`RunId` that holds it: the answer a
+    caller who retried a delivery needs (the run its first delivery started). Raised only
+    for a refusal that surely did not commit: nothing of the batch was written and no key
+    was spent. ``run`` may be the appending run itself, when it was already admitted under
+    this key.
+    """
+
+    def __init__(self, key: str, run: RunId) -> None:
+        self.key = key
+        self.run = _run(run)
+        super().__init__(
+            f"admission key {key!r} is already held by run {self.run}; nothing of this batch "
+            "was written: answer the caller with that run instead of starting another (a key "
+            "is free again only once forget_admissions retires it)"
         )
 
 

@@ -56,6 +56,8 @@ COMMANDS = (
     "consistency",
     "export",
     "reindex-log",
+    "forget-admissions",
+    "reindex-admissions",
 )
 SIGNER = Ed25519Signer("test-key", bytes(range(32)))
 TRUST = f"test-key={SIGNER.public_key.hex()}"

@@ -3,7 +3,10 @@
 :meth:`SqlJournalStore.append <agentplane_journal.journal.store.SqlJournalStore.append>`
 comes here when it is not in a host's transaction; every other write, and any append a hot
 path cannot settle, goes through the general unit of work (``journal/store.py``), which is
-the reference for what an append means. Nothing here weakens a guarantee:
+the reference for what an append means. So does every batch that concludes a run or claims
+an admission key (``journal/admissions.py``): each happens once per run, so the hot paths
+would gain nothing by carrying the outcome or admission table, and each index keeps one
+writer. Nothing here weakens a guarantee:
 
 * **PostgreSQL: the whole append is one autocommitted statement**
   (:mod:`agentplane_journal.backends.postgresql.writer`, its SQL in

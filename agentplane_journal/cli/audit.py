@@ -33,6 +33,7 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from agentplane_journal.cli import format as fmt
+from agentplane_journal.cli.admissions import admissions_line, audit_admissions
 from agentplane_journal.cli.base import PROG, _Exit
 from agentplane_journal.cli.db import _all_runs, _existing, _not_a_run, _store
 from agentplane_journal.cli.log import _audit_log
@@ -160,6 +161,8 @@ async def cmd_verify(args: argparse.Namespace) -> int:
         progress.close()
         # The stored Merkle tree against the seals it is derived from.
         log = await _audit_log(store, args.json) if args.all else None
+        # The admission keys against the RunAdmitted records they are derived from.
+        admissions = await audit_admissions(store, args.json) if args.all else None
     failed = [r for r in results if not r["ok"]]
     signatures = (
         "not checked (pass --trust KEY_ID=PUBLIC_KEY_HEX)"
@@ -177,13 +180,18 @@ async def cmd_verify(args: argparse.Namespace) -> int:
                 "signatures": signatures,
                 "runs": results,
                 **({} if log is None else {"log": log}),
+                **({} if admissions is None else {"admissions": admissions}),
             }
         )
     else:
         fmt.print_verify_summary(results, store.tenant, signatures, single=not args.all)
         if log is not None:
             print(fmt.log_audit_line(log))
-    return 1 if failed or (log is not None and not log["ok"]) else 0
+        if admissions is not None:
+            print(admissions_line(admissions))
+    bad_log = log is not None and not log["ok"]
+    bad_admissions = admissions is not None and not admissions["ok"]
+    return 1 if failed or bad_log or bad_admissions else 0
 
 
 async def cmd_export(args: argparse.Namespace) -> int:

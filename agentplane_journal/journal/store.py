@@ -19,6 +19,8 @@ How the concurrency guarantees are made (each is a storage invariant, not a code
   constraint becomes :class:`DuplicateEffectError`, and the primary key refusing a chain
   position (a writer that bypassed the run mutex) is :class:`AppendConflictError`, both by the
   constraint the database names (:mod:`agentplane_journal.db.violations`).
+* **At-most-once admission** is ``run_admission``'s primary key, claimed in the append's own
+  transaction (:mod:`agentplane_journal.journal.admissions`).
 * **A fresh lease** is one ``INSERT .. ON CONFLICT DO UPDATE .. WHERE`` statement
   (:mod:`agentplane_journal.journal.leases`, which says why exactly one first acquire gets epoch 1).
 * **The log** (dense commit-ordered positions, proofs from one snapshot) is
@@ -37,6 +39,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 from agentplane_journal.backends import dispatch
 from agentplane_journal.backends.head_cache import HeadCache
+from agentplane_journal.core.admission import claimed_keys
 from agentplane_journal.core.append import EFFECT_STARTED, RUN_SEALED, Append
 from agentplane_journal.core.batch import COLUMNS, chain_batch, fenced
 from agentplane_journal.core.checks import (
@@ -66,6 +69,7 @@ from agentplane_journal.errors import (
     RunSealedError,
     TransactionEndedError,
 )
+from agentplane_journal.journal.admissions import Admissions
 from agentplane_journal.journal.audits import AuditReads
 from agentplane_journal.journal.leases import RunControl
 from agentplane_journal.journal.log import TenantLog
@@ -88,7 +92,7 @@ class _RunState:
     head_hash: Digest
 
 
-class SqlJournalStore(RunReads, AuditReads, RunControl):
+class SqlJournalStore(RunReads, AuditReads, RunControl, Admissions):
     """agentplane's journal store over SQLAlchemy's async engine (PostgreSQL or SQLite).
 
     Build it over an existing ``AsyncEngine`` (a host application's own works; SQLite's
@@ -341,6 +345,8 @@ class SqlJournalStore(RunReads, AuditReads, RunControl):
                     if row["seq"] not in done:
                         raise DuplicateEffectError(EffectKey.from_hex(row["effect_key"]))
 
+        # A keyed RunAdmitted claims its key here, in this transaction (journal/admissions.py).
+        await self._claim_admissions(session, run, batch)
         if conclusion is not None:
             d = self._dialect
             ordinal = await d.conclusion_ordinal(await session.connection())
@@ -382,8 +388,14 @@ class SqlJournalStore(RunReads, AuditReads, RunControl):
         keys = [
             i.effect_key for i in items if i.kind == EFFECT_STARTED and i.effect_key is not None
         ]
-        if len(set(keys)) != len(keys) or any(i.kind == RUN_SEALED for i in items):
-            return await general()  # rare batches: a duplicate in the batch, or a conclusion
+        if (
+            len(set(keys)) != len(keys)
+            or any(i.kind == RUN_SEALED for i in items)
+            or claimed_keys(items)
+        ):
+            # Rare batches: a duplicate in the batch, a conclusion, or an admission claiming
+            # a key (once per run; the claim lives in the general unit only).
+            return await general()
         await self._ready()
         # One round trip on PostgreSQL, one thread hop on SQLite; `general` when it cannot.
         # (The writer is a backends.writer.HotPath, typed Any in db/, which is below it.)
