@@ -77,8 +77,9 @@ class HotPath(Protocol):
         keys: Sequence[EffectKey],
         general: General,
     ) -> list[Record]:
-        """Append ``items`` (one run's batch, no duplicate key, no conclusion), or run
-        ``general()`` when this path cannot settle it; the contract's errors are raised."""
+        """Append ``items`` (one run's batch: no duplicate key, no conclusion, no admission
+        key), or run ``general()`` when this path cannot settle it; the contract's errors are
+        raised."""
         ...
 
     async def idle(self) -> None:
