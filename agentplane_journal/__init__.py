@@ -16,7 +16,11 @@ if TYPE_CHECKING:
     from agentplane_journal.core.append import Append
     from agentplane_journal.core.canon import canonical_bytes
     from agentplane_journal.core.chain import verify_attested, verify_chain
-    from agentplane_journal.core.checkpoint import Checkpoint, Inclusion
+    from agentplane_journal.core.checkpoint import (
+        Checkpoint,
+        Inclusion,
+        IncoherentCheckpointError,
+    )
     from agentplane_journal.core.ids import (
         DEFAULT_TENANT,
         CaseId,
@@ -55,14 +59,17 @@ if TYPE_CHECKING:
     from agentplane_journal.db.engine import pgbouncer_connect_args
     from agentplane_journal.db.revision import HEAD_REVISION
     from agentplane_journal.errors import (
+        AppendConflictError,
         BackendError,
         CommitUnknownError,
         CorruptLogError,
         CorruptRecordError,
         CorruptRegistrationError,
+        DuplicateAdmissionError,
         DuplicateEffectError,
         FencedError,
         LeaseHeldError,
+        LeaseNotHeldError,
         RecordTooLargeError,
         RunSealedError,
         SchemaConflictError,
@@ -73,7 +80,7 @@ if TYPE_CHECKING:
     )
     from agentplane_journal.journal.store import SqlJournalStore
     from agentplane_journal.migrations.commands import current_revision, upgrade
-    from agentplane_journal.push.rows import PushListing, ResealReport, UnreadableRegistration
+    from agentplane_journal.push.rows import PushListing, ReencryptReport, UnreadableRegistration
     from agentplane_journal.push.secretbox import Keyring
     from agentplane_journal.push.store import SqlPushStore
     from agentplane_journal.push.values import PushAuthentication, PushConfig, PushRegistration
@@ -86,18 +93,22 @@ _EXPORTS = {
     "canonical_bytes": "core.canon",
     "Checkpoint": "core.checkpoint",
     "Inclusion": "core.checkpoint",
+    "IncoherentCheckpointError": "core.checkpoint",
     "WRITE_TRANSACTION": "db.dialect",
     "begin_write": "db.dialect",
     "configure_engine": "db.dialect",
     "pgbouncer_connect_args": "db.engine",
+    "AppendConflictError": "errors",
     "BackendError": "errors",
     "CommitUnknownError": "errors",
     "CorruptLogError": "errors",
     "CorruptRecordError": "errors",
     "CorruptRegistrationError": "errors",
+    "DuplicateAdmissionError": "errors",
     "DuplicateEffectError": "errors",
     "FencedError": "errors",
     "LeaseHeldError": "errors",
+    "LeaseNotHeldError": "errors",
     "RecordTooLargeError": "errors",
     "RunSealedError": "errors",
     "SchemaConflictError": "errors",
@@ -131,7 +142,7 @@ _EXPORTS = {
     "PushListing": "push.rows",
     "PushRegistration": "push.values",
     "PushStore": "contracts",
-    "ResealReport": "push.rows",
+    "ReencryptReport": "push.rows",
     "SqlPushStore": "push.store",
     "UnreadableRegistration": "push.rows",
     "MAX_RECORD_BYTES": "core.record",
@@ -161,6 +172,7 @@ __all__ = [
     "HEAD_REVISION",
     "MAX_RECORD_BYTES",
     "Append",
+    "AppendConflictError",
     "Attestation",
     "BackendError",
     "Cancellation",
@@ -171,6 +183,7 @@ __all__ = [
     "CorruptRecordError",
     "CorruptRegistrationError",
     "Digest",
+    "DuplicateAdmissionError",
     "DuplicateEffectError",
     "Ed25519Signer",
     "Ed25519Verifier",
@@ -178,10 +191,12 @@ __all__ = [
     "FencedError",
     "Head",
     "Inclusion",
+    "IncoherentCheckpointError",
     "JournalStore",
     "Keyring",
     "Lease",
     "LeaseHeldError",
+    "LeaseNotHeldError",
     "NoteSigner",
     "NoteVerificationError",
     "NoteVerifier",
@@ -193,7 +208,7 @@ __all__ = [
     "PushStore",
     "Record",
     "RecordTooLargeError",
-    "ResealReport",
+    "ReencryptReport",
     "RunId",
     "RunSealedError",
     "SchemaConflictError",

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Awaitable, Callable, Iterable, Sequence
+from datetime import datetime
 from typing import Protocol, runtime_checkable
 
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -35,6 +36,7 @@ class JournalStore(Protocol):
     tenant: str
 
     def for_tenant(self, name: str) -> JournalStore: ...
+    def is_shared(self) -> bool: ...
     async def append(
         self, epoch: int, batch: Sequence[Append], *, session: AsyncSession | None = None
     ) -> list[Record]: ...
@@ -53,6 +55,12 @@ class JournalStore(Protocol):
     async def acquire(
         self, run: RunId, owner: str, ttl: int, *, session: AsyncSession | None = None
     ) -> Lease: ...
+    async def renew(
+        self, run: RunId, owner: str, epoch: int, ttl: int, *, session: AsyncSession | None = None
+    ) -> Lease: ...
+    async def abandoned_runs(
+        self, limit: int, *, session: AsyncSession | None = None
+    ) -> list[RunId]: ...
     async def release_lease(
         self, run: RunId, epoch: int, *, session: AsyncSession | None = None
     ) -> None: ...
@@ -72,6 +80,12 @@ class JournalStore(Protocol):
     async def runs_by_outcome(
         self, outcome: str, limit: int, *, session: AsyncSession | None = None
     ) -> list[RunId]: ...
+    async def admitted_as(
+        self, key: str, *, session: AsyncSession | None = None
+    ) -> RunId | None: ...
+    async def forget_admissions(
+        self, older_than: int | datetime, *, session: AsyncSession | None = None
+    ) -> int: ...
     async def recent_runs(
         self,
         after: tuple[RunId, int] | None = None,
@@ -132,6 +146,19 @@ class PushStore(Protocol):
         *,
         session: AsyncSession | None = None,
     ) -> None: ...
+    async def park(
+        self, task: RunId, id: str, error: str, *, session: AsyncSession | None = None
+    ) -> None: ...
+    async def parked(
+        self,
+        limit: int,
+        *,
+        after: tuple[RunId, str] | None = None,
+        session: AsyncSession | None = None,
+    ) -> builtins.list[PushRegistration]: ...
+    async def unpark(
+        self, task: RunId, id: str, at: int, *, session: AsyncSession | None = None
+    ) -> bool: ...
     async def delete(
         self, task: RunId, id: str, *, session: AsyncSession | None = None
     ) -> None: ...

@@ -11,7 +11,9 @@ compare equal only to their own type, never to their text).
 
 The distinctions matter more than the wording: a ``FencedError`` tells a stale writer to
 drop the run, a ``LeaseHeldError`` tells an early one to wait; ``CommitUnknownError`` means
-"may have landed", ``BackendError`` means "refused and rolled back".
+"may have landed", ``BackendError`` means "refused and rolled back", and an
+``AppendConflictError`` "refused: another writer took that place in the chain, read the head
+and retry" (never a ``DuplicateEffectError``, which is exactly-once holding).
 """
 
 from __future__ import annotations
@@ -19,14 +21,17 @@ from __future__ import annotations
 from agentplane_journal.core.ids import EffectKey, RunId
 
 __all__ = [
+    "AppendConflictError",
     "BackendError",
     "CommitUnknownError",
     "CorruptLogError",
     "CorruptRecordError",
     "CorruptRegistrationError",
+    "DuplicateAdmissionError",
     "DuplicateEffectError",
     "FencedError",
     "LeaseHeldError",
+    "LeaseNotHeldError",
     "RecordTooLargeError",
     "RunSealedError",
     "SchemaConflictError",
@@ -73,6 +78,28 @@ class LeaseHeldError(StoreError):
         )
 
 
+class LeaseNotHeldError(StoreError):
+    """A renewal found no live lease of this ``owner`` at this ``epoch``: stop working on the run.
+
+    The lease was released (the run concluded), lapsed (anyone may have taken it) or is held
+    by somebody else (somebody did). ``found`` says which, as the store saw it just after the
+    refused renewal; the decision itself was the renewal's own guarded statement. Nothing
+    was written: a renewal never claims a lease.
+    """
+
+    def __init__(self, run: RunId, owner: str, epoch: int, found: str = "") -> None:
+        self.run = _run(run)
+        self.owner = owner
+        self.epoch = epoch
+        self.found = found
+        why = f" ({found})" if found else ""
+        super().__init__(
+            f"{owner!r} no longer holds the lease of run {self.run} at epoch {epoch}{why}; "
+            "stop working on the run: you no longer own it, and the store fences your next "
+            "append"
+        )
+
+
 class DuplicateEffectError(StoreError):
     """A second ``EffectStarted`` for one effect key in one run: exactly-once holding."""
 
@@ -83,6 +110,49 @@ class DuplicateEffectError(StoreError):
         super().__init__(
             f"effect ek:{effect_key.hex()} has already started in this run; it must not run twice "
             "(reconcile it instead of starting it again)"
+        )
+
+
+class AppendConflictError(StoreError):
+    """An append raced another writer: the chain position it wrote was taken meanwhile.
+
+    The journal's primary key ``(tenant, run_id, seq)`` refused the batch's rows, so nothing of
+    the batch was written (the transaction, or the host's savepoint, rolled back). The run mutex
+    serialises the store's own writers, so the other writer bypassed it (a statement of its own
+    on the journal table, or a host's ``append_atomic`` work that inserted records itself).
+    Retryable: the next append reads the new head. Distinct from :class:`DuplicateEffectError`
+    (exactly-once holding), which a retry can never get past; the two are told apart by the
+    constraint the database names, never guessed.
+    """
+
+    def __init__(self, run: RunId, seq: int, constraint: str) -> None:
+        self.run = _run(run)
+        self.seq = seq
+        self.constraint = constraint
+        super().__init__(
+            f"append to run {self.run} raced another writer: chain position {seq} (or a later "
+            f"one of the batch) was written meanwhile (unique violation on {constraint!r}); "
+            "nothing of this batch was written: read the head and retry"
+        )
+
+
+class DuplicateAdmissionError(StoreError):
+    """A second admission under a key this tenant already issued: at-most-once holding.
+
+    ``key`` is the admission key, ``run`` the :class:`RunId` that holds it: the answer a
+    caller who retried a delivery needs (the run its first delivery started). Raised only
+    for a refusal that surely did not commit: nothing of the batch was written and no key
+    was spent. ``run`` may be the appending run itself, when it was already admitted under
+    this key.
+    """
+
+    def __init__(self, key: str, run: RunId) -> None:
+        self.key = key
+        self.run = _run(run)
+        super().__init__(
+            f"admission key {key!r} is already held by run {self.run}; nothing of this batch "
+            "was written: answer the caller with that run instead of starting another (a key "
+            "is free again only once forget_admissions retires it)"
         )
 
 
@@ -198,15 +268,15 @@ class SchemaConflictError(StoreError):
     """
 
     def __init__(
-        self, table: str, schema: str, columns: list[str], dialect: str, *, model: bool = False
+        self, table: str, schema: str, columns: list[str], schemas: bool, *, model: bool = False
     ) -> None:
         self.table = table
         self.schema = schema
         self.columns = list(columns)
-        way_out = (
+        way_out = (  # ``schemas``: whether the database has them (the dialect's ``schemas``)
             "put the journal in a schema of its own (schema=..., --schema NAME) or rename "
             "your table"
-            if dialect == "postgresql"
+            if schemas
             else "give the journal a database file of its own or rename your table"
         )
         if model:  # the host's Alembic metadata, before anything ran
@@ -261,18 +331,33 @@ class CorruptRegistrationError(StoreError):
 
 
 class TransactionEndedError(StoreError):
-    """``append_atomic``'s ``work`` ended the transaction that held the run mutex.
+    """``append_atomic``'s ``work`` ended, or tried to end, the transaction holding the run mutex.
 
     ``session.commit()``, ``rollback()`` or ``close()`` inside ``work`` releases the run mutex
     and the fence the append was checked under, so the batch is refused: nothing of it was
-    appended. Whatever ``work`` committed itself before that stays committed.
+    appended. Whatever ``work`` committed itself before that stays committed. A statement that
+    would end or control the transaction (``COMMIT``, ``ROLLBACK``, ``SAVEPOINT``, ... as SQL
+    text) is refused before it reaches the database (``statement`` names its verb): then the
+    transaction never ended, and nothing of ``work``'s writes nor of the batch is committed.
     """
 
-    def __init__(self, run: RunId) -> None:
+    def __init__(self, run: RunId, statement: str | None = None) -> None:
         self.run = _run(run)
-        super().__init__(
-            f"append_atomic's work ended the transaction on run {self.run} (it called "
-            "session.commit(), rollback() or close()), which released the run mutex and the "
-            "fence; nothing of its batch was appended. Return the appends and let the store "
-            "end the transaction (or, in your own session, pass session= and commit yourself)"
-        )
+        self.statement = statement
+        if statement is None:
+            message = (
+                f"append_atomic's work ended the transaction on run {self.run} (it called "
+                "session.commit(), rollback() or close()), which released the run mutex and the "
+                "fence; nothing of its batch was appended. Return the appends and let the store "
+                "end the transaction (or, in your own session, pass session= and commit yourself)"
+            )
+        else:
+            message = (
+                f"append_atomic's work ran a {statement} statement on run {self.run}'s "
+                "transaction: it would end or control the transaction that holds the run mutex "
+                "and the fence, so it was refused before reaching the database, and nothing of "
+                "work's writes or of its batch was committed. Write inside the transaction and "
+                "return the appends; the store ends it (a savepoint of your own: "
+                "session.begin_nested())"
+            )
+        super().__init__(message)

@@ -61,11 +61,63 @@ def _reaches_postgres(item: pytest.Item) -> bool:
     ]
 
 
+# The ``slow`` ones: files that run tools in subprocesses (the CLI, Alembic's CLI, mypy, the
+# docs build, a wheel build, a pytester suite, several processes on one file), and single
+# tests that take seconds (large logs and runs, Hypothesis equivalence runs, CLI-driven
+# migrations). ``-m "not postgres and not slow"`` is the quick loop (docs/tests.md).
+SLOW_FILES = frozenset(
+    {
+        "test_admissions_cli.py",
+        "test_canon_fastpath.py",
+        "test_cli.py",
+        "test_cli_log.py",
+        "test_docs.py",
+        "test_host_alembic.py",
+        "test_host_app.py",
+        "test_readme.py",
+        "test_sqlite_processes.py",
+        "test_testing_plugin.py",
+        "test_types.py",
+        "test_wheel.py",
+    }
+)
+SLOW_TESTS = frozenset(
+    {
+        "test_verify_and_export_all_hold_a_page_not_a_run_of_large_records",
+        "test_a_sample_of_logs_up_to_10000_answers_as_the_pure_functions",
+        "test_audit_names_the_first_position_where_the_stored_tree_lies_and_reindex_repairs",
+        "test_every_log_size_up_to_300_answers_as_the_pure_functions",
+        "test_downgrading_to_the_previous_revision_drops_only_the_stored_tree",
+        "test_logs_sealed_before_the_stored_tree_are_adopted_with_the_same_roots",
+        "test_prove_on_an_edited_seal_fails_as_a_finding_and_says_what_is_wrong",
+        "test_a_host_table_with_one_of_our_names_is_refused_before_anything_is_created",
+        "test_cli_upgrade_sql_prints_the_ddl_and_connects_nowhere",
+        "test_a_database_newer_than_the_package_is_told_to_upgrade_the_package",
+        "test_cli_downgrade_to_base_removes_everything_and_upgrade_again_works",
+        "test_cli_upgrade_head_creates_the_schema_and_check_finds_no_difference",
+        "test_cli_url_from_x_argument_when_the_environment_names_none",
+        "test_cli_uses_its_own_version_table_and_never_creates_alembic_version",
+        "test_downgrade_base_refuses_to_drop_a_journal_that_holds_records",
+        "test_the_downgrade_refuses_while_a_registration_is_parked",
+        "test_steady_appends_do_not_starve_the_rest_of_a_one_connection_pool",
+        "test_a_run_of_50000_records_streams_and_verifies_in_a_few_mib",
+        "test_a_run_of_large_records_streams_and_verifies_in_pages_bounded_by_bytes",
+        "test_a_hostile_seal_row_is_reported_and_the_audit_carries_on",
+        "test_verify_all_and_export_all_report_every_tampered_run_and_carry_on",
+        "test_each_hostile_log_row_is_reported_and_reindex_repairs_what_the_seals_can",
+    }
+)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark every PostgreSQL case ``postgres``, so ``-m "not postgres"`` needs no cluster."""
+    """Mark every PostgreSQL case ``postgres``, so ``-m "not postgres"`` needs no cluster, and
+    the cases that take seconds ``slow`` (see :data:`SLOW_FILES`)."""
     for item in items:
         if _reaches_postgres(item) and item.get_closest_marker("postgres") is None:
             item.add_marker(pytest.mark.postgres)
+        name = getattr(item, "originalname", item.name)
+        if item.path.name in SLOW_FILES or name in SLOW_TESTS:
+            item.add_marker(pytest.mark.slow)
 
 
 def _postgres_deselected(config: pytest.Config) -> bool:

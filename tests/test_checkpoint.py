@@ -6,7 +6,7 @@ import base64
 
 import pytest
 
-from agentplane_journal.core.checkpoint import Checkpoint, Inclusion
+from agentplane_journal.core.checkpoint import Checkpoint, Inclusion, IncoherentCheckpointError
 from agentplane_journal.core.ids import Digest
 from agentplane_journal.core.merkle import (
     EMPTY_ROOT,
@@ -66,38 +66,106 @@ def test_the_root_is_standard_base64_with_padding() -> None:
     assert Checkpoint.from_note(f"o\n1\n{line}\n").root == awkward
 
 
+NOT_CANONICAL = "not canonical standard padded base64"
+
+
 @pytest.mark.parametrize(
     ("note", "problem"),
     [
+        # three lines, each newline-terminated, nothing after
         ("", "end with a newline"),
         ("only-origin\n", "exactly 3 lines"),
-        ("origin\nnotanumber\nAAAA\n", "not a non-negative decimal integer"),
-        ("origin\n1\n!!!\n", "not standard padded base64"),
         (f"origin\n1\n{ROOT_B64}", "end with a newline"),
         (f"origin\n1\n{ROOT_B64}\n\n", "exactly 3 lines"),
         (f"origin\n1\n{ROOT_B64}\nextension\n", "exactly 3 lines"),
         (f"origin\n1\n\n{ROOT_B64}\n", "exactly 3 lines"),
+        # the origin: non-empty, one line of text
         (f"\n1\n{ROOT_B64}\n", "origin line is empty"),
         (f"ori\tgin\n1\n{ROOT_B64}\n", "control character"),
         (f"origin\r\n1\r\n{ROOT_B64}\r\n", "control character"),
-        (f"origin\n-1\n{ROOT_B64}\n", "not a non-negative decimal integer"),
-        (f"origin\n+1\n{ROOT_B64}\n", "not a non-negative decimal integer"),
-        (f"origin\n01\n{ROOT_B64}\n", "not a non-negative decimal integer"),
-        (f"origin\n 1\n{ROOT_B64}\n", "not a non-negative decimal integer"),
-        (f"origin\n1.0\n{ROOT_B64}\n", "not a non-negative decimal integer"),
-        (f"origin\n\u0661\n{ROOT_B64}\n", "not a non-negative decimal integer"),
+        # the size: one decimal spelling
+        (f"origin\n\n{ROOT_B64}\n", "the size line is empty"),
+        ("origin\nnotanumber\nAAAA\n", "not an ASCII digit"),
+        (f"origin\n-1\n{ROOT_B64}\n", "has a sign"),
+        (f"origin\n+1\n{ROOT_B64}\n", "has a sign"),
+        (f"origin\n01\n{ROOT_B64}\n", "has a leading zero"),
+        (f"origin\n00\n{ROOT_B64}\n", "has a leading zero"),
+        (f"origin\n 1\n{ROOT_B64}\n", "surrounding space"),
+        (f"origin\n1 \n{ROOT_B64}\n", "surrounding space"),
+        (f"origin\n1.0\n{ROOT_B64}\n", "not an ASCII digit"),
+        (f"origin\n1_000\n{ROOT_B64}\n", "not an ASCII digit"),
+        (f"origin\n\u0661\n{ROOT_B64}\n", "not an ASCII digit"),
         (f"origin\n{2**64}\n{ROOT_B64}\n", "does not fit 64 bits"),
+        # the root: canonical standard padded base64 of 32 bytes
         ("origin\n1\nAAAA\n", "decodes to 3 bytes, not 32"),
         ("origin\n1\n" + base64.b64encode(bytes(33)).decode() + "\n", "not 32"),
-        (f"origin\n1\n{ROOT_B64.rstrip('=')}\n", "not standard padded base64"),
-        (f"origin\n1\n {ROOT_B64}\n", "not standard padded base64"),
-        (f"origin\n1\n{ROOT_B64.replace('+', '-').replace('/', '_')}x\n", "base64"),
-        ("origin\n1\n" + "A" * 42 + "B=\n", "not canonical base64"),
+        ("origin\n1\n\n", "decodes to 0 bytes, not 32"),
+        ("origin\n1\n!!!\n", f"{NOT_CANONICAL}: it has a character outside"),
+        (f"origin\n1\n{ROOT_B64.rstrip('=')}\n", f"{NOT_CANONICAL}: its length 43"),
+        (f"origin\n1\n {ROOT_B64}\n", f"{NOT_CANONICAL}: it has a character outside"),
+        (f"origin\n1\n{ROOT_B64[:-1]} \n", f"{NOT_CANONICAL}: it has a character outside"),
+        ("origin\n1\n" + "A" * 43 + "-\n", f"{NOT_CANONICAL}: it has a character outside"),
+        ("origin\n1\n" + "A" * 43 + "_\n", f"{NOT_CANONICAL}: it has a character outside"),
+        ("origin\n1\n" + "A" * 40 + "A=AA\n", f"{NOT_CANONICAL}: it has a character outside"),
+        ("origin\n1\n" + "A" * 41 + "===\n", f"{NOT_CANONICAL}: it has a character outside"),
+        ("origin\n1\n" + "A" * 44 + "====\n", f"{NOT_CANONICAL}: it has a character outside"),
+        ("origin\n1\n" + "A" * 42 + "B=\n", f"{NOT_CANONICAL}: it is not canonical"),
     ],
 )
-def test_malformed_notes_are_refused_saying_what_is_wrong(note: str, problem: str) -> None:
+def test_malformed_notes_are_refused_naming_the_rule_they_break(note: str, problem: str) -> None:
     with pytest.raises(ValueError, match=problem):
         Checkpoint.from_note(note)
+
+
+def test_a_root_of_zero_bytes_at_a_nonzero_size_is_well_formed() -> None:
+    # 43 characters and one '=' are 32 bytes; "A" * 43 + "=" is 32 zero bytes, and only the
+    # size-0 rule cares which root a note carries.
+    assert Checkpoint.from_note("origin\n1\n" + "A" * 43 + "=\n").root == Digest.ZERO
+
+
+def test_every_second_spelling_of_a_root_is_refused() -> None:
+    # Each root whose last character carries non-zero padding bits decodes, by a lax
+    # decoder, to the same 32 bytes as the canonical one: exactly one spelling parses.
+    canonical = ROOT_B64
+    assert canonical.endswith("=") and len(canonical) == 44
+    alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+    last = alphabet.index(canonical[42])
+    siblings = [c for i, c in enumerate(alphabet) if i >> 2 == last >> 2]
+    assert len(siblings) == 4
+    parsed = []
+    for c in siblings:
+        note = f"origin\n1\n{canonical[:42]}{c}=\n"
+        assert base64.b64decode(note.split("\n")[2]) == bytes(ROOT)  # lax: all four
+        try:
+            parsed.append(Checkpoint.from_note(note))
+        except ValueError as exc:
+            assert "not canonical" in str(exc)
+    assert parsed == [Checkpoint("origin", 1, ROOT)]
+
+
+def test_a_size_zero_note_names_the_empty_log_or_is_refused() -> None:
+    empty = Checkpoint.from_note(f"agentplane\n0\n{base64.b64encode(bytes(EMPTY_ROOT)).decode()}\n")
+    assert empty == Checkpoint("agentplane", 0, EMPTY_ROOT) and empty.is_coherent
+    assert Checkpoint.from_note(V040_EMPTY_NOTE).is_v040_empty  # flagged, not refused
+    for root_ in (ROOT, HASH1, Digest.of(b"x")):
+        lie = Checkpoint("agentplane", 0, root_)
+        assert not lie.is_coherent
+        with pytest.raises(IncoherentCheckpointError, match="size 0 names the empty log"):
+            Checkpoint.from_note(lie.to_note())
+    # The same root at size 1 is an ordinary checkpoint.
+    assert Checkpoint.from_note(Checkpoint("agentplane", 1, ROOT).to_note()).is_coherent
+    assert issubclass(IncoherentCheckpointError, ValueError)
+
+
+@pytest.mark.parametrize("size", [0, 1, 2, 9, 10, 99, 100, 12345, 2**32, 2**63, 2**64 - 1])
+def test_every_note_to_note_writes_parses_back_to_the_same_checkpoint(size: int) -> None:
+    for root_ in (ROOT, HASH1, HASH2, Digest.ZERO, EMPTY_ROOT, Digest(bytes(range(32)))):
+        checkpoint = Checkpoint("example.org/plane-a/acme", size, root_)
+        if size == 0 and root_ not in (EMPTY_ROOT, Digest.ZERO):
+            continue  # incoherent: never written by a log
+        note = checkpoint.to_note()
+        assert Checkpoint.from_note(note) == checkpoint
+        assert Checkpoint.from_note(note).to_note() == note
 
 
 def test_a_note_must_be_text() -> None:

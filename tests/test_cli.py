@@ -56,6 +56,8 @@ COMMANDS = (
     "consistency",
     "export",
     "reindex-log",
+    "forget-admissions",
+    "reindex-admissions",
 )
 SIGNER = Ed25519Signer("test-key", bytes(range(32)))
 TRUST = f"test-key={SIGNER.public_key.hex()}"
@@ -530,10 +532,12 @@ def test_consistency_recognises_agentplane_0_4_0s_empty_log_note(journal: Journa
     rfc = Checkpoint("agentplane", 0, Digest.of(b"")).to_note()
     plain = run_cli("consistency", rfc, "--url", journal.url)
     assert plain.returncode == 0 and "0.4.0" not in plain.stdout
-    # Any other root on a size-0 note is a lie about the empty log, and says so.
+    # Any other root on a size-0 note is a lie about the empty log: the strict parser
+    # refuses it at the door, as FAILED (exit 1), for consistency and prove alike.
     lie = Checkpoint("agentplane", 0, Digest.of(b"x")).to_note()
-    refused = run_cli("consistency", lie, "--url", journal.url)
-    assert refused.returncode == 1 and "claims an empty log" in refused.stdout
+    for command in (["consistency", lie], ["prove", journal.sealed[0], "--checkpoint", lie]):
+        refused = fails_cleanly(run_cli(*command, "--url", journal.url), 1)
+        assert refused.startswith("agentplane-journal: FAILED: checkpoint note: size 0 names")
     # Another tenant's log is still another log.
     foreign = run_cli("consistency", note, "--url", journal.url, "--tenant", "acme")
     assert "agentplane/acme" in fails_cleanly(foreign, 1)

@@ -5,12 +5,15 @@ from __future__ import annotations
 import pytest
 
 from agentplane_journal import (
+    AppendConflictError,
     DuplicateEffectError,
     EffectKey,
     FencedError,
     LeaseHeldError,
+    LeaseNotHeldError,
     RunId,
     RunSealedError,
+    TransactionEndedError,
 )
 
 RUN = RunId.parse("run_01ARZ3NDEKTSV4RRFFQ69G5FAV")
@@ -21,7 +24,11 @@ def test_run_errors_hold_the_run_id_the_caller_passed() -> None:
     for err in (
         FencedError(RUN, 1, 2),
         LeaseHeldError(RUN, "instance-a", 3, 45),
+        LeaseNotHeldError(RUN, "instance-a", 3, "the lease was released at epoch 3"),
         RunSealedError(RUN, "succeeded"),
+        AppendConflictError(RUN, 7, "journal_pkey"),
+        TransactionEndedError(RUN),
+        TransactionEndedError(RUN, "COMMIT"),
     ):
         assert err.run is RUN
         assert type(err.run) is RunId and err.run == RUN

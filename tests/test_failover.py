@@ -51,6 +51,8 @@ from agentplane_journal import (
     CorruptRecordError,
     Digest,
     FencedError,
+    Lease,
+    LeaseHeldError,
     Record,
     RunId,
     SqlJournalStore,
@@ -101,12 +103,23 @@ async def _retry(stop: asyncio.Event, call: Any) -> Any:
             await asyncio.sleep(0.02)
 
 
+async def _claim(stop: asyncio.Event, store: SqlJournalStore, run: RunId, owner: str) -> Any:
+    """``acquire`` through the failover. A claim whose COMMIT was lost may have landed;
+    ``acquire`` never renews, so its retry is then refused naming this very owner (unique
+    to this writer and run), and that refusal carries the epoch the lost answer held."""
+    try:
+        return await _retry(stop, lambda: store.acquire(run, owner, 600))
+    except LeaseHeldError as held:
+        if held.owner != owner:
+            raise
+        return Lease(run, owner, held.epoch)
+
+
 async def _writer(i: int, store: SqlJournalStore, ledger: Ledger, stop: asyncio.Event) -> None:
     while not stop.is_set():
         run = RunId.generate()
         ledger.runs.add(run)
-        # acquire renews for the same owner, so retrying an unknown acquire is harmless
-        lease = await _retry(stop, lambda r=run: store.acquire(r, f"writer-{i}", 600))
+        lease = await _claim(stop, store, run, f"writer-{i}")
         if lease is None:
             return
         for b in range(3):

@@ -43,6 +43,7 @@ from agentplane_journal import (
     begin_write,
     configure_engine,
 )
+from agentplane_journal.db.txcontrol import transaction_verb
 
 from conftest import FakeClock
 from helpers import admitted, note
@@ -300,7 +301,7 @@ async def test_the_push_store_runs_in_the_hosts_transaction(host: Host, clock: F
             assert await push.list(task, session=session) == [config]
             [due] = await push.due(10, 5, session=session)
             assert (due.next_seq, due.attempts) == (5, 1)
-            assert (await push.reseal(session=session)).resealed == 0
+            assert (await push.reencrypt(session=session)).reencrypted == 0
             assert await push.get(task, "hook") is None  # not visible outside
             if keep:
                 await session.commit()
@@ -441,6 +442,135 @@ async def test_a_work_in_the_hosts_session_commits_with_the_host(host: Host) -> 
         assert await store.read(run) == []  # not committed yet
         await session.commit()
     assert await host.orders(run) == [number]
+    assert [r.seq for r in await store.read(run)] == [1]
+
+
+# agentplane's postgres_atomic_member_cannot_end_the_transaction, on both dialects: a member
+# of the atomic append may write in the transaction, never end or control it. SQLAlchemy does
+# not see a COMMIT sent as SQL text (its transaction still looks open), so the anchor check
+# above cannot: the statement is refused before it reaches the database (db/txcontrol.py).
+TRANSACTION_CONTROL = [
+    ("COMMIT", "COMMIT"),
+    ("commit work", "COMMIT"),
+    ("END", "END"),
+    ("END TRANSACTION", "END"),
+    ("ROLLBACK", "ROLLBACK"),
+    ("ABORT", "ABORT"),
+    ("ROLLBACK TO SAVEPOINT mine", "ROLLBACK"),
+    ("BEGIN", "BEGIN"),
+    ("START TRANSACTION", "START"),
+    ("SAVEPOINT mine", "SAVEPOINT"),
+    ("RELEASE SAVEPOINT mine", "RELEASE"),
+    ("PREPARE TRANSACTION 'member'", "PREPARE TRANSACTION"),
+    ("SET TRANSACTION ISOLATION LEVEL SERIALIZABLE", "SET TRANSACTION"),
+    ("  /* a comment /* nested */ */ COMMIT", "COMMIT"),
+    ("-- a comment\nROLLBACK", "ROLLBACK"),
+    ("; COMMIT", "COMMIT"),
+]
+
+
+@pytest.mark.parametrize(("statement", "verb"), TRANSACTION_CONTROL)
+async def test_an_atomic_member_cannot_end_the_transaction(
+    host: Host, statement: str, verb: str
+) -> None:
+    store = host.store
+    run = RunId.generate()
+    lease = await store.acquire(run, "shop", 60)
+    await store.append(lease.epoch, [admitted(run)])
+    number = f"M-{uuid.uuid4().hex[:6]}"
+
+    async def work(session: AsyncSession) -> list[Any]:
+        session.add(Order(number=number, run_id=str(run)))
+        await session.flush()  # the member's own row, written in the transaction first
+        await session.execute(text(statement))
+        return [note(run, "after the member's statement")]
+
+    with pytest.raises(TransactionEndedError) as caught:
+        await store.append_atomic(run, lease.epoch, work)
+    assert caught.value.statement == verb and caught.value.run == run
+    assert f"ran a {verb} statement" in str(caught.value)
+    assert "refused before reaching the database" in str(caught.value)
+    # Nothing half-written: not the member's row, not the records.
+    assert await host.orders(run) == []
+    assert [r.seq for r in await store.read(run)] == [1]
+    # The transaction rolled back whole, run mutex included: the owner appends at once.
+    assert [r.seq for r in await store.append(lease.epoch, [note(run)])] == [2]
+
+
+@pytest.mark.parametrize(
+    ("sql", "verb"),
+    [
+        *TRANSACTION_CONTROL,
+        ("SELECT 1", None),
+        ("SELECT 'COMMIT'", None),
+        ("/* COMMIT */ SELECT 1", None),
+        ("-- ROLLBACK\nSELECT 1", None),
+        ("INSERT INTO commit_log VALUES (1)", None),
+        ("COMMITMENT", None),
+        ("PREPARE plan AS SELECT 1", None),
+        ("SET LOCAL lock_timeout = '5s'", None),
+        ("SET search_path TO app", None),
+        ("PRAGMA foreign_keys", None),
+        ("/* unterminated COMMIT", None),
+        ("", None),
+    ],
+)
+def test_which_statements_end_or_control_a_transaction(sql: str, verb: str | None) -> None:
+    assert transaction_verb(sql) == verb
+
+
+async def test_an_atomic_member_that_swallows_the_refusal_still_gets_nothing_appended(
+    host: Host,
+) -> None:
+    store = host.store
+    run = RunId.generate()
+    number = f"S-{uuid.uuid4().hex[:6]}"
+
+    async def work(session: AsyncSession) -> list[Any]:
+        session.add(Order(number=number, run_id=str(run)))
+        conn = await session.connection()
+        try:
+            await conn.exec_driver_sql("COMMIT")  # the driver-level text path, the same check
+        except TransactionEndedError:
+            pass  # a member that "handles" it and goes on
+        return [note(run)]
+
+    for session in (None, host.sessions()):
+        if session is None:
+            with pytest.raises(TransactionEndedError, match="ran a COMMIT statement"):
+                await store.append_atomic(run, 1, work)
+        else:
+            async with session:
+                with pytest.raises(TransactionEndedError, match="ran a COMMIT statement"):
+                    await store.append_atomic(run, 1, work, session=session)
+                await session.commit()  # the host commits what it has: nothing of the unit
+    assert await host.orders(run) == []
+    assert await store.read(run) == []
+
+
+async def test_an_atomic_member_may_use_its_own_savepoints_and_mention_commit(
+    host: Host,
+) -> None:
+    """What the check leaves alone: SQLAlchemy's own savepoints (``begin_nested()``, tracked
+    by the session, so their fate is the transaction's), and statements that merely contain
+    a transaction word."""
+    store = host.store
+    run = RunId.generate()
+    kept, dropped = f"K-{uuid.uuid4().hex[:6]}", f"D-{uuid.uuid4().hex[:6]}"
+
+    async def work(session: AsyncSession) -> list[Any]:
+        async with session.begin_nested():
+            session.add(Order(number=kept, run_id=str(run)))
+        nested = await session.begin_nested()
+        session.add(Order(number=dropped, run_id=str(run)))
+        await session.flush()
+        await nested.rollback()
+        assert (await session.execute(text("SELECT 'COMMIT'"))).scalar_one() == "COMMIT"
+        await session.execute(text("/* COMMIT */ SELECT 1"))
+        return [note(run)]
+
+    await store.append_atomic(run, 1, work)
+    assert await host.orders(run) == [kept]
     assert [r.seq for r in await store.read(run)] == [1]
 
 
@@ -693,6 +823,9 @@ async def test_postgresql_a_store_write_on_a_run_the_tasks_transaction_holds_is_
                 lambda: store.append(1, [note(run)]),
                 lambda: store.append_atomic(run, 1, _nothing),
                 lambda: store.seal(run, 1, "succeeded"),
+                lambda: store.acquire(run, "web", 60),  # lease changes take the mutex too
+                lambda: store.renew(run, "web", 1, 60),
+                lambda: store.release_lease(run, 1),
             ):
                 with pytest.raises(ValueError, match="run mutex"):
                     await soon(call())
@@ -703,11 +836,11 @@ async def test_postgresql_a_store_write_on_a_run_the_tasks_transaction_holds_is_
         assert [r.seq for r in await store.read(other)] == [1]
 
         # a refused (fenced) append took no mutex it still holds: no refusal afterwards
-        await store.acquire(run, "web", 60)
+        first = await store.acquire(run, "web", 60)
         async with AsyncSession(engine) as session:
             with pytest.raises(FencedError):
                 await store.append(99, [admitted(run)], session=session)
-            lease = await soon(store.acquire(run, "web", 60))
+            lease = await soon(store.renew(run, "web", first.epoch, 60))
             await soon(store.append(lease.epoch, [admitted(run)]))
     finally:
         await engine.dispose()

@@ -2,8 +2,8 @@
 
 Many tasks on separate stores (each its own engine, so its own connections and its own
 hot-path writer) append epoch-0 and leased records to many runs (by the hot statements,
-groups, and ``append_atomic`` units whose work takes a moment) while others acquire, take
-over (the shared fake clock lets leases lapse), release and finally seal them. The moment a
+groups, and ``append_atomic`` units whose work takes a moment) while others acquire, renew,
+take over (the shared fake clock lets leases lapse), release and finally seal them. The moment a
 lease change or a seal returns, the run's head is read on the primary: every record past
 that head committed *after* the acknowledgement, and so must obey it, whatever the
 interleaving:
@@ -33,6 +33,7 @@ import pytest
 from agentplane_journal import (
     FencedError,
     LeaseHeldError,
+    LeaseNotHeldError,
     RunId,
     RunSealedError,
     SqlJournalStore,
@@ -100,9 +101,16 @@ async def owner(
 ) -> None:
     rng = random.Random(name)
     await asyncio.sleep(rng.random() * SECONDS * 0.6)  # first acquires all along the race
+    held: int | None = None  # the epoch this owner holds
     while not stop.is_set():
         try:
-            lease = await store.acquire(run, name, 2)
+            if held is None:
+                lease = await store.acquire(run, name, 2)
+            else:  # the heartbeat (acquire never renews)
+                lease = await store.renew(run, name, held, 2)
+        except LeaseNotHeldError:
+            held = None  # it lapsed (and may have been taken over): claim it again
+            continue
         except LeaseHeldError:
             await asyncio.sleep(0.005)
             if rng.random() < 0.1:
@@ -111,11 +119,13 @@ async def owner(
         except Exception as exc:
             h.unexpected.append(exc)
             continue
+        held = lease.epoch
         await h.after(store, run, h.acquired, lease.epoch)
         h.epochs[run] = max(h.epochs.get(run, 0), lease.epoch)
         await asyncio.sleep(rng.random() * 0.02)
         if rng.random() < 0.1:
             await store.release_lease(run, lease.epoch)
+            held = None
             await h.after(store, run, h.released, lease.epoch)
 
 

@@ -182,6 +182,9 @@ def test_an_unsigned_note_is_not_a_signed_note() -> None:
         (lambda n: n.replace(f"{NAME} z", f"{NAME}  z"), "not standard base64"),
         (lambda n: n + "\u2014 other.example/k !!!!\n", "not standard base64"),
         (lambda n: n + "\u2014 other.example/k AAAA\n", "too short"),
+        # an unknown key's line too: one spelling per signature (non-zero padding bits)
+        (lambda n: n + "\u2014 other.example/k " + "A" * 42 + "B=\n", "canonical spelling"),
+        (lambda n: n + "\u2014 other.example/k " + "A" * 43 + "\n", "multiple of 4"),
         (lambda n: n + "\u2014 other\u00a0key AAAAAAAAAAAAAAAAAAAAAAA=\n", "not '— <key name>"),
         (lambda n: n.replace("\n5\n", "\n5\t\n"), "U\\+0009"),
         (lambda n: n.replace("\n5\n", "\n5\r\n"), "U\\+000D"),
@@ -226,6 +229,10 @@ def test_a_note_that_is_not_utf8_is_refused() -> None:
             "NAME\\+HASH\\+KEY",
         ),
         ("example.com/log", "NAME\\+HASH\\+KEY"),
+        (
+            "example.com/log+cc714670+AddamAGCsQq31Uv-08lkBzoO4XLz2qYjJa8CGmj3B1Ea",
+            "not canonical",
+        ),
         ("example com+cc714670+AddamAGCsQq31Uv+08lkBzoO4XLz2qYjJa8CGmj3B1Ea", "space"),
         ("+cc714670+AddamAGCsQq31Uv+08lkBzoO4XLz2qYjJa8CGmj3B1Ea", "empty"),
     ],

@@ -19,7 +19,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from agentplane_journal import CorruptRegistrationError, RunId, SecretUnavailableError
 from agentplane_journal.contracts import PushStore
-from agentplane_journal.push.rows import ResealReport
+from agentplane_journal.push.rows import ReencryptReport
 from agentplane_journal.push.secretbox import Keyring
 from agentplane_journal.push.store import SqlPushStore
 from agentplane_journal.push.values import (
@@ -596,9 +596,13 @@ async def test_key_rotation_reads_old_rows_and_writes_new_ones(
     assert info.value.key_id == "k1"
     assert "k1" in str(info.value) and "does not hold" in str(info.value)
 
-    # reseal moves old rows to the current key without touching cursor or backoff.
-    assert await rotated.reseal() == ResealReport(resealed=1, current=1, changed=0, unavailable=())
-    assert await rotated.reseal() == ResealReport(resealed=0, current=2, changed=0, unavailable=())
+    # re-encrypt moves old rows to the current key without touching cursor or backoff.
+    assert await rotated.reencrypt() == ReencryptReport(
+        reencrypted=1, current=1, changed=0, unavailable=()
+    )
+    assert await rotated.reencrypt() == ReencryptReport(
+        reencrypted=0, current=2, changed=0, unavailable=()
+    )
     assert (await raw_row(rotated, task, "old-row")).token.startswith("apj:v3:k2:")
     assert await only_new.get(task, "old-row") == full(task, "old-row")
     assert await state(rotated, task, "old-row") == (3, 1, 77, "down")
@@ -666,11 +670,11 @@ async def test_plaintext_reads_without_a_key_and_is_refused_with_one(
     with pytest.raises(SecretUnavailableError, match="plaintext") as info:
         await sealed.get(task, "third")
     assert info.value.column == "auth_credentials"
-    report = await sealed.reseal()
-    assert (report.resealed, report.current, len(report.unavailable)) == (0, 0, 3)
+    report = await sealed.reencrypt()
+    assert (report.reencrypted, report.current, len(report.unavailable)) == (0, 0, 3)
     assert (await raw_row(plain, task, "second")).token == TOKEN  # left as it was
 
-    # accept_plaintext=True adopts them: they read, and reseal seals them in place.
+    # accept_plaintext=True adopts them: they read, and re-encrypt seals them in place.
     assert await adopting.get(task, "cfg") == full(task)
     [reg] = await adopting.due(0, 1)
     assert (reg.config, reg.next_seq) == (full(task), 4)
@@ -680,15 +684,15 @@ async def test_plaintext_reads_without_a_key_and_is_refused_with_one(
         c=CREDENTIALS,
         t=sealed.tenant,
     )
-    report = await adopting.reseal()
-    assert report == ResealReport(resealed=3, current=0, changed=0, unavailable=())
+    report = await adopting.reencrypt()
+    assert report == ReencryptReport(reencrypted=3, current=0, changed=0, unavailable=())
     assert report.complete
     for id in ("cfg", "second", "third"):
         row = await raw_row(plain, task, id)
         assert row.token.startswith(f"apj:v3:{sealed.key_id}:")
         assert row.auth_credentials.startswith(f"apj:v3:{sealed.key_id}:")
         assert await sealed.get(task, id) == full(task, id)
-    assert await adopting.reseal() == ResealReport(0, 3, 0, ())
+    assert await adopting.reencrypt() == ReencryptReport(0, 3, 0, ())
     assert adopting.for_tenant(adopting.tenant)._accept_plaintext is True
 
 
@@ -710,10 +714,10 @@ async def test_a_sealed_row_without_a_key_is_an_error(make_push: Callable[..., A
     with pytest.raises(SecretUnavailableError, match="no secret key"):
         await plain.get(task, "no-secrets")
     with pytest.raises(ValueError, match="has none"):
-        await plain.reseal()
+        await plain.reencrypt()
 
     # Without a key, a value that would read back as sealed cannot be stored.
-    with pytest.raises(ValueError, match="marks sealed values"):
+    with pytest.raises(ValueError, match="marks encrypted values"):
         await plain.put(config(task, "x", token="apj:v1:k1:AAAA"), 1)
     # An envelope of a later format version is not mistaken for a token.
     await sql(

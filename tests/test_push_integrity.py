@@ -2,7 +2,7 @@
 
 What a row's secret is bound to (url and auth_scheme too), the previous sealed format still
 reading, plaintext refused where a sealed value belongs, bad rows reported instead of
-stopping a tenant, ``reseal()``'s report, and no secret in any log with every logger at
+stopping a tenant, ``reencrypt()``'s report, and no secret in any log with every logger at
 DEBUG (``no_secret_in_logs``, as in ``test_push.py``).
 """
 
@@ -31,7 +31,7 @@ from agentplane_journal import (
     configure_engine,
 )
 from agentplane_journal.push import logsafe as logsafe
-from agentplane_journal.push.rows import PushListing, ResealReport
+from agentplane_journal.push.rows import PushListing, ReencryptReport
 from agentplane_journal.push.secretbox import Keyring
 from agentplane_journal.push.store import SqlPushStore
 
@@ -210,8 +210,8 @@ async def test_rows_sealed_by_the_previous_version_read_and_reseal_upgrades_them
             await push.get(task, "other")
     await push.put(full(task, "other"), 1)
 
-    report = await push.reseal()
-    assert report == ResealReport(resealed=1, current=1, changed=0, unavailable=())
+    report = await push.reencrypt()
+    assert report == ReencryptReport(reencrypted=1, current=1, changed=0, unavailable=())
     row = await raw_row(push, task)
     assert row.token.startswith(f"apj:v3:{kid}:")
     assert row.auth_credentials.startswith(f"apj:v3:{kid}:")
@@ -313,13 +313,18 @@ async def test_bad_rows_leave_due_serving_the_rest_and_are_reported(
     if dialect == "sqlite":
         with pytest.raises(CorruptRegistrationError, match="token is not text"):
             await push.get(task, "bad-blob-token")
-    # A worker can move a bad row out of the way, or delete it.
+    # A worker can move a bad row out of the way, park it (keeping its cursor: parked()
+    # reports it from then on), or an operator can delete it.
     await push.retry(task, "bad-url", 10**9, "secret unavailable")
+    await push.park(task, "bad-plaintext", "secret unavailable")
     await push.delete(task, "bad-tampered")
     assert {u.config_id for u in (await push.due(10, 100)).unavailable} == names - {
         "bad-url",
+        "bad-plaintext",
         "bad-tampered",
     }
+    parked = await push.parked(10)
+    assert parked == [] and [u.config_id for u in parked.unavailable] == ["bad-plaintext"]
 
 
 async def test_reseal_reseals_what_it_can_and_reports_the_rest(
@@ -343,8 +348,8 @@ async def test_reseal_reseals_what_it_can_and_reports_the_rest(
     await rotated.put(config(task, "g-no-secrets"), 1)
     await rotated.retry(task, "a-old-key", 99, "down")
 
-    report = await rotated.reseal()
-    assert (report.resealed, report.current, report.changed) == (2, 2, 0)
+    report = await rotated.reencrypt()
+    assert (report.reencrypted, report.current, report.changed) == (2, 2, 0)
     assert not report.complete
     why = {u.config_id: u.error for u in report.unavailable}
     assert sorted(why) == ["d-tampered", "e-unknown-key", "f-plaintext"]
@@ -359,8 +364,8 @@ async def test_reseal_reseals_what_it_can_and_reports_the_rest(
     assert await state(rotated, task, "a-old-key") == (3, 1, 99, "down")
     assert (await raw_row(rotated, task, "f-plaintext")).token == TOKEN  # left alone
 
-    again = await rotated.reseal()
-    assert (again.resealed, again.current, len(again.unavailable)) == (0, 4, 3)
+    again = await rotated.reencrypt()
+    assert (again.reencrypted, again.current, len(again.unavailable)) == (0, 4, 3)
 
 
 async def test_reseal_leaves_a_row_changed_under_it(make_push: Callable[..., Any]) -> None:
@@ -379,13 +384,13 @@ async def test_reseal_leaves_a_row_changed_under_it(make_push: Callable[..., Any
         return rows
 
     rotated._read = read_then_put  # type: ignore[method-assign]
-    report = await rotated.reseal()
-    assert report == ResealReport(resealed=1, current=0, changed=1, unavailable=())
+    report = await rotated.reencrypt()
+    assert report == ReencryptReport(reencrypted=1, current=0, changed=1, unavailable=())
     assert not report.complete
     assert (await raw_row(rotated, task, "two")).token.startswith("apj:v3:k1:")  # the put won
     assert await rotated.get(task, "two") == replacement
     del rotated._read
-    assert (await rotated.reseal()).complete
+    assert (await rotated.reencrypt()).complete
 
 
 # -- logs -----------------------------------------------------------------------------------
@@ -401,8 +406,11 @@ async def exercise(store: SqlPushStore, task: RunId) -> None:
     assert len(await store.due(10**9, 10)) == 2
     await store.advance(task, "cfg", 5)
     await store.retry(task, "cfg", 9, "HTTP 503")
+    await store.park(task, "cfg", "HTTP 410")
+    assert len(await store.parked(10)) == 1
+    assert await store.unpark(task, "cfg", 9)
     if store.key_id is not None:
-        await store.reseal()
+        await store.reencrypt()
     await store.delete(task, "second")
     await store.delete(task, "cfg")
 

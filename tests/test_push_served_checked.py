@@ -170,7 +170,7 @@ async def test_adopting_a_row_with_no_sealed_token_is_explicit(
     make_push: Callable[..., Any],
 ) -> None:
     """A NULL token on a keyed store is indistinguishable from a blanked one: refused, and
-    adopted only as plaintext is, by ``accept_plaintext=True`` and ``reseal()``."""
+    adopted only as plaintext is, by ``accept_plaintext=True`` and ``reencrypt()``."""
     k = key()
     push = await make_push(secret_key=k)
     adopting = await make_push(secret_key=k, accept_plaintext=True)
@@ -179,12 +179,12 @@ async def test_adopting_a_row_with_no_sealed_token_is_explicit(
     await push.put(config(task, "legacy"), 3)
     await set_column(push, "legacy", "token", None)  # as a store before format v3 wrote it
 
-    assert (await push.reseal()).unavailable[0].config_id == "legacy"
+    assert (await push.reencrypt()).unavailable[0].config_id == "legacy"
     assert await adopting.get(task, "legacy") == config(task, "legacy")
-    report = await adopting.reseal()
-    assert (report.resealed, report.unavailable) == (1, ())
+    report = await adopting.reencrypt()
+    assert (report.reencrypted, report.unavailable) == (1, ())
     assert await push.get(task, "legacy") == config(task, "legacy")
-    assert (await push.reseal()).current == 1
+    assert (await push.reencrypt()).current == 1
 
 
 # -- (c) a next_attempt_at of the wrong storage class is reported ----------------------------

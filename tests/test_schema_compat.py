@@ -50,6 +50,7 @@ from agentplane_journal import (
     DuplicateEffectError,
     Ed25519Signer,
     Ed25519Verifier,
+    LeaseHeldError,
     Record,
     RunId,
     RunSealedError,
@@ -515,8 +516,11 @@ async def test_adopting_a_040_database_keeps_every_row_and_the_store_works_on_th
         with pytest.raises(DuplicateEffectError):
             await store.append(2, [started(run_c, key(1))])
 
-        # The unsealed run's chain continues where 0.4.0 left it, under its live lease.
-        lease = await store.acquire(run_c, "worker-3", 600)
+        # The unsealed run's chain continues where 0.4.0 left it, under its live lease
+        # (renewed: acquire never renews, and refuses the live lease even to its holder).
+        with pytest.raises(LeaseHeldError):
+            await store.acquire(run_c, "worker-3", 600)
+        lease = await store.renew(run_c, "worker-3", 2, 600)
         assert lease.epoch == 2
         more = await store.append(2, [note(run_c, "resumed"), concluded(run_c, "succeeded")])
         assert [r.seq for r in more] == [4, 5]

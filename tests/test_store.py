@@ -204,11 +204,16 @@ async def test_a_live_lease_is_refused_naming_holder_and_time_left(
     assert "instance-a" in str(err)
 
 
-async def test_renewal_keeps_the_epoch(store: SqlJournalStore, clock: Any) -> None:
+async def test_renewal_is_renew_and_keeps_the_epoch(store: SqlJournalStore, clock: Any) -> None:
+    """Before issue 21 a same-owner ``acquire`` renewed; now it is refused, and ``renew`` is
+    how a holder extends its lease (``tests/test_leases.py`` has the whole contract)."""
     run = RunId.generate()
     a = await store.acquire(run, "instance-a", 60)
     clock.advance(30)
-    b = await store.acquire(run, "instance-a", 60)
+    with pytest.raises(LeaseHeldError) as held:
+        await store.acquire(run, "instance-a", 60)
+    assert (held.value.owner, held.value.epoch, held.value.remaining_secs) == ("instance-a", 1, 30)
+    b = await store.renew(run, "instance-a", a.epoch, 60)
     assert a.epoch == b.epoch == 1
     clock.advance(45)  # past the first expiry, inside the renewed one
     with pytest.raises(LeaseHeldError):

@@ -11,9 +11,11 @@ loop for the module, and counts the statements its engine sends.
 from __future__ import annotations
 
 import asyncio
+import math
 import shutil
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -174,6 +176,31 @@ def test_a_leases_owner_and_ttl(h: Harness, owner: Any, ttl: Any) -> None:
         assert held.value.owner == owner and held.value.remaining_secs == int(ttl)
 
     h.stored_or_refused(lambda: h.store.acquire(run, owner, ttl), check)
+
+
+def _whole_seconds(ttl: Any) -> int:
+    """A TTL as the store counts it: whole seconds, truncated (``check_ttl``)."""
+    if isinstance(ttl, timedelta):
+        return ttl // timedelta(seconds=1)
+    return math.trunc(ttl)
+
+
+@SETTINGS
+@given(ttl=st.one_of(INTS, st.integers(1, 2**63), st.timedeltas()))
+@example(ttl=timedelta(milliseconds=500)).via("sub-second: refused, never one second")
+@example(ttl=timedelta(seconds=1.5)).via("truncated to whole seconds")
+@example(ttl=2**63 - 1).via("now + ttl overflows a bigint")
+def test_a_renewals_ttl(h: Harness, ttl: Any) -> None:
+    run = RunId.generate()
+    lease = h.run(h.store.acquire(run, "w", 60))
+
+    async def check(renewed: Any) -> None:
+        assert renewed == lease
+        with pytest.raises(LeaseHeldError) as held:
+            await h.store.acquire(run, "somebody else", 60)
+        assert held.value.remaining_secs == _whole_seconds(ttl)
+
+    h.stored_or_refused(lambda: h.store.renew(run, "w", lease.epoch, ttl), check)
 
 
 @SETTINGS

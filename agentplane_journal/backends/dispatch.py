@@ -3,7 +3,10 @@
 :meth:`SqlJournalStore.append <agentplane_journal.journal.store.SqlJournalStore.append>`
 comes here when it is not in a host's transaction; every other write, and any append a hot
 path cannot settle, goes through the general unit of work (``journal/store.py``), which is
-the reference for what an append means. Nothing here weakens a guarantee:
+the reference for what an append means. So does every batch that concludes a run or claims
+an admission key (``journal/admissions.py``): each happens once per run, so the hot paths
+would gain nothing by carrying the outcome or admission table, and each index keeps one
+writer. Nothing here weakens a guarantee:
 
 * **PostgreSQL: the whole append is one autocommitted statement**
   (:mod:`agentplane_journal.backends.postgresql.writer`, its SQL in
@@ -22,7 +25,9 @@ the reference for what an append means. Nothing here weakens a guarantee:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Protocol
+
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agentplane_journal.backends.head_cache import HeadCache
 from agentplane_journal.backends.postgresql import writer as postgresql
@@ -32,18 +37,30 @@ from agentplane_journal.db.dialect import Dialect, PostgresDialect, SqliteDialec
 
 __all__ = ["hot_path"]
 
+
+class _Opens(Protocol):
+    """A database's ``open_path``: its hot path over the store's engine."""
+
+    def __call__(
+        self, *, bind: AsyncEngine, engine: AsyncEngine, heads: HeadCache, group_commit: bool
+    ) -> HotPath: ...
+
+
 #: Each dialect's hot path, by the dialect object's class (never by a dialect's name).
-_PATHS: dict[type[Any], Any] = {
+_PATHS: dict[type[Dialect], _Opens] = {
     PostgresDialect: postgresql.open_path,
     SqliteDialect: sqlite.open_path,
 }
 
 
 def hot_path(
-    dialect: Dialect, *, bind: Any, engine: Any, heads: HeadCache, group_commit: bool
+    dialect: Dialect,
+    *,
+    bind: AsyncEngine,
+    engine: AsyncEngine,
+    heads: HeadCache,
+    group_commit: bool,
 ) -> HotPath:
     """The store's hot path for ``dialect``: ``bind`` carries the schema translation,
     ``engine`` is the bare engine, ``heads`` the store's shared :class:`HeadCache`."""
-    factory = _PATHS[type(dialect)]
-    path: HotPath = factory(bind=bind, engine=engine, heads=heads, group_commit=group_commit)
-    return path
+    return _PATHS[type(dialect)](bind=bind, engine=engine, heads=heads, group_commit=group_commit)

@@ -1,6 +1,7 @@
 """Sharing the engine's pool fairly: when a hot-append writer gives its connection back.
 
-Both append writers (``pgpath.py``, ``sqlitepath.py``) keep one of the engine's pooled
+Both append writers (in their shared skeleton,
+:class:`~agentplane_journal.backends.writer.GroupWriter`) keep one of the engine's pooled
 connections checked out while appends keep arriving, which saves the pool's checkout and
 checkin per append. The pool is shared with everything else: the store's other calls (a
 run's first append, ``acquire``, ``seal``, reads) and, for a host application, the host's
@@ -14,8 +15,8 @@ hands a freed item to the first caller that *runs*, not to the first that waited
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
+from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.pool import QueuePool
 
 __all__ = ["hand_over", "is_short"]
@@ -24,12 +25,12 @@ __all__ = ["hand_over", "is_short"]
 _HAND_OVER_TURNS = 8
 
 
-def _queue_pool(bind: Any) -> QueuePool | None:
+def _queue_pool(bind: AsyncEngine) -> QueuePool | None:
     pool = getattr(getattr(bind, "sync_engine", bind), "pool", None)
     return pool if isinstance(pool, QueuePool) else None
 
 
-def is_short(bind: Any) -> bool:
+def is_short(bind: AsyncEngine) -> bool:
     """Whether a checkout from ``bind``'s pool would wait now: none checked in, and no
     overflow left. Pools that never make a caller wait (``NullPool``...) are never short."""
     pool = _queue_pool(bind)
@@ -39,7 +40,7 @@ def is_short(bind: Any) -> bool:
     return pool.checkedin() == 0 and limit >= 0 and pool.overflow() >= limit
 
 
-async def hand_over(bind: Any) -> None:
+async def hand_over(bind: AsyncEngine) -> None:
     """After giving a connection back to a short pool: let a waiting caller take it."""
     pool = _queue_pool(bind)
     for _ in range(_HAND_OVER_TURNS):

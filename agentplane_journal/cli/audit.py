@@ -33,6 +33,7 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from agentplane_journal.cli import format as fmt
+from agentplane_journal.cli.admissions import admissions_line, audit_admissions
 from agentplane_journal.cli.base import PROG, _Exit
 from agentplane_journal.cli.db import _all_runs, _existing, _not_a_run, _store
 from agentplane_journal.cli.log import _audit_log
@@ -161,6 +162,8 @@ async def cmd_verify(args: argparse.Namespace) -> int:
         progress.close()
         # The stored Merkle tree against the seals it is derived from.
         log = await _audit_log(store, args.json) if args.all else None
+        # The admission keys against the RunAdmitted records they are derived from.
+        admissions = await audit_admissions(store, args.json) if args.all else None
         # Counters and instants below their CHECK's floor (a constraint dropped, a row edited).
         bounds = [_bound(f) for f in await store.audit_bounds()] if args.all else None
     failed = [r for r in results if not r["ok"]]
@@ -180,6 +183,7 @@ async def cmd_verify(args: argparse.Namespace) -> int:
                 "signatures": signatures,
                 "runs": results,
                 **({} if log is None else {"log": log}),
+                **({} if admissions is None else {"admissions": admissions}),
                 **({} if bounds is None else {"bounds": bounds}),
             }
         )
@@ -187,10 +191,14 @@ async def cmd_verify(args: argparse.Namespace) -> int:
         fmt.print_verify_summary(results, store.tenant, signatures, single=not args.all)
         if log is not None:
             print(fmt.log_audit_line(log))
+        if admissions is not None:
+            print(admissions_line(admissions))
         if bounds is not None:
             for line in fmt.bounds_lines(bounds):
                 print(line)
-    return 1 if failed or (log is not None and not log["ok"]) or bounds else 0
+    bad_log = log is not None and not log["ok"]
+    bad_admissions = admissions is not None and not admissions["ok"]
+    return 1 if failed or bad_log or bad_admissions or bounds else 0
 
 
 def _bound(finding: BoundsFinding) -> dict[str, Any]:

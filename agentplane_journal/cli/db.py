@@ -20,6 +20,7 @@ from agentplane_journal.cli import format as fmt
 from agentplane_journal.cli.base import PROG, _Exit, _redact, _Target
 from agentplane_journal.cli.demo import DemoRefused, run_demo
 from agentplane_journal.core.ids import RunId
+from agentplane_journal.db.dialect import dialect_for
 from agentplane_journal.db.engine import async_url
 from agentplane_journal.errors import CorruptRecordError
 from agentplane_journal.journal.store import SqlJournalStore
@@ -33,15 +34,9 @@ def _target(raw: str, *, must_exist: bool) -> _Target:
         url = async_url(raw)  # the library's own normalisation: one set of accepted URLs
     except ValueError as exc:
         raise _Exit(2, f"{_redact(raw)!r}: {exc}") from None
-    driver = url.drivername
     shown = url.render_as_string(hide_password=True)
-    database = url.database
-    if (
-        must_exist
-        and driver.startswith("sqlite")
-        and database is not None
-        and database not in ("", ":memory:")
-    ):
+    database = dialect_for(url).database_file(url)  # a SQLite file's path
+    if must_exist and database is not None:
         path = Path(database)
         if not path.exists():
             raise _Exit(
@@ -136,8 +131,8 @@ def _not_a_run(text: str) -> dict[str, Any]:
 async def cmd_upgrade(args: argparse.Namespace) -> int:
     if args.sql:
         # Offline: the script a DBA reviews and runs, from an empty database; no connection.
-        dialect = "postgresql" if args.target.url.startswith("postgresql") else "sqlite"
-        upgrade_sql(dialect, schema=args.schema, output=sys.stdout)
+        dialect = dialect_for(async_url(args.target.url))
+        upgrade_sql(dialect.name, schema=args.schema, output=sys.stdout)
         return 0
     before = await current_revision(args.target.url, schema=args.schema)
     await upgrade(args.target.url, schema=args.schema)

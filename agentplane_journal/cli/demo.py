@@ -32,6 +32,7 @@ from agentplane_journal.errors import (
     DuplicateEffectError,
     FencedError,
     LeaseHeldError,
+    LeaseNotHeldError,
 )
 from agentplane_journal.journal.store import SqlJournalStore
 from agentplane_journal.migrations.commands import tables_with_rows, upgrade
@@ -146,18 +147,29 @@ async def _effects(store: SqlJournalStore) -> RunId:
 async def _fencing(store: SqlJournalStore, clock: _DemoClock) -> None:
     _heading("2. A stale writer is fenced")
     run = RunId.generate()
-    old = await store.acquire(run, "worker-a", 1)
+    old = await store.acquire(run, "worker-a", 2)
     render, key = _effect(run, 1, "reports.render", {"report": "Q3"})
     await store.append(old.epoch, [_admitted(run, "reporting"), render])
-    _say(f"{run}: worker-a, 1 s lease, epoch {old.epoch}: EffectStarted reports.render")
+    _say(f"{run}: worker-a, 2 s lease, epoch {old.epoch}: EffectStarted reports.render")
     try:
         await store.acquire(run, "worker-b", 30)
     except LeaseHeldError:
         _say("worker-b asks for the lease: LeaseHeldError (worker-a's lease is live)")
+    clock.advance(1)
+    await store.renew(run, "worker-a", old.epoch, 2)
+    _say("1 s later worker-a's heartbeat renews it for 2 s more (renew: same epoch)")
     clock.advance(5)
     _say("5 s pass (an injected clock: no sleeping); worker-a stalls, its lease lapses")
+    stranded = run in await store.abandoned_runs(10)
+    _say(f"the recovery queue (abandoned_runs) lists the run: {stranded}")
     new = await store.acquire(run, "worker-b", 30)
     _say(f"worker-b takes over: epoch {new.epoch}")
+    try:
+        await store.renew(run, "worker-a", old.epoch, 2)
+    except LeaseNotHeldError:
+        _say("worker-a's next heartbeat: LeaseNotHeldError, so worker-a stops")
+    else:
+        raise RuntimeError("demo: a lost lease was renewed")
     try:
         await store.append(old.epoch, [_done(run, 1, key, {"pages": 12})])
     except FencedError:

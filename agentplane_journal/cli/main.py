@@ -18,7 +18,8 @@ stderr in one line (run ``agentplane-journal upgrade`` when the schema is behind
 The commands live beside this module, by what they hold: ``db`` (the database
 target, finding runs, ``upgrade``/``runs``/``show``), ``audit`` (``verify``, ``export``
 and the export format), ``log`` (``checkpoint``, ``prove``, ``consistency``,
-``reindex-log``), ``demo`` (``demo``); ``base`` is what ``main`` needs before any of
+``reindex-log``), ``admissions`` (``forget-admissions``, ``reindex-admissions``), ``demo``
+(``demo``); ``base`` is what ``main`` needs before any of
 them is imported.
 """
 
@@ -81,6 +82,8 @@ _COMMANDS = {
     "cmd_prove": "log",
     "cmd_consistency": "log",
     "cmd_reindex_log": "log",
+    "cmd_forget_admissions": "admissions",
+    "cmd_reindex_admissions": "admissions",
 }
 
 Handler = Callable[[argparse.Namespace], Coroutine[Any, Any, int]]
@@ -238,6 +241,29 @@ def build_parser() -> argparse.ArgumentParser:
         "reindex-log",
         "rebuild the log's stored Merkle tree from the seals where they disagree (resumable)",
         "cmd_reindex_log",
+        database,
+        reads,
+    )
+    forget = add(
+        "forget-admissions",
+        "retire the admission keys claimed more than N days ago (a redelivery of their "
+        "messages then admits a new run)",
+        "cmd_forget_admissions",
+        database,
+        reads,
+    )
+    forget.add_argument(
+        "--older-than-days",
+        metavar="N",
+        type=_positive,
+        required=True,
+        help="retire keys claimed more than N whole days ago (N >= 1, no default: choose a "
+        "window longer than your emitters retry)",
+    )
+    add(
+        "reindex-admissions",
+        "rebuild the admission keys from the RunAdmitted records where they disagree",
+        "cmd_reindex_admissions",
         database,
         reads,
     )

@@ -7,7 +7,10 @@ Kept apart from ``cli.py`` so the rules a witness relies on read in one place:
   (``openssl rand -hex 32``); its content is never printed, not even in an error;
 * a note with signature lines is only accepted when a ``--note-key`` it names verifies it;
   a signed note given with no ``--note-key`` is refused (an unchecked signature proves
-  nothing), and so is an unsigned note when ``--note-key`` asks for a signature.
+  nothing), and so is an unsigned note when ``--note-key`` asks for a signature;
+* a note is parsed strictly (``Checkpoint.from_note``): a malformed one is a usage error
+  (exit 2) naming the rule it breaks, and a size-0 note whose root is not the empty log's is
+  ``FAILED`` (exit 1): well formed, but the log it names cannot exist.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agentplane_journal.core.checkpoint import Checkpoint
+from agentplane_journal.core.checkpoint import Checkpoint, IncoherentCheckpointError
 from agentplane_journal.core.note import NoteSigner, NoteVerificationError, NoteVerifier, open_note
 
 __all__ = ["NoteProblem", "SavedNote", "load_signer", "note_key", "read_note"]
@@ -106,6 +109,8 @@ def read_note(value: str, keys: list[NoteVerifier]) -> SavedNote:
             )
         try:
             return SavedNote(Checkpoint.from_note(text))
+        except IncoherentCheckpointError as exc:
+            raise NoteProblem(1, f"FAILED: {exc}") from None  # well formed, and a lie
         except ValueError as exc:
             raise NoteProblem(2, f"not a checkpoint note: {exc}") from None
     if not keys:
@@ -119,6 +124,8 @@ def read_note(value: str, keys: list[NoteVerifier]) -> SavedNote:
         checkpoint = Checkpoint.from_signed_note(text, keys)
     except NoteVerificationError as exc:
         raise NoteProblem(1, f"FAILED: the note's signature: {exc}") from None
+    except IncoherentCheckpointError as exc:
+        raise NoteProblem(1, f"FAILED: {exc}") from None
     except ValueError as exc:
         raise NoteProblem(2, f"not a signed checkpoint note: {exc}") from None
     return SavedNote(checkpoint, tuple(v.verifier_key for v in opened.verified))

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
+from agentplane_journal.core.admission import IDEMPOTENCY_KEY, RUN_ADMITTED, check_admission_key
 from agentplane_journal.core.canon import canonical_bytes
 from agentplane_journal.core.checks import MAX_I64 as _I64_MAX
 from agentplane_journal.core.checks import MAX_U16 as _U16_MAX
@@ -89,6 +90,10 @@ class Append:
                 f"{key!r}; rename the field (reserved: {', '.join(sorted(RESERVED_MEMBERS))})"
             )
         canonical_bytes(payload, path="payload")
+        if kind == RUN_ADMITTED and IDEMPOTENCY_KEY in payload:
+            # The admission key the store will claim: refused here, in the caller's code,
+            # rather than by the index (see core/admission.py).
+            check_admission_key(payload[IDEMPOTENCY_KEY], f"{kind}'s {IDEMPOTENCY_KEY}")
         _append_payload(self, payload)
 
         _append_case(self, None if case is None else CaseId.parse(case))
@@ -108,6 +113,15 @@ class Append:
         if not 0 <= v <= _U16_MAX:
             raise ValueError(f"v {v} is outside 0..{_U16_MAX} (an unsigned 16-bit integer)")
         _append_v(self, v)
+
+    @property
+    def idempotency_key(self) -> str | None:
+        """The admission key this append claims: a ``RunAdmitted``'s ``idempotency_key``
+        payload member, else ``None`` (every other kind, and an admission without one)."""
+        if self.kind != RUN_ADMITTED:
+            return None
+        key: str | None = self.payload.get(IDEMPOTENCY_KEY)  # checked at construction
+        return key
 
     def body(self, seq: int, epoch: int) -> dict[str, Any]:
         """The record body at ``seq`` written under ``epoch``: the envelope members plus

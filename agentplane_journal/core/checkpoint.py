@@ -3,26 +3,31 @@
 A checkpoint note is the body of a C2SP tlog-checkpoint, ``{origin}\\n{size}\\n{root}\\n``
 with the root in padded standard base64, so witnesses and other transparency tooling can
 read it. Parsing is strict and refuses anything ``to_note`` would not have produced: a
-checkpoint is evidence, and a parser that guesses is a parser that can be fooled.
+checkpoint is evidence, and a parser that guesses is a parser that can be fooled. The rules
+are agentplane 0.22.0's ``Checkpoint::from_note``: exactly three lines, each ending in a
+newline, nothing after; a non-empty origin; a size in its one decimal spelling; a root in
+canonical base64 (re-encoding gives the same text) of 32 bytes. And, checked at the door
+as 0.22.0's ``is_coherent`` is: a size-0 note only with the empty log's root, since any
+other root names a log that cannot exist (and a witness that remembered it would report
+every honest later checkpoint as a fork).
 """
 
 from __future__ import annotations
 
 import base64
-import binascii
-import re
 import unicodedata
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from agentplane_journal.core.b64 import b64decode_canonical
 from agentplane_journal.core.ids import Digest
 from agentplane_journal.core.merkle import EMPTY_ROOT, leaf_hash, verify_inclusion
 
 if TYPE_CHECKING:
     from agentplane_journal.core.note import NoteSigner, NoteVerifier
 
-__all__ = ["V040_EMPTY_ROOT", "Checkpoint", "Inclusion"]
+__all__ = ["V040_EMPTY_ROOT", "Checkpoint", "Inclusion", "IncoherentCheckpointError"]
 
 V040_EMPTY_ROOT = Digest.ZERO
 """agentplane 0.4.0's root of the empty log: 32 zero bytes, a known deviation from RFC 6962
@@ -30,9 +35,28 @@ V040_EMPTY_ROOT = Digest.ZERO
 Notes 0.4.0 published for an empty log carry it; see :attr:`Checkpoint.is_v040_empty`."""
 
 _U64_MAX = 2**64 - 1
-# ASCII digits only (str.isdigit would take other scripts' digits), no sign, and no
-# leading zeros: the one spelling to_note produces.
-_SIZE = re.compile(r"0|[1-9][0-9]*")
+
+
+class IncoherentCheckpointError(ValueError):
+    """A checkpoint note whose size and root cannot both be true: size 0 beside a root that
+    is not the empty log's. Well formed, but it names a log that cannot exist, so it was
+    altered or is not a checkpoint of an empty log (the command line reports it as FAILED)."""
+
+
+def _size_problem(text: str) -> str | None:
+    """Why ``text`` is not the one decimal spelling ``to_note`` writes, if it is not."""
+    if not text:
+        return "the size line is empty"
+    if text != text.strip():
+        return f"size {text!r} has surrounding space"
+    if text[0] in "+-":
+        return f"size {text!r} has a sign"
+    # ASCII digits only: str.isdigit would take other scripts' digits.
+    if not (text.isascii() and text.isdigit()):
+        return f"size {text!r} has a character that is not an ASCII digit"
+    if len(text) > 1 and text[0] == "0":
+        return f"size {text!r} has a leading zero"
+    return None
 
 
 def _origin_problem(origin: str) -> str | None:
@@ -78,6 +102,13 @@ class Checkpoint:
         spelling.
         """
         return self.size == 0 and self.root == V040_EMPTY_ROOT
+
+    @property
+    def is_coherent(self) -> bool:
+        """Can this size and root both be true? Only size 0 is checkable without the log:
+        the empty log has one root (RFC 6962's). A 0.4.0 empty-log note is not coherent in
+        this sense (see :attr:`is_v040_empty`; :meth:`normalized` makes it so)."""
+        return self.size != 0 or self.root == EMPTY_ROOT
 
     def normalized(self) -> Checkpoint:
         """The RFC 6962 spelling: a 0.4.0 empty-log checkpoint gets the RFC empty root."""
@@ -131,49 +162,70 @@ class Checkpoint:
 
     @classmethod
     def from_note(cls, text: str) -> Checkpoint:
-        """Parse exactly what :meth:`to_note` writes; anything else is a ``ValueError``.
+        """Parse exactly what :meth:`to_note` writes; anything else is a ``ValueError`` that
+        names the rule the text breaks.
 
-        Stricter than agentplane 0.4.0, which ignored trailing lines and accepted a
-        trimmed or unpadded root: extension lines and signatures must be split off by the
-        caller, so nothing unverified rides along with a checkpoint.
+        The rules (agentplane 0.22.0's): three lines, each ending in a newline, nothing
+        after them (no missing final newline, no ``\\r``, no extension line); a non-empty
+        origin without control characters; a size of ASCII digits with no sign, no leading
+        zero and no surrounding space, at most 2^64 - 1; a root in canonical standard
+        base64 (padded, re-encoding gives the same text) of exactly 32 bytes; and a size-0
+        note only with the empty log's root (:class:`IncoherentCheckpointError` otherwise).
+        Each rule refuses a second spelling of one checkpoint: the signature covers the text,
+        so two texts naming one checkpoint would both verify. Stricter than agentplane
+        0.4.0, which ignored trailing lines and accepted a trimmed or unpadded root.
+        Extension lines and signatures must be split off by the caller
+        (:meth:`from_signed_note`), so nothing unverified rides along with a checkpoint.
 
-        A 0.4.0 empty-log note (size 0, root ``AAAA…AAA=``, 32 zero bytes) parses to a
-        checkpoint with exactly that root, flagged by :attr:`is_v040_empty`; it is not
+        One exception to the size-0 rule, flagged: agentplane 0.4.0's empty-log note (size
+        0, root ``AAAA…AAA=``, 32 zero bytes, 0.4.0's known deviation from RFC 6962) parses
+        to a checkpoint with exactly that root and :attr:`is_v040_empty` set; it is not
         silently rewritten to the RFC root, so ``to_note`` gives back the note as published.
         """
         if not isinstance(text, str):
             raise TypeError(f"a checkpoint note is a str, not {type(text).__name__}")
         if not text.endswith("\n"):
-            raise ValueError("checkpoint note: it must end with a newline after the root line")
+            raise ValueError(
+                "checkpoint note: it must end with a newline after the root line (the final "
+                "newline is part of the text a signature covers)"
+            )
         lines = text[:-1].split("\n")
         if len(lines) != 3:
             raise ValueError(
-                f"checkpoint note: expected exactly 3 lines (origin, size, root), "
-                f"found {len(lines)}"
+                f"checkpoint note: expected exactly 3 lines (origin, size, root), each ending "
+                f"in a newline and nothing after them; found {len(lines)}"
             )
         origin, size_text, root_text = lines
         problem = _origin_problem(origin)
         if problem:
             raise ValueError(f"checkpoint note: {problem}")
-        if not _SIZE.fullmatch(size_text):
+        problem = _size_problem(size_text)
+        if problem:
             raise ValueError(
-                f"checkpoint note: size {size_text!r} is not a non-negative decimal integer"
+                f"checkpoint note: {problem}; the size is a non-negative decimal integer "
+                "written one way only (ASCII digits, no sign, no leading zero, no space)"
             )
         size = int(size_text)
         if size > _U64_MAX:
             raise ValueError(f"checkpoint note: size {size} does not fit 64 bits")
         try:
-            root = base64.b64decode(root_text, validate=True)
-        except (binascii.Error, ValueError):
+            root = b64decode_canonical(root_text)
+        except ValueError as exc:
             raise ValueError(
-                f"checkpoint note: root {root_text!r} is not standard padded base64"
+                f"checkpoint note: root {root_text!r} is not canonical standard padded "
+                f"base64: {exc}"
             ) from None
         if len(root) != 32:
             raise ValueError(f"checkpoint note: root decodes to {len(root)} bytes, not 32")
-        if base64.b64encode(root).decode("ascii") != root_text:
-            # Non-zero padding bits: a second spelling of the same root.
-            raise ValueError(f"checkpoint note: root {root_text!r} is not canonical base64")
-        return cls(origin, size, Digest(root))
+        checkpoint = cls(origin, size, Digest(root))
+        if not checkpoint.is_coherent and not checkpoint.is_v040_empty:
+            raise IncoherentCheckpointError(
+                f"checkpoint note: size 0 names the empty log, whose root is SHA-256 of "
+                f"nothing ({base64.b64encode(bytes(EMPTY_ROOT)).decode('ascii')}), but this "
+                f"note's root is {root_text}: a log that cannot exist (the note was altered, "
+                "or it is not a checkpoint of an empty log)"
+            )
+        return checkpoint
 
 
 @dataclass(frozen=True, slots=True)

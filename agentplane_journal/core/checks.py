@@ -10,6 +10,7 @@ validation bug: so every argument is bounded here by what *both* accept, and ref
 
 from __future__ import annotations
 
+import math
 import unicodedata
 from datetime import timedelta
 from typing import TypeGuard
@@ -29,6 +30,7 @@ __all__ = [
     "check_text",
     "check_ttl",
     "is_int",
+    "lease_expiry",
 ]
 
 MAX_I64 = 2**63 - 1
@@ -132,9 +134,40 @@ def check_run(value: object, name: str = "run") -> RunId:
 
 
 def check_ttl(value: object) -> int:
-    """A lease TTL in whole seconds, at least 1 (an int, an integral float or a timedelta)."""
-    if isinstance(value, timedelta):
-        value = value.total_seconds()
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
+    """A lease TTL in whole seconds, at least 1: an ``int``, or a ``timedelta`` or ``float``
+    truncated to whole seconds.
+
+    Lease timing has whole-second granularity (``expires_at`` is an integer), so 1.5 s is a
+    1-second lease; a TTL that truncates to zero (500 ms, 0, anything negative) is refused,
+    never clamped up to a second: a caller who asked for "half a second" would otherwise
+    hold the run for twice as long as it said, a contract nobody stated (agentplane 0.22.0
+    refuses it in its stores for the same reason). :func:`lease_expiry` checks the other end.
+    """
+    second = timedelta(seconds=1)
+    if isinstance(value, timedelta):  # truncated toward zero, like the float
+        value = value // second if value >= timedelta(0) else -(-value // second)
+    elif isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"ttl must be a finite number of seconds, got {value}")
+        value = math.trunc(value)
+    if is_int(value) and value < 1:
+        raise ValueError(
+            f"ttl must be at least 1 second, got {value} in whole seconds: lease timing has "
+            "whole-second granularity and a sub-second ttl is refused, not rounded up to one"
+        )
     return check_int(value, "ttl (whole seconds)", minimum=1)
+
+
+def lease_expiry(now: int, ttl: int) -> int:
+    """``now + ttl`` as a lease's ``expires_at``, refused if it would overflow a ``BIGINT``.
+
+    Checked, not assumed: PostgreSQL refuses the overflow only inside the transaction, and a
+    value that wrapped would be a lease born expired, free for anyone while its owner
+    believes it holds the run.
+    """
+    if now + ttl > MAX_I64:
+        raise ValueError(
+            f"ttl {ttl} is too long: now + ttl must fit a signed 64-bit integer "
+            f"(at most {MAX_I64 - now} seconds from now)"
+        )
+    return now + ttl

@@ -29,7 +29,6 @@ pickles one.
 from __future__ import annotations
 
 import base64
-import binascii
 import hashlib
 import re
 import unicodedata
@@ -43,6 +42,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
     Ed25519PublicKey,
 )
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+from agentplane_journal.core.b64 import b64decode_canonical
 
 __all__ = [
     "ED25519_TYPE",
@@ -212,11 +213,11 @@ class NoteVerifier:
         if not _HEX8.fullmatch(hash_text):
             raise ValueError(f"{vkey!r} is not a verifier key: {shape}")
         try:
-            key = base64.b64decode(key_text, validate=True)
-        except (binascii.Error, ValueError):
-            raise ValueError(f"{vkey!r} is not a verifier key: {shape}") from None
-        if base64.b64encode(key).decode("ascii") != key_text:
-            raise ValueError(f"{vkey!r} is not a verifier key: its key is not canonical base64")
+            key = b64decode_canonical(key_text)
+        except ValueError as exc:
+            raise ValueError(
+                f"{vkey!r} is not a verifier key: its key is not canonical base64 ({exc}); {shape}"
+            ) from None
         if len(key) != 1 + _PUBLIC_BYTES or key[0] != ED25519_TYPE:
             raise ValueError(
                 f"{vkey!r} is not an Ed25519 verifier key (type byte 0x01 and 32 key bytes)"
@@ -346,14 +347,14 @@ def open_note(note: str | bytes, verifier_keys: Iterable[NoteVerifier | str]) ->
     unverified: list[tuple[str, int]] = []
     names: list[str] = []
     for number, line in enumerate(lines, start=1):
-        name, blob, b64 = _parse_signature_line(line, number)
+        name, blob = _parse_signature_line(line, number)
         hash_ = int.from_bytes(blob[:4], "big")
         names.append(name)
         verifier = known.get((name, hash_))
         if verifier is None:
             unverified.append((name, hash_))
             continue
-        if base64.b64encode(blob).decode("ascii") != b64 or not verifier.verify(raw, blob[4:]):
+        if not verifier.verify(raw, blob[4:]):
             raise NoteVerificationError(
                 f"the signature by trusted key {name!r} ({hash_:08x}) does not verify: the note "
                 "was altered, or it was not signed by that key",
@@ -371,7 +372,7 @@ def open_note(note: str | bytes, verifier_keys: Iterable[NoteVerifier | str]) ->
     return OpenedNote(text, tuple(verified), tuple(unverified))
 
 
-def _parse_signature_line(line: str, number: int) -> tuple[str, bytes, str]:
+def _parse_signature_line(line: str, number: int) -> tuple[str, bytes]:
     where = f"signature line {number}"
     if not line.startswith(_DASH):
         raise ValueError(f"{where} does not start with an em dash and a space ('— ')")
@@ -380,9 +381,12 @@ def _parse_signature_line(line: str, number: int) -> tuple[str, bytes, str]:
     if problem or not space or not b64:
         raise ValueError(f"{where} is not '— <key name> <base64 signature>'")
     try:
-        blob = base64.b64decode(b64, validate=True)
-    except (binascii.Error, ValueError):
-        raise ValueError(f"{where}: the signature is not standard base64") from None
+        blob = b64decode_canonical(b64)
+    except ValueError as exc:
+        # Every line, a trusted key's or not: a note is malformed or it is not.
+        raise ValueError(
+            f"{where}: the signature is not standard base64 in its one canonical spelling: {exc}"
+        ) from None
     if len(blob) < 5:
         raise ValueError(f"{where}: the signature is too short to hold a key ID and a signature")
-    return name, blob, b64
+    return name, blob

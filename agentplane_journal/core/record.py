@@ -27,6 +27,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentplane_journal.core.admission import IDEMPOTENCY_KEY, RUN_ADMITTED
 from agentplane_journal.core.canon import MAX_DEPTH, canonical_bytes
 from agentplane_journal.core.checks import MAX_I64 as _I64_MAX
 from agentplane_journal.core.checks import MAX_U16 as _U16_MAX
@@ -260,6 +261,26 @@ class Record:
         phase: str = self.body.get("phase", "forward")  # checked when the record was made
         return phase
 
+    @property
+    def idempotency_key(self) -> str | None:
+        """The admission key a ``RunAdmitted`` record claimed, or ``None``: every other kind,
+        and an admission without one (no member, or ``null``, which agentplane reads as none).
+
+        Checked here rather than on every read: only the admission index acts on it. A
+        member of any other type is written by no writer (agentplane cannot read it either),
+        so it is :class:`CorruptRecordError`, never a ``TypeError`` in the caller.
+        """
+        if self.body.get("kind") != RUN_ADMITTED:
+            return None
+        key = self.body.get(IDEMPOTENCY_KEY)
+        if key is None or type(key) is str:
+            return key
+        raise CorruptRecordError(
+            self.seq,
+            f"the RunAdmitted record's {IDEMPOTENCY_KEY} member is a JSON "
+            f"{_json_type(key)}, not a string: no writer produces it",
+        )
+
     def __repr__(self) -> str:
         signed = "" if self.attestation is None else f", signed by {self.attestation.key_id!r}"
         return (
@@ -354,6 +375,17 @@ def check_envelope(body: dict[str, Any]) -> str | None:
     if "phase" in body and body["phase"] not in PHASES:
         return "record body's 'phase' member is not a known phase"
     return None
+
+
+def _json_type(value: object) -> str:
+    """The JSON type of a decoded value, for messages."""
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, dict):
+        return "object"
+    return "array" if isinstance(value, list) else type(value).__name__
 
 
 def _depth(value: object) -> int:

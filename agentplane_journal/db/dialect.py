@@ -7,17 +7,39 @@ Everything else in the repository is dialect-agnostic SQLAlchemy. What lives her
 * the dialect's ``insert`` (for ``ON CONFLICT``), ``greatest``/``least``;
 * where the run-conclusion ordinal comes from (a sequence, or a counter row);
 * reading a driver error: which constraint it names, and whether the connection was lost.
-  By SQLSTATE, constraint name and SQLite extended result code, never by parsing messages.
+  By SQLSTATE, constraint name and SQLite extended result code; a SQLite message is read only
+  to tell apart two unique indexes of one table (SQLite reports no index name, only columns);
+* whether several processes may write the store's durable state at once (``is_shared``);
+* what a database is called: the URL schemes and driver that reach it, whether it has
+  schemas, which file it is (SQLite), a store's own engine options.
+
+Which dialect a database is, is decided here and only here: :func:`dialect_for` (an engine,
+a connection, a URL) and :func:`dialect_named` (a backend's name), both over one table of
+the two dialect objects. Everything else asks the object it is given, never a dialect's
+name (``tests/test_layout.py`` holds the package to that).
 """
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from typing import Any, Protocol
 
-from sqlalchemy import ColumnElement, LargeBinary, Table, event, func, literal, select, true
+from sqlalchemy import (
+    ColumnElement,
+    LargeBinary,
+    Table,
+    UniqueConstraint,
+    event,
+    func,
+    literal,
+    select,
+    true,
+)
 from sqlalchemy.dialects import postgresql as pg
 from sqlalchemy.dialects import sqlite
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import URL, Engine
+from sqlalchemy.engine import Dialect as SqlalchemyDialect
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 
@@ -33,7 +55,9 @@ __all__ = [
     "begin_write",
     "configure_engine",
     "counter_next",
+    "database_key",
     "dialect_for",
+    "dialect_named",
 ]
 
 #: Execution option marking a read-only unit of work. Transactions begin DEFERRED unless
@@ -56,6 +80,8 @@ _CONFIGURED = "_agentplane_journal_configured"
 _BEGUN = "agentplane_journal_begun"
 # Beside it: the connection's sqlite3 ``total_changes`` when the transaction began.
 _CHANGES = "agentplane_journal_changes"
+# On an engine: its database_key, computed once.
+_KEY = "_agentplane_journal_database_key"
 
 
 #: Either backend's ``INSERT``: both have ``on_conflict_do_nothing``/``on_conflict_do_update``
@@ -66,7 +92,24 @@ Upsert = pg.Insert | sqlite.Insert
 class Dialect(Protocol):
     """What the repository needs to know about a backend."""
 
+    #: SQLAlchemy's name for the backend (``engine.dialect.name``), for messages and keys.
     name: str
+    #: The backend as people write it ("PostgreSQL"), for messages.
+    title: str
+    #: The one driver the store runs on, and the URL scheme that names it.
+    driver: str
+    url_scheme: str
+    #: The URL schemes that reach this database: the bare backend names get the driver.
+    url_schemes: tuple[str, ...]
+    #: A URL of this database, for messages.
+    url_example: str
+    #: Whether the database has schemas (``schema=``, ``--schema``); without them, the
+    #: journal keeps apart from a host's tables by a database of its own.
+    schemas: bool
+    #: Whether ``?pgbouncer=true`` applies (PgBouncer pools PostgreSQL connections).
+    pgbouncer: bool
+    #: A store's own engine's options (``connect``), under the caller's.
+    engine_options: Mapping[str, Any]
 
     # Statements are cached per dialect object (functools.cache), so it must hash; a
     # protocol type is not Hashable to mypy unless it says so.
@@ -87,8 +130,16 @@ class Dialect(Protocol):
     async def conclusion_ordinal(self, conn: AsyncConnection) -> ColumnElement[int]:
         """An expression giving the next run-conclusion ordinal (newest conclusion = largest)."""
 
-    def constraint(self, exc: DBAPIError, table: Table) -> str | None:
-        """The name of the unique/primary-key constraint ``exc`` reports on ``table``, if any."""
+    def constraint(self, exc: BaseException, table: Table) -> str | None:
+        """The name of the unique/primary-key constraint ``exc`` reports on ``table``, if any.
+
+        ``exc`` is SQLAlchemy's ``DBAPIError`` or the driver's own exception (the hot paths
+        run the driver directly); anything that is not a unique violation is ``None``."""
+
+    def is_shared(self, url: URL) -> bool:
+        """Whether several processes may append to the durable state ``url`` names at once
+        (agentplane's ``JournalStore::is_shared``): the runtime refuses process-local
+        coordination beside a shared store."""
 
     def contains_bytes(self, column: Any, needle: bytes) -> ColumnElement[bool]:
         """Whether a binary column contains ``needle`` (byte for byte)."""
@@ -109,12 +160,41 @@ class Dialect(Protocol):
         the column's declared type already guarantees it (PostgreSQL); on SQLite a column
         holds whatever was written, so an audit must ask."""
 
+    def configured(self, engine: Engine) -> bool:
+        """Whether ``engine`` has what :meth:`configure` installs, so a host session on it
+        may take the store's writes (an engine other than the store's, on its database)."""
+
+    def database_file(self, url: URL) -> str | None:
+        """The file ``url``'s database is, as the URL says it, when it is a file on this
+        machine (SQLite, neither in memory nor a ``file:`` URI); ``None`` otherwise."""
+
+    def database(self, url: URL) -> str | None:
+        """What names the database ``url`` reaches, the same for every URL of it (a SQLite
+        file's real path; otherwise the URL's database name)."""
+
     #: Loggers besides SQLAlchemy's that may print statement parameters (push secrets).
     driver_loggers: tuple[str, ...]
 
 
 def _driver(exc: DBAPIError) -> Any:
     return getattr(exc, "driver_exception", None) or getattr(exc, "orig", None)
+
+
+def _driver_errors(exc: BaseException) -> list[Any]:
+    """Where a driver's own error may be: SQLAlchemy 2.1's ``driver_exception``, ``orig``
+    (2.0 adapts asyncpg's error there and keeps the original as its ``__cause__``), or ``exc``
+    itself when the driver raised it directly."""
+    found: list[Any] = []
+    orig = getattr(exc, "orig", None)
+    for candidate in (
+        getattr(exc, "driver_exception", None),
+        orig,
+        getattr(orig, "__cause__", None),
+        exc,
+    ):
+        if candidate is not None and candidate not in found:
+            found.append(candidate)
+    return found
 
 
 def counter_next(dialect: Dialect, name: str, initial: Any) -> Any:
@@ -134,7 +214,27 @@ class PostgresDialect:
     """PostgreSQL through asyncpg, at READ COMMITTED (the server default)."""
 
     name = "postgresql"
+    title = "PostgreSQL"
+    driver = "asyncpg"
+    url_scheme = "postgresql+asyncpg"
+    # Heroku-style ``postgres://`` too, so one URL works for the library, the migrations
+    # and the CLI.
+    url_schemes: tuple[str, ...] = ("postgresql", "postgres", "postgresql+asyncpg")
+    url_example = "postgresql+asyncpg://user@host/db"
+    schemas = True
+    pgbouncer = True
+    # Enough connections for a runtime's concurrent appends without queueing on the pool.
+    engine_options: Mapping[str, Any] = {"pool_size": 10, "max_overflow": 40}
     driver_loggers: tuple[str, ...] = ()
+
+    def configured(self, engine: Engine) -> bool:
+        return True  # configure() installs nothing
+
+    def database_file(self, url: URL) -> str | None:
+        return None
+
+    def database(self, url: URL) -> str | None:
+        return url.database
 
     def stored_as(self, column: Any, *storage: str) -> ColumnElement[bool]:
         return true()  # the declared column type is the stored type
@@ -165,11 +265,19 @@ class PostgresDialect:
         contains: ColumnElement[bool] = like(literal(b"%" + needle + b"%", LargeBinary))
         return contains
 
-    def constraint(self, exc: DBAPIError, table: Table) -> str | None:
-        driver = _driver(exc)
-        if getattr(driver, "sqlstate", None) != "23505":
-            return None
-        return getattr(driver, "constraint_name", None)
+    def constraint(self, exc: BaseException, table: Table) -> str | None:
+        # 23505 is unique_violation (a primary key is a unique index to PostgreSQL); asyncpg
+        # carries the server's constraint name on its UniqueViolationError.
+        for driver in _driver_errors(exc):
+            name = getattr(driver, "constraint_name", None)
+            if getattr(driver, "sqlstate", None) == "23505" and isinstance(name, str):
+                return name
+        return None
+
+    def is_shared(self, url: URL) -> bool:
+        # A server: any number of processes on any number of hosts reach the same database,
+        # and the run mutex, the fence and the unique indexes arbitrate between them.
+        return True
 
     def connection_lost(self, exc: DBAPIError) -> bool:
         if exc.connection_invalidated:
@@ -212,7 +320,28 @@ class SqliteDialect:
     """SQLite through aiosqlite: one writer at a time, across processes, by ``BEGIN IMMEDIATE``."""
 
     name = "sqlite"
+    title = "SQLite"
+    driver = "aiosqlite"
+    url_scheme = "sqlite+aiosqlite"
+    url_schemes: tuple[str, ...] = ("sqlite", "sqlite+aiosqlite")
+    url_example = "sqlite+aiosqlite:///path/to/journal.db"
+    schemas = False
+    pgbouncer = False
+    engine_options: Mapping[str, Any] = {}
     driver_loggers: tuple[str, ...] = ("aiosqlite",)
+
+    def configured(self, engine: Engine) -> bool:
+        return is_configured(engine)
+
+    def database_file(self, url: URL) -> str | None:
+        name = url.database
+        if not name or name == ":memory:" or name.startswith("file:"):
+            return None
+        return name
+
+    def database(self, url: URL) -> str | None:
+        path = self.database_file(url)
+        return os.path.realpath(path) if path is not None else url.database
 
     def stored_as(self, column: Any, *storage: str) -> ColumnElement[bool]:
         return func.typeof(column).in_(storage)
@@ -303,22 +432,48 @@ class SqliteDialect:
         # instr() compares BLOBs byte by byte (LIKE would fold case and stop at a NUL).
         return func.instr(column, literal(needle, LargeBinary)) > 0
 
-    def constraint(self, exc: DBAPIError, table: Table) -> str | None:
-        code = getattr(_driver(exc), "sqlite_errorname", None)
+    def constraint(self, exc: BaseException, table: Table) -> str | None:
+        driver = next(
+            (d for d in _driver_errors(exc) if getattr(d, "sqlite_errorname", None)), None
+        )
+        code = getattr(driver, "sqlite_errorname", None)
+        if code not in ("SQLITE_CONSTRAINT_PRIMARYKEY", "SQLITE_CONSTRAINT_UNIQUE"):
+            return None
+        # The extended code says "primary key" or "another unique index", not which table or
+        # index: SQLite reports no index name, only the columns ("UNIQUE constraint failed:
+        # journal.tenant, journal.run_id, journal.effect_key", a partial index like any
+        # other; "... failed: index 'name'" for one on expressions). When the message says,
+        # it must be ``table``'s own; when it does not, a table with one candidate is named
+        # by the code alone, and several are not told apart by guessing.
+        _, marker, failed = str(driver).partition("UNIQUE constraint failed: ")
+
+        def reported(name: object, columns: Any) -> bool:
+            spelled = ", ".join(f"{table.name}.{c.name}" for c in columns)
+            return not marker or failed in (spelled, f"index '{name}'")
+
+        if code == "SQLITE_CONSTRAINT_PRIMARYKEY":
+            key = table.primary_key
+            candidates = [key.name] if reported(key.name, key.columns) else []
+        else:
+            unique: list[Any] = [i for i in table.indexes if i.unique]
+            unique += [c for c in table.constraints if isinstance(c, UniqueConstraint)]
+            candidates = [c.name for c in unique if reported(c.name, c.columns)]
         # (A name is a str here: the package's naming convention names every constraint;
         # SQLAlchemy also types it as its "no name" marker or None.)
-        if code == "SQLITE_CONSTRAINT_PRIMARYKEY":
-            name = table.primary_key.name
-            return name if isinstance(name, str) else None
-        if code == "SQLITE_CONSTRAINT_UNIQUE":
-            # SQLite does not report the index name, but it does say "unique, not primary
-            # key"; a table with a single unique constraint or index therefore names it.
-            names = [i.name for i in table.indexes if i.unique] + [
-                c.name for c in table.constraints if c.__class__.__name__ == "UniqueConstraint"
-            ]
-            name = names[0] if len(names) == 1 else None
-            return name if isinstance(name, str) else None
-        return None
+        name = candidates[0] if len(candidates) == 1 else None
+        return name if isinstance(name, str) else None
+
+    def is_shared(self, url: URL) -> bool:
+        # A database file: several processes may append to it at once, each transaction
+        # taking the file's write lock at BEGIN IMMEDIATE (tests/test_sqlite_processes.py).
+        # An in-memory database lives and dies with its one process (a shared-cache one is
+        # shared by that process's connections only), so nothing else can append to it.
+        # ``False`` only when surely in memory: the unsafe answer is "not shared" for a file.
+        database = url.database or ""
+        if str(url.query.get("uri", "")).lower() in ("true", "1") and database.startswith("file:"):
+            # A URI filename (sqlite:///file:name?mode=memory&uri=true): its path, its mode.
+            return not (database[5:] in ("", ":memory:") or url.query.get("mode") == "memory")
+        return database not in ("", ":memory:")
 
     def connection_lost(self, exc: DBAPIError) -> bool:
         return bool(exc.connection_invalidated)
@@ -374,28 +529,72 @@ _POSTGRES = PostgresDialect()
 _SQLITE = SqliteDialect()
 
 
-def dialect_for(engine: AsyncEngine) -> Dialect:
-    """The :class:`Dialect` for an engine, refusing backends this package does not support."""
-    name = engine.dialect.name
-    if name == "postgresql":
-        if engine.dialect.driver != "asyncpg":
-            raise ValueError(
-                "PostgreSQL is supported through asyncpg; this engine uses "
-                f"{engine.dialect.driver!r}"
-                " (use a postgresql+asyncpg:// URL)"
-            )
-        return _POSTGRES
-    if name == "sqlite":
-        if engine.dialect.driver != "aiosqlite":
-            raise ValueError(
-                f"SQLite is supported through aiosqlite; this engine uses {engine.dialect.driver!r}"
-                " (use a sqlite+aiosqlite:/// URL)"
-            )
-        return _SQLITE
-    raise ValueError(
-        f"unsupported database {name!r}: agentplane_journal runs on PostgreSQL (asyncpg) "
-        "and SQLite (aiosqlite)"
-    )
+#: Every database the store runs on: the one table the lookups below read.
+_DIALECTS: tuple[Dialect, ...] = (_POSTGRES, _SQLITE)
+
+_SUPPORTED = "agentplane_journal runs on PostgreSQL (asyncpg) and SQLite (aiosqlite)"
+
+
+def dialect_named(name: str) -> Dialect:
+    """The :class:`Dialect` of a backend by SQLAlchemy's name for it (``"postgresql"``,
+    ``"sqlite"``), whatever the driver: for what names a database before any engine (the
+    offline migration script). ``ValueError`` for a backend this package does not support."""
+    for dialect in _DIALECTS:
+        if dialect.name == name:
+            return dialect
+    raise ValueError(f"unsupported database {name!r}: {_SUPPORTED}")
+
+
+class _Bound(Protocol):
+    """An engine, a connection (sync or async), Alembic's migration context: what has
+    SQLAlchemy's dialect."""
+
+    @property
+    def dialect(self) -> SqlalchemyDialect: ...
+
+
+def dialect_for(
+    bind: _Bound | URL | SqlalchemyDialect,
+    *,
+    any_driver: bool = False,
+) -> Dialect:
+    """The :class:`Dialect` of an engine, a connection (or anything with SQLAlchemy's
+    ``.dialect``, such as Alembic's migration context), SQLAlchemy's dialect or a URL.
+
+    Refuses (``ValueError``) a backend this package does not support and, unless
+    ``any_driver``, a driver it does not run on. A URL in one of the dialect's
+    :attr:`~Dialect.url_schemes` (``postgresql://`` included) is the dialect's: it gets the
+    async driver (:func:`agentplane_journal.db.engine.async_url`). The migrations pass
+    ``any_driver``: a host's ``env.py`` may run them on any driver of a supported backend.
+    """
+    if isinstance(bind, URL):
+        for dialect in _DIALECTS:
+            if bind.drivername in dialect.url_schemes:
+                return dialect
+        backend, driver, what = bind.get_backend_name(), bind.get_driver_name(), "URL"
+    else:
+        sa = bind if isinstance(bind, SqlalchemyDialect) else bind.dialect
+        backend, driver, what = sa.name, sa.driver, "engine"
+    dialect = dialect_named(backend)
+    if not any_driver and driver != dialect.driver:
+        raise ValueError(
+            f"{dialect.title} is supported through {dialect.driver}; this {what} uses "
+            f"{driver!r} (use a URL such as {dialect.url_example})"
+        )
+    return dialect
+
+
+def database_key(engine: Engine) -> tuple[str, ...]:
+    """What names the database an engine reaches, the same for every engine on it: the
+    backend, host, port and :meth:`Dialect.database` (computed once per engine)."""
+    engine = _unproxied(engine)
+    key: tuple[str, ...] | None = getattr(engine, _KEY, None)
+    if key is None:
+        dialect = dialect_for(engine, any_driver=True)
+        url = engine.url
+        key = (dialect.name, url.host or "", str(url.port or ""), dialect.database(url) or "")
+        setattr(engine, _KEY, key)
+    return key
 
 
 def configure_engine(engine: AsyncEngine) -> AsyncEngine:

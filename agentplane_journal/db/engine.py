@@ -30,6 +30,8 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
+from agentplane_journal.db.dialect import Dialect, dialect_for
+
 __all__ = [
     "PGBOUNCER_OPTION",
     "async_url",
@@ -45,16 +47,6 @@ PGBOUNCER_OPTION = "pgbouncer"
 _TRUE = ("true", "1", "yes", "on")
 _FALSE = ("false", "0", "no", "off")
 
-
-#: The only drivers the store runs on; a bare dialect name (and Heroku-style ``postgres``)
-#: gets its async driver, so one URL works for the library, the migrations and the CLI.
-_ASYNC_DRIVERS = {
-    "postgresql": "postgresql+asyncpg",
-    "postgres": "postgresql+asyncpg",
-    "postgresql+asyncpg": "postgresql+asyncpg",
-    "sqlite": "sqlite+aiosqlite",
-    "sqlite+aiosqlite": "sqlite+aiosqlite",
-}
 
 _URL_EXAMPLES = "postgresql+asyncpg://user@host/db or sqlite+aiosqlite:///path/to/journal.db"
 
@@ -75,14 +67,23 @@ def async_url(url: str | URL) -> URL:
             raise ValueError(f"not a database URL; expected {_URL_EXAMPLES}") from None
     else:
         raise TypeError(f"url must be a string or an sqlalchemy URL, not {type(url).__name__}")
-    driver = _ASYNC_DRIVERS.get(parsed.drivername)
-    if driver is None:
+    # A bare backend name (and Heroku-style ``postgres``) gets the async driver, so one URL
+    # works for the library, the migrations and the CLI; another driver is refused.
+    dialect = _dialect(parsed)
+    if dialect is None:
         raise ValueError(
             f"unsupported database {parsed.drivername!r}: agentplane_journal runs on "
             "postgresql+asyncpg:// and sqlite+aiosqlite:// (postgresql:// and sqlite:// "
             "get those drivers)"
         )
-    return parsed.set(drivername=driver)
+    return parsed.set(drivername=dialect.url_scheme)
+
+
+def _dialect(url: URL) -> Dialect | None:
+    try:
+        return dialect_for(url)
+    except ValueError:
+        return None
 
 
 def _statement_name() -> str:
@@ -123,7 +124,8 @@ def split_url(url: str | URL) -> tuple[URL, dict[str, Any]]:
     parsed = parsed.difference_update_query([PGBOUNCER_OPTION])
     if value in _FALSE:
         return parsed, {}
-    if parsed.get_backend_name() != "postgresql" or parsed.get_driver_name() != "asyncpg":
+    dialect = _dialect(parsed)
+    if dialect is None or not dialect.pgbouncer or parsed.drivername != dialect.url_scheme:
         raise ValueError(
             f"?{PGBOUNCER_OPTION}=true is for postgresql+asyncpg:// URLs (PgBouncer pools "
             f"PostgreSQL connections), not {parsed.drivername}://"
@@ -158,9 +160,7 @@ def open_engine(url: str, options: dict[str, Any] | None) -> AsyncEngine:
     target = async_url(url)  # the CLI's URLs: postgresql:// and sqlite:// get async drivers
     # Bound parameters stay out of error messages and logs: they can hold push secrets.
     opts: dict[str, Any] = {"hide_parameters": True}
-    if target.get_backend_name() == "postgresql":
-        # Enough connections for a runtime's concurrent appends without queueing on the pool.
-        opts.update(pool_size=10, max_overflow=40)
+    opts.update(dialect_for(target).engine_options)  # PostgreSQL: a pool sized for appends
     opts.update(options or {})
     try:
         return create_engine(target, **opts)

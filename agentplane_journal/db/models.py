@@ -35,12 +35,16 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from agentplane_journal.core.append import EFFECT_STARTED
 
+#: The exactly-once index's name: the one unique violation that means "this effect has
+#: already started" (:mod:`agentplane_journal.db.violations` classifies by it). Defined once, here.
+EFFECT_STARTED_INDEX = "journal_effect_started"
 #: The exactly-once predicate: the partial unique index ``journal_effect_started`` holds the
 #: rows it admits, and ``ON CONFLICT`` names it to infer that index. Defined once, here.
 EFFECT_STARTED_PREDICATE = text(f"kind = '{EFFECT_STARTED}' AND effect_key IS NOT NULL")
 
 __all__ = [
     "COLUMN_FLOORS",
+    "EFFECT_STARTED_INDEX",
     "LATER_COLUMNS",
     "LEASE_HELD_PREDICATE",
     "PUSH_DUE_PREDICATE",
@@ -140,7 +144,7 @@ class Journal(Base):
         # Exactly-once as a constraint rather than a code path: a second EffectStarted for
         # one key in one run cannot be written, whoever writes and whatever they believe.
         Index(
-            "journal_effect_started",
+            EFFECT_STARTED_INDEX,
             "tenant",
             "run_id",
             "effect_key",

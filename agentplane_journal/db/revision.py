@@ -11,7 +11,7 @@ migrations.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import column, inspect, select, table
 from sqlalchemy.engine import Connection
@@ -19,6 +19,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from agentplane_journal.db.models import VERSION_TABLE
 from agentplane_journal.errors import SchemaOutOfDateError
+
+if TYPE_CHECKING:
+    from agentplane_journal.db.dialect import Dialect
 
 __all__ = [
     "HEAD_REVISION",
@@ -47,8 +50,9 @@ HOST_VERSION_TABLE = "alembic_version"
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 
 
-def check_schema(schema: object, dialect_name: str | None = None) -> str | None:
-    """A valid schema name (or ``None`` for the default), refusing one on SQLite."""
+def check_schema(schema: object, dialect: Dialect | None = None) -> str | None:
+    """A valid schema name (or ``None`` for the default), refusing one on a ``dialect``
+    without schemas (SQLite)."""
     if schema is None:
         return None
     if not isinstance(schema, str):
@@ -58,9 +62,9 @@ def check_schema(schema: object, dialect_name: str | None = None) -> str | None:
             f"schema {schema!r} is not a plain PostgreSQL schema name (lower-case letters, "
             "digits and underscores, at most 63, not starting with a digit or pg_)"
         )
-    if dialect_name is not None and dialect_name != "postgresql":
+    if dialect is not None and not dialect.schemas:
         raise ValueError(
-            f"schema={schema!r}: {dialect_name} has no schemas; the journal's tables go in "
+            f"schema={schema!r}: {dialect.name} has no schemas; the journal's tables go in "
             "the database file itself (give the journal its own file to keep it apart)"
         )
     return schema

@@ -17,26 +17,26 @@ commits in its own transaction, whatever the host's transaction does later.
 
 Bookkeeping only: weak references, so a forgotten transaction or a finished task costs
 nothing, and an entry counts only while its connection still has the same transaction open.
+Which engines reach the same database is the dialect's to say: the caller of
+:func:`refuse_own_wait` passes :func:`agentplane_journal.db.dialect.database_key` (the
+dialect module calls :func:`opened`, so this one cannot import it).
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy.engine import Connection, Engine
 
-__all__ = ["database_key", "held_runs", "hold", "opened", "refuse_own_wait", "restore"]
+__all__ = ["held_runs", "hold", "opened", "refuse_own_wait", "restore"]
 
 # In a pooled connection's ``info``: the token of the transaction open on it (SQLite, set by
 # the begin listener and cleared by the commit/rollback listeners).
 TOKEN = "agentplane_journal_transaction"
-
-_KEY = "_agentplane_journal_database_key"
 
 
 @dataclass(eq=False)
@@ -46,7 +46,6 @@ class _Open:
     connection: weakref.ref[Connection]
     token: object  # the info token (SQLite) or the root Transaction object
     by_info: bool
-    database: tuple[str, ...]
     writing: Callable[[], bool]  # whether it holds a database-wide write lock (SQLite)
     runs: set[tuple[str, str]] = field(default_factory=set)
 
@@ -72,21 +71,6 @@ def _task() -> asyncio.Task[Any] | None:
         return None
 
 
-def database_key(engine: Engine) -> tuple[str, ...]:
-    """What names the database an engine reaches, the same for every engine on it."""
-    engine = getattr(engine, "_proxied", engine)
-    key: tuple[str, ...] | None = getattr(engine, _KEY, None)
-    if key is None:
-        url = engine.url
-        name = url.database or ""
-        if engine.dialect.name == "sqlite" and name and name != ":memory:":
-            if not name.startswith("file:"):
-                name = os.path.realpath(name)
-        key = (engine.dialect.name, url.host or "", str(url.port or ""), name)
-        setattr(engine, _KEY, key)
-    return key
-
-
 def _entries(task: asyncio.Task[Any]) -> list[_Open]:
     entries = _OPEN.get(task)
     if entries is None:
@@ -103,9 +87,7 @@ def opened(connection: Connection, writing: Callable[[], bool]) -> None:
         return
     token = object()
     connection.info[TOKEN] = token
-    _entries(task).append(
-        _Open(weakref.ref(connection), token, True, database_key(connection.engine), writing)
-    )
+    _entries(task).append(_Open(weakref.ref(connection), token, True, writing))
 
 
 def _entry(connection: Connection, create: bool) -> _Open | None:
@@ -119,13 +101,7 @@ def _entry(connection: Connection, create: bool) -> _Open | None:
             return entry
     if not create:
         return None
-    entry = _Open(
-        weakref.ref(connection),
-        transaction,
-        False,
-        database_key(connection.engine),
-        lambda: False,
-    )
+    entry = _Open(weakref.ref(connection), transaction, False, lambda: False)
     entries.append(entry)
     return entry
 
@@ -149,15 +125,19 @@ def restore(connection: Connection, runs: frozenset[tuple[str, str]]) -> None:
         entry.runs.intersection_update(runs)
 
 
-def refuse_own_wait(engine: Engine, tenant: str, run: str | None) -> None:
+def refuse_own_wait(
+    engine: Engine, tenant: str, run: str | None, database_key: Callable[[Engine], Hashable]
+) -> None:
     """Raise ``ValueError`` if a store call on ``engine`` outside any host session, in this
-    task, would wait on a transaction this task itself holds open."""
+    task, would wait on a transaction this task itself holds open (on an engine whose
+    ``database_key`` is ``engine``'s: the same database)."""
     task = _task()
     if task is None or task not in _OPEN:
         return
     database = database_key(engine)
     for entry in _entries(task):
-        if entry.database != database:
+        connection = entry.connection()  # alive: _entries keeps only open transactions
+        if connection is None or database_key(connection.engine) != database:
             continue
         if entry.writing():
             raise ValueError(

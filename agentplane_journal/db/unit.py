@@ -39,8 +39,8 @@ from agentplane_journal.db.dialect import (
     READ_ONLY,
     WRITE_TRANSACTION,
     Dialect,
+    database_key,
     dialect_for,
-    is_configured,
 )
 from agentplane_journal.db.engine import open_engine
 from agentplane_journal.db.revision import (
@@ -128,7 +128,7 @@ class Repository:
             raise TypeError("clock must be a zero-argument callable returning seconds")
         if _shared is None:
             dialect = dialect_for(engine)
-            schema = check_schema(schema, dialect.name)
+            schema = check_schema(schema, dialect)
             dialect.configure(engine)
             # The tables' schema as an execution option on every statement the store runs
             # (SQLAlchemy's schema_translate_map): the models stay schema-less, so the
@@ -226,12 +226,11 @@ class Repository:
         async with shared.lock:
             if shared.schema_checked:
                 return
-            database = shared.engine.url.database
-            if shared.dialect.name == "sqlite" and database and database != ":memory:":
-                # one stat, once per store: not worth a thread hop
-                if not database.startswith("file:") and not os.path.exists(database):  # noqa: ASYNC240
-                    # Connecting would create an empty file: refuse without touching disk.
-                    raise SchemaOutOfDateError(None, HEAD_REVISION)
+            path = shared.dialect.database_file(shared.engine.url)
+            # One stat, once per store: not worth a thread hop.
+            if path is not None and not os.path.exists(path):  # noqa: ASYNC240
+                # Connecting would create an empty file: refuse without touching disk.
+                raise SchemaOutOfDateError(None, HEAD_REVISION)
             try:
                 async with self._bind.connect() as conn:
                     conn = await conn.execution_options(**{READ_ONLY: True})
@@ -363,7 +362,10 @@ class Repository:
         would wait on this task's own open transaction: on SQLite one holding the write
         lock, on PostgreSQL one holding ``run``'s mutex (see :mod:`.selfwait`)."""
         selfwait.refuse_own_wait(
-            self._shared.engine.sync_engine, self.tenant, None if run is None else str(run)
+            self._shared.engine.sync_engine,
+            self.tenant,
+            None if run is None else str(run),
+            database_key,
         )
 
     async def _fail(
@@ -441,14 +443,15 @@ class Repository:
         ours = self._shared.engine.sync_engine
         if engine.pool is ours.pool:
             return
-        if engine.dialect.name != ours.dialect.name or _database(engine) != _database(ours):
+        dialect = self._dialect
+        if not _same_database(engine, ours, dialect):
             raise ValueError(
                 "session is bound to "
                 f"{engine.url.render_as_string(hide_password=True)!r}, but this store runs on "
                 f"{ours.url.render_as_string(hide_password=True)!r}: the store can only write "
                 "in a transaction on its own database"
             )
-        if ours.dialect.name == "sqlite" and not is_configured(engine):
+        if not dialect.configured(engine):  # SQLite's settings, on another engine
             raise ValueError(
                 "session is bound to another engine on this SQLite database that "
                 "agentplane_journal has not configured: call "
@@ -486,13 +489,15 @@ class TransactionAnchor:
         return conn.sync_connection is self.connection and not conn.invalidated
 
 
-def _database(engine: Engine) -> str | None:
-    """What names the database an engine reaches (a SQLite file's real path, or its name)."""
-    name = engine.url.database
-    if engine.dialect.name == "sqlite" and name and name != ":memory:":
-        if not name.startswith("file:"):
-            return os.path.realpath(name)
-    return name
+def _same_database(engine: Engine, ours: Engine, dialect: Dialect) -> bool:
+    """Whether ``engine`` reaches the database of ``ours`` (whose dialect is ``dialect``):
+    the same backend, any driver, and the same :meth:`Dialect.database`."""
+    try:
+        if dialect_for(engine, any_driver=True) is not dialect:
+            return False
+    except ValueError:  # a backend the package does not run on
+        return False
+    return dialect.database(engine.url) == dialect.database(ours.url)
 
 
 def describe(exc: BaseException) -> str:
@@ -525,9 +530,10 @@ def _check_read_engine(engine: object, dialect: Dialect) -> AsyncEngine:
         raise TypeError(
             f"read_engine must be an sqlalchemy AsyncEngine, not {type(engine).__name__}"
         )
-    if dialect_for(engine) is not dialect:
+    theirs = dialect_for(engine)
+    if theirs is not dialect:
         raise ValueError(
-            f"read_engine is {engine.dialect.name} but the engine is {dialect.name}: a read "
+            f"read_engine is {theirs.name} but the engine is {dialect.name}: a read "
             "engine is a replica of the same database"
         )
     return engine

@@ -1,121 +1,243 @@
-"""Who may write a run and whether it should stop: leases and cancellation requests.
+"""Who may write a run and whether it should stop: leases, the recovery queue, stop requests.
 
 A base of :class:`~agentplane_journal.journal.store.SqlJournalStore`. The fence that a lease
 protects is checked by the store's writers under the run mutex (``SqlJournalStore._lock_run``);
-this module only takes, renews and frees leases, and records stop requests.
+this module only claims, renews and frees leases, lists the abandoned ones, and records stop
+requests. The lease protocol is agentplane 0.22.0's: ``acquire`` claims, ``renew`` extends.
 
-* **A fresh lease** is one ``INSERT .. ON CONFLICT DO UPDATE .. WHERE`` statement: a
-  concurrent first acquire waits on the unique index and re-evaluates the predicate against
-  the winner's row, so exactly one owner gets epoch 1 (0.4.0's read-then-upsert handed two
-  owners epoch 1).
+* **A claim** (:meth:`RunControl.acquire`) is one ``INSERT .. ON CONFLICT DO UPDATE .. WHERE
+  expires_at <= now`` statement: a fresh row gets epoch 1, a lapsed or released one epoch + 1,
+  a live one (the caller's own too) nothing, which is :class:`LeaseHeldError`. A concurrent
+  first acquire waits on the unique index and re-evaluates the predicate against the winner's
+  row, so exactly one owner gets epoch 1 (0.4.0's read-then-upsert handed two owners epoch 1).
+  It never renews: a same-owner acquire that renewed would let a heartbeat racing its run's
+  conclusion re-take the lease the conclusion had just released, and a second entry point of
+  one instance (a cancel, a delivery) drive a second execution under the *same* epoch, which
+  fencing cannot see.
+* **A renewal** (:meth:`RunControl.renew`) is one ``UPDATE .. WHERE owner = ? AND epoch = ?
+  AND expires_at > now``: it extends only the lease the caller still holds, keeps the epoch,
+  and never claims. Check and write are one statement, so a takeover either commits first
+  (the renewal then matches nothing) or waits for the renewal and sees a live lease.
 * **Release** is an update, never a delete: the epoch stays in the row, so the next acquire
-  gets epoch + 1 and the released epoch stays fenced.
-* **Both take the run mutex first** (the run's ``run_activity`` row), as every append and
-  seal does, without moving its ``updated_at`` or leaving a row behind (:func:`_take_mutex`).
+  gets epoch + 1 and the released epoch stays fenced. A released row is also an expired one
+  (``expires_at = 0``), which is how ``acquire`` frees it without a case of its own.
+* **The recovery queue** (:meth:`RunControl.abandoned_runs`) is the leases that expired while
+  still naming an owner: every clean exit releases, so those are the runs an instance died
+  holding.
+* **Lease changes take the run mutex first** (the run's ``run_activity`` row), as every append
+  and seal does, without moving its ``updated_at`` or leaving a row behind (:func:`_take_mutex`).
   A lease row that does not exist yet cannot be locked: an append that read "no lease"
   under the mutex could otherwise commit after a first ``acquire`` had returned. Under the
   mutex, an append either committed before the lease was written or sees it. The mutex
   row gets a new version, so a hot statement whose snapshot predates the lease sees its
   mutex row changed and defers to the general unit; and since a lease row is only written
   under the mutex, the hot statements, which skip a locked mutex row, never wait on it.
+
+Times are whole seconds of the store's clock, read once per call before any statement. A
+wait for the run mutex can make a lease that lapsed meanwhile still look live: a claim is
+then refused (retry it), a renewal extends a lease nobody has taken. A claim and a renewal
+of one row are arbitrated by that row's lock either way, so at most one of them wins.
 """
 
 from __future__ import annotations
 
 from datetime import timedelta
 
-from sqlalchemy import case, or_, select, update
+from sqlalchemy import exists, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from agentplane_journal.core.batch import RELEASED_OWNER
 from agentplane_journal.core.checks import (
-    MAX_I64,
     check_int,
     check_label,
     check_run,
     check_text,
     check_ttl,
+    lease_expiry,
 )
 from agentplane_journal.core.ids import RunId
 from agentplane_journal.core.values import Cancellation, Lease
-from agentplane_journal.db.models import RunCancel, RunLease
-from agentplane_journal.db.statements import hot_statements, stored_int, stored_text
+from agentplane_journal.db.models import LEASE_HELD_PREDICATE, RunCancel, RunLease, RunSeal
+from agentplane_journal.db.statements import hot_statements, stored_int, stored_run, stored_text
 from agentplane_journal.db.unit import Repository
-from agentplane_journal.errors import BackendError, LeaseHeldError
+from agentplane_journal.errors import BackendError, LeaseHeldError, LeaseNotHeldError
 
 __all__ = ["RunControl"]
 
+# abandoned_runs spells a held lease exactly as the partial index ``run_lease_abandoned``
+# does (the models' LEASE_HELD_PREDICATE): a literal, not a bound parameter, because a
+# PostgreSQL generic plan (what a prepared statement becomes after five runs) cannot use a
+# partial index that only a parameter's value implies (tests/test_leases.py shows both).
+assert RELEASED_OWNER == "", "LEASE_HELD_PREDICATE spells the released marker as ''"
+
 
 class RunControl(Repository):
-    """The store's leases and cancellation requests (no state of its own)."""
+    """The store's leases, its recovery queue and cancellation requests (no state of its own)."""
 
     # -- leases ------------------------------------------------------------------------
 
     async def acquire(
         self, run: RunId, owner: str, ttl: int | timedelta, *, session: AsyncSession | None = None
     ) -> Lease:
-        """Take, renew or take over the run's lease; ``ttl`` in whole seconds (at least 1).
+        """Claim the run's lease if it is free: never granted, released, or expired.
 
-        No lease: epoch 1. Expired or released: epoch + 1, for the same owner too. Live and
-        ours: renewal, same epoch. Live and another's: :class:`LeaseHeldError`.
+        Always a new epoch: 1 on a fresh run, the previous holder's + 1 otherwise (for the
+        same owner too), which fences whoever held it. A live lease is
+        :class:`LeaseHeldError`, **even the caller's own**: extending a lease you hold is
+        :meth:`renew`. ``ttl`` in whole seconds (an int, or a timedelta/float truncated to
+        whole seconds); below one second, or ``now + ttl`` past a 64-bit integer, is a
+        ``ValueError`` before any statement.
         """
         run = check_run(run)
         owner = check_label(owner, "owner")
         ttl = check_ttl(ttl)
-        if self._now() + ttl > MAX_I64:
-            raise ValueError(
-                f"ttl {ttl} is too long: now + ttl must fit a signed 64-bit integer "
-                f"(at most {MAX_I64 - self._now()} seconds from now)"
-            )
-        d = self._dialect
+        now = self._now()
+        insert = self._dialect.insert(RunLease).values(
+            tenant=self.tenant,
+            run_id=str(run),
+            owner=owner,
+            epoch=1,
+            expires_at=lease_expiry(now, ttl),
+        )
+        claim = insert.on_conflict_do_update(
+            index_elements=[RunLease.tenant, RunLease.run_id],
+            set_={
+                "owner": insert.excluded.owner,
+                "epoch": RunLease.epoch + 1,
+                "expires_at": insert.excluded.expires_at,
+            },
+            # Lapsed or released (a released row has expires_at 0): the only claimable rows.
+            where=RunLease.expires_at <= now,
+        ).returning(RunLease.epoch)
 
         async def unit(session: AsyncSession) -> Lease:
             claimed = await self._take_mutex(session, run, claim=True)
-            lease = await take(session)
+            epoch = (await session.execute(claim)).scalar_one_or_none()
+            if epoch is None:
+                # A live lease refused the claim. Its row is locked by the refused upsert
+                # (PostgreSQL locks a conflicting row even when the WHERE is false; SQLite
+                # holds the write lock), so this read names the holder that refused us.
+                raise await self._holder(session, run, now)
             if claimed:
                 await self._drop_claim(session, run)
-            return lease
+            return Lease(run, owner, stored_int(epoch, 0, "run_lease.epoch"))
 
-        async def take(session: AsyncSession) -> Lease:
-            for _ in range(8):
-                now = self._now()
-                insert = d.insert(RunLease).values(
-                    tenant=self.tenant,
-                    run_id=str(run),
-                    owner=owner,
-                    epoch=1,
-                    expires_at=now + ttl,
+        return await self._unit(unit, session=session, run=run)
+
+    async def renew(
+        self,
+        run: RunId,
+        owner: str,
+        epoch: int,
+        ttl: int | timedelta,
+        *,
+        session: AsyncSession | None = None,
+    ) -> Lease:
+        """Extend the lease ``owner`` still holds at ``epoch`` to ``now + ttl``; keep the epoch.
+
+        Only a lease that is held, unexpired and unreleased by exactly ``(owner, epoch)`` is
+        extended; anything else is :class:`LeaseNotHeldError` and changes nothing: the lease
+        was released (the run concluded), lapsed (anyone may have taken it) or is held by
+        somebody else. A failed renewal means *stop*. It never claims: a renewal that
+        re-took a released lease would leave a live lease over a concluded run, which the
+        recovery queue would hand out again once it lapsed. One guarded statement, so no
+        takeover can slip between its check and its write. ``ttl`` as for :meth:`acquire`.
+        """
+        run = check_run(run)
+        owner = check_label(owner, "owner")
+        epoch = check_int(epoch, "epoch")
+        ttl = check_ttl(ttl)
+        now = self._now()
+        extend = (
+            update(RunLease)
+            .where(
+                RunLease.tenant == self.tenant,
+                RunLease.run_id == str(run),
+                RunLease.owner == owner,
+                RunLease.epoch == epoch,
+                RunLease.expires_at > now,
+            )
+            .values(expires_at=lease_expiry(now, ttl))
+            .returning(RunLease.epoch)
+        )
+
+        async def unit(session: AsyncSession) -> Lease:
+            # The mutex only if the run has an activity row (no row: no hot statement can
+            # be reading this lease row NOWAIT); a renewal never creates one.
+            await self._take_mutex(session, run, claim=False)
+            if (await session.execute(extend)).first() is None:
+                found = await self._lease_row(session, run)
+                raise LeaseNotHeldError(run, owner, epoch, _described(found, now))
+            return Lease(run, owner, epoch)
+
+        return await self._unit(unit, session=session, run=run)
+
+    async def abandoned_runs(
+        self, limit: int, *, session: AsyncSession | None = None
+    ) -> list[RunId]:
+        """Runs whose lease expired while still naming an owner: what an instance died holding.
+
+        Every clean exit releases its lease (:meth:`release_lease`), so a lapsed lease that
+        still names an owner is a run nobody will touch again unless something recovers it:
+        take it over with :meth:`acquire` (a :class:`LeaseHeldError` means another instance
+        got there first). A released run, a live lease and a sealed run (sealed, then never
+        released) are not listed. Oldest expiry first, ties by run id, at most ``limit``;
+        ``limit`` results means *at least* that many. Expiry is judged by the store's clock,
+        the one leases are stamped with. A stored run id that does not parse is
+        :class:`CorruptRecordError`, never skipped: this is the one list a stranded run is on.
+        Served by the partial index ``run_lease_abandoned``.
+        """
+        limit = check_int(limit, "limit")
+        sealed = exists().where(
+            RunSeal.tenant == RunLease.tenant, RunSeal.run_id == RunLease.run_id
+        )
+        stmt = (
+            select(RunLease.run_id)
+            .where(
+                RunLease.tenant == self.tenant,
+                LEASE_HELD_PREDICATE,
+                RunLease.expires_at <= self._now(),
+                ~sealed,
+            )
+            .order_by(RunLease.expires_at, RunLease.run_id)
+            .limit(limit)
+        )
+
+        async def unit(session: AsyncSession) -> list[RunId]:
+            rows = (await session.execute(stmt)).scalars()
+            return [stored_run(r, "run_lease.run_id") for r in rows]
+
+        # The primary: a sweeper acts on the answer, and a replica behind would list runs
+        # that were taken over already.
+        return await self._unit(unit, read_only=True, primary=True, session=session)
+
+    async def _lease_row(self, session: AsyncSession, run: RunId) -> tuple[str, int, int] | None:
+        """The run's lease row as ``(owner, epoch, expires_at)``, checked, or ``None``."""
+        row = (
+            await session.execute(
+                select(RunLease.owner, RunLease.epoch, RunLease.expires_at).where(
+                    RunLease.tenant == self.tenant, RunLease.run_id == str(run)
                 )
-                lapsed = RunLease.expires_at <= now
-                stmt = insert.on_conflict_do_update(
-                    index_elements=[RunLease.tenant, RunLease.run_id],
-                    set_={
-                        "owner": insert.excluded.owner,
-                        "epoch": case((lapsed, RunLease.epoch + 1), else_=RunLease.epoch),
-                        "expires_at": insert.excluded.expires_at,
-                    },
-                    where=or_(lapsed, RunLease.owner == owner),
-                ).returning(RunLease.epoch)
-                epoch = (await session.execute(stmt)).scalar_one_or_none()
-                if epoch is not None:
-                    return Lease(run, owner, int(epoch))
-                held = (
-                    await session.execute(
-                        select(RunLease.owner, RunLease.epoch, RunLease.expires_at).where(
-                            RunLease.tenant == self.tenant, RunLease.run_id == str(run)
-                        )
-                    )
-                ).one_or_none()
-                if held is None:
-                    continue
-                expires = stored_int(held.expires_at, 0, "run_lease.expires_at")
-                holder = stored_text(held.owner, 0, "run_lease.owner")
-                if expires > now and holder != owner:
-                    held_epoch = stored_int(held.epoch, 0, "run_lease.epoch")
-                    raise LeaseHeldError(run, holder, held_epoch, expires - now)
-            raise BackendError(f"the lease of {run} kept changing while acquiring it; retry")
+            )
+        ).one_or_none()
+        if row is None:
+            return None
+        return (
+            stored_text(row.owner, 0, "run_lease.owner"),
+            stored_int(row.epoch, 0, "run_lease.epoch"),
+            stored_int(row.expires_at, 0, "run_lease.expires_at"),
+        )
 
-        return await self._unit(unit, session=session)
+    async def _holder(self, session: AsyncSession, run: RunId, now: int) -> Exception:
+        """The error for a refused claim: :class:`LeaseHeldError` naming the live holder."""
+        found = await self._lease_row(session, run)
+        if found is None:  # lease rows are never deleted, and this one refused a claim
+            return BackendError(
+                f"acquire of run {run} was refused but it has no lease row; lease rows are "
+                "never deleted, so something outside this store removed it"
+            )
+        holder, epoch, expires = found
+        return LeaseHeldError(run, holder, epoch, max(expires - now, 0))
 
     async def release_lease(
         self, run: RunId, epoch: int, *, session: AsyncSession | None = None
@@ -141,7 +263,7 @@ class RunControl(Repository):
             await self._take_mutex(session, run, claim=False)  # no row: no append to fence
             await session.execute(stmt)
 
-        await self._unit(unit, session=session)
+        await self._unit(unit, session=session, run=run)
 
     async def _take_mutex(self, session: AsyncSession, run: RunId, *, claim: bool) -> bool:
         """Take the run mutex for a lease change; ``True`` if that inserted the activity row,
@@ -210,3 +332,15 @@ class RunControl(Repository):
             return Cancellation(actor, stored_text(row.reason, 0, "run_cancel.reason"))
 
         return await self._unit(unit, read_only=True, primary=True, session=session)
+
+
+def _described(found: tuple[str, int, int] | None, now: int) -> str:
+    """What a refused renewal found, for :class:`LeaseNotHeldError`'s message."""
+    if found is None:
+        return "the run has no lease"
+    owner, epoch, expires = found
+    if owner == RELEASED_OWNER:
+        return f"the lease was released at epoch {epoch}"
+    if expires <= now:
+        return f"{owner!r}'s lease at epoch {epoch} lapsed {now - expires}s ago"
+    return f"the lease is held by {owner!r} at epoch {epoch} for another {expires - now}s"

@@ -16,7 +16,11 @@ How the concurrency guarantees are made (each is a storage invariant, not a code
   append that starts after the takeover sees the new epoch. Lock order is always
   activity row, then lease row, then the tenant's log counter: no cycles, no deadlocks.
 * **Exactly-once** is the partial unique index ``journal_effect_started``; only that
-  constraint becomes :class:`DuplicateEffectError`.
+  constraint becomes :class:`DuplicateEffectError`, and the primary key refusing a chain
+  position (a writer that bypassed the run mutex) is :class:`AppendConflictError`, both by the
+  constraint the database names (:mod:`agentplane_journal.db.violations`).
+* **At-most-once admission** is ``run_admission``'s primary key, claimed in the append's own
+  transaction (:mod:`agentplane_journal.journal.admissions`).
 * **A fresh lease** is one ``INSERT .. ON CONFLICT DO UPDATE .. WHERE`` statement
   (:mod:`agentplane_journal.journal.leases`, which says why exactly one first acquire gets epoch 1).
 * **The log** (dense commit-ordered positions, proofs from one snapshot) is
@@ -35,6 +39,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 from agentplane_journal.backends import dispatch
 from agentplane_journal.backends.head_cache import HeadCache
+from agentplane_journal.core.admission import claimed_keys
 from agentplane_journal.core.append import EFFECT_STARTED, RUN_SEALED, Append
 from agentplane_journal.core.batch import COLUMNS, chain_batch, fenced
 from agentplane_journal.core.checks import (
@@ -48,7 +53,7 @@ from agentplane_journal.core.ids import DEFAULT_TENANT, Digest, EffectKey, RunId
 from agentplane_journal.core.record import Record
 from agentplane_journal.core.signing import Signer
 from agentplane_journal.db import selfwait
-from agentplane_journal.db.models import Journal, RunOutcome
+from agentplane_journal.db.models import RunOutcome
 from agentplane_journal.db.statements import (
     digest,
     hot_statements,
@@ -56,12 +61,15 @@ from agentplane_journal.db.statements import (
     stored_int,
     stored_text,
 )
+from agentplane_journal.db.txcontrol import refusing_transaction_control
 from agentplane_journal.db.unit import Passthrough, Rollback, TransactionAnchor
+from agentplane_journal.db.violations import Collision, append_raced, journal_collision
 from agentplane_journal.errors import (
     DuplicateEffectError,
     RunSealedError,
     TransactionEndedError,
 )
+from agentplane_journal.journal.admissions import Admissions
 from agentplane_journal.journal.audits import AuditReads
 from agentplane_journal.journal.leases import RunControl
 from agentplane_journal.journal.log import TenantLog
@@ -84,7 +92,7 @@ class _RunState:
     head_hash: Digest
 
 
-class SqlJournalStore(RunReads, AuditReads, RunControl):
+class SqlJournalStore(RunReads, AuditReads, RunControl, Admissions):
     """agentplane's journal store over SQLAlchemy's async engine (PostgreSQL or SQLite).
 
     Build it over an existing ``AsyncEngine`` (a host application's own works; SQLite's
@@ -214,6 +222,18 @@ class SqlJournalStore(RunReads, AuditReads, RunControl):
             _named=True,
         )
 
+    def is_shared(self) -> bool:
+        """Whether several processes may append to this store's durable state at once.
+
+        agentplane's runtime asks this to refuse what is unsafe on a shared store (a
+        process-local lock beside it), so the answer is about the database, never about this
+        handle: PostgreSQL ``True``; a SQLite file ``True`` as well (processes on one file
+        append safely, each transaction holding the file's write lock from ``BEGIN
+        IMMEDIATE``); an in-memory SQLite database ``False`` (no other process can reach
+        it). Decided by the dialect object from the engine's URL; no statement runs.
+        """
+        return self._dialect.is_shared(self._shared.engine.url)
+
     # -- the run mutex, the fence and the head ----------------------------------------
 
     async def _lock_run(self, session: AsyncSession, run: RunId, epoch: int) -> _RunState:
@@ -307,8 +327,12 @@ class SqlJournalStore(RunReads, AuditReads, RunControl):
             try:
                 written: Sequence[int] = (await conn.execute(insert, chunk)).scalars().all()
             except DBAPIError as exc:
-                table = Journal.__table__
-                if self._dialect.constraint(exc, table) == "journal_effect_started" and seen:
+                what, name = journal_collision(self._dialect, exc) or (None, "")
+                if what is Collision.CHAIN_POSITION:
+                    # A record already holds one of these positions: another writer bypassed
+                    # the run mutex (raw SQL, or append_atomic's work inserting records).
+                    raise append_raced(run, state.head_seq + 1, name, exc) from exc
+                if what is Collision.EFFECT_STARTED and seen:
                     # Not expected (the INSERT skips these rows); kept so that this index,
                     # and only it, still maps to DuplicateEffectError if it ever raises (it
                     # cannot without an EffectStarted key in the batch).
@@ -321,6 +345,8 @@ class SqlJournalStore(RunReads, AuditReads, RunControl):
                     if row["seq"] not in done:
                         raise DuplicateEffectError(EffectKey.from_hex(row["effect_key"]))
 
+        # A keyed RunAdmitted claims its key here, in this transaction (journal/admissions.py).
+        await self._claim_admissions(session, run, batch)
         if conclusion is not None:
             d = self._dialect
             ordinal = await d.conclusion_ordinal(await session.connection())
@@ -362,8 +388,14 @@ class SqlJournalStore(RunReads, AuditReads, RunControl):
         keys = [
             i.effect_key for i in items if i.kind == EFFECT_STARTED and i.effect_key is not None
         ]
-        if len(set(keys)) != len(keys) or any(i.kind == RUN_SEALED for i in items):
-            return await general()  # rare batches: a duplicate in the batch, or a conclusion
+        if (
+            len(set(keys)) != len(keys)
+            or any(i.kind == RUN_SEALED for i in items)
+            or claimed_keys(items)
+        ):
+            # Rare batches: a duplicate in the batch, a conclusion, or an admission claiming
+            # a key (once per run; the claim lives in the general unit only).
+            return await general()
         await self._ready()
         # One round trip on PostgreSQL, one thread hop on SQLite; `general` when it cannot.
         # (The writer is a backends.writer.HotPath, typed Any in db/, which is below it.)
@@ -385,7 +417,11 @@ class SqlJournalStore(RunReads, AuditReads, RunControl):
         Fenced first, so a displaced writer's ``work`` never runs. ``work`` may use the
         host's ORM models or Core through the session; its changes commit with the records
         or not at all. An exception from ``work`` rolls back and propagates unchanged. A
-        connection lost during COMMIT is :class:`CommitUnknownError`.
+        connection lost during COMMIT is :class:`CommitUnknownError`. ``work`` may not end
+        the transaction: ``session.commit()``/``rollback()``/``close()`` is
+        :class:`TransactionEndedError` after it returns, and a transaction-control statement
+        sent as SQL (``COMMIT``, ``ROLLBACK``, ``SAVEPOINT``, ...) is refused before it
+        reaches the database (:mod:`agentplane_journal.db.txcontrol`).
         """
         run = check_run(run)
         epoch = check_int(epoch, "epoch")
@@ -398,11 +434,17 @@ class SqlJournalStore(RunReads, AuditReads, RunControl):
                 raise RunSealedError(run, state.sealed_outcome)
             anchor = await TransactionAnchor.take(session)
             try:
-                async with self._schema_for(session, ours=False):  # the host's own tables
-                    returned = await work(session)
+                # A COMMIT, ROLLBACK, SAVEPOINT... that work sends as SQL text is refused
+                # before it reaches the database (db/txcontrol.py): SQLAlchemy would not see
+                # it, and the anchor below could not tell.
+                with refusing_transaction_control(anchor.connection, run) as refused:
+                    async with self._schema_for(session, ours=False):  # the host's own tables
+                        returned = await work(session)
                 items, batch_run = self._check_batch(returned if returned is not None else [])
             except Exception as error:
                 raise Passthrough(error) from None
+            if refused:  # work caught the refusal and went on: the batch is refused all the same
+                raise Passthrough(TransactionEndedError(run, refused[0]))
             if not await anchor.intact(session):
                 # work committed, rolled back or closed: the mutex and the fence are gone.
                 raise Passthrough(TransactionEndedError(run))

@@ -33,6 +33,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.schema import CreateSchema
 
+from agentplane_journal.db.dialect import dialect_for, dialect_named
 from agentplane_journal.db.engine import create_engine
 from agentplane_journal.db.models import LATER_COLUMNS, metadata
 from agentplane_journal.db.revision import (
@@ -118,7 +119,8 @@ def _refuse_collisions(connection: Connection, schema: str | None) -> None:
         ours = {c.name for c in table.columns}
         if not ours - LATER_COLUMNS.get(name, frozenset()) <= set(columns) <= ours:
             where = schema or inspector.default_schema_name or "main"
-            raise SchemaConflictError(name, where, columns, connection.dialect.name)
+            schemas = dialect_for(connection, any_driver=True).schemas
+            raise SchemaConflictError(name, where, columns, schemas)
 
 
 # -- upgrading, downgrading and checking ---------------------------------------------------
@@ -216,7 +218,10 @@ def _migrate_connection(
             f"expected a synchronous sqlalchemy Connection, not {type(connection).__name__} "
             "(from async code use `await migrate.upgrade(engine)`)"
         )
-    schema = check_schema(schema, connection.dialect.name)
+    if schema is not None:
+        # Any driver: a host's env.py may migrate through its own (the store runs on
+        # asyncpg or aiosqlite, the DDL on whatever the host connected with).
+        schema = check_schema(schema, dialect_for(connection, any_driver=True))
     if connection.in_transaction() and not join:
         raise RuntimeError(
             "upgrade_connection() was given a connection inside a transaction it cannot "
@@ -275,9 +280,7 @@ def upgrade_sql(
     Nothing connects: a DBA reviews (and runs) the script. Without ``starting_revision``
     it starts from an empty database, version table included.
     """
-    if dialect_name not in ("postgresql", "sqlite"):
-        raise ValueError(f"unsupported dialect {dialect_name!r}: postgresql or sqlite")
-    schema = check_schema(schema, dialect_name)
+    schema = check_schema(schema, dialect_named(dialect_name))
     target = revision if starting_revision is None else f"{starting_revision}:{revision}"
     cfg = alembic_config(dialect_name=dialect_name, schema=schema, output_buffer=output)
     with _host_alembic_preserved():

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from agentplane_journal.db.dialect import dialect_for
 from agentplane_journal.db.models import TABLE_NAMES
 from agentplane_journal.db.models import metadata as _our_metadata
 from agentplane_journal.errors import SchemaConflictError
@@ -84,7 +85,8 @@ def run_journal_migrations(
     destination = env.context_opts.get("destination_rev")
     if migration.as_sql:
         if command == _UPGRADE and env.context_opts.get("starting_rev") is None:
-            upgrade_sql(migration.dialect.name, schema=schema, output=migration.output_buffer)
+            dialect = dialect_for(migration, any_driver=True).name
+            upgrade_sql(dialect, schema=schema, output=migration.output_buffer)
         else:
             migration.impl.static_output(
                 "-- agentplane_journal: not part of this script (only a full upgrade "
@@ -137,7 +139,7 @@ def refuse_host_models_in_our_place(
     metadatas: Iterable[Any] = (
         target_metadata if isinstance(target_metadata, list | tuple) else [target_metadata]
     )
-    dialect = getattr(getattr(migration, "dialect", None), "name", "sqlite")
+    schemas = _has_schemas(migration)
     for md in metadatas:
         if md is _our_metadata:
             continue
@@ -147,9 +149,21 @@ def refuse_host_models_in_our_place(
                     table.name,
                     schema or "(default)",
                     [c.name for c in table.columns],
-                    dialect,
+                    schemas,
                     model=True,
                 )
+
+
+def _has_schemas(migration: Any) -> bool:
+    """Whether the migration's database has schemas, for the advice of a
+    :class:`SchemaConflictError`: without a migration context (an autogenerate filter
+    calls without one) or on a backend the package does not know, the advice for a
+    database without them, as before the dialect was asked."""
+    bound = getattr(migration, "dialect", None)
+    try:
+        return bound is not None and dialect_for(bound, any_driver=True).schemas
+    except ValueError:
+        return False
 
 
 def include_name(

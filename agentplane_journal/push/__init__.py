@@ -1,1 +1,1 @@
-"""The push-delivery store: registrations, cursors, sealed secrets."""
+"""The push-delivery store: registrations, cursors, encrypted secrets."""

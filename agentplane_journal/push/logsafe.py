@@ -7,9 +7,9 @@ Three loggers can print what a statement carries, whatever ``hide_parameters`` s
 * ``aiosqlite`` (DEBUG) prints every call it runs, bound parameters included;
 * ``asyncpg`` logs only pool warnings, never a statement or its parameters.
 
-With a key the push store is safe by construction: a token or credentials is sealed before
+With a key the push store is safe by construction: a token or credentials is encrypted before
 it is bound and opened after it is fetched, so parameters and rows only ever hold
-``apj:v<n>:`` envelopes, and key material never leaves :mod:`.sealing`. Without a key (the
+``apj:v<n>:`` envelopes, and key material never leaves :mod:`.encrypting`. Without a key (the
 plaintext format agentplane 0.4.0 uses) the secret must travel through the driver, so the
 push store installs :class:`PushLogFilter` on the engine's logger and on ``aiosqlite``. It
 changes nothing but push statements: SQLAlchemy records made while a push-store call runs

@@ -4,7 +4,7 @@ A registration row is read as the database holds it, and the database may have b
 by hand, by agentplane, or by an attacker. One such row must neither stop a whole tenant's
 deliveries nor disappear without a word, so the reads that return many rows (``due``,
 ``list``) hand back the good ones in a :class:`PushListing` whose ``unavailable`` names each
-row left out and why; ``reseal`` says the same in its :class:`ResealReport`. Every reason is
+row left out and why; ``re-encrypt`` says the same in its :class:`ReencryptReport`. Every reason is
 a :class:`StoreError` whose message names the row, the column and the key id, never a secret.
 """
 
@@ -18,7 +18,14 @@ from typing import Any, Generic, TypeVar
 from agentplane_journal.errors import CorruptRegistrationError, StoreError
 from agentplane_journal.push.values import url_problem
 
-__all__ = ["PushListing", "ResealReport", "UnreadableRegistration", "check_row", "row_names"]
+__all__ = [
+    "PushListing",
+    "ReencryptReport",
+    "UnreadableRegistration",
+    "check_row",
+    "parked_flag",
+    "row_names",
+]
 
 T = TypeVar("T")
 
@@ -32,7 +39,7 @@ class UnreadableRegistration:
     ``task_id`` and ``config_id`` are the row's key as stored (text; a hostile row's task id
     need not be a run id). ``error`` is a :class:`SecretUnavailableError` (a secret that does
     not open: wrong or missing key, tampered, moved, its url or auth_scheme rewritten, or
-    plaintext where a sealed value belongs) or a :class:`CorruptRegistrationError`.
+    plaintext where an encrypted value belongs) or a :class:`CorruptRegistrationError`.
     """
 
     task_id: str
@@ -68,16 +75,16 @@ class PushListing(builtins.list[T], Generic[T]):
 
 
 @dataclass(frozen=True, slots=True)
-class ResealReport:
-    """What ``reseal()`` did to one tenant's rows.
+class ReencryptReport:
+    """What ``reencrypt()`` did to one tenant's rows.
 
-    ``resealed`` rows were rewritten under the current key and format; ``current`` rows
+    ``reencrypted`` rows were rewritten under the current key and format; ``current`` rows
     already were (or hold no secret); ``changed`` rows were modified by someone else between
     the read and the rewrite and were left alone (a concurrent ``put`` wins: run it again);
     ``unavailable`` names each row whose secrets could not be opened, and why.
     """
 
-    resealed: int
+    reencrypted: int
     current: int
     changed: int
     unavailable: tuple[UnreadableRegistration, ...]
@@ -136,3 +143,27 @@ def check_row(row: Any, *, cursor: bool) -> None:
             raise _fail(row, f"its {name} is negative ({value})")
     if row.last_error is not None and not isinstance(row.last_error, str):
         raise _fail(row, "its last_error is not text")
+    parked_flag(row)
+
+
+def parked_flag(row: Any) -> bool:
+    """The row's ``parked`` flag as stored, or :class:`CorruptRegistrationError`.
+
+    The store selects the column without SQLAlchemy's Boolean conversion, because on SQLite
+    that conversion is ``bool(value)``: a flag edited to 2, 'yes' or a BLOB would read as
+    some answer instead of being reported. PostgreSQL hands back True or False (NULL only
+    if someone dropped the column's NOT NULL); SQLite hands back whatever was stored, and
+    only the integers 0 and 1 are flags.
+    """
+    value = row.parked
+    if isinstance(value, bool):
+        return value
+    if type(value) is int and value in (0, 1):
+        return bool(value)
+    if value is None:
+        shown = "NULL"
+    elif isinstance(value, int | float):
+        shown = repr(value)
+    else:
+        shown = f"a {type(value).__name__}"
+    raise _fail(row, f"its parked flag is {shown}, not true or false (the row was edited)")

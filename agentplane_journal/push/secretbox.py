@@ -1,6 +1,6 @@
-"""Secrets at rest: AES-256-GCM sealing of push tokens and credentials, and the keyring.
+"""Secrets at rest: AES-256-GCM encrypting of push tokens and credentials, and the keyring.
 
-A sealed value is self-describing text, ``apj:v3:<key id>:<base64url(nonce || ciphertext)>``,
+An encrypted value is self-describing text, ``apj:v3:<key id>:<base64url(nonce || ciphertext)>``,
 and keys rotate without downtime: reads open any key the keyring holds, writes use the
 current one. The associated data binds the value to everything the store acts on with it:
 the format version, the row's ``(tenant, task_id, config_id)``, the column, the row's
@@ -8,7 +8,7 @@ the format version, the row's ``(tenant, task_id, config_id)``, the column, the 
 another row, column or tenant does not open, and neither does one whose row was pointed at
 another host or scheme: a rewritten url cannot send the real token elsewhere.
 
-Which secrets a row has is sealed too, so that blanking one (setting its column to NULL) is
+Which secrets a row has is encrypted too, so that blanking one (setting its column to NULL) is
 not a way to turn an authenticated registration into an unauthenticated one. Format v3's
 plaintext is a tag byte and the value: ``\x01`` + the secret, or ``\x00`` alone, the
 *absence marker* a column that must always hold an envelope (the token, see
@@ -18,9 +18,10 @@ missing its marker, and a NULLed credentials column makes the token's binding fa
 
 Format v1 (``apj:v1:``) bound only tenant, task, config id and column; format v2 added
 ``url`` and ``auth_scheme`` but not which secrets the row holds. Both still open (so a v1/v2
-row does not prove it was not blanked), and ``SqlPushStore.reseal()`` rewrites them as v3. Anything
-without an ``apj:v<n>:`` prefix is plaintext, which a store holding a key refuses unless told
-``accept_plaintext=True`` (a plaintext value where a sealed one belongs is a downgrade).
+row does not prove it was not blanked), and ``SqlPushStore.reencrypt()`` rewrites them as v3.
+Anything without an ``apj:v<n>:`` prefix is plaintext, which a store holding a key refuses
+unless told ``accept_plaintext=True`` (a plaintext value where an encrypted one belongs is a
+downgrade).
 Nothing here ever puts a secret, a key or a ciphertext into an error message or a ``repr``.
 """
 
@@ -43,16 +44,16 @@ __all__ = [
     "KEY_BYTES",
     "Keyring",
     "is_current",
-    "is_sealed",
+    "is_encrypted",
     "keyring_from",
     "open_secret",
-    "seal_secret",
+    "encrypt_secret",
 ]
 
 KEY_BYTES = 32
 NONCE_BYTES = 12
 _TAG_BYTES = 16
-#: The envelope format new values are sealed in.
+#: The envelope format new values are encrypted in.
 FORMAT_VERSION = 3
 # The version is in the domain, so an envelope relabelled to another version never opens.
 _AAD_DOMAIN_V1 = b"agentplane_journal/push-secret/v1"
@@ -67,7 +68,7 @@ _KEY_ID_DOMAIN = b"agentplane_journal/push-key-id\x00"
 _KEY_ID = re.compile(r"[A-Za-z0-9._-]{1,32}")
 # Any `apj:v<n>:` value is an envelope (a later format version must not be read as a token).
 _ENVELOPE = re.compile(r"apj:v([0-9]+):")
-_SEALED = re.compile(r"apj:v([123]):([A-Za-z0-9._-]{1,32}):([A-Za-z0-9_-]+)")
+_CIPHERTEXT = re.compile(r"apj:v([123]):([A-Za-z0-9._-]{1,32}):([A-Za-z0-9_-]+)")
 
 
 # -- keys -------------------------------------------------------------------
@@ -86,11 +87,11 @@ def _check_key(key: object, name: str) -> bytes:
 
 
 class Keyring:
-    """The keys push secrets are sealed with: several ids for reading, one current for writing.
+    """The keys push secrets are encrypted with: several ids for reading, one current for writing.
 
-    ``Keyring({"k1": old, "k2": new}, current="k2")`` opens values sealed under either key and
-    seals new ones under ``k2``. Key ids are 1-32 characters of ``[A-Za-z0-9._-]``; they are
-    stored in the clear in each sealed value, the keys never are. ``Keyring.from_keys(new,
+    ``Keyring({"k1": old, "k2": new}, current="k2")`` opens values encrypted under either key and
+    encrypts new ones under ``k2``. Key ids are 1-32 characters of ``[A-Za-z0-9._-]``; they are
+    stored in the clear in each encrypted value, the keys never are. ``Keyring.from_keys(new,
     old)`` names keys by :meth:`key_id_for`, which is also the id ``secret_key=`` uses.
     """
 
@@ -120,7 +121,7 @@ class Keyring:
         """The id a bare key is stored under: ``k`` and 8 hex digits of a SHA-256 of it.
 
         A 32-bit fingerprint of a 256-bit random key tells an attacker nothing useful, and it
-        lets a store tell "sealed under another key" from "tampered with".
+        lets a store tell "encrypted under another key" from "tampered with".
         """
         digest = hashlib.sha256(_KEY_ID_DOMAIN + _check_key(key, "secret_key")).hexdigest()
         return "k" + digest[:8]
@@ -135,7 +136,7 @@ class Keyring:
 
     @property
     def current(self) -> str:
-        """The id new values are sealed under."""
+        """The id new values are encrypted under."""
         return self._current
 
     @property
@@ -190,7 +191,7 @@ def _parts(
     return (tenant, task_id, config_id, column, url, auth_scheme, shape)
 
 
-def is_sealed(stored: str) -> bool:
+def is_encrypted(stored: str) -> bool:
     return _ENVELOPE.match(stored) is not None
 
 
@@ -202,7 +203,7 @@ def is_current(keyring: Keyring, stored: str | None) -> bool:
     return stored is None or stored.startswith(f"apj:v{FORMAT_VERSION}:{keyring.current}:")
 
 
-def seal_secret(
+def encrypt_secret(
     keyring: Keyring | None,
     value: str | None,
     *,
@@ -217,7 +218,7 @@ def seal_secret(
 ) -> str | None:
     """Seal ``value`` for one column of one row.
 
-    ``None`` stays ``None``, unless ``mark_absent`` and there is a keyring: then it is sealed
+    ``None`` stays ``None``, unless ``mark_absent`` and there is a keyring: then it is encrypted
     as the absence marker, which opens as ``None`` and proves the row had no value there.
     Without a keyring the value is stored as it is (agentplane 0.4.0's plaintext), unless it
     would read back as an envelope.
@@ -226,9 +227,9 @@ def seal_secret(
         return None
     if keyring is None:
         assert value is not None
-        if is_sealed(value):
+        if is_encrypted(value):
             raise ValueError(
-                f"{column} begins with 'apj:v<n>:', which marks sealed values; a store without "
+                f"{column} begins with 'apj:v<n>:', which marks encrypted values; a store without "
                 "a secret key cannot store it (configure secret_key= or keyring=)"
             )
         return value
@@ -238,8 +239,8 @@ def seal_secret(
     plain = _MISSING if value is None else _PRESENT + value.encode("utf-8")
     nonce = os.urandom(NONCE_BYTES)
     # The current key is always one of the keyring's (Keyring.__init__ checks it).
-    sealed = keyring._aeads[key_id].encrypt(nonce, plain, _aad(version, parts))
-    body = base64.urlsafe_b64encode(nonce + sealed).rstrip(b"=").decode("ascii")
+    encrypted = keyring._aeads[key_id].encrypt(nonce, plain, _aad(version, parts))
+    body = base64.urlsafe_b64encode(nonce + encrypted).rstrip(b"=").decode("ascii")
     return f"apj:v{version}:{key_id}:{body}"
 
 
@@ -264,37 +265,37 @@ def open_secret(
     if stored is None:
         return None
     where = f"registration {config_id!r} of task {task_id} in tenant {tenant!r}"
-    marked = _ENVELOPE.match(stored)  # is_sealed(stored)
+    marked = _ENVELOPE.match(stored)  # is_encrypted(stored)
     if marked is None:
         if keyring is None or accept_plaintext:
             return stored  # plaintext: written without a key, or by agentplane itself
         detail = (
-            f"{where} holds plaintext where this store, which has a key, expects a sealed "
-            "value: someone replaced the sealed value (a downgrade), or the row was written by "
+            f"{where} holds plaintext where this store, which has a key, expects an encrypted "
+            "value: someone replaced the encrypted value (a downgrade), or the row was written by "
             "agentplane or by a store without a key. To adopt such rows, open the store with "
-            "accept_plaintext=True and run reseal()"
+            "accept_plaintext=True and run reencrypt()"
         )
         raise SecretUnavailableError(None, column, detail)
-    envelope = _SEALED.fullmatch(stored)
+    envelope = _CIPHERTEXT.fullmatch(stored)
     if envelope is None:
         version = marked.group(1)
         detail = (
-            f"{where} holds a sealed value of format v{version}, which this version cannot read"
+            f"{where} holds an encrypted value of format v{version}, which this version cannot read"
             if version not in _AAD_DOMAINS
-            else f"{where} holds a malformed sealed value"
+            else f"{where} holds a malformed encrypted value"
         )
         raise SecretUnavailableError(None, column, detail)
     version, key_id, body = envelope.groups()
     if keyring is None:
         detail = (
-            f"{where} is sealed, but this store has no secret key; open it with secret_key= "
+            f"{where} is encrypted, but this store has no secret key; open it with secret_key= "
             "or keyring= holding that key"
         )
         raise SecretUnavailableError(key_id, column, detail)
     aead = keyring._aead(key_id)
     if aead is None:
         held = ", ".join(keyring.key_ids)
-        detail = f"{where} is sealed under a key this store does not hold (it holds {held})"
+        detail = f"{where} is encrypted under a key this store does not hold (it holds {held})"
         raise SecretUnavailableError(key_id, column, detail + "; add that key to the keyring")
     try:
         raw = base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))
@@ -314,12 +315,12 @@ def open_secret(
         }[version]
         detail = (
             f"{where} does not authenticate: it was altered, copied from another row, column "
-            f"or tenant{bound}, or sealed under a different key with this id"
+            f"or tenant{bound}, or encrypted under a different key with this id"
         )
         raise SecretUnavailableError(key_id, column, detail) from None
     if version == "3":
         if plain == _MISSING:
-            return None  # the absence marker: the row was sealed without a value here
+            return None  # the absence marker: the row was encrypted without a value here
         if plain[:1] != _PRESENT:  # authenticated, so only a key-holder's bug could cause it
             raise SecretUnavailableError(key_id, column, f"{where} has an unknown tag")
         plain = plain[1:]

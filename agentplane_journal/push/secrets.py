@@ -1,19 +1,19 @@
-"""A push registration row's secrets: sealed as it is written, opened as it is read.
+"""A push registration row's secrets: encrypted as it is written, opened as it is read.
 
-Tokens and credentials are sealed bound to their row (tenant, task, config id, column, url,
-auth scheme, and whether the row has credentials; see :mod:`.sealing`). This is the one
+Tokens and credentials are encrypted bound to their row (tenant, task, config id, column, url,
+auth scheme, and whether the row has credentials; see :mod:`.secretbox`). This is the one
 place that knows which columns hold secrets, what each is bound to, and how a stored row
 becomes a :class:`PushConfig`, so the store's statements (:mod:`.push`) and the secrets'
 binding cannot drift apart. No SQL here: a row is whatever the store's statement returned.
 
 Blanking. With a key, the token column *always* holds an envelope: a registration without a
-token holds the sealed absence marker there. So a NULL token column on a keyed store is a
+token holds the encrypted absence marker there. So a NULL token column on a keyed store is a
 row someone blanked (or one written before format v3, or without a key, which the store
 cannot tell apart): it is refused like plaintext, and adopted the same way
-(``accept_plaintext=True``, then ``reseal()``). Blanking the credentials column breaks the
+(``accept_plaintext=True``, then ``reencrypt()``). Blanking the credentials column breaks the
 token's binding (it is bound to whether the row has credentials), and blanking the scheme
 breaks both. So no edit of a v3 row turns it into a registration with fewer secrets; rows
-still in format v1 or v2 prove none of this until ``reseal()`` rewrites them. Without a key
+still in format v1 or v2 prove none of this until ``reencrypt()`` rewrites them. Without a key
 there is nothing to prove it with: whoever can write the table can read its tokens anyway.
 """
 
@@ -24,7 +24,7 @@ from typing import Any, NamedTuple
 from agentplane_journal.core.ids import RunId
 from agentplane_journal.errors import CorruptRegistrationError, SecretUnavailableError
 from agentplane_journal.push.rows import check_row, row_names
-from agentplane_journal.push.secretbox import Keyring, is_current, open_secret, seal_secret
+from agentplane_journal.push.secretbox import Keyring, encrypt_secret, is_current, open_secret
 from agentplane_journal.push.values import PushAuthentication, PushConfig
 from agentplane_journal.push.values import build_unchecked as _build
 
@@ -36,7 +36,7 @@ CREDENTIALS = "auth_credentials"
 
 
 class Binding(NamedTuple):
-    """What a sealed value is bound to, besides the tenant and the column.
+    """What an encrypted value is bound to, besides the tenant and the column.
 
     ``auth_credentials`` is what the row's credentials column holds or will hold: only
     whether it is set is bound (so blanking it is seen), never the value.
@@ -50,10 +50,10 @@ class Binding(NamedTuple):
 
 
 class RowSecrets:
-    """One tenant's secrets under one keyring: sealing a row's values, opening them again.
+    """One tenant's secrets under one keyring: encrypting a row's values, opening them again.
 
     Without a keyring, values are stored and read as plain text (as agentplane 0.4.0 does);
-    with one, plaintext in a sealed column is refused unless ``accept_plaintext``.
+    with one, plaintext in an encrypted column is refused unless ``accept_plaintext``.
     """
 
     __slots__ = ("_accept_plaintext", "_keyring", "_tenant")
@@ -72,11 +72,11 @@ class RowSecrets:
                     f"{self._tenant!r}"
                 )
                 detail = (
-                    f"{where} holds no sealed token, where this store, which has a key, always "
-                    "seals one (an absence marker when there is no token): its token was "
+                    f"{where} holds no encrypted token, where this store, which has a key, always "
+                    "encrypts one (an absence marker when there is no token): its token was "
                     "removed (blanked), or the row was written before format v3, by agentplane "
                     "or by a store without a key. To adopt such rows, open the store with "
-                    "accept_plaintext=True and run reseal()"
+                    "accept_plaintext=True and run reencrypt()"
                 )
                 raise SecretUnavailableError(None, column, detail)
             return None
@@ -87,9 +87,9 @@ class RowSecrets:
             accept_plaintext=self._accept_plaintext,
         )
 
-    def seal(self, row: Any, column: str, value: str | None) -> str | None:
-        """``value`` as ``column`` of ``row`` stores it: sealed, or plain without a key."""
-        return seal_secret(
+    def encrypt(self, row: Any, column: str, value: str | None) -> str | None:
+        """``value`` as ``column`` of ``row`` stores it: encrypted, or plain without a key."""
+        return encrypt_secret(
             self._keyring, value, **self._binding(row, column), mark_absent=column == TOKEN
         )
 
@@ -105,7 +105,7 @@ class RowSecrets:
         )
 
     def _binding(self, row: Any, column: str) -> dict[str, Any]:
-        """What a sealed value is bound to (its associated data): the row and the column."""
+        """What an encrypted value is bound to (its associated data): the row and the column."""
         return {
             "tenant": self._tenant,
             "task_id": row.task_id,

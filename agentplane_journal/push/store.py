@@ -4,26 +4,22 @@ agentplane uses the journal itself as the outbox. Each registration keeps ``next
 first journal seq its receiver has not acknowledged; a worker delivers from there and
 advances only after a 2xx, so a crash produces a duplicate delivery, never a lost one.
 
-How the guarantees are made (each is one SQL statement, so concurrent callers commute):
-
-* **The cursor never moves backwards.** ``advance`` is a single
-  ``UPDATE .. SET next_seq = GREATEST(next_seq, :n)``: PostgreSQL re-evaluates the expression
-  on the latest row version after waiting for the row lock, so K concurrent advances end at
-  the maximum. A read-then-write in Python would let a slow advancer write an older value
-  over a newer one, and the receiver would be sent records it already acknowledged forever.
-* **``put`` keeps the cursor.** Its upsert replaces url and secrets but leaves ``next_seq``
-  alone, so re-registering a receiver (or a ``put`` racing an ``advance``) never rewinds it.
-* **Every retry is counted.** ``attempts`` is incremented in the UPDATE itself, so no retry
-  is lost to a concurrent one (the backoff grows with it).
+The store registers receivers and reads their configurations back; what a delivery worker
+runs (``due``, ``advance``, ``retry``, and parking: ``park``, ``parked``, ``unpark``) is its
+base, :class:`~agentplane_journal.push.queue.DeliveryQueue`, which says how each guarantee
+is made. Here: **``put`` keeps the cursor.** Its upsert replaces url and secrets but leaves
+``next_seq`` alone, so re-registering a receiver (or a ``put`` racing an ``advance``) never
+rewinds it. **``delete`` drops the cursor**, so it is an operator's explicit removal; a
+worker giving up on a receiver parks it instead.
 
 Secrets at rest. Tokens and credentials are what a database dump must not hand out. Given a
-key, they are sealed with AES-256-GCM before they leave the process, bound (associated data)
+key, they are encrypted with AES-256-GCM before they leave the process, bound (associated data)
 to the row's tenant, task, config id, column, ``url``, ``auth_scheme`` and whether it has
 credentials, so a value copied elsewhere, or a row pointed at another host, does not open
-(see :mod:`~agentplane_journal.push.secretbox`); a keyed row always holds a sealed token
+(see :mod:`~agentplane_journal.push.secretbox`); a keyed row always holds an encrypted token
 column (an absence marker without a token), so blanking a secret is seen, not served as
 "no authentication" (see :mod:`~agentplane_journal.push.secrets`). A store with a key
-refuses plaintext in a sealed column, or an empty token column (a downgrade), unless told
+refuses plaintext in an encrypted column, or an empty token column (a downgrade), unless told
 ``accept_plaintext=True``; a store without a key reads and writes plaintext, as agentplane
 0.4.0 does. A value that cannot be opened is :class:`SecretUnavailableError`, never garbage
 and never a silent ``None``; ``due`` and ``list`` serve the other rows and name it in
@@ -34,68 +30,46 @@ and never a silent ``None``; ``due`` and ``list`` serve the other rows and name 
 from __future__ import annotations
 
 import builtins
-import logging
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, TypeVar, cast
+from collections.abc import Callable
+from typing import Any, cast
 
-from sqlalchemy import and_, delete, select, tuple_, update
+from sqlalchemy import delete, select, update
 from sqlalchemy.engine import CursorResult
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
-from agentplane_journal.core.checks import MAX_I64, check_int, check_run
+from agentplane_journal.core.checks import check_int, check_run
 from agentplane_journal.core.ids import DEFAULT_TENANT, RunId, validate_tenant
 from agentplane_journal.db.models import PushDelivery
-from agentplane_journal.db.unit import Repository
 from agentplane_journal.errors import StoreError
 from agentplane_journal.push import logsafe as logsafe
+from agentplane_journal.push.queue import COLUMNS, DeliveryQueue
 from agentplane_journal.push.rows import (
     PushListing,
-    ResealReport,
+    ReencryptReport,
     UnreadableRegistration,
     check_row,
-    row_names,
 )
 from agentplane_journal.push.secretbox import Keyring, keyring_from
 from agentplane_journal.push.secrets import CREDENTIALS, TOKEN, Binding, RowSecrets
-from agentplane_journal.push.values import (
-    MAX_ATTEMPTS,
-    PushConfig,
-    PushRegistration,
-)
-from agentplane_journal.push.values import build_unchecked as _build
+from agentplane_journal.push.values import PushConfig
 from agentplane_journal.push.values import check_config_id as _check_config_id
-from agentplane_journal.push.values import clip_error as _clip_error
 
 __all__ = [
     "SqlPushStore",
 ]
 
-log = logging.getLogger("agentplane_journal.push.store")
-
 # -- the store --------------------------------------------------------------------------
 
 
-_T = TypeVar("_T")
-
-_COLUMNS = (
-    PushDelivery.task_id,
-    PushDelivery.config_id,
-    PushDelivery.url,
-    PushDelivery.token,
-    PushDelivery.auth_scheme,
-    PushDelivery.auth_credentials,
-)
-
-
-class SqlPushStore(Repository):
+class SqlPushStore(DeliveryQueue):
     """agentplane's push-delivery store over SQLAlchemy's async engine (PostgreSQL or SQLite).
 
     Build it over an existing ``AsyncEngine`` or open one with :meth:`connect`; like the
     journal store it never creates tables and refuses an out-of-date schema. With
     ``secret_key=`` (32 bytes) or ``keyring=`` (a :class:`Keyring`), tokens and credentials
-    are sealed at rest and a plaintext value in their columns is refused (a downgrade)
-    unless ``accept_plaintext=True`` (adopting agentplane's rows: then :meth:`reseal`).
-    Without a key they are stored as agentplane stores them, in plain text, and a sealed
+    are encrypted at rest and a plaintext value in their columns is refused (a downgrade)
+    unless ``accept_plaintext=True`` (adopting agentplane's rows: then :meth:`re-encrypt`).
+    Without a key they are stored as agentplane stores them, in plain text, and an encrypted
     value is :class:`SecretUnavailableError`.
 
     Every method takes ``session=``, the host's own ``AsyncSession``, as the journal store's
@@ -164,45 +138,8 @@ class SqlPushStore(Repository):
 
     @property
     def key_id(self) -> str | None:
-        """The id new secrets are sealed under, or ``None`` when they are stored in plain text."""
+        """The id new secrets are encrypted under; ``None``: they are stored in plain text."""
         return None if self._keyring is None else self._keyring.current
-
-    # -- helpers ------------------------------------------------------------------------
-
-    def _where(self, task_id: str, config_id: str) -> Any:
-        return and_(
-            PushDelivery.tenant == self.tenant,
-            PushDelivery.task_id == task_id,
-            PushDelivery.config_id == config_id,
-        )
-
-    def _unreadable(self, row: Any, error: StoreError, served: str) -> UnreadableRegistration:
-        task_id, config_id = row_names(row)
-        # A warning, so a worker that ignores .unavailable still cannot lose a row silently.
-        log.warning("%s (%s)", error, served)
-        return UnreadableRegistration(task_id, config_id, error)
-
-    async def _unit(self, fn: Callable[[AsyncSession], Awaitable[_T]], **kw: Any) -> _T:
-        # Every push statement runs marked, so the log filter hides its values, and no
-        # exception leaves with the statement's parameters in its chain (see logsafe).
-        try:
-            with logsafe.push_statements():
-                return await super()._unit(fn, **kw)
-        except BaseException as exc:
-            logsafe.scrub(exc)
-            raise
-
-    async def _read(self, stmt: Any, session: AsyncSession | None) -> Sequence[Any]:
-        async def unit(session: AsyncSession) -> Sequence[Any]:
-            return (await session.execute(stmt)).all()
-
-        return await self._unit(unit, read_only=True, session=session)
-
-    async def _write(self, stmt: Any, session: AsyncSession | None) -> None:
-        async def unit(session: AsyncSession) -> None:
-            await session.execute(stmt)
-
-        await self._unit(unit, session=session)
 
     # -- the contract -------------------------------------------------------------------
 
@@ -213,7 +150,8 @@ class SqlPushStore(Repository):
 
         A new registration starts at ``next_seq``; an existing one keeps its own (the
         receiver has acknowledged up to there) and is due at once: attempts, backoff and the
-        last error are reset.
+        last error are reset, and a parked one is re-armed (re-registering a receiver is
+        asking for its events again).
         """
         if not isinstance(config, PushConfig):
             raise TypeError(f"config must be a PushConfig, not {type(config).__name__}")
@@ -222,8 +160,8 @@ class SqlPushStore(Repository):
         auth = config.authentication
         plain = None if auth is None else auth.credentials
         row = Binding(task_id, config.id, config.url, None if auth is None else auth.scheme, plain)
-        token = self._rows.seal(row, TOKEN, config.token)
-        credentials = self._rows.seal(row, CREDENTIALS, plain)
+        token = self._rows.encrypt(row, TOKEN, config.token)
+        credentials = self._rows.encrypt(row, CREDENTIALS, plain)
         stmt = self._dialect.insert(PushDelivery).values(
             tenant=self.tenant,
             task_id=task_id,
@@ -236,6 +174,7 @@ class SqlPushStore(Repository):
             attempts=0,
             next_attempt_at=0,
             last_error=None,
+            parked=False,
         )
         # next_seq is deliberately absent from the SET list: the stored cursor wins.
         stmt = stmt.on_conflict_do_update(
@@ -248,6 +187,7 @@ class SqlPushStore(Repository):
                 "attempts": 0,
                 "next_attempt_at": 0,
                 "last_error": None,
+                "parked": False,
             },
         )
         await self._write(stmt, session)
@@ -262,7 +202,7 @@ class SqlPushStore(Repository):
         claim it is not registered.
         """
         task_id, config_id = str(check_run(task, "task")), _check_config_id(id)
-        rows = await self._read(select(*_COLUMNS).where(self._where(task_id, config_id)), session)
+        rows = await self._read(select(*COLUMNS).where(self._where(task_id, config_id)), session)
         return self._rows.config(rows[0]) if rows else None
 
     async def list(
@@ -274,7 +214,7 @@ class SqlPushStore(Repository):
         """
         task_id = str(check_run(task, "task"))
         stmt = (
-            select(*_COLUMNS)
+            select(*COLUMNS)
             .where(PushDelivery.tenant == self.tenant, PushDelivery.task_id == task_id)
             .order_by(PushDelivery.config_id)
         )
@@ -287,173 +227,40 @@ class SqlPushStore(Repository):
                 bad.append(self._unreadable(row, exc, "left out of list()"))
         return PushListing(good, bad)
 
-    async def due(
-        self, at: int, limit: int, *, session: AsyncSession | None = None
-    ) -> PushListing[PushRegistration]:
-        """Registrations due at ``at``, by (next_attempt_at, task, config id), at most ``limit``.
-
-        A row that cannot be read (a secret that does not open, a corrupt column) does not
-        stop the others: it is left out, named in the result's ``.unavailable`` and logged as
-        a warning, and the store reads on past it, so up to ``limit`` good registrations are
-        still served however many bad ones come first. On SQLite, rows whose
-        ``next_attempt_at`` is not an integer at all (TEXT, BLOB: never ``<= at``) are
-        named in ``.unavailable`` by every call, so no edit can hide a registration.
-
-        Nothing is locked: two workers may both deliver one registration. Delivery is at
-        least once; the receiver sees duplicates, never gaps.
-        """
-        at, limit = check_int(at, "at"), check_int(limit, "limit")
-        order = (PushDelivery.next_attempt_at, PushDelivery.task_id, PushDelivery.config_id)
-        base = (
-            select(
-                *_COLUMNS,
-                PushDelivery.next_seq,
-                PushDelivery.attempts,
-                PushDelivery.next_attempt_at,
-                PushDelivery.last_error,
-            )
-            .where(PushDelivery.tenant == self.tenant, PushDelivery.next_attempt_at <= at)
-            .order_by(*order)
-        )
-        good: builtins.list[PushRegistration] = []
-        bad: builtins.list[UnreadableRegistration] = []
-
-        async def unit(session: AsyncSession) -> None:
-            stmt = base
-            while len(good) < limit:
-                wanted = limit - len(good)
-                rows = (await session.execute(stmt.limit(wanted))).all()
-                for row in rows:
-                    try:
-                        config = self._rows.config(row, cursor=True)
-                    except StoreError as exc:
-                        bad.append(self._unreadable(row, exc, "left out of due()"))
-                        continue
-                    good.append(
-                        _build(
-                            PushRegistration,
-                            config=config,
-                            next_seq=row.next_seq,
-                            attempts=row.attempts,
-                            next_attempt_at=row.next_attempt_at,
-                            last_error=row.last_error,
-                        )
-                    )
-                if len(rows) < wanted:
-                    return
-                # Read on past the bad rows from the last (unique) sort key: no row twice.
-                last = rows[-1]
-                after = (last.next_attempt_at, last.task_id, last.config_id)
-                stmt = base.where(tuple_(*order) > tuple_(*after))
-
-        async def misfiled(session: AsyncSession) -> None:
-            # SQLite keeps whatever is written in an INTEGER column, and sorts TEXT and BLOB
-            # after every number: a row whose next_attempt_at is 'soon' is never `<= at`, so
-            # the query above would hide it for ever. Such values (and REALs beyond any
-            # integer) compare greater than the largest BIGINT; they are reported here,
-            # at most `limit` of them, on every call. On PostgreSQL the column holds
-            # BIGINTs only and this is an empty range of the index.
-            stmt = (
-                select(*base.selected_columns)
-                .where(PushDelivery.tenant == self.tenant, PushDelivery.next_attempt_at > MAX_I64)
-                .order_by(*order)
-                .limit(limit)
-            )
-            for row in (await session.execute(stmt)).all():
-                try:
-                    check_row(row, cursor=True)
-                except StoreError as exc:
-                    bad.append(self._unreadable(row, exc, "left out of due()"))
-
-        async def both(session: AsyncSession) -> None:
-            await unit(session)
-            await misfiled(session)
-
-        await self._unit(both, read_only=True, session=session)
-        return PushListing(good, bad)
-
-    async def advance(
-        self, task: RunId | str, id: str, next_seq: int, *, session: AsyncSession | None = None
-    ) -> None:
-        """Record an acknowledgement: cursor = max(cursor, ``next_seq``); reset the backoff.
-
-        A lower ``next_seq`` (a late, duplicate acknowledgement) leaves the cursor but still
-        resets attempts: the receiver answered. An unknown registration is a no-op.
-        """
-        task_id, config_id = str(check_run(task, "task")), _check_config_id(id)
-        next_seq = check_int(next_seq, "next_seq")
-        # One statement: concurrent advances wait on the row lock and each re-evaluates
-        # GREATEST against the latest committed cursor, so the largest always survives.
-        await self._write(
-            update(PushDelivery)
-            .where(self._where(task_id, config_id))
-            .values(
-                next_seq=self._dialect.greatest(PushDelivery.next_seq, next_seq),
-                attempts=0,
-                next_attempt_at=0,
-                last_error=None,
-            ),
-            session,
-        )
-
-    async def retry(
-        self,
-        task: RunId | str,
-        id: str,
-        next_attempt_at: int,
-        error: str,
-        *,
-        session: AsyncSession | None = None,
-    ) -> None:
-        """Record a failed delivery: one more attempt, due again at ``next_attempt_at``.
-
-        The cursor is untouched. ``error`` is kept (cut to :data:`MAX_ERROR_BYTES`). An unknown
-        registration is a no-op.
-        """
-        task_id, config_id = str(check_run(task, "task")), _check_config_id(id)
-        next_attempt_at = check_int(next_attempt_at, "next_attempt_at")
-        error = _clip_error(error)
-        # Incremented in the UPDATE, so concurrent retries each count. LEAST is taken before
-        # the +1: 0.4.0's LEAST(attempts + 1, 2^31-1) overflows INTEGER at the cap.
-        attempts = self._dialect.least(PushDelivery.attempts, MAX_ATTEMPTS - 1) + 1
-        await self._write(
-            update(PushDelivery)
-            .where(self._where(task_id, config_id))
-            .values(attempts=attempts, next_attempt_at=next_attempt_at, last_error=error),
-            session,
-        )
-
     async def delete(
         self, task: RunId | str, id: str, *, session: AsyncSession | None = None
     ) -> None:
-        """Remove a registration; removing one that is not there is fine."""
+        """Remove a registration and its cursor; removing one that is not there is fine.
+
+        An operator's explicit removal (the receiver is gone for good, the run is retired).
+        A worker giving up on a receiver must :meth:`park` instead: the row is the only
+        record of how far that receiver got, and deleting it loses the undelivered tail.
+        """
         task_id, config_id = str(check_run(task, "task")), _check_config_id(id)
         await self._write(delete(PushDelivery).where(self._where(task_id, config_id)), session)
 
-    async def reseal(self, *, session: AsyncSession | None = None) -> ResealReport:
-        """Re-seal this tenant's secrets under the current key and format; report what it did.
+    async def reencrypt(self, *, session: AsyncSession | None = None) -> ReencryptReport:
+        """Re-encrypt this tenant's secrets under the current key and format; report what it did.
 
         After adding a new current key to the keyring, this moves rows off the old key,
         rewrites format-v1 and v2 values as v3 (binding them to the row's url, auth_scheme
-        and secrets as they are now), and, with ``accept_plaintext=True``, seals plaintext
-        rows and gives rows without a token the sealed absence marker, all without
+        and secrets as they are now), and, with ``accept_plaintext=True``, encrypts plaintext
+        rows and gives rows without a token the encrypted absence marker, all without
         touching cursors or backoff, so the old key can then be retired. A row it cannot
         open is left as it is and named in the report's ``unavailable`` (and logged); the
-        others are resealed all the same. Each row is rewritten only if it has not changed
+        others are reencrypted all the same. Each row is rewritten only if it has not changed
         since it was read, so a concurrent ``put`` wins (counted as ``changed``).
 
-        Raises ``ValueError`` on a store without a key: there is nothing to seal under.
+        Raises ``ValueError`` on a store without a key: there is nothing to encrypt under.
         """
         keyring = self._keyring
         if keyring is None:
             raise ValueError(
-                "reseal() seals under the store's current key, and this store has none; "
+                "reencrypt() encrypts under the store's current key, and this store has none; "
                 "open it with secret_key= or keyring="
             )
-        rows = await self._read(
-            select(*_COLUMNS).where(PushDelivery.tenant == self.tenant), session
-        )
-        resealed = current = changed = 0
+        rows = await self._read(select(*COLUMNS).where(PushDelivery.tenant == self.tenant), session)
+        reencrypted = current = changed = 0
         bad: builtins.list[UnreadableRegistration] = []
         for row in rows:
             try:
@@ -465,11 +272,11 @@ class SqlPushStore(Repository):
                     current += 1
                     continue
                 new = {
-                    column: self._rows.seal(row, column, self._rows.open(row, column, value))
+                    column: self._rows.encrypt(row, column, self._rows.open(row, column, value))
                     for column, value in ((TOKEN, row.token), (CREDENTIALS, row.auth_credentials))
                 }
             except StoreError as exc:
-                bad.append(self._unreadable(row, exc, "not resealed"))
+                bad.append(self._unreadable(row, exc, "not reencrypted"))
                 continue
 
             async def unit(session: AsyncSession, row: Any = row, new: Any = new) -> int:
@@ -488,7 +295,7 @@ class SqlPushStore(Repository):
                 return int(cast("CursorResult[Any]", result).rowcount or 0)
 
             if await self._unit(unit, session=session):
-                resealed += 1
+                reencrypted += 1
             else:
                 changed += 1
-        return ResealReport(resealed, current, changed, tuple(bad))
+        return ReencryptReport(reencrypted, current, changed, tuple(bad))

@@ -35,7 +35,7 @@ __all__ = [
 MAX_CONFIG_ID_CHARS = 256
 #: Longest webhook URL (characters).
 MAX_URL_CHARS = 2048
-#: Longest token or credentials (characters), before sealing.
+#: Longest token or credentials (characters), before encrypting.
 MAX_SECRET_CHARS = 8192
 #: Longest authentication scheme (characters); an HTTP auth-scheme is one short token.
 MAX_SCHEME_CHARS = 256
@@ -207,10 +207,14 @@ class PushConfig:
 
 @dataclass(frozen=True, slots=True, repr=False)
 class PushRegistration:
-    """A registration with its delivery state, as ``due`` hands it to a worker.
+    """A registration with its delivery state, as ``due`` and ``parked`` hand it out.
 
     ``next_seq`` is the first journal seq not yet acknowledged; ``attempts`` counts failed
     deliveries since the last success; ``next_attempt_at`` (seconds) is when it is due again.
+    ``parked`` says delivery has stopped with the cursor kept (a receiver that answered
+    permanently or outlasted the retry ceiling): ``due`` never serves such a registration,
+    ``parked`` lists them, ``unpark`` re-arms one. It defaults to ``False``, so code that
+    built the four-field value still does.
     """
 
     config: PushConfig
@@ -218,6 +222,7 @@ class PushRegistration:
     attempts: int
     next_attempt_at: int
     last_error: str | None
+    parked: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.config, PushConfig):
@@ -227,10 +232,12 @@ class PushRegistration:
         check_int(self.next_attempt_at, "next_attempt_at")
         if self.last_error is not None and not isinstance(self.last_error, str):
             raise TypeError("last_error must be a string or None")
+        if not isinstance(self.parked, bool):
+            raise TypeError(f"parked must be True or False, not {type(self.parked).__name__}")
 
     def __repr__(self) -> str:
         return (
             f"PushRegistration(config={self.config!r}, next_seq={self.next_seq}, "
             f"attempts={self.attempts}, next_attempt_at={self.next_attempt_at}, "
-            f"last_error={self.last_error!r})"
+            f"last_error={self.last_error!r}, parked={self.parked})"
         )

@@ -126,5 +126,6 @@ def _refuse_dropping_parked(schema: str | None) -> None:
         raise ValueError(
             f"{count} push registration(s) are parked: downgrading below 0003_contract_0_22 "
             "drops the column that keeps them from being delivered again; nothing was "
-            "changed. Unpark or delete them first (PushDeliveryStore.unpark / forget)."
+            "changed. Unpark them first (SqlPushStore.parked lists them, SqlPushStore.unpark "
+            "re-arms one), or delete them (SqlPushStore.delete: their cursors go too)."
         )

@@ -1,31 +1,37 @@
 """The PostgreSQL append writer: a held connection, and optional group commit.
 
-Part of the repository (see :mod:`agentplane_journal.backends.dispatch`, which sends the hot appends
-here, and :mod:`agentplane_journal.backends.postgresql.sql`, the statements). Two costs go away:
+Part of the repository (see :mod:`agentplane_journal.backends.dispatch`, which sends the hot
+appends here, and :mod:`agentplane_journal.backends.postgresql.sql`, the statements). The
+queue, its leaders and the answering of each append are the skeleton both databases share
+(:class:`~agentplane_journal.backends.writer.GroupWriter`); this module holds what a group
+is and does on PostgreSQL. Two costs go away:
 
 * **The pool's checkout and checkin.** Through SQLAlchemy each is several greenlet switches
   and pool bookkeeping, about 40% of a lone writer's client CPU. One :class:`Writer` per
   store (shared by its tenant handles) queues the process's hot appends; a leader task keeps
-  one of the engine's own pooled connections checked out while appends keep arriving (a
-  writer woken by its answer that appends again at once finds it still there) and returns
-  it as soon as one turn of the event loop brings nothing new. Up to ``connections``
-  leaders run at once, each on its own connection, so that many statements are in flight.
+  one of the engine's own pooled connections checked out while appends keep arriving and
+  returns it as soon as one turn of the event loop brings nothing new. Up to
+  ``connections`` leaders run at once, each on its own connection, so that many statements
+  are in flight.
 * **One WAL flush per append** (group commit, ``group_commit=True``): appends to distinct
   runs of one tenant that arrive while a leader's statement is in flight share its next
-  statement, :data:`~agentplane_journal.backends.postgresql.sql.MANY`, whose checks are per run, so
-  each
-  append keeps its own all-or-nothing outcome and its own error (fenced, sealed, duplicate
-  effect; a stale head sends that append alone to the general unit of work). A statement
-  the server refuses as a whole (a unique violation the checks did not foresee, a deadlock,
-  a timeout) wrote nothing; its appends are then run one by one. A group of one is the
-  single-run statement, exactly as without group commit.
+  statement, :data:`~agentplane_journal.backends.postgresql.sql.MANY`, whose checks are per
+  run, so each append keeps its own all-or-nothing outcome and its own error (fenced,
+  sealed, duplicate effect; a stale head sends that append alone to the general unit of
+  work). A statement the server refuses as a whole (a unique violation the checks did not
+  foresee, a deadlock, a timeout) wrote nothing; its appends are then run one by one. A
+  unique violation is read by the constraint it names
+  (:mod:`agentplane_journal.db.violations`): the exactly-once index is a duplicate effect,
+  the primary key a position taken meanwhile (the general unit of work retries under the
+  run mutex), any other index the server's error. A group of one is the single-run
+  statement, exactly as without group commit.
 
 The statements are autocommitted: a connection lost with one in flight is
 :class:`CommitUnknownError` for every append it carried; an answered error surely rolled
 back. Behind a transaction pooler (no statement cache) each statement runs inside
 ``BEGIN``/``COMMIT``, which keeps its two protocol exchanges on one server connection.
-The :class:`~agentplane_journal.backends.dispatch.HeadCache` is filled here after a commit only, and
-dropped on any other answer.
+The :class:`~agentplane_journal.backends.head_cache.HeadCache` is filled here after a commit
+only, and dropped on any other answer.
 """
 
 from __future__ import annotations
@@ -35,28 +41,33 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentplane_journal.backends import pool_share as _pool
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
 from agentplane_journal.backends.head_cache import HeadCache
 from agentplane_journal.backends.postgresql import sql as _pgsql
-from agentplane_journal.backends.writer import General
+from agentplane_journal.backends.writer import General, GroupWriter
 from agentplane_journal.core.append import Append
 from agentplane_journal.core.batch import chain_batch
 from agentplane_journal.core.ids import Digest, EffectKey, RunId
 from agentplane_journal.core.record import Record
 from agentplane_journal.core.signing import Signer
+from agentplane_journal.db.dialect import PostgresDialect
 from agentplane_journal.db.unit import describe
+from agentplane_journal.db.violations import Collision, journal_collision
 from agentplane_journal.errors import BackendError, CommitUnknownError, DuplicateEffectError
 
-__all__ = ["GENERAL", "Request", "Writer", "open_path", "schema_of"]
+__all__ = ["GENERAL", "Answer", "Request", "Result", "Writer", "open_path", "schema_of"]
 
 #: At most this many runs, and records, share one statement (a larger batch goes alone).
 MAX_GROUP_RUNS = 64
 MAX_GROUP_ROWS = 1000
 #: Statements in flight at once without group commit (each on its own held connection).
 UNGROUPED_CONNECTIONS = 8
-#: Refusals that leave the append to the general unit of work: a unique violation (the
-#: primary key refused a stale head) and a lease row locked (``NOWAIT``), never waited for.
-_GENERAL_STATES = frozenset({"23505", "55P03"})
+#: A lease row locked (``NOWAIT``, never waited for): the append goes to the general unit
+#: of work, as does the primary key refusing a position (``db.violations``'s classification).
+_LOCKED = "55P03"
+#: Reads this path's driver errors (which constraint a unique violation names).
+_DIALECT = PostgresDialect()
 
 
 class _General:
@@ -67,6 +78,10 @@ class _General:
 
 
 GENERAL = _General()
+#: What a statement answers an append: its records, or :data:`GENERAL`.
+Result = list[Record] | _General
+#: A result, or the exception the append's caller gets.
+Answer = Result | BaseException
 
 
 @dataclass
@@ -91,7 +106,7 @@ class _Lost(Exception):
         self.error = error
 
 
-def schema_of(bind: Any) -> tuple[bool, str | None]:
+def schema_of(bind: AsyncEngine) -> tuple[bool, str | None]:
     """Whether the writer can name the tables (and their schema) for ``bind``'s statements."""
     mapping = bind.get_execution_options().get("schema_translate_map") or {}
     if not mapping:
@@ -107,20 +122,28 @@ def _unknown(exc: BaseException) -> CommitUnknownError:
     return error
 
 
-class Writer:
-    """The process's PostgreSQL hot-append queue for one store (see the module)."""
+class Writer(GroupWriter[Request, Result]):
+    """The process's PostgreSQL hot-append queue for one store (see the module).
+
+    What is PostgreSQL's own, beside :class:`~agentplane_journal.backends.writer.GroupWriter`:
+    a group is one tenant's appends to distinct runs (one statement carries one tenant, and
+    checks each run on its own); up to ``connections`` groups are in flight at once (the
+    server runs concurrent statements; without group commit that is what lets many writers
+    overlap); an answer fills or drops the known head here, where the outcome is known;
+    an interrupted group is :class:`CommitUnknownError` (the autocommitted statement may
+    have landed); and a connection a group failed on is invalidated, never pooled again.
+    """
 
     def __init__(
-        self, bind: Any, heads: HeadCache, *, group_commit: bool = True, connections: int = 1
+        self,
+        bind: AsyncEngine,
+        heads: HeadCache,
+        *,
+        group_commit: bool = True,
+        connections: int = 1,
     ) -> None:
+        super().__init__(bind, heads, group_commit=group_commit, connections=connections)
         self.usable, self._schema = schema_of(bind)
-        self.group_commit = group_commit
-        self._bind = bind
-        self._heads = heads
-        self._limit = max(1, int(connections))
-        self._pending: list[Request] = []
-        self._leaders: set[asyncio.Task[None]] = set()
-        self._free = 0  # leaders not in a statement (each takes the queue's head soon)
 
     async def append(
         self,
@@ -146,77 +169,10 @@ class Writer:
             answer = await self.submit(
                 Request(tenant, run, epoch, now, head, chained, rows, keys, future)
             )
-            records = await general() if answer is GENERAL else answer
+            records = await general() if isinstance(answer, _General) else answer
         if records:
             self._heads.put(tenant, run_id, records[-1].seq, records[-1].hash)
         return records
-
-    async def submit(self, request: Request) -> Any:
-        """The records, or :data:`GENERAL`; the contract's errors are raised."""
-        self._pending.append(request)
-        self._spawn()
-        return await request.future
-
-    def _spawn(self) -> None:
-        """A leader for the queue if none is free and fewer than ``connections`` run."""
-        if self._free == 0 and len(self._leaders) < self._limit:
-            task = asyncio.get_running_loop().create_task(self._lead())
-            self._leaders.add(task)
-            task.add_done_callback(self._leaders.discard)
-
-    async def idle(self) -> None:
-        """Wait until the queue is drained and every connection is back in the pool."""
-        while self._leaders:
-            await asyncio.wait(list(self._leaders))
-
-    async def _lead(self) -> None:
-        self._free += 1
-        try:
-            while self._pending:
-                short = False
-                try:
-                    async with self._bind.connect() as conn:
-                        driver = (await conn.get_raw_connection()).driver_connection
-                        while not short and await self._more():
-                            group = self._take()
-                            if not group:
-                                continue
-                            self._free -= 1
-                            try:
-                                usable = await self._run(driver, group)
-                            except BaseException:
-                                await conn.invalidate()
-                                raise
-                            finally:
-                                self._free += 1
-                            if not usable:
-                                await conn.invalidate()
-                                break  # take another connection for what is left
-                            short = _pool.is_short(self._bind)  # others may be waiting
-                except Exception as exc:
-                    # Checking out or opening the connection (a DBAPIError, an OSError, the
-                    # pool's TimeoutError...): the next group was never sent.
-                    group = self._take()
-                    error = BackendError(f"cannot reach the database: {exc}")
-                    self._answer(group, [error] * len(group))
-                if short:
-                    await _pool.hand_over(self._bind)
-        finally:
-            self._free -= 1
-            # Leave the set now, not in a done callback: the callback runs a loop turn later,
-            # and an append arriving in between would see this finished leader as running and
-            # start none, then wait until some other append came along (a lost wakeup).
-            self._leaders.discard(asyncio.current_task())
-            if self._pending and not self._leaders:
-                # Stopped (cancelled) with appends still queued: nobody would answer them.
-                stopped = BackendError("the append writer stopped before sending this append")
-                queued, self._pending = self._pending, []
-                self._answer(queued, [stopped] * len(queued))
-
-    async def _more(self) -> bool:
-        if not self._pending:
-            await asyncio.sleep(0)  # let the writers just answered append again
-        return bool(self._pending)
 
     def _take(self) -> list[Request]:
         """The next statement's appends: the first waiting one, and with group commit every
@@ -245,30 +201,38 @@ class Writer:
             self._spawn()  # another connection for what this statement cannot carry
         return group
 
-    async def _run(self, driver: Any, group: list[Request]) -> bool:
-        """Run one statement and answer its appends; ``False`` if the connection was lost."""
+    async def _execute(self, driver: Any, group: list[Request]) -> tuple[list[Answer], bool]:
+        """One statement for ``group``: the answers, and ``False`` if the connection was lost."""
         if driver.is_closed():
             # The server closed this pooled connection while it was idle (a restart, an
             # idle timeout, a terminated backend): nothing was sent, so nothing is unknown.
             # The general unit of work runs each append on a fresh connection.
-            self._answer(group, [GENERAL] * len(group))
-            return False
-        usable = True
-        try:
-            if len(group) == 1:
-                try:
-                    answers = [await self._one(driver, group[0])]
-                except _Lost as lost:
-                    answers, usable = [_unknown(lost.error)], False
-            else:
-                answers, usable = await self._many(driver, group)
-        except BaseException as exc:
-            # Interrupted with the statement in flight (the leader cancelled): autocommitted,
-            # it may have landed.
-            self._answer(group, [_unknown(exc)] * len(group))
-            raise
-        self._answer(group, answers)
-        return usable
+            return [GENERAL] * len(group), False
+        if len(group) == 1:
+            try:
+                return [await self._one(driver, group[0])], True
+            except _Lost as lost:
+                return [_unknown(lost.error)], False
+        return await self._many(driver, group)
+
+    def _interrupted(self, group: list[Request], exc: BaseException) -> None:
+        # Interrupted with the statement in flight (the leader cancelled): autocommitted,
+        # it may have landed.
+        self._answer(group, [_unknown(exc)] * len(group))
+
+    async def _abandon(self, conn: AsyncConnection) -> None:
+        # Lost, closed by the server, or interrupted mid-statement (its answer may still
+        # be on the wire): no later statement may run on it.
+        await conn.invalidate()
+
+    def _heard(self, request: Request, answer: Answer) -> Answer:
+        # The known head: the records' last after a commit, dropped on any other answer
+        # (an unknown commit, a refusal, the general unit's turn, which fills it itself).
+        if isinstance(answer, list):
+            self._heads.put(request.tenant, str(request.run), answer[-1].seq, answer[-1].hash)
+        else:
+            self._heads.drop(request.tenant, str(request.run))
+        return answer
 
     async def _fetch(self, driver: Any, statement: str, args: tuple[Any, ...]) -> list[Any]:
         query = _pgsql.sql(statement, self._schema)
@@ -284,7 +248,7 @@ class Writer:
             rows = await driver.fetch(query, *args)
             return rows
 
-    async def _one(self, driver: Any, r: Request) -> Any:
+    async def _one(self, driver: Any, r: Request) -> Answer:
         """One append by the single-run statement; raises :class:`_Lost`."""
         args = _pgsql.one_args(r.tenant, str(r.run), r.now, r.epoch, r.head, r.rows)
         try:
@@ -292,20 +256,24 @@ class Writer:
         except Exception as exc:
             if not _pgsql.answered(exc):
                 raise _Lost(exc) from exc
-            if getattr(exc, "constraint_name", None) == "journal_effect_started":
+            what, _ = journal_collision(_DIALECT, exc) or (None, "")
+            if what is Collision.EFFECT_STARTED:
                 if len(r.keys) == 1:
                     error = DuplicateEffectError(r.keys[0])
                     error.__cause__ = exc
                     return error
                 return GENERAL  # which of the keys had started: the general path says
-            if getattr(exc, "sqlstate", None) in _GENERAL_STATES:
-                return GENERAL  # a stale head's key collision, or a lease row locked
+            if what is Collision.CHAIN_POSITION or getattr(exc, "sqlstate", None) == _LOCKED:
+                # A writer that bypassed the run mutex took a position after this
+                # statement's snapshot, or a lease row is locked: the general path waits
+                # for the mutex, reads the head afresh, and names a real race itself.
+                return GENERAL
             failure = BackendError(describe(exc))
             failure.__cause__ = exc
             return failure
         return self._settle(r, _pgsql.one_outcome(r.run, r.epoch, rows[0] if rows else None))
 
-    async def _many(self, driver: Any, group: list[Request]) -> tuple[list[Any], bool]:
+    async def _many(self, driver: Any, group: list[Request]) -> tuple[list[Answer], bool]:
         """A group by the multi-run statement: the answers, and whether the connection lives."""
         runs = [(str(r.run), r.now, r.epoch, r.head, r.rows) for r in group]
         try:
@@ -314,7 +282,7 @@ class Writer:
             if not _pgsql.answered(exc):
                 return [_unknown(exc)] * len(group), False
             # Refused as a whole, so nothing of it landed: each append on its own.
-            answers: list[Any] = []
+            answers: list[Answer] = []
             for i, r in enumerate(group):
                 try:
                     answers.append(await self._one(driver, r))
@@ -331,28 +299,17 @@ class Writer:
         ], True
 
     @staticmethod
-    def _settle(r: Request, outcome: _pgsql.Outcome) -> Any:
+    def _settle(r: Request, outcome: _pgsql.Outcome) -> Answer:
         if outcome.written:
             return r.records
         if outcome.error is not None:
             return outcome.error
         return GENERAL
 
-    def _answer(self, group: list[Request], answers: list[Any]) -> None:
-        for r, answer in zip(group, answers, strict=True):
-            if isinstance(answer, list):
-                self._heads.put(r.tenant, str(r.run), answer[-1].seq, answer[-1].hash)
-            else:
-                self._heads.drop(r.tenant, str(r.run))
-            if r.future.done():
-                continue
-            if isinstance(answer, BaseException):
-                r.future.set_exception(answer)
-            else:
-                r.future.set_result(answer)
 
-
-def open_path(*, bind: Any, engine: Any, heads: HeadCache, group_commit: bool) -> Writer:
+def open_path(
+    *, bind: AsyncEngine, engine: AsyncEngine, heads: HeadCache, group_commit: bool
+) -> Writer:
     """The PostgreSQL hot path. Group commit: one statement in flight, carrying every append
     that waited for it (a second connection would split the groups). Without: one per
     writer, up to as many as a small pool holds."""

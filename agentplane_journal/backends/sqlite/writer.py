@@ -1,8 +1,8 @@
 """The SQLite append hot path: one thread hop per transaction, and optional group commit.
 
-Part of the repository (see :mod:`agentplane_journal.backends.dispatch`). aiosqlite runs each call
-on its connection's thread and wakes the event loop for each result; the general unit of
-work makes several such hops per statement. Here a whole transaction (``BEGIN IMMEDIATE``,
+Part of the repository (see :mod:`agentplane_journal.backends.dispatch`). aiosqlite runs
+each call on its connection's thread and wakes the event loop for each result; the general
+unit of work makes several such hops per statement. Here a whole transaction (``BEGIN IMMEDIATE``,
 and per append: one statement reading the fence, the seal, the activity and the head; the
 records; then ``COMMIT``) is one function run on that thread. ``BEGIN IMMEDIATE`` holds the
 database's write lock throughout (on SQLite that lock is the run mutex), so every read in
@@ -21,7 +21,10 @@ every commit (an append then writes what a bare ``INSERT`` of its row writes).
 
 One :class:`Writer` per store (shared by its tenant handles) queues the process's appends,
 so in-process writers wait on the queue instead of on SQLite's busy handler, which sleeps
-in steps of milliseconds. Other processes still queue on ``BEGIN IMMEDIATE``.
+in steps of milliseconds. Other processes still queue on ``BEGIN IMMEDIATE``. The queue,
+its leader and the answering of each append are the skeleton both databases share
+(:class:`~agentplane_journal.backends.writer.GroupWriter`); this module holds what a
+transaction is and does on SQLite, and :class:`Writer` says where the two databases differ.
 
 **Group commit** (on unless ``group_commit=False``): appends that arrive while a
 transaction is in flight share the next one, each inside its own ``SAVEPOINT``, so each
@@ -38,20 +41,23 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentplane_journal.backends import pool_share as _pool
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
 from agentplane_journal.backends.head_cache import HeadCache
-from agentplane_journal.backends.writer import General
+from agentplane_journal.backends.writer import General, GroupWriter
 from agentplane_journal.core.append import EFFECT_STARTED, Append
 from agentplane_journal.core.batch import COLUMNS, chain_batch, fenced
 from agentplane_journal.core.ids import Digest, EffectKey, RunId
 from agentplane_journal.core.record import Record
 from agentplane_journal.core.signing import Signer
+from agentplane_journal.db.dialect import SqliteDialect
 from agentplane_journal.db.statements import (
     RECORD_COLUMNS,
     record_from_row,
     stored_int,
     stored_text,
 )
+from agentplane_journal.db.violations import Collision, append_raced, journal_collision
 from agentplane_journal.errors import (
     BackendError,
     DuplicateEffectError,
@@ -96,6 +102,8 @@ _STARTED = (
     " AND effect_key = ? AND seq <= ?"
 )
 _SAVEPOINT = "agentplane_journal_append"
+#: Reads this path's driver errors (which constraint a unique violation names).
+_DIALECT = SqliteDialect()
 
 
 @dataclass(slots=True)
@@ -155,10 +163,15 @@ def _append_in(conn: sqlite3.Connection, r: _Request) -> list[Record]:
     try:
         conn.executemany(_INSERT, rows)
     except sqlite3.IntegrityError as exc:
-        if getattr(exc, "sqlite_errorname", None) != "SQLITE_CONSTRAINT_UNIQUE" or not r.keys:
+        what, name = journal_collision(_DIALECT, exc) or (None, "")
+        if what is Collision.CHAIN_POSITION:
+            # Not reachable through the store under BEGIN IMMEDIATE (the head was read under
+            # the write lock); a position taken anyway is a race, never a duplicate effect.
+            raise append_raced(r.run, head_seq + 1, name, exc) from exc
+        if what is not Collision.EFFECT_STARTED or not r.keys:
             raise
-        # The only unique index on the journal besides its key: exactly-once. Which key had
-        # started before this batch (the batch's own earlier rows are in the transaction)?
+        # Exactly-once. Which key had started before this batch (the batch's own earlier
+        # rows are in the transaction)?
         for key in r.keys:
             if conn.execute(_STARTED, (tenant, run_id, key.hex(), head_seq)).fetchone():
                 raise DuplicateEffectError(key) from exc
@@ -257,62 +270,32 @@ def _translate(exc: BaseException) -> BaseException:
     return exc
 
 
-class Writer:
-    """The process's SQLite write queue for one store: one transaction in flight at a time."""
+class Writer(GroupWriter[_Request, list[Record]]):
+    """The process's SQLite write queue for one store: one transaction in flight at a time.
 
-    def __init__(self, engine: Any, heads: HeadCache, *, group_commit: bool = True) -> None:
-        self.group_commit = group_commit
-        self._engine = engine
-        self._heads = heads
-        self._pending: list[_Request] = []
-        self._leader: asyncio.Task[None] | None = None
+    What is SQLite's own, beside :class:`~agentplane_journal.backends.writer.GroupWriter`:
 
-    async def submit(self, request: _Request) -> list[Record]:
-        self._pending.append(request)
-        if self._leader is None or self._leader.done():
-            self._leader = asyncio.get_running_loop().create_task(self._lead(self._engine))
-        return await request.future
+    * **One leader, one connection.** SQLite has one writer per database file: a second
+      connection's ``BEGIN IMMEDIATE`` would only wait for the first one's ``COMMIT``, in
+      the busy handler's millisecond sleeps. So the appends queue here, one transaction at a
+      time, and the next group is every append that arrived meanwhile, whatever its tenant
+      or run (savepoints keep each one's outcome its own, and a second append to a run
+      re-reads the head the first one wrote).
+    * **The head is remembered in** :meth:`append` (in the caller's task), not when the
+      group is answered: the answer is final there, and an append that raised for any
+      reason drops it.
+    * **An interrupted group is cancelled**, not answered: the transaction function goes on
+      running on aiosqlite's thread, where it commits or rolls back by itself, so its
+      callers hear :class:`asyncio.CancelledError`, as a caller cancelled mid-append does.
+    * **A connection is never invalidated here**: the transaction function ends its own
+      transaction before it returns, whatever became of the task waiting for it, so the
+      connection goes back to the pool clean, and one aiosqlite has closed fails the pool's
+      reset on return and is discarded there.
+    * Errors reach the caller as :class:`BackendError` (:func:`_translate`).
+    """
 
-    async def idle(self) -> None:
-        """Wait until the queue is drained and the connection is back in the pool."""
-        while self._leader is not None and not self._leader.done():
-            await asyncio.wait([self._leader])
-
-    async def _lead(self, engine: Any) -> None:
-        """Drain the queue, one transaction at a time (a group of them with group commit).
-
-        One connection serves while work keeps arriving: a writer woken by its answer that
-        appends again at once finds it still checked out, so back-to-back appends skip the
-        pool's checkout and its reset on return (a thread hop). It goes back to the pool as
-        soon as one turn of the event loop brings nothing new, or after each transaction
-        when the pool has nothing left for anyone else (``_pool``).
-        """
-        while self._pending:
-            short = False
-            try:
-                async with engine.connect() as conn:
-                    # aiosqlite's own queue onto its connection's thread (``_execute``) and
-                    # the sqlite3 connection it owns (``_conn``): private, present since 0.17.
-                    driver = (await conn.get_raw_connection()).driver_connection
-                    while not short and await self._more():
-                        group = self._take()
-                        if group and not await self._run(driver, group):
-                            break  # not an answer: the connection may be gone, take another
-                        short = _pool.is_short(engine)  # others may be waiting
-            except Exception as exc:
-                # Checking out or opening the connection (a DBAPIError, an OSError, the
-                # pool's TimeoutError...): the next group was never sent.
-                group = self._take()
-                self._answer(
-                    group, [BackendError(f"cannot reach the database: {exc}")] * len(group)
-                )
-            if short:
-                await _pool.hand_over(engine)
-
-    async def _more(self) -> bool:
-        if not self._pending:
-            await asyncio.sleep(0)  # let the writers just answered append again
-        return bool(self._pending)
+    def __init__(self, engine: AsyncEngine, heads: HeadCache, *, group_commit: bool = True) -> None:
+        super().__init__(engine, heads, group_commit=group_commit, connections=1)
 
     def _take(self) -> list[_Request]:
         take = len(self._pending) if self.group_commit else 1
@@ -320,36 +303,38 @@ class Writer:
         del self._pending[:take]
         return group
 
-    async def _run(self, driver: Any, group: list[_Request]) -> bool:
-        """Run one transaction and answer its appends; ``False`` if the connection failed."""
-        usable = True
+    async def _execute(
+        self, driver: Any, group: list[_Request]
+    ) -> tuple[list[list[Record] | BaseException], bool]:
+        """One hop to the connection's thread: ``group``'s transaction (see
+        :func:`_transaction`). aiosqlite's own queue onto that thread (``_execute``) and the
+        sqlite3 connection it owns (``_conn``) are private, present since 0.17."""
         try:
-            answers = await driver._execute(_transaction, driver._conn, group)
+            answers: list[list[Record] | BaseException] = await driver._execute(
+                _transaction, driver._conn, group
+            )
         except sqlite3.Error as exc:  # a savepoint or rollback failed: nothing was committed
-            answers = [exc] * len(group)
+            return [exc] * len(group), True
         except Exception as exc:
             # Not SQLite's answer (aiosqlite's "Connection closed", ...): the transaction
             # never reached COMMIT (its function ends there), so nothing of it was written.
             error = BackendError(f"cannot reach the database, nothing was written: {exc}")
             error.__cause__ = exc
-            answers, usable = [error] * len(group), False
-        except BaseException:
-            for request in group:
-                if not request.future.done():
-                    request.future.cancel()
-            raise
-        self._answer(group, answers)
-        return usable
+            return [error] * len(group), False
+        return answers, True
 
-    @staticmethod
-    def _answer(group: list[_Request], answers: list[Any]) -> None:
-        for request, answer in zip(group, answers, strict=True):
-            if request.future.done():
-                continue
-            if isinstance(answer, BaseException):
-                request.future.set_exception(_translate(answer))
-            else:
-                request.future.set_result(answer)
+    def _interrupted(self, group: list[_Request], exc: BaseException) -> None:
+        for request in group:
+            if not request.future.done():
+                request.future.cancel()
+
+    async def _abandon(self, conn: AsyncConnection) -> None:
+        return None  # see the class: the connection goes back to the pool as it is
+
+    def _heard(
+        self, request: _Request, answer: list[Record] | BaseException
+    ) -> list[Record] | BaseException:
+        return _translate(answer) if isinstance(answer, BaseException) else answer
 
     async def append(
         self,
@@ -400,7 +385,9 @@ class Writer:
         return records
 
 
-def open_path(*, bind: Any, engine: Any, heads: HeadCache, group_commit: bool) -> Writer:
+def open_path(
+    *, bind: AsyncEngine, engine: AsyncEngine, heads: HeadCache, group_commit: bool
+) -> Writer:
     """The SQLite hot path: the process's write queue for the store's engine (``bind``'s
     schema translation does not apply: SQLite has no schemas)."""
     return Writer(engine, heads, group_commit=group_commit)
