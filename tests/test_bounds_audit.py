@@ -25,6 +25,7 @@ from collections.abc import Callable
 import pytest
 from checks_tools import drop_checks
 from migration_tools import execute
+from test_admissions import admitted_under
 
 from agentplane_journal import RunId, SqlJournalStore, SqlPushStore
 from agentplane_journal.cli.main import main as cli_main
@@ -54,10 +55,11 @@ def _main(args: list[str]) -> tuple[int, str, str]:
 
 
 async def _honest(store: SqlJournalStore, url: str) -> dict[str, RunId]:
-    """A sealed run (released lease, outcome, seal), an open leased one with a stop request."""
+    """A sealed run (admitted under a key; released lease, outcome, seal), an open leased
+    one with a stop request, and two push registrations."""
     sealed, open_ = RunId.generate(), RunId.generate()
     lease = await store.acquire(sealed, "worker", 60)
-    await store.append(lease.epoch, [admitted(sealed), concluded(sealed, "succeeded")])
+    await store.append(lease.epoch, [admitted_under(sealed, "k-1"), concluded(sealed, "succeeded")])
     await store.seal(sealed, lease.epoch, "succeeded")
     await store.release_lease(sealed, lease.epoch)
     other = await store.acquire(open_, "worker", 60)
@@ -65,8 +67,6 @@ async def _honest(store: SqlJournalStore, url: str) -> dict[str, RunId]:
     await store.request_cancel(open_, "ops", "stop")
     await execute(
         url,
-        "INSERT INTO run_admission (tenant, key, run_id, admitted_at) "
-        f"VALUES ('{store.tenant}', 'k-1', '{sealed}', 5)",
         "INSERT INTO push_delivery (tenant, task_id, config_id, url, next_seq) "
         f"VALUES ('{store.tenant}', '{open_}', 'cfg-a', 'https://h.example/a', 1), "
         f"('{store.tenant}', '{open_}', 'cfg-b', 'https://h.example/b', 1)",

@@ -33,6 +33,7 @@ import asyncpg
 import pytest
 from migration_tools import alembic_ok, catalog, execute, only_tables, query, table_contents
 from reference import load_catalog_022, reference_dir, schema_022
+from test_admissions import admitted_under
 from test_schema_compat import Agentplane040, _dsn, new_pg  # noqa: F401 (a fixture)
 
 from agentplane_journal import (
@@ -49,7 +50,7 @@ from agentplane_journal.db.models import COLUMN_FLOORS, VERSION_TABLE, metadata
 from agentplane_journal.db.revision import HEAD_REVISION
 from agentplane_journal.migrations.commands import current_revision, upgrade
 
-from helpers import TRUSTED, admitted, concluded, note
+from helpers import admitted, concluded, note
 
 pytestmark = pytest.mark.postgres
 
@@ -238,12 +239,6 @@ class Agentplane022(Agentplane040):
         )
 
 
-def admitted_under(run: RunId, key: str) -> Append:
-    """``RunAdmitted`` claiming an admission key, as 0.22.0 writes it."""
-    payload = {"capability": "conformance", "input": None, "input_label": TRUSTED}
-    return Append(run, "RunAdmitted", {**payload, "idempotency_key": key})
-
-
 async def test_adopting_a_022_database_keeps_every_row_and_the_store_works_on_them(
     new_pg: Callable[..., Any],  # noqa: F811
 ) -> None:
@@ -327,6 +322,9 @@ async def test_adopting_a_022_database_keeps_every_row_and_the_store_works_on_th
         assert inclusion is not None and inclusion.index == 0
         assert await store.audit_bounds() == []
         assert await first.audit_bounds() == []
+        # 0.22.0's admission key, as our store reads and audits it.
+        assert await store.admitted_as("order-7") == run_a
+        assert (await store.audit_admissions()).ok
     finally:
         await store.close()
     positions = await query(url, "SELECT tenant, log_index FROM run_seal ORDER BY 1, 2")

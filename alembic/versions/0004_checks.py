@@ -45,6 +45,7 @@ from alembic import context, op
 
 revision: str = "0004_checks"
 down_revision: str | None = "0003_contract_0_22"
+PREVIOUS_HEAD = "0003_contract_0_22"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
@@ -125,11 +126,15 @@ def upgrade() -> None:
 def downgrade() -> None:
     from agentplane_journal.migrations.commands import refuse_dropping_records
 
-    # On the way to base, refuse before this step too: on SQLite the alembic command commits
-    # each revision by itself, so a refusal in 0001 alone would leave this one done.
+    # What a lower revision's downgrade refuses is refused before this step too: on SQLite
+    # the alembic command commits each revision by itself, so a refusal there alone would
+    # leave this one done.
     refuse_dropping_records(op.get_context(), only_to_base=True)
     schema = _schema()
     offline = context.is_offline_mode()
+    if not offline and _below(PREVIOUS_HEAD):
+        previous = op.get_context().environment_context.script.get_revision(PREVIOUS_HEAD)
+        previous.module._refuse_dropping_parked(schema)  # parked pushes would be due again
     if op.get_context().dialect.name == "postgresql":
         for table, columns in FLOORS.items():
             clauses = [f"DROP CONSTRAINT IF EXISTS {_name(table, c)}" for c in columns]
@@ -141,6 +146,24 @@ def downgrade() -> None:
         for table in FLOORS:
             if offline or existing.get(table):
                 _rebuild(table, checks=False, offline=offline)
+
+
+def _below(revision: str) -> bool:
+    """Whether this downgrade goes below ``revision`` (to base, or to a revision before it,
+    named by id; a relative target is not resolved here)."""
+    env = op.get_context().environment_context
+    destination = env.context_opts.get("destination_rev")
+    if destination == "base":
+        return True
+    try:
+        target = env.script.get_revision(destination)
+    except Exception:  # relative (-2), or not ours: the lower revision refuses on its own
+        return False
+    below, step = set(), env.script.get_revision(revision)
+    while step is not None and isinstance(step.down_revision, str):
+        below.add(step.down_revision)
+        step = env.script.get_revision(step.down_revision)
+    return target is not None and target.revision in below
 
 
 def _qualified(table: str, schema: str | None) -> str:
