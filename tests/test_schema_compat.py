@@ -59,7 +59,7 @@ from agentplane_journal import (
     root,
     verify_consistency,
 )
-from agentplane_journal.db.models import COLUMN_FLOORS, VERSION_TABLE, metadata
+from agentplane_journal.db.models import COLUMN_FLOORS, VERSION_TABLE
 from agentplane_journal.db.revision import HEAD_REVISION
 from agentplane_journal.migrations.commands import current_revision, upgrade
 
@@ -102,9 +102,9 @@ async def make_040_database(url: str) -> None:
     if reference_dir() is not None:
         await run_040_ddl(url)
         return
-    await upgrade(url)
-    ours = sorted(set(metadata.tables) - TABLES_040)  # what our revisions add
-    await execute(url, *(f"DROP TABLE {t}" for t in [*ours, VERSION_TABLE]))
+    # The first revision only: the later ones change 0.4.0's tables (0003, 0004).
+    await upgrade(url, "0001_journal_schema")
+    await execute(url, "DROP TABLE journal_counter", f"DROP TABLE {VERSION_TABLE}")
     assert await catalog(url) == load_catalog_040()
 
 
