@@ -33,7 +33,7 @@ import asyncpg
 import pytest
 from sqlalchemy.engine import make_url
 
-from agentplane_journal import SqlJournalStore
+from agentplane_journal import RunId, SqlJournalStore
 from agentplane_journal.migrations.commands import upgrade
 
 from pgcluster import Cluster
@@ -294,3 +294,26 @@ async def make_store(
 @pytest.fixture
 async def store(make_store: Callable[..., object]) -> SqlJournalStore:
     return await make_store()  # type: ignore[misc]
+
+
+@pytest.fixture
+async def instances(pg_battery_url: str, clock: Any) -> AsyncIterator[Callable[[int], Any]]:
+    """``await instances(k)``: k stores of one fresh tenant, each on its own engine (the race
+    tests' separate instances; ``k`` defaults to ``races.K``)."""
+    from races import K
+
+    tenant = f"race{uuid.uuid4().hex[:10]}"
+    opened: list[SqlJournalStore] = []
+
+    async def make(k: int = K) -> list[SqlJournalStore]:
+        stores = [
+            await SqlJournalStore.connect(pg_battery_url, tenant=tenant, clock=clock)
+            for _ in range(k)
+        ]
+        opened.extend(stores)
+        # a connection open on each before the race, so connecting is not what is raced
+        await asyncio.gather(*(s.head(RunId.generate()) for s in stores))
+        return stores
+
+    yield make
+    await asyncio.gather(*(s.close() for s in opened))

@@ -9,9 +9,7 @@ held by the host's transaction until the host's COMMIT.
 
 from __future__ import annotations
 
-import asyncio
-import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -25,27 +23,6 @@ from helpers import admitted, key, note
 from races import K, no_surprises, race
 
 pytestmark = pytest.mark.race
-
-
-@pytest.fixture
-async def instances(
-    pg_battery_url: str, clock: FakeClock
-) -> AsyncIterator[Callable[[int], Awaitable[list[SqlJournalStore]]]]:
-    """``await instances(k)``: k stores of one fresh tenant, each on its own engine."""
-    tenant = f"hrace{uuid.uuid4().hex[:10]}"
-    opened: list[SqlJournalStore] = []
-
-    async def make(k: int = K) -> list[SqlJournalStore]:
-        stores = [
-            await SqlJournalStore.connect(pg_battery_url, tenant=tenant, clock=clock)
-            for _ in range(k)
-        ]
-        opened.extend(stores)
-        await asyncio.gather(*(s.head(RunId.generate()) for s in stores))
-        return stores
-
-    yield make
-    await asyncio.gather(*(s.close() for s in opened))
 
 
 async def in_host_session(

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -35,28 +34,6 @@ from helpers import admitted, key, note, started
 from races import K, no_surprises, race
 
 pytestmark = pytest.mark.race
-
-
-@pytest.fixture
-async def instances(
-    pg_battery_url: str, clock: FakeClock
-) -> AsyncIterator[Callable[[int], Awaitable[list[SqlJournalStore]]]]:
-    """``await instances(k)``: k stores of one fresh tenant, each on its own engine."""
-    tenant = f"race{uuid.uuid4().hex[:10]}"
-    opened: list[SqlJournalStore] = []
-
-    async def make(k: int = K) -> list[SqlJournalStore]:
-        stores = [
-            await SqlJournalStore.connect(pg_battery_url, tenant=tenant, clock=clock)
-            for _ in range(k)
-        ]
-        opened.extend(stores)
-        # open a connection on each before the race, so connecting is not what is raced
-        await asyncio.gather(*(s.head(RunId.generate()) for s in stores))
-        return stores
-
-    yield make
-    await asyncio.gather(*(s.close() for s in opened))
 
 
 # 1 -------------------------------------------------------------------------------------
