@@ -361,3 +361,25 @@ class TransactionEndedError(StoreError):
                 "session.begin_nested())"
             )
         super().__init__(message)
+
+
+class ConversationBusyError(StoreError):
+    """Another writer kept a conversation claimed for longer than this change would wait.
+
+    The framework adapters (:mod:`agentplane_journal.adapters`) change a conversation under a
+    claim taken for that one change, so writers take turns instead of interleaving or forking
+    its history. Nothing of this change was written. ``owner`` and ``epoch`` name the claim
+    that was in the way; ``remaining_secs`` is how long it has left if its writer died.
+    """
+
+    def __init__(self, key: str, run: RunId, owner: str, epoch: int, remaining_secs: int) -> None:
+        self.key = key
+        self.run = _run(run)
+        self.owner = owner
+        self.epoch = epoch
+        self.remaining_secs = remaining_secs
+        super().__init__(
+            f"conversation {key!r} (run {self.run}) is being changed by {owner!r} (claim "
+            f"epoch {epoch}); nothing of this change was written. Retry it: a live writer "
+            f"finishes in moments, a dead one's claim lapses in {remaining_secs}s"
+        )

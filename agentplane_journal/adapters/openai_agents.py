@@ -1,0 +1,161 @@
+"""An OpenAI Agents SDK ``Session`` whose items are journal records.
+
+``JournalSession(store, session_id)`` implements the SDK's session protocol (``get_items``,
+``add_items``, ``pop_item``, ``clear_session``) over one conversation run
+(:mod:`agentplane_journal.adapters.conversation`). Nothing is erased: ``add_items`` appends a
+``SessionItemsAdded`` record, ``pop_item`` a ``SessionItemPopped`` record naming the item it
+removed (its record's seq and its index there), ``clear_session`` a ``SessionCleared``
+record; ``get_items`` replays them over the verified records. So the history an agent saw at
+any point, and who removed what, stays provable, and a conversation can be sealed into the
+tenant's Merkle log (:meth:`JournalSession.seal`) when it ends.
+
+The SDK's types are imported only for type checkers: this module needs no import of
+``agents`` at run time, and the core install stays free of it (the ``openai-agents`` extra
+installs the SDK).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, cast
+
+from agentplane_journal.adapters.conversation import ConversationRun
+from agentplane_journal.contracts import JournalStore
+from agentplane_journal.core.append import Append
+from agentplane_journal.core.ids import Digest, RunId
+from agentplane_journal.core.record import Record
+from agentplane_journal.core.signing import Verifier
+from agentplane_journal.errors import CorruptRecordError
+
+if TYPE_CHECKING:
+    from agents.items import TResponseInputItem
+    from agents.memory.session_settings import SessionSettings
+
+__all__ = ["ITEMS_ADDED", "ITEM_POPPED", "SESSION_CLEARED", "JournalSession"]
+
+ITEMS_ADDED = "SessionItemsAdded"
+ITEM_POPPED = "SessionItemPopped"
+SESSION_CLEARED = "SessionCleared"
+NAMESPACE = "openai-agents"
+
+#: A live item: the seq of the record that added it, its index there, and the item.
+_Live = tuple[int, int, Any]
+
+
+def replay(records: Sequence[Record]) -> list[_Live]:
+    """The items a session's records leave, oldest first.
+
+    A pop must name the newest live item: the writer computed it from exactly these records
+    under its claim, so a pop naming anything else was not written by this adapter, and the
+    history is reported as corrupt rather than guessed at.
+    """
+    live: list[_Live] = []
+    for record in records:
+        body = record.body
+        if record.kind == ITEMS_ADDED:
+            items = body.get("items")
+            if not isinstance(items, list):
+                raise CorruptRecordError(record.seq, "a SessionItemsAdded record has no item list")
+            live.extend((record.seq, index, item) for index, item in enumerate(items))
+        elif record.kind == ITEM_POPPED:
+            named = (body.get("item_seq"), body.get("item_index"))
+            if not live or live[-1][:2] != named:
+                raise CorruptRecordError(
+                    record.seq, f"the pop names item {named}, which was not the newest one"
+                )
+            live.pop()
+        elif record.kind == SESSION_CLEARED:
+            live.clear()
+    return live
+
+
+class JournalSession:
+    """A session of the OpenAI Agents SDK kept in the journal: ``Runner.run(..., session=s)``.
+
+    ``store`` is a journal store (a tenant's handle); ``session_id`` names the conversation in
+    that tenant, across processes. Writers take turns (each change holds the conversation for
+    one append; see :class:`~agentplane_journal.adapters.conversation.ConversationRun` for
+    ``ttl``, ``wait``, ``verifier`` and ``require_signature``). Every read is verified: an
+    edited, reordered or removed record is a ``CorruptRecordError`` naming its seq, never a
+    history the agent is given.
+    """
+
+    session_settings: SessionSettings | None = None
+
+    def __init__(
+        self,
+        store: JournalStore,
+        session_id: str,
+        *,
+        ttl: int = 30,
+        wait: float = 10.0,
+        verifier: Verifier | None = None,
+        require_signature: bool = False,
+    ) -> None:
+        self.session_id = session_id
+        self.conversation = ConversationRun(
+            store,
+            NAMESPACE,
+            session_id,
+            ttl=ttl,
+            wait=wait,
+            verifier=verifier,
+            require_signature=require_signature,
+            owner_prefix="openai-agents-session",
+        )
+
+    async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
+        """The session's items, oldest first; with ``limit``, only the newest ``limit``."""
+        if limit is not None and limit < 0:
+            raise ValueError(f"limit must be None or at least 0, not {limit}")
+        live = replay(await self.conversation.records())
+        if limit is not None:
+            live = live[len(live) - limit :] if limit else []
+        return [cast("TResponseInputItem", item) for _seq, _index, item in live]
+
+    async def add_items(self, items: list[TResponseInputItem]) -> None:
+        """Append the items as one record (all of them or none)."""
+        batch = [dict(item) for item in items]
+        if not batch:
+            return
+
+        async def compute(run: RunId, _records: list[Record]) -> tuple[list[Append], None]:
+            return [Append(run, ITEMS_ADDED, {"items": batch})], None
+
+        await self.conversation.change(compute, self._admission())
+
+    async def pop_item(self) -> TResponseInputItem | None:
+        """Remove the newest item and return it; ``None`` for an empty session (nothing written).
+
+        The removal is a record naming the item, computed and written under one claim, so
+        two concurrent pops remove two different items.
+        """
+
+        async def compute(run: RunId, records: list[Record]) -> tuple[list[Append], Any]:
+            live = replay(records)
+            if not live:
+                return [], None
+            seq, index, item = live[-1]
+            return [Append(run, ITEM_POPPED, {"item_seq": seq, "item_index": index})], item
+
+        if await self.conversation.run_id() is None:
+            return None
+        return cast("TResponseInputItem | None", await self.conversation.change(compute, {}))
+
+    async def clear_session(self) -> None:
+        """Record that the session was cleared: it reads empty from now on; nothing is erased."""
+
+        async def compute(run: RunId, records: list[Record]) -> tuple[list[Append], None]:
+            return [Append(run, SESSION_CLEARED, {})], None
+
+        if await self.conversation.run_id() is None:
+            return
+        await self.conversation.change(compute, {})
+
+    async def seal(self, outcome: str = "closed") -> Digest | None:
+        """Seal the conversation into the tenant's Merkle log; ``None`` if it was never written
+        (see :meth:`ConversationRun.seal`)."""
+        return await self.conversation.seal(outcome)
+
+    def _admission(self) -> dict[str, Any]:
+        return {"adapter": NAMESPACE, "conversation": self.session_id}
