@@ -16,6 +16,7 @@ from sqlalchemy import text
 
 from agentplane_journal import (
     Append,
+    ConversationBusyError,
     CorruptRecordError,
     Digest,
     Record,
@@ -23,7 +24,6 @@ from agentplane_journal import (
     RunSealedError,
     SqlJournalStore,
 )
-from agentplane_journal.errors import ConversationBusyError
 
 try:
     import agents

@@ -1,0 +1,230 @@
+"""Pydantic AI conversations in the journal: a ``ConversationStore`` backend.
+
+``JournalConversationStore(store)`` implements the five storage primitives of Pydantic AI's
+``ConversationStore`` (``read_record``, ``read_records``, ``write_record``, ``delete_record``,
+``read_entry``), so ``load``, ``save``, ``branch``, ``fork``, ``list_conversations`` and
+``delete`` work as Pydantic AI documents them, with its message format
+(``ModelMessagesTypeAdapter``) inside each record.
+
+Each conversation is one run (:mod:`agentplane_journal.adapters.conversation`). A save is one
+``ConversationSaved`` record holding the conversation's record *and* the entries it adds, so
+the two are stored together or not at all, and its revision check is made under the change's
+claim: a save computed from a revision another writer has moved on from is
+``ConversationConflict``, as Pydantic AI's contract says, and never lands. A delete is a
+``ConversationDeleted`` record: the conversation no longer loads or lists, and **every entry is
+kept** (forks that point into it keep working, and what was said stays provable); creating the
+conversation again continues the same run under a new revision. Entries are read back
+verified, through the records that hold them, and cached by id (they never change).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from pydantic import TypeAdapter, ValidationError
+from pydantic_ai.conversation_store import (
+    ConversationConflict,
+    ConversationEntry,
+    ConversationRecord,
+    ConversationStore,
+)
+from pydantic_ai.messages import ModelMessagesTypeAdapter
+
+from agentplane_journal.adapters.conversation import ConversationRun
+from agentplane_journal.contracts import JournalStore
+from agentplane_journal.core.admission import IDEMPOTENCY_KEY, RUN_ADMITTED
+from agentplane_journal.core.append import Append
+from agentplane_journal.core.ids import Digest, RunId
+from agentplane_journal.core.record import Record
+from agentplane_journal.core.signing import Verifier
+from agentplane_journal.errors import CorruptRecordError
+
+__all__ = ["CONVERSATION_DELETED", "CONVERSATION_SAVED", "JournalConversationStore"]
+
+CONVERSATION_SAVED = "ConversationSaved"
+CONVERSATION_DELETED = "ConversationDeleted"
+NAMESPACE = "pydantic-ai"
+
+_RECORD = TypeAdapter(ConversationRecord)
+
+
+def _entry_json(entry: ConversationEntry) -> dict[str, Any]:
+    message = ModelMessagesTypeAdapter.dump_python([entry.message], mode="json")[0]
+    return {"id": entry.id, "parent_id": entry.parent_id, "kind": entry.kind, "message": message}
+
+
+def _entry(seq: int, data: object) -> ConversationEntry:
+    if not isinstance(data, dict) or not isinstance(data.get("id"), str):
+        raise CorruptRecordError(seq, "a conversation entry is not an object with an id")
+    parent = data.get("parent_id")
+    if parent is not None and not isinstance(parent, str):
+        raise CorruptRecordError(seq, "a conversation entry's parent_id is not a string")
+    try:
+        message = ModelMessagesTypeAdapter.validate_python([data.get("message")])[0]
+    except ValidationError as bad:
+        raise CorruptRecordError(
+            seq, f"a conversation entry's message is unreadable: {bad}"
+        ) from None
+    return ConversationEntry(id=data["id"], parent_id=parent, message=message)
+
+
+class _State:
+    """What a conversation's records leave: its current record (``None``: deleted or never
+    saved) and every entry it ever stored, by id."""
+
+    def __init__(self, records: Sequence[Record]) -> None:
+        self.record: ConversationRecord | None = None
+        self.entries: dict[str, ConversationEntry] = {}
+        for record in records:
+            if record.kind == CONVERSATION_SAVED:
+                try:
+                    self.record = _RECORD.validate_python(record.body.get("record"))
+                except ValidationError as bad:
+                    raise CorruptRecordError(
+                        record.seq, f"a saved conversation record is unreadable: {bad}"
+                    ) from None
+                entries = record.body.get("entries")
+                if not isinstance(entries, list):
+                    raise CorruptRecordError(record.seq, "a save has no entry list")
+                for data in entries:
+                    entry = _entry(record.seq, data)
+                    self.entries[entry.id] = entry
+            elif record.kind == CONVERSATION_DELETED:
+                self.record = None
+
+    @property
+    def revision(self) -> str | None:
+        return None if self.record is None else self.record.revision
+
+
+class JournalConversationStore(ConversationStore):
+    """Pydantic AI's ``ConversationStore`` over a journal store (one tenant's handle).
+
+    ``ttl``, ``wait``, ``verifier`` and ``require_signature`` are the conversation runs'
+    (:class:`~agentplane_journal.adapters.conversation.ConversationRun`). ``list_conversations``
+    reads every run of the tenant (the journal has no index of conversations by scope): give
+    conversations a tenant of their own, or keep the list call off hot paths.
+    """
+
+    def __init__(
+        self,
+        store: JournalStore,
+        *,
+        ttl: int = 30,
+        wait: float = 10.0,
+        verifier: Verifier | None = None,
+        require_signature: bool = False,
+    ) -> None:
+        self.store = store
+        self._options: dict[str, Any] = {
+            "ttl": ttl,
+            "wait": wait,
+            "verifier": verifier,
+            "require_signature": require_signature,
+        }
+        self._entries: dict[str, ConversationEntry] = {}
+
+    def conversation(self, conversation_id: str) -> ConversationRun:
+        """The run behind ``conversation_id`` (to seal it, or to find its run id)."""
+        return ConversationRun(
+            self.store,
+            NAMESPACE,
+            conversation_id,
+            owner_prefix="pydantic-ai-conversation",
+            **self._options,
+        )
+
+    async def _state(self, conversation_id: str, seen: set[str] | None = None) -> _State:
+        """Read a conversation, and the conversations it was forked from, into the entry cache."""
+        state = _State(await self.conversation(conversation_id).records())
+        self._entries.update(state.entries)
+        seen = {conversation_id} if seen is None else seen
+        source = state.record.forked_from if state.record is not None else None
+        if source is not None and source not in seen:
+            seen.add(source)
+            await self._state(source, seen)
+        return state
+
+    async def read_record(self, conversation_id: str) -> ConversationRecord | None:
+        return (await self._state(conversation_id)).record
+
+    async def read_records(
+        self, *, scope: str | None = None, limit: int | None = None
+    ) -> Sequence[ConversationRecord]:
+        found: list[ConversationRecord] = []
+        after: tuple[RunId, int] | None = None
+        while True:
+            page = await self.store.recent_runs(after, 200)
+            if not page:
+                break
+            for run, _updated in page:
+                records = await self.store.read(run, 1)
+                first = records[0] if records else None
+                if first is None or first.kind != RUN_ADMITTED:
+                    continue
+                key = first.body.get(IDEMPOTENCY_KEY)
+                if not isinstance(key, str) or not key.startswith(f"{NAMESPACE}:"):
+                    continue
+                record = (await self._state(key[len(NAMESPACE) + 1 :])).record
+                if record is not None and (scope is None or record.scope == scope):
+                    found.append(record)
+            after = page[-1]
+        found.sort(key=lambda record: record.updated_at, reverse=True)
+        return found if limit is None else found[:limit]
+
+    async def write_record(
+        self,
+        record: ConversationRecord,
+        *,
+        new_entries: Sequence[ConversationEntry] = (),
+        expected_revision: str | None,
+    ) -> None:
+        conversation_id = record.conversation_id
+        if record.forked_from is not None:
+            await self._state(record.forked_from)  # a fork's head is one of its source's
+        saved = {"record": _RECORD.dump_python(record, mode="json")}
+        saved["entries"] = [_entry_json(entry) for entry in new_entries]
+        new_ids = {entry.id for entry in new_entries}
+
+        async def compute(run: RunId, records: list[Record]) -> tuple[list[Append], None]:
+            state = _State(records)
+            self._entries.update(state.entries)
+            if state.revision != expected_revision:
+                raise ConversationConflict(conversation_id)
+            head = record.head_id
+            if head is not None and head not in self._entries and head not in new_ids:
+                raise ConversationConflict(conversation_id)
+            return [Append(run, CONVERSATION_SAVED, saved)], None
+
+        await self.conversation(conversation_id).change(compute, self._admission(record))
+        self._entries.update((entry.id, entry) for entry in new_entries)
+
+    async def delete_record(self, conversation_id: str, *, expected_revision: str) -> None:
+        conversation = self.conversation(conversation_id)
+        if await conversation.run_id() is None:
+            raise ConversationConflict(conversation_id)
+
+        async def compute(run: RunId, records: list[Record]) -> tuple[list[Append], None]:
+            if _State(records).revision != expected_revision:
+                raise ConversationConflict(conversation_id)
+            return [Append(run, CONVERSATION_DELETED, {"revision": expected_revision})], None
+
+        await conversation.change(compute, {})
+
+    async def read_entry(self, entry_id: str) -> ConversationEntry:
+        """An entry of a conversation read through this store (a ``LookupError`` otherwise:
+        entries are found through the conversation that holds them, as ``load`` reads)."""
+        try:
+            return self._entries[entry_id]
+        except KeyError:
+            raise LookupError(f"entry {entry_id!r} is not in a conversation read here") from None
+
+    async def seal(self, conversation_id: str, outcome: str = "closed") -> Digest | None:
+        """Seal a conversation into the tenant's Merkle log (no more saves; a deleted tail is
+        detected from then on); ``None`` if it was never saved."""
+        return await self.conversation(conversation_id).seal(outcome)
+
+    @staticmethod
+    def _admission(record: ConversationRecord) -> dict[str, Any]:
+        return {"adapter": NAMESPACE, "conversation": record.conversation_id}
