@@ -16,7 +16,7 @@ from sqlalchemy import text
 from agentplane_journal import CorruptRecordError, RunSealedError
 
 try:
-    from pydantic_ai import Agent
+    from pydantic_ai import Agent, DeferredToolRequests, DeferredToolResults
     from pydantic_ai.conversation import Conversation
     from pydantic_ai.conversation_store import ConversationConflict
     from pydantic_ai.models.test import TestModel
@@ -148,3 +148,35 @@ async def test_a_sealed_conversation_takes_no_more_saves(store: Any) -> None:
     with pytest.raises(RunSealedError):
         await turn(conversations, "c6", "more")
     assert await conversations.seal("never-saved") is None
+
+
+async def test_a_paused_run_waits_in_the_journal_for_approval_and_resumes_once(
+    make_store: Any,
+) -> None:
+    """Human in the loop: a tool needing approval pauses the run; its deferred request is
+    saved with the conversation, and another process approves and resumes it."""
+    refunds: list[int] = []
+    support = Agent(TestModel(), output_type=[str, DeferredToolRequests])
+
+    @support.tool_plain(requires_approval=True)
+    def refund(amount: int) -> str:
+        refunds.append(amount)
+        return f"refunded {amount}"
+
+    conversations = JournalConversationStore(await make_store())
+    paused = await support.run("refund me", conversation=Conversation(conversation_id="hitl"))
+    assert isinstance(paused.output, DeferredToolRequests) and refunds == []
+    await conversations.save(paused)
+
+    elsewhere = JournalConversationStore(await make_store())  # the approver's process
+    loaded = await elsewhere.load("hitl")
+    assert loaded is not None and loaded.deferred_tool_requests is not None
+    calls = loaded.deferred_tool_requests.approvals
+    assert [c.tool_name for c in calls] == ["refund"]
+    approvals = DeferredToolResults(approvals={c.tool_call_id: True for c in calls})
+    resumed = await support.run(conversation=loaded, deferred_tool_results=approvals)
+    await elsewhere.save(resumed)
+    assert refunds == [0]
+    final = await JournalConversationStore(await make_store()).load("hitl")
+    assert final is not None and final.deferred_tool_requests is None
+    assert final.messages == resumed.all_messages()
