@@ -275,12 +275,13 @@ class JournalSaver(BaseCheckpointSaver[int]):
             lease = await store.acquire(run, self.owner, self.lease_ttl)
         except LeaseHeldError as exc:
             raise ThreadBusyError(thread_id, exc.owner, exc.epoch, exc.remaining_secs) from exc
-        head = await store.head(run)
         seen = self._seen.get(key)
-        if seen is not None and head.seq != seen:
-            # Someone wrote after this saver read: give the thread back (it did not write).
-            await store.release_lease(run, lease.epoch)
-            raise ThreadMovedError(thread_id, seen, head.seq)
+        if seen is not None:
+            head = await store.head(run)
+            if head.seq != seen:
+                # Someone wrote after this saver read: give the thread back (it wrote nothing).
+                await store.release_lease(run, lease.epoch)
+                raise ThreadMovedError(thread_id, seen, head.seq)
         self._leases[key] = (lease.epoch, now + self.lease_ttl / 2)
         return lease.epoch
 
