@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import operator
 import os
 from collections.abc import Callable
@@ -87,7 +88,7 @@ async def linear(saver: JournalSaver, thread: str) -> list[str]:
     """The thread's checkpoint ids oldest first, asserting each one's parent is the one
     before it (one line, no fork)."""
     tuples = [t async for t in saver.alist(cfg(thread))][::-1]
-    for before, after in zip(tuples, tuples[1:], strict=False):
+    for before, after in itertools.pairwise(tuples):
         assert after.parent_config is not None
         assert after.parent_config["configurable"]["checkpoint_id"] == before.checkpoint["id"]
     return [t.checkpoint["id"] for t in tuples]
@@ -208,8 +209,9 @@ async def written(make_store: Callable[..., Any], thread: str, **kw: Any) -> Jou
 
 
 EDITS = {
-    "content": "UPDATE journal SET raw = CAST(REPLACE(CAST(raw AS TEXT), 'draft', 'DRAFT') AS {blob}) "
-    "WHERE tenant = :t AND run_id = :r AND seq = 2",
+    # A record's body rewritten in place (every body names its kind, LangGraph...).
+    "content": "UPDATE journal SET raw = CAST(REPLACE(CAST(raw AS TEXT), 'LangGraph', "
+    "'LangGraff') AS BLOB) WHERE tenant = :t AND run_id = :r AND seq = 2",
     "deletion": "DELETE FROM journal WHERE tenant = :t AND run_id = :r AND seq = 2",
     # Rows 2 and 3 change places (by way of a free seq: the primary key holds at each step).
     "reordering": "UPDATE journal SET seq = 1000000 WHERE tenant = :t AND run_id = :r AND seq = 2;"
@@ -226,12 +228,11 @@ async def test_an_edit_inside_the_thread_is_caught_on_read(
     await written(make_store, thread)
     reader = JournalSaver(await make_store())
     assert await reader.aget_tuple(cfg(thread)) is not None
-    blob = "BYTEA" if dialect == "postgresql" else "BLOB"
-    statement = EDITS[edit].format(blob=blob)
+    statement = EDITS[edit]
     if dialect == "postgresql" and edit == "content":
         statement = (
-            "UPDATE journal SET raw = convert_to(replace(convert_from(raw, 'UTF8'), 'draft', "
-            "'DRAFT'), 'UTF8') WHERE tenant = :t AND run_id = :r AND seq = 2"
+            "UPDATE journal SET raw = convert_to(replace(convert_from(raw, 'UTF8'), 'LangGraph', "
+            "'LangGraff'), 'UTF8') WHERE tenant = :t AND run_id = :r AND seq = 2"
         )
     for part in statement.split(";"):
         await sql(reader.store, part, r=str(thread_run(thread)))
