@@ -31,7 +31,7 @@ from typing import Any
 from ulid import ULID
 
 from agentplane_journal.core.append import Append
-from agentplane_journal.core.ids import RunId
+from agentplane_journal.core.ids import Digest, RunId
 from agentplane_journal.core.record import Record
 from agentplane_journal.errors import CorruptRecordError
 
@@ -223,18 +223,25 @@ class ThreadView:
     )
     #: The records since the last whole-thread deletion (what ``copy_thread`` copies).
     live: list[Record] = field(default_factory=list)
+    #: The last record applied: ``(seq, hash hex)``, and the hash itself.
     head: tuple[int, str] = (0, "")
+    digest: Digest = Digest.ZERO
 
     @classmethod
     def replay(cls, thread_id: str, records: Iterable[Record]) -> ThreadView:
         view = cls(thread_id)
-        for record in records:
-            view._apply(record)
+        view.extend(records)
         return view
+
+    def extend(self, records: Iterable[Record]) -> None:
+        """Apply records that follow the ones already applied (verified by the caller)."""
+        for record in records:
+            self._apply(record)
 
     def _apply(self, record: Record) -> None:
         seq, body = record.seq, record.body
         self.head = (seq, record.hash.hex())
+        self.digest = record.hash
         if record.kind not in KINDS:
             raise CorruptRecordError(
                 seq, f"record kind {record.kind!r} is not a LangGraph record in a thread's run"

@@ -30,6 +30,7 @@ import socket
 import threading
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Coroutine, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any, TypeVar
@@ -101,6 +102,7 @@ class JournalSaver(BaseCheckpointSaver[int]):
         owner: str | None = None,
         verifier: Verifier | None = None,
         require_signature: bool = False,
+        cache_threads: int = 256,
     ) -> None:
         super().__init__(serde=serde)
         if not isinstance(store, SqlJournalStore):
@@ -109,6 +111,9 @@ class JournalSaver(BaseCheckpointSaver[int]):
             raise ValueError("lease_ttl must be a whole number of seconds, at least 2")
         if require_signature and verifier is None:
             raise ValueError("require_signature needs a verifier that trusts the signers' keys")
+        if isinstance(cache_threads, bool) or not isinstance(cache_threads, int):
+            raise TypeError("cache_threads must be an int (0: no cache)")
+        self.cache_threads = max(0, cache_threads)
         self.store = store
         self.lease_ttl = lease_ttl
         self.owner = (
@@ -128,6 +133,7 @@ class JournalSaver(BaseCheckpointSaver[int]):
         self._seen: dict[_Key, int] = {}
         self._known: dict[_Key, tuple[int, Digest]] = {}
         self._locks: dict[_Key, asyncio.Lock] = {}
+        self._cache: OrderedDict[_Key, ThreadView] = OrderedDict()
 
     # -- construction ------------------------------------------------------------------
 
@@ -216,26 +222,31 @@ class JournalSaver(BaseCheckpointSaver[int]):
 
     async def _records(self, store: SqlJournalStore, run: RunId, got: Any = None) -> list[Record]:
         """The run's records, verified together: chain from seq 1, signatures, the seal,
-        and the head this saver last wrote (a tail cut while it holds the thread)."""
-        if got is None:
-            got = (await store.read_runs([run]))[run]
-        if got.error is not None:
-            raise got.error
+        and the head this saver last wrote (a tail cut while it holds the thread).
+
+        ``got``: a ``RunRead`` from ``read_runs`` (the walk over every thread); without it,
+        one read of the run and its seal on the primary (a writer reads its own writes)."""
         check = RunCheck(self._verifier, self._require)
-        if got.whole:
-            records: list[Record] = got.records
+        sealed: Digest | None = None
+        if got is None:
+            records, sealed = await store.read_sealed(run)
             check.feed(records)
-        else:  # larger than a page: read apart, in pages, after the seal
-            records = []
-            async for page in store.pages(run):
-                check.feed(page)
-                records.extend(page)
-        sealed = None
-        if got.sealed is not None:
-            try:
-                sealed = Digest(bytes(got.sealed))
-            except (TypeError, ValueError) as exc:
-                raise CorruptRecordError(check.last, "the thread's seal is not a digest") from exc
+        else:
+            if got.error is not None:
+                raise got.error
+            if got.whole:
+                records = got.records
+                check.feed(records)
+            else:  # larger than a page: read apart, in pages, after the seal
+                records = []
+                async for page in store.pages(run):
+                    check.feed(page)
+                    records.extend(page)
+            if got.sealed is not None:
+                try:
+                    sealed = Digest(bytes(got.sealed))
+                except (TypeError, ValueError) as exc:
+                    raise CorruptRecordError(check.last, "the seal is not a digest") from exc
         check.finish(sealed)
         known = self._known.get((store.tenant, run))
         if known is not None:
@@ -249,11 +260,55 @@ class JournalSaver(BaseCheckpointSaver[int]):
                 )
         return records
 
-    async def _view(self, store: SqlJournalStore, thread_id: str) -> ThreadView:
+    async def _view(
+        self, store: SqlJournalStore, thread_id: str, *, cold: bool = False
+    ) -> ThreadView:
+        """The thread as its records say, verified.
+
+        A thread this saver has read before is read on from where it stopped: the records
+        it verified are append-only, so it keeps them (the last one is read again and must
+        be unchanged, so a cut or rewritten tail is still caught) and checks what follows
+        against them: new records' chain, signatures and the seal, as a cold read would.
+        ``cold`` (and ``cache_threads=0``) reads and checks the whole thread instead.
+        """
         run = thread_run(thread_id)
-        records = await self._records(store, run)
-        self._seen[(store.tenant, run)] = len(records)
-        return ThreadView.replay(thread_id, records)
+        key = (store.tenant, run)
+        cached = None if cold else self._cache.pop(key, None)
+        check = RunCheck(self._verifier, self._require)
+        if cached is None or cached.head[0] == 0:
+            records, sealed = await store.read_sealed(run)
+            view, fresh = ThreadView(thread_id), records
+        else:
+            seq = cached.head[0]
+            records, sealed = await store.read_sealed(run, seq)
+            if not records or records[0].seq != seq or records[0].hash != cached.digest:
+                raise CorruptRecordError(
+                    seq,
+                    f"this saver verified the thread up to seq {seq}, and that record is now "
+                    "gone or different: records were deleted or rewritten",
+                )
+            check.head, check.last = cached.digest, seq
+            view, fresh = cached, records[1:]
+        check.feed(fresh)
+        check.finish(sealed)
+        known = self._known.get(key)
+        if known is not None:
+            seq, head = known
+            mine = [r for r in records if r.seq == seq]
+            if check.last < seq or (mine and mine[0].hash != head):
+                raise CorruptRecordError(
+                    min(seq, check.last + 1),
+                    f"this saver wrote the thread up to seq {seq}, and the journal now ends at "
+                    f"seq {check.last} or holds another record there: records were deleted or "
+                    "rewritten",
+                )
+        view.extend(fresh)
+        self._seen[key] = check.last
+        if self.cache_threads:
+            self._cache[key] = view
+            while len(self._cache) > self.cache_threads:
+                self._cache.popitem(last=False)
+        return view
 
     async def _lease(self, store: SqlJournalStore, thread_id: str, run: RunId) -> int:
         """The epoch to write under: this saver's lease, renewed or taken, after checking
@@ -564,12 +619,9 @@ class JournalSaver(BaseCheckpointSaver[int]):
             return await store.seal(run, epoch, outcome)
 
     async def averify_thread(self, thread_id: str) -> Digest:
-        """Read and check the whole thread as every read does; return its head digest."""
-        store = self._store(None)
-        run = thread_run(thread_id)
-        records = await self._records(store, run)
-        ThreadView.replay(thread_id, records)
-        return records[-1].hash if records else Digest.ZERO
+        """Read and check the whole thread from seq 1, as a reader with no cache does (this
+        saver's cached view of it is replaced); return its head digest."""
+        return (await self._view(self._store(None), thread_id, cold=True)).digest
 
     async def arelease(self, thread_id: str) -> None:
         """Give the thread's lease back now (another saver may write it at once)."""
