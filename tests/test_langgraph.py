@@ -397,3 +397,32 @@ async def test_tenants_come_from_the_config(make_store: Callable[..., Any]) -> N
     assert other.checkpoint["channel_values"]["topic"] == "globex"
     assert await saver.aget_tuple(cfg("shared")) is None  # the store's own tenant: untouched
     await saver.aclose()
+
+
+async def test_deleting_pruning_and_copying_are_records_and_the_chain_verifies(
+    make_store: Callable[..., Any],
+) -> None:
+    saver = JournalSaver(await make_store())
+    app = graph(saver)
+    await app.ainvoke({"topic": "t", "log": []}, cfg("src"))
+    await app.ainvoke(Command(resume="yes"), cfg("src"))
+    await saver.acopy_thread("src", "dst")
+    await saver.aprune(["src"], strategy="keep_latest")
+    assert len([t async for t in saver.alist(cfg("src"))]) == 1
+    await saver.adelete_thread("src")
+    assert await saver.aget_tuple(cfg("src")) is None
+
+    records = await saver.store.read(thread_run("src"))
+    kinds = [r.kind for r in records]
+    assert kinds[-2:] == ["LangGraphDeleted", "LangGraphDeleted"]  # prune, then delete
+    assert records[-2].body["why"] == "prune" and records[-2].body["checkpoints"]
+    assert records[-1].body["why"] == "delete_thread" and "checkpoints" not in records[-1].body
+    assert kinds.count("LangGraphCheckpoint") > 1  # nothing erased: the journal is append-only
+    await saver.averify_thread("src")
+
+    copied = await saver.store.read(thread_run("dst"))
+    assert copied[0].kind == "LangGraphCopied" and copied[0].body["from"] == "src"
+    assert copied[0].body["from_seq"] == len(records) - 2  # the source's head when copied
+    done = await app.aget_state(cfg("dst"))
+    assert done.values["log"] == ["draft:t", "review:yes", "published"]
+    await saver.aclose()

@@ -6,7 +6,9 @@ What it adds to LangGraph's own savers (see docs/guides/langgraph.md):
   re-hashed, the chain checked from seq 1 (a deleted, reordered or inserted row), signatures
   with a verifier, and a sealed thread against its seal (truncation, a forged tail). A thread
   that does not verify raises :class:`CorruptRecordError`; nothing is returned from it, so a
-  graph never resumes from a forged checkpoint.
+  graph never resumes from a forged checkpoint. A thread read before is read on from its
+  last verified record, which must be unchanged (records are append-only: the verified
+  prefix is kept, see :meth:`JournalSaver._view`).
 * **One writer per thread.** The first write takes the thread's lease; another saver's write
   is :class:`ThreadBusyError` while it is held, and a saver that read the thread before
   someone else wrote it is :class:`ThreadMovedError` (it would fork the history from a stale
@@ -220,44 +222,27 @@ class JournalSaver(BaseCheckpointSaver[int]):
             lock = self._locks[key] = asyncio.Lock()
         return lock
 
-    async def _records(self, store: SqlJournalStore, run: RunId, got: Any = None) -> list[Record]:
-        """The run's records, verified together: chain from seq 1, signatures, the seal,
-        and the head this saver last wrote (a tail cut while it holds the thread).
-
-        ``got``: a ``RunRead`` from ``read_runs`` (the walk over every thread); without it,
-        one read of the run and its seal on the primary (a writer reads its own writes)."""
+    async def _walked(self, store: SqlJournalStore, run: RunId, got: Any) -> list[Record]:
+        """A run's records from ``read_runs`` (the walk over every thread), verified
+        together as :meth:`_view` verifies a thread: chain from seq 1, signatures, the seal."""
+        if got.error is not None:
+            raise got.error
         check = RunCheck(self._verifier, self._require)
-        sealed: Digest | None = None
-        if got is None:
-            records, sealed = await store.read_sealed(run)
+        if got.whole:
+            records: list[Record] = got.records
             check.feed(records)
-        else:
-            if got.error is not None:
-                raise got.error
-            if got.whole:
-                records = got.records
-                check.feed(records)
-            else:  # larger than a page: read apart, in pages, after the seal
-                records = []
-                async for page in store.pages(run):
-                    check.feed(page)
-                    records.extend(page)
-            if got.sealed is not None:
-                try:
-                    sealed = Digest(bytes(got.sealed))
-                except (TypeError, ValueError) as exc:
-                    raise CorruptRecordError(check.last, "the seal is not a digest") from exc
+        else:  # larger than a page: read apart, in pages, after the seal
+            records = []
+            async for page in store.pages(run):
+                check.feed(page)
+                records.extend(page)
+        sealed: Digest | None = None
+        if got.sealed is not None:
+            try:
+                sealed = Digest(bytes(got.sealed))
+            except (TypeError, ValueError) as exc:
+                raise CorruptRecordError(check.last, "the seal is not a digest") from exc
         check.finish(sealed)
-        known = self._known.get((store.tenant, run))
-        if known is not None:
-            seq, head = known
-            if check.last < seq or records[seq - 1].hash != head:
-                raise CorruptRecordError(
-                    min(seq, check.last + 1),
-                    f"this saver wrote the thread up to seq {seq}, and the journal now ends at "
-                    f"seq {check.last} or holds another record there: records were deleted or "
-                    "rewritten",
-                )
         return records
 
     async def _view(
@@ -403,7 +388,7 @@ class JournalSaver(BaseCheckpointSaver[int]):
             while ids:
                 got = await store.read_runs(ids)
                 for run, read in got.items():
-                    records = await self._records(store, run, read)
+                    records = await self._walked(store, run, read)
                     if not records or records[0].kind not in KINDS:
                         continue
                     thread_id = records[0].body.get("thread")
