@@ -426,3 +426,17 @@ async def test_deleting_pruning_and_copying_are_records_and_the_chain_verifies(
     done = await app.aget_state(cfg("dst"))
     assert done.values["log"] == ["draft:t", "review:yes", "published"]
     await saver.aclose()
+
+
+def test_a_program_without_an_event_loop_opens_the_saver_by_url(database_url: str) -> None:
+    thread = f"thread-open-{os.urandom(4).hex()}"
+    with JournalSaver.open(database_url) as saver:
+        app = graph(saver)
+        assert "__interrupt__" in app.invoke({"topic": "s", "log": []}, cfg(thread))
+        done = app.invoke(Command(resume="ok"), cfg(thread))
+        assert done["log"] == ["draft:s", "review:ok", "published"]
+        head = saver.verify_thread(thread)
+    with JournalSaver.open(database_url) as again:  # the lease was released on exit
+        assert again.verify_thread(thread) == head
+        again.delete_thread(thread)
+        assert again.get_tuple(cfg(thread)) is None
