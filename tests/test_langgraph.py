@@ -440,3 +440,43 @@ def test_a_program_without_an_event_loop_opens_the_saver_by_url(database_url: st
         assert again.verify_thread(thread) == head
         again.delete_thread(thread)
         assert again.get_tuple(cfg(thread)) is None
+
+
+@pytest.mark.race
+async def test_k_processes_resuming_one_thread_at_once_leave_one_line(
+    instances: Callable[..., Any],
+) -> None:
+    """#8796 as a race on PostgreSQL: K savers, each on its own engine, read one thread
+    and then all write the next checkpoint from the state they read. Exactly one lands;
+    every other is refused (busy or moved), and the thread's history is one line."""
+    from races import no_surprises, race
+
+    stores = await instances(8)
+    savers = [JournalSaver(store) for store in stores]
+    thread = f"thread-race-{os.urandom(4).hex()}"
+    first = await savers[0].aput(
+        {"configurable": {"thread_id": thread, "checkpoint_ns": ""}},
+        empty_checkpoint(),
+        {"step": 0},
+        {},
+    )
+    await savers[0].aclose()
+    read = [await s.aget_tuple(cfg(thread)) for s in savers]
+    assert all(r is not None for r in read)
+
+    def put(saver: JournalSaver, parent: Any) -> Callable[[], Any]:
+        async def call() -> Any:
+            checkpoint = empty_checkpoint()
+            checkpoint["id"] = str(uuid6(clock_seq=-1))
+            return await saver.aput(parent.config, checkpoint, {"step": 1}, {})
+
+        return call
+
+    results = await race(*(put(s, r) for s, r in zip(savers, read, strict=True)))
+    no_surprises(results, ThreadBusyError, ThreadMovedError)
+    landed = [r for r in results if not isinstance(r, BaseException)]
+    assert len(landed) == 1, results
+    ids = await linear(savers[1], thread)
+    assert ids[0] == first["configurable"]["checkpoint_id"] and len(ids) == 2
+    for saver in savers:
+        await saver.aclose()

@@ -149,7 +149,11 @@ class JournalSaver(BaseCheckpointSaver[int]):
         store = await SqlJournalStore.connect(url, **store_options)
         try:
             saver = cls(store, **options)
-            saver._owns_store = True
+        except BaseException:
+            await store.close()
+            raise
+        saver._owns_store = True
+        try:
             yield saver
         finally:
             try:
