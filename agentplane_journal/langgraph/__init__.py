@@ -7,6 +7,13 @@ install stays free of it. See docs/guides/langgraph.md.
 
 from __future__ import annotations
 
+try:
+    import langgraph.checkpoint.base  # noqa: F401  (the extra, or a clear error now)
+except ImportError as exc:  # pragma: no cover - the extra is installed where tests run
+    raise ImportError(
+        "agentplane_journal.langgraph needs LangGraph: pip install 'agentplane_journal[langgraph]'"
+    ) from exc
+
 from agentplane_journal.langgraph.records import thread_run
 from agentplane_journal.langgraph.saver import JournalSaver
 
