@@ -76,6 +76,8 @@ if TYPE_CHECKING:
         SchemaOutOfDateError,
         SecretUnavailableError,
         StoreError,
+        ThreadBusyError,
+        ThreadMovedError,
         TransactionEndedError,
     )
     from agentplane_journal.journal.store import SqlJournalStore
@@ -163,6 +165,8 @@ _EXPORTS = {
     "Lease": "core.values",
     "verify_attested": "core.chain",
     "verify_chain": "core.chain",
+    "ThreadBusyError": "errors",
+    "ThreadMovedError": "errors",
 }
 
 __version__ = "0.1.0"
@@ -220,6 +224,8 @@ __all__ = [
     "SqlJournalStore",
     "SqlPushStore",
     "StoreError",
+    "ThreadBusyError",
+    "ThreadMovedError",
     "TransactionEndedError",
     "UnreadableRegistration",
     "Verifier",

@@ -383,3 +383,45 @@ class ConversationBusyError(StoreError):
             f"epoch {epoch}); nothing of this change was written. Retry it: a live writer "
             f"finishes in moments, a dead one's claim lapses in {remaining_secs}s"
         )
+
+
+class ThreadBusyError(StoreError):
+    """A LangGraph thread is being written by another saver: refused, nothing written.
+
+    The thread's run is leased by another writer (another process, or another
+    :class:`~agentplane_journal.langgraph.JournalSaver`), or its lease was taken over while
+    this saver was writing. LangGraph's own savers would have let both write and forked the
+    thread's history (langchain-ai/langgraph#8796); the journal keeps one writer.
+    """
+
+    def __init__(self, thread_id: str, owner: str, epoch: int, remaining_secs: int) -> None:
+        self.thread_id = thread_id
+        self.owner = owner
+        self.epoch = epoch
+        self.remaining_secs = remaining_secs
+        super().__init__(
+            f"LangGraph thread {thread_id!r} is being written by another saver ({owner!r}, "
+            f"lease epoch {epoch}, {remaining_secs}s left): refused, nothing written, so its "
+            "history stays one line. Retry when that saver closes (it releases the thread) "
+            "or its lease lapses, or run this graph on another thread_id"
+        )
+
+
+class ThreadMovedError(StoreError):
+    """A LangGraph thread was written by someone else since this saver last read it.
+
+    The saver read the thread at ``seen`` records, and it now has ``found``: writing on
+    would fork its history from a stale state. Nothing was written; read the thread again
+    (invoke the graph again) and the next write goes on from the new state.
+    """
+
+    def __init__(self, thread_id: str, seen: int, found: int) -> None:
+        self.thread_id = thread_id
+        self.seen = seen
+        self.found = found
+        super().__init__(
+            f"LangGraph thread {thread_id!r} was written by another saver since this one read "
+            f"it (it read {seen} records, the thread now has {found}): refused, nothing "
+            "written, since writing on would fork its history. Invoke the graph again: it "
+            "reads the thread's current state first"
+        )

@@ -74,6 +74,8 @@ SLOW_FILES = frozenset(
         "test_docs.py",
         "test_host_alembic.py",
         "test_host_app.py",
+        "test_langgraph.py",
+        "test_langgraph_conformance.py",
         "test_readme.py",
         "test_sqlite_processes.py",
         "test_testing_plugin.py",

@@ -104,6 +104,32 @@ class RunReads(Repository):
 
         return await self._unit(unit, read_only=True, session=session)
 
+    async def read_sealed(
+        self, run: RunId, from_seq: int = 1, *, session: AsyncSession | None = None
+    ) -> tuple[list[Record], Digest | None]:
+        """The run's records from ``from_seq``, hash-checked, and its sealed head (``None``:
+        not sealed), on the primary, in one transaction: the seal first, so the records read
+        after it are the ones it sealed (what a writer that reads its own writes and checks a
+        seal needs, e.g. the LangGraph saver; ``RunCheck.finish(sealed)`` compares them)."""
+        run = check_run(run)
+        from_seq = check_int(from_seq, "from_seq")
+        seal_stmt = select(RunSeal.chain_head).where(
+            RunSeal.tenant == self.tenant, RunSeal.run_id == str(run)
+        )
+        stmt = (
+            select(*RECORD_COLUMNS)
+            .where(self._key(run), Journal.seq >= from_seq)
+            .order_by(Journal.seq)
+        )
+
+        async def unit(session: AsyncSession) -> tuple[list[Record], Digest | None]:
+            seal = await driver_rows(session, seal_stmt)
+            records = records_from_rows(await driver_rows(session, stmt))
+            last = records[-1].seq if records else 0
+            return records, digest(seal[0][0], last) if seal else None
+
+        return await self._unit(unit, read_only=True, primary=True, session=session)
+
     def stream(
         self,
         run: RunId,

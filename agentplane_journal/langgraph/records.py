@@ -1,0 +1,321 @@
+"""LangGraph checkpoints as journal records, and a thread's state rebuilt from them.
+
+No I/O: :func:`thread_run` names the run a thread lives in, the ``*_append`` functions turn
+LangGraph's values into :class:`~agentplane_journal.core.append.Append` payloads, and
+:class:`ThreadView` replays a thread's verified records into what ``get_tuple`` and ``list``
+answer. LangGraph's serializer gives ``(type, bytes)``; the bytes go into the record body as
+base64 text, so the canonical JSON the record is hashed over carries them exactly (a JSON
+string cannot hold arbitrary bytes).
+
+Why one run per ``thread_id`` (every ``checkpoint_ns`` of it in the same run): LangGraph
+deletes, prunes and copies a thread across all its namespaces at once, and a graph writes a
+subgraph's namespace in the same invocation as its parent's. One run makes each of those a
+single atomic append under a single lease, and the thread's history one chain.
+
+Why the run id is derived from the thread id (a hash, not a lookup table): the schema stays
+the journal's (no new table), and a reader finds a thread's run without a write. Every record
+also carries its ``thread``, checked on read, so a record moved into another thread's run is
+corrupt, not silently adopted.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ulid import ULID
+
+from agentplane_journal.core.append import Append
+from agentplane_journal.core.ids import Digest, RunId
+from agentplane_journal.core.record import Record
+from agentplane_journal.errors import CorruptRecordError
+
+__all__ = [
+    "CHECKPOINT",
+    "COPIED",
+    "DELETED",
+    "KINDS",
+    "WRITES",
+    "StoredCheckpoint",
+    "ThreadView",
+    "checkpoint_append",
+    "copied_appends",
+    "deleted_append",
+    "thread_run",
+    "version_key",
+    "writes_append",
+]
+
+#: The record kinds this adapter writes.
+CHECKPOINT = "LangGraphCheckpoint"
+WRITES = "LangGraphWrites"
+DELETED = "LangGraphDeleted"
+COPIED = "LangGraphCopied"
+KINDS = frozenset({CHECKPOINT, WRITES, DELETED, COPIED})
+
+_DOMAIN = b"agentplane-journal/langgraph-thread\x00"
+
+Typed = tuple[str, bytes]
+
+
+def thread_run(thread_id: str) -> RunId:
+    """The run holding ``thread_id``: 128 bits of SHA-256 over the id, as a ULID."""
+    if not isinstance(thread_id, str) or not thread_id:
+        raise ValueError("a LangGraph thread_id must be a non-empty string")
+    raw = hashlib.sha256(_DOMAIN + thread_id.encode("utf-8", "surrogatepass")).digest()[:16]
+    return RunId(ULID.from_bytes(raw))
+
+
+def version_key(version: object) -> str:
+    """A channel version (int, float or str in LangGraph) as the text blobs are keyed by."""
+    return json.dumps(version, sort_keys=True)
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def _typed(value: Typed) -> list[str]:
+    kind, data = value
+    return [kind, _b64(bytes(data))]
+
+
+def checkpoint_append(
+    run: RunId,
+    thread_id: str,
+    ns: str,
+    checkpoint_id: str,
+    parent_id: str | None,
+    checkpoint: Typed,
+    metadata: Typed,
+    blobs: Sequence[tuple[str, str, Typed]],
+) -> Append:
+    """One ``put``: the checkpoint without its channel values, its metadata, and the blobs
+    of the channels whose version this checkpoint moved (LangGraph's ``new_versions``)."""
+    payload: dict[str, Any] = {
+        "thread": thread_id,
+        "ns": ns,
+        "id": checkpoint_id,
+        "checkpoint": _typed(checkpoint),
+        "metadata": _typed(metadata),
+        "blobs": [[channel, version, *_typed(value)] for channel, version, value in blobs],
+    }
+    if parent_id is not None:
+        payload["parent"] = parent_id
+    return Append(run, CHECKPOINT, payload)
+
+
+def writes_append(
+    run: RunId,
+    thread_id: str,
+    ns: str,
+    checkpoint_id: str,
+    task_id: str,
+    task_path: str,
+    writes: Sequence[tuple[int, str, Typed]],
+) -> Append:
+    """One ``put_writes``: a task's pending writes against one checkpoint."""
+    return Append(
+        run,
+        WRITES,
+        {
+            "thread": thread_id,
+            "ns": ns,
+            "checkpoint": checkpoint_id,
+            "task": task_id,
+            "path": task_path,
+            "writes": [[idx, channel, *_typed(value)] for idx, channel, value in writes],
+        },
+    )
+
+
+def deleted_append(
+    run: RunId, thread_id: str, why: str, checkpoints: Iterable[tuple[str, str]] | None = None
+) -> Append:
+    """A deletion, as a record: the whole thread (``checkpoints`` None) or the listed
+    ``(ns, checkpoint_id)`` pairs and their writes. ``why`` names the LangGraph call."""
+    payload: dict[str, Any] = {"thread": thread_id, "why": why}
+    if checkpoints is not None:
+        payload["checkpoints"] = [[ns, cid] for ns, cid in sorted(checkpoints)]
+    return Append(run, DELETED, payload)
+
+
+def copied_appends(
+    run: RunId, thread_id: str, source: str, source_head: tuple[int, str], records: Sequence[Record]
+) -> list[Append]:
+    """``copy_thread``'s batch: a provenance record naming the source thread and the head it
+    was copied at, then the source's live records with ``thread`` rewritten."""
+    out = [
+        Append(
+            run,
+            COPIED,
+            {
+                "thread": thread_id,
+                "from": source,
+                "from_seq": source_head[0],
+                "from_head": source_head[1],
+            },
+        )
+    ]
+    for record in records:
+        if record.kind in (CHECKPOINT, WRITES, DELETED):
+            payload = _payload_of(record)
+            payload["thread"] = thread_id
+            out.append(Append(run, record.kind, payload))
+    return out
+
+
+_ENVELOPE = frozenset({"seq", "run", "case", "step", "phase", "epoch", "v", "effect_key", "kind"})
+
+
+def _payload_of(record: Record) -> dict[str, Any]:
+    return {k: v for k, v in record.body.items() if k not in _ENVELOPE}
+
+
+def _decode(seq: int, value: object, what: str) -> Typed:
+    if not isinstance(value, list) or len(value) != 2 or not all(isinstance(v, str) for v in value):
+        raise CorruptRecordError(seq, f"the {what} is not a [type, base64] pair")
+    try:
+        return value[0], base64.b64decode(value[1], validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise CorruptRecordError(seq, f"the {what} is not valid base64") from exc
+
+
+def _text(seq: int, body: dict[str, Any], name: str) -> str:
+    value = body.get(name)
+    if not isinstance(value, str):
+        raise CorruptRecordError(seq, f"a LangGraph record without a text '{name}'")
+    return value
+
+
+@dataclass(slots=True)
+class StoredCheckpoint:
+    """A checkpoint as the journal holds it: still serialized, its blobs looked up later."""
+
+    seq: int
+    ns: str
+    id: str
+    parent: str | None
+    checkpoint: Typed
+    metadata: Typed
+
+
+@dataclass(slots=True)
+class ThreadView:
+    """A thread's live state, replayed from its records in chain order.
+
+    A ``put`` of an id already present replaces it (LangGraph's savers upsert); a pending
+    write of a ``(task, idx)`` already present is kept as first written when ``idx >= 0``
+    and replaced when negative (LangGraph's special channels); a deletion record removes
+    what it names from the view, never from the journal.
+    """
+
+    thread_id: str
+    checkpoints: dict[tuple[str, str], StoredCheckpoint] = field(default_factory=dict)
+    blobs: dict[tuple[str, str, str], Typed] = field(default_factory=dict)
+    writes: dict[tuple[str, str], dict[tuple[str, int], tuple[str, str, Typed, str]]] = field(
+        default_factory=dict
+    )
+    #: The records since the last whole-thread deletion (what ``copy_thread`` copies).
+    live: list[Record] = field(default_factory=list)
+    #: The last record applied: ``(seq, hash hex)``, and the hash itself.
+    head: tuple[int, str] = (0, "")
+    digest: Digest = Digest.ZERO
+
+    @classmethod
+    def replay(cls, thread_id: str, records: Iterable[Record]) -> ThreadView:
+        view = cls(thread_id)
+        view.extend(records)
+        return view
+
+    def extend(self, records: Iterable[Record]) -> None:
+        """Apply records that follow the ones already applied (verified by the caller)."""
+        for record in records:
+            self._apply(record)
+
+    def _apply(self, record: Record) -> None:
+        seq, body = record.seq, record.body
+        self.head = (seq, record.hash.hex())
+        self.digest = record.hash
+        if record.kind not in KINDS:
+            raise CorruptRecordError(
+                seq, f"record kind {record.kind!r} is not a LangGraph record in a thread's run"
+            )
+        if body.get("thread") != self.thread_id:
+            raise CorruptRecordError(
+                seq, f"the record names thread {body.get('thread')!r}, not {self.thread_id!r}"
+            )
+        if record.kind == DELETED:
+            listed = body.get("checkpoints")
+            if listed is None:
+                self.checkpoints.clear()
+                self.blobs.clear()
+                self.writes.clear()
+                self.live = []
+                return
+            if not isinstance(listed, list):
+                raise CorruptRecordError(seq, "a deletion whose 'checkpoints' is not a list")
+            for item in listed:
+                if not (isinstance(item, list) and len(item) == 2):
+                    raise CorruptRecordError(seq, "a deletion naming a malformed checkpoint")
+                self.checkpoints.pop((item[0], item[1]), None)
+                self.writes.pop((item[0], item[1]), None)
+            self.live.append(record)
+            return
+        self.live.append(record)
+        if record.kind == COPIED:
+            return
+        ns = _text(seq, body, "ns")
+        if record.kind == CHECKPOINT:
+            cid = _text(seq, body, "id")
+            parent = body.get("parent")
+            if parent is not None and not isinstance(parent, str):
+                raise CorruptRecordError(seq, "a checkpoint whose parent is not text")
+            blobs = body.get("blobs")
+            if not isinstance(blobs, list):
+                raise CorruptRecordError(seq, "a checkpoint whose 'blobs' is not a list")
+            for blob in blobs:
+                if not (isinstance(blob, list) and len(blob) == 4):
+                    raise CorruptRecordError(seq, "a malformed channel blob")
+                channel, version = blob[0], blob[1]
+                if not (isinstance(channel, str) and isinstance(version, str)):
+                    raise CorruptRecordError(seq, "a channel blob without text keys")
+                self.blobs[(ns, channel, version)] = _decode(seq, blob[2:], "channel blob")
+            self.checkpoints[(ns, cid)] = StoredCheckpoint(
+                seq,
+                ns,
+                cid,
+                parent,
+                _decode(seq, body.get("checkpoint"), "checkpoint"),
+                _decode(seq, body.get("metadata"), "metadata"),
+            )
+            # A checkpoint put again starts with no pending writes (LangGraph's savers
+            # keep the old ones, keyed by id; a fresh put of the same id is rare).
+            return
+        cid = _text(seq, body, "checkpoint")
+        task = _text(seq, body, "task")
+        path = body.get("path", "")
+        writes = body.get("writes")
+        if not isinstance(path, str) or not isinstance(writes, list):
+            raise CorruptRecordError(seq, "a malformed pending-writes record")
+        bucket = self.writes.setdefault((ns, cid), {})
+        for item in writes:
+            if not (isinstance(item, list) and len(item) == 4 and isinstance(item[0], int)):
+                raise CorruptRecordError(seq, "a malformed pending write")
+            idx, channel = item[0], item[1]
+            if not isinstance(channel, str):
+                raise CorruptRecordError(seq, "a pending write whose channel is not text")
+            key = (task, idx)
+            if idx >= 0 and key in bucket:
+                continue
+            bucket[key] = (task, channel, _decode(seq, item[2:], "pending write"), path)
+
+    def latest(self, ns: str) -> StoredCheckpoint | None:
+        """The newest checkpoint of ``ns`` by id (LangGraph's ids sort by time)."""
+        found = [c for (n, _), c in self.checkpoints.items() if n == ns]
+        return max(found, key=lambda c: c.id) if found else None

@@ -1,0 +1,147 @@
+"""LangGraph checkpoints per second: ``JournalSaver`` against LangGraph's own async savers.
+
+(Not ``bench/langgraph.py``: with bench/ on the path, that file would shadow LangGraph's
+namespace package.)
+
+    pip install -e '.[bench,langgraph]'
+    python bench/langgraph_savers.py [--rounds 5] [--threads 20] [--depth 10] [--pg-url ...]
+
+For each backend (a SQLite file; PostgreSQL, a throwaway cluster started here with ``fsync``,
+``synchronous_commit`` and ``full_page_writes`` on unless ``--pg-url`` is given), in the
+same run:
+
+* ``journal``: :class:`agentplane_journal.langgraph.JournalSaver` on a
+  :class:`SqlJournalStore` (each put a record: canonical JSON, chained, fenced under the
+  thread's lease, one durable transaction; each read verifies the whole thread);
+* ``langgraph``: ``AsyncSqliteSaver`` (its own file beside ours) or ``AsyncPostgresSaver``
+  (psycopg 3, the same database), tables made by their ``setup()``.
+
+A round writes ``--threads`` fresh threads ``--depth`` checkpoints deep, one writer, each
+put with a pending write as a graph step makes (``put`` + ``put_writes``, counted as one
+step), then reads each thread's latest checkpoint (``get_tuple``) ``--depth`` times. Rounds
+are interleaved (the contenders take turns, in a rotating order) so load from elsewhere on
+the machine spreads over both; the table shows each median with its min-max, then the
+ratio journal / langgraph. Figures, never assertions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Any
+
+from backends import Backend, postgres_backend, sqlite_backend
+from langgraph.checkpoint.base import BaseCheckpointSaver, empty_checkpoint
+from langgraph.checkpoint.base.id import uuid6
+
+from agentplane_journal.langgraph import JournalSaver
+
+Opener = Callable[[Backend], AbstractAsyncContextManager[BaseCheckpointSaver[Any]]]
+
+
+@asynccontextmanager
+async def journal(backend: Backend) -> AsyncIterator[BaseCheckpointSaver[Any]]:
+    async with JournalSaver.from_url(backend.url) as saver:
+        yield saver
+
+
+@asynccontextmanager
+async def langgraph(backend: Backend) -> AsyncIterator[BaseCheckpointSaver[Any]]:
+    if backend.name == "sqlite":
+        from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+
+        async with AsyncSqliteSaver.from_conn_string(f"{backend.scratch}/lg.db") as saver:
+            await saver.setup()
+            yield saver
+    else:
+        from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+
+        async with AsyncPostgresSaver.from_conn_string(backend.driver_target) as saver:
+            await saver.setup()
+            yield saver
+
+
+async def one_round(
+    saver: BaseCheckpointSaver[Any], threads: int, depth: int
+) -> tuple[float, float]:
+    """(steps/s, gets/s) for ``threads`` fresh threads ``depth`` checkpoints deep."""
+    ids = [f"bench-{uuid.uuid4().hex}" for _ in range(threads)]
+    start = time.perf_counter()
+    for thread in ids:
+        config: dict[str, Any] = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
+        for step in range(depth):
+            checkpoint = empty_checkpoint()
+            checkpoint["id"] = str(uuid6(clock_seq=-1))
+            checkpoint["channel_values"] = {
+                "messages": [f"message {i} of step {step}: " + "x" * 60 for i in range(3)],
+                "step": step,
+            }
+            checkpoint["channel_versions"] = {"messages": step + 1, "step": step + 1}
+            config = await saver.aput(
+                config,
+                checkpoint,
+                {"source": "loop", "step": step, "parents": {}},
+                {"messages": step + 1, "step": step + 1},
+            )
+            await saver.aput_writes(config, [("messages", ["reply"])], str(uuid.uuid4()))
+    wrote = time.perf_counter()
+    for thread in ids:
+        for _ in range(depth):
+            got = await saver.aget_tuple({"configurable": {"thread_id": thread}})
+            assert got is not None and got.checkpoint["channel_values"]["step"] == depth - 1
+    read = time.perf_counter()
+    steps = threads * depth
+    return steps / (wrote - start), steps / (read - wrote)
+
+
+def spread(values: list[float]) -> str:
+    return f"{statistics.median(values):8.0f}  ({min(values):.0f}-{max(values):.0f})"
+
+
+async def bench(backend: Backend, rounds: int, threads: int, depth: int) -> None:
+    contenders: dict[str, Opener] = {"journal": journal, "langgraph": langgraph}
+    puts: dict[str, list[float]] = {name: [] for name in contenders}
+    gets: dict[str, list[float]] = {name: [] for name in contenders}
+    async with journal(backend) as j, langgraph(backend) as lg:
+        savers = {"journal": j, "langgraph": lg}
+        await one_round(j, 2, 2)  # warm both: connections, statements
+        await one_round(lg, 2, 2)
+        names = list(contenders)
+        for r in range(rounds):
+            for name in names[r % 2 :] + names[: r % 2]:
+                put, get = await one_round(savers[name], threads, depth)
+                puts[name].append(put)
+                gets[name].append(get)
+    print(f"\n{backend.name}: {backend.settings}")
+    print(f"  {threads} threads x {depth} checkpoints a round, {rounds} rounds, one writer")
+    print("  contender     steps/s (put+put_writes)     get_tuple/s")
+    for name in contenders:
+        print(f"  {name:<10} {spread(puts[name])}   {spread(gets[name])}")
+    ratio_put = statistics.median(puts["journal"]) / statistics.median(puts["langgraph"])
+    ratio_get = statistics.median(gets["journal"]) / statistics.median(gets["langgraph"])
+    print(f"  journal / langgraph: steps {ratio_put:.2f}x, gets {ratio_get:.2f}x")
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=20)
+    parser.add_argument("--depth", type=int, default=10)
+    parser.add_argument("--pg-url", default=None)
+    parser.add_argument("--only", choices=("sqlite", "postgresql"), default=None)
+    args = parser.parse_args()
+    if args.only in (None, "sqlite"):
+        async with sqlite_backend() as backend:
+            await bench(backend, args.rounds, args.threads, args.depth)
+    if args.only in (None, "postgresql"):
+        async with postgres_backend(args.pg_url) as backend:
+            await bench(backend, args.rounds, args.threads, args.depth)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,52 @@
+"""LangGraph's own conformance suite (``langgraph-checkpoint-conformance``) against
+:class:`~agentplane_journal.langgraph.JournalSaver`, on SQLite and PostgreSQL: every base
+capability and every extended one the saver implements (all of them: delete_for_runs,
+copy_thread, prune). Slow (a few seconds a dialect): listed in conftest's SLOW_FILES."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+
+from agentplane_journal import SqlJournalStore
+
+
+def _require(module: str) -> None:
+    try:
+        __import__(module)
+    except ImportError:
+        message = f"{module} is not installed (pip install -e '.[test]')"
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must run the LangGraph tests: {message}")
+        pytest.skip(message)
+
+
+async def test_the_conformance_suite_passes_every_capability(
+    make_store: Callable[..., Any],
+) -> None:
+    _require("langgraph.checkpoint.conformance")
+    from langgraph.checkpoint.conformance import checkpointer_test, validate
+    from langgraph.checkpoint.conformance.capabilities import ALL_CAPABILITIES
+
+    from agentplane_journal.langgraph import JournalSaver
+
+    store: SqlJournalStore = await make_store()
+
+    @checkpointer_test(name="JournalSaver")
+    async def journal_saver() -> AsyncIterator[JournalSaver]:
+        # One tenant per capability suite: list(None) and delete_for_runs walk a tenant.
+        saver = JournalSaver(store.for_tenant(f"lg{os.urandom(5).hex()}"))
+        yield saver
+        await saver.aclose()
+
+    report = await validate(journal_saver)
+    failures = {
+        name: result.failures for name, result in report.results.items() if not result.passed
+    }
+    assert not failures, failures
+    assert {name for name, r in report.results.items() if r.detected} == {
+        c.value for c in ALL_CAPABILITIES
+    }
