@@ -156,7 +156,7 @@ def es_number(x: float) -> str:
 
     The digits are Python's shortest round-trip ones (``repr``), which are ECMAScript's (the
     shortest that round-trip, the closest to the value among them); only their placement is
-    done here. With ``k`` digits and the point after position ``n`` (value = 0.d × 10^n):
+    done here. With ``k`` digits and the point after position ``n`` (value = 0.d * 10^n):
     digits then zeros when k <= n <= 21; the point inside the digits when 0 < n <= 21;
     ``0.`` and -n zeros when -6 < n <= 0; otherwise ``d[.ddd]e±(n-1)``. ``-0.0`` is ``0``.
     """
@@ -235,8 +235,7 @@ def _scalar(value: Any) -> str:
             raise _Refusal(ValueError, str(exc)) from None
     raise _Refusal(
         TypeError,
-        f"{type(value).__name__} is not JSON; use dict, list, tuple, str, int, float, "
-        "bool or None",
+        f"{type(value).__name__} is not JSON; use dict, list, tuple, str, int, float, bool or None",
     )
 
 

@@ -23,7 +23,7 @@ import functools
 import hashlib
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -100,9 +100,18 @@ class Record:
     attestation: Attestation | None = None
 
     @classmethod
-    def seal(cls, body: dict[str, Any], prev_hash: Digest, signer: Signer | None = None) -> Record:
+    def seal(
+        cls,
+        body: dict[str, Any],
+        prev_hash: Digest,
+        signer: Signer | None = None,
+        *,
+        canon: Callable[..., bytes] = canonical_bytes,
+    ) -> Record:
         """Canonicalise ``body``, chain it to ``prev_hash`` and sign it if asked.
 
+        ``canon`` is the wire profile's canonical-JSON rule (``profile.canonicalize``): the
+        agentplane 0.4.0 one unless the journal's profile says otherwise.
         Raises ``RecordTooLargeError`` (with the real size) above ``MAX_RECORD_BYTES``.
         """
         if not isinstance(body, dict):
@@ -116,7 +125,7 @@ class Record:
             for member in ("run", "kind"):
                 if not isinstance(body.get(member), str):
                     raise ValueError(f"body.{member} must be a str, got {body.get(member)!r}")
-        raw = canonical_bytes(body, path="body")
+        raw = canon(body, path="body")
         if len(raw) > MAX_RECORD_BYTES:
             raise RecordTooLargeError(len(raw), MAX_RECORD_BYTES)
         if type(prev_hash) is Digest:  # Digest.chain inlined: this is once per append
