@@ -89,7 +89,7 @@ class Profiles(Repository):
                         raise WireProfileError(self.tenant, found.name, requested.name)
                     return found
             assert requested is not None
-            return await self._claim(requested)
+            return await self._claim_profile(requested)
         except DBAPIError as exc:
             raise BackendError(f"cannot read the journal's wire profile: {describe(exc)}") from exc
 
@@ -110,7 +110,7 @@ class Profiles(Repository):
                 "this package does not know (written by a newer version, or edited)",
             ) from None
 
-    async def _claim(self, profile: WireProfile) -> WireProfile:
+    async def _claim_profile(self, profile: WireProfile) -> WireProfile:
         """Record ``profile`` for this tenant if it holds no record yet; refuse otherwise."""
         d = self._dialect
         async with self._bind.connect() as conn:
