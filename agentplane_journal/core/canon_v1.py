@@ -251,7 +251,7 @@ def _write(value: object, out: list[str], depth: int) -> None:
     if isinstance(value, dict):
         if depth > MAX_DEPTH:
             raise _too_deep()
-        obj = cast("dict[Any, Any]", value)
+        obj: dict[Any, Any] = value
         sep = "{"
         for key in _sorted_keys(obj):
             out.append(sep + _encode_str(key) + ":")
