@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
+from test_log_tamper import _cli
 
 from agentplane_journal import (
     AGENTPLANE_0_4,
@@ -225,3 +226,26 @@ async def test_each_tenant_has_its_own_profile(make_store: Callable[..., Any]) -
     assert (await store.wire_profile()) is AGENTPLANE_0_4
     with pytest.raises(WireProfileError):
         await store.for_tenant(other.tenant, profile="agentplane-0.4").wire_profile()
+
+
+async def test_the_cli_shows_and_migrates_the_profile(
+    make_store: Callable[..., Any], database_url: str
+) -> None:
+    store: SqlJournalStore = await make_store()
+    await store.append(0, [_admitted(AGENTPLANE_0_4, RunId.generate())])
+    common = ["--url", database_url, "--tenant", store.tenant]
+    shown = await _cli("profile", "--json", *common)
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout) == {
+        "tenant": store.tenant,
+        "profile": "agentplane-0.4",
+        "record_version": 4,
+        "canon_version": None,
+    }
+    moved = await _cli("migrate-profile", "agentplane-0.22", *common)
+    assert moved.returncode == 0, moved.stderr
+    assert "agentplane-0.4 -> agentplane-0.22" in moved.stdout
+    shown = await _cli("profile", *common)
+    assert "wire profile agentplane-0.22 (record v1, canon version 1)" in shown.stdout
+    with pytest.raises(WireProfileError):
+        await make_store(profile=AGENTPLANE_0_4)

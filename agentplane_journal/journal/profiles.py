@@ -11,8 +11,11 @@ setting that two deployments could disagree on:
 * **A tenant takes another profile only while it is empty.** Opening a tenant with no row in
   ``agentplane-0.22`` claims it: ``INSERT .. ON CONFLICT DO NOTHING`` and, in the same
   transaction, a check that the tenant holds no record; a tenant with records and no row is a
-  0.4 journal and is refused (:class:`WireProfileError`), nothing written. Two first openers
-  in different profiles: the primary key picks one and the other is refused.
+  0.4 journal and is refused (:class:`WireProfileError`), nothing written. Of two claims
+  the primary key keeps one. The window left open, deliberately: a handle opened as
+  ``agentplane-0.4`` on a still-empty tenant (it writes nothing, see above) does not see a
+  later claim, and could append 0.4 records into it; closing it would cost a write on every
+  first open or a read on every append.
 * **Anything else is an explicit migration**, :meth:`Profiles.migrate_profile`: the row is
   rewritten with ``previous`` and ``changed_at``. Records already written keep their bytes and
   verify as written (verification never re-serialises); records from then on are the new
