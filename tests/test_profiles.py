@@ -38,6 +38,7 @@ from agentplane_journal.db.models import Journal, JournalProfile
 from helpers import TRUSTED
 
 PROFILES = [AGENTPLANE_0_4, AGENTPLANE_0_22]
+DECLARED = {"sensitivity": "public", "trust": "trusted"}
 #: A payload whose bytes differ between the profiles (and one that does not).
 AMOUNTS = {"amount": 100.0, "big": 1e16, "neg": -0.0, "exact": 2**53 + 1}
 
@@ -100,6 +101,26 @@ def test_profile_append_and_refusal() -> None:
     assert "must carry 'canon': 1" in (AGENTPLANE_0_22.refusal(no_canon) or "")
 
 
+def test_the_022_members_are_checked_by_json_type() -> None:
+    run = RunId.generate()
+    for kind, payload, message in [
+        ("RunSealed", {"outcome": "failed", "reason": None}, "'reason' member must be a string"),
+        ("EffectFailed", {"error": "e", "permanent": 1}, "'permanent' member must be a boolean"),
+        ("EffectDone", {"output": 1, "declared": "trusted"}, "'declared' member must be an obj"),
+        ("EffectReconciled", {"declared": {"trust": 1}}, "'declared' member must be an object"),
+        ("CaseBound", {"case_kind": "k", "correlation": {}}, "'correlation' member must be an"),
+        ("RunAdmitted", {"canon": "1"}, "'canon' member must be an integer"),
+        ("BudgetReadmitted", {}, "needs a 'limit' member"),
+        ("BreakGlass", {"actor": "a", "roles": ["r"], "reason": " "}, "'reason' member must be a"),
+        ("BreakGlass", {"actor": "a", "roles": [1], "reason": "r"}, "array of strings"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            Append(run, kind, payload)
+    # an EffectDone without 'declared' is 0.4.0's shape: 0.22 refuses it
+    done = AGENTPLANE_0_22.append(run, "EffectDone", {"output": 1})
+    assert "must carry 'declared'" in (AGENTPLANE_0_22.refusal(done) or "")
+
+
 # -- both profiles, both dialects: the bytes through the store ----------------------------
 
 
@@ -130,7 +151,7 @@ async def test_the_byte_battery_in_each_profile(
     )
 
     async def work(session: AsyncSession) -> list[Append]:
-        return [profile.append(run, "EffectDone", {"output": 1e21, "declared": TRUSTED})]
+        return [profile.append(run, "EffectDone", {"output": 1e21, "declared": DECLARED})]
 
     written += await store.append_atomic(run, epoch, work)
     written += await store.append(
@@ -154,6 +175,10 @@ async def test_the_byte_battery_in_each_profile(
         assert "canon" not in admission
         assert b'"amount":100.0,"big":1e+16,"exact":9007199254740993,"neg":-0.0' in (written[0].raw)
     assert written[2].effect_key == effect
+    # the typed view of 0.22.0's members, on what was written and read back
+    assert written[0].canon == profile.canon_version
+    assert written[3].declared == DECLARED and written[4].reason == "all steps done"
+    assert written[1].canon is None and written[1].reason is None
     assert await store.read(run) == written
     head = await store.verify(run)
     assert head == written[-1].hash == verify_chain(written)
@@ -249,3 +274,33 @@ async def test_the_cli_shows_and_migrates_the_profile(
     assert "wire profile agentplane-0.22 (record v1, canon version 1)" in shown.stdout
     with pytest.raises(WireProfileError):
         await make_store(profile=AGENTPLANE_0_4)
+
+
+async def test_the_new_kinds_and_members_are_accepted_and_read_typed(
+    make_store: Callable[..., Any],
+) -> None:
+    store: SqlJournalStore = await make_store(profile=AGENTPLANE_0_22)
+    run = RunId.generate()
+    p = store.profile
+    written = await store.append(
+        0,
+        [
+            p.append(run, "RunAdmitted", {"capability": "c", "idempotency_key": "msg-1"}),
+            p.append(run, "CaseBound", {"case_kind": "k", "opened": True, "correlation": ["m"]}),
+            p.append(run, "EffectFailed", {"error": "no", "permanent": True}),
+            p.append(run, "EffectReconciled", {"output": 2, "declared": DECLARED}),
+            p.append(run, "BudgetReadmitted", {"limit": "tokens 2000"}, step=1),
+            p.append(run, "BreakGlass", {"actor": "op", "roles": ["sre"], "reason": "incident"}),
+            p.append(run, "RunSealed", {"outcome": "failed", "reason": "refused"}),
+        ],
+    )
+    back = await store.read(run)
+    assert back == written
+    assert back[0].idempotency_key == "msg-1" and back[0].canon == 1
+    assert back[1].correlation == ["m"] and back[0].correlation == []
+    assert back[2].permanent is True and back[3].permanent is False
+    assert back[3].declared == DECLARED
+    assert [r.kind for r in back[4:6]] == ["BudgetReadmitted", "BreakGlass"]
+    assert back[6].reason == "refused"
+    assert await store.admitted_as("msg-1") == run
+    assert await store.runs_by_outcome("failed", 10) == [run]

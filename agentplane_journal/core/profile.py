@@ -29,6 +29,7 @@ from agentplane_journal.core.append import RECORD_VERSION, Append
 from agentplane_journal.core.canon import canonical_bytes
 from agentplane_journal.core.canon_v1 import CANON_VERSION, canonical_bytes_v1
 from agentplane_journal.core.ids import CaseId, EffectKey, RunId
+from agentplane_journal.core.kinds import EFFECT_DONE
 
 __all__ = [
     "AGENTPLANE_0_4",
@@ -113,7 +114,8 @@ class WireProfile:
 
         A record version other than the profile's is refused (the record would claim the
         other agentplane's format), as is a ``RunAdmitted`` whose ``canon`` is not the
-        profile's: 0.22 requires it, and 0.4.0's records carry none.
+        profile's: 0.22 requires it, and 0.4.0's records carry none. 0.22 also requires
+        ``EffectDone.declared`` (its reader refuses the record without it).
         """
         if item.v != self.record_version:
             return (
@@ -138,6 +140,16 @@ class WireProfile:
                     "0.22 requires it and compares it first on replay; "
                     "store.profile.append(...) adds it"
                 )
+        elif (
+            item.kind == EFFECT_DONE
+            and self.canon_version is not None
+            and "declared" not in item.payload
+        ):
+            return (
+                f"an EffectDone record in wire profile {self.name} must carry 'declared' "
+                "({trust, sensitivity}: what the effect declared for its output): agentplane "
+                "0.22 requires it, so that a missing answer is never read as trusted"
+            )
         return None
 
     def __str__(self) -> str:

@@ -34,6 +34,7 @@ from agentplane_journal.core.checks import MAX_U16 as _U16_MAX
 from agentplane_journal.core.checks import MAX_U32 as _U32_MAX
 from agentplane_journal.core.checks import is_int as _is_int
 from agentplane_journal.core.ids import PHASES, CaseId, Digest, EffectKey, RunId
+from agentplane_journal.core.kinds import field_problem
 from agentplane_journal.core.signing import DOMAIN_RECORD, Signer, signing_hash
 from agentplane_journal.errors import CorruptRecordError, RecordTooLargeError
 
@@ -289,6 +290,52 @@ class Record:
             f"the RunAdmitted record's {IDEMPOTENCY_KEY} member is a JSON "
             f"{_json_type(key)}, not a string: no writer produces it",
         )
+
+    def _member(self, kind: str, member: str) -> Any:
+        """``member`` of a ``kind`` record, checked for its JSON type (core/kinds.py), or
+        ``None`` (another kind, or absent). A wrong type is :class:`CorruptRecordError`."""
+        if self.body.get("kind") != kind or member not in self.body:
+            return None
+        problem = field_problem(kind, {member: self.body[member]})
+        if problem is not None:
+            raise CorruptRecordError(self.seq, f"{problem}: no writer produces it")
+        return self.body[member]
+
+    @property
+    def canon(self) -> int | None:
+        """The canonicalization version a ``RunAdmitted`` journaled (agentplane 0.22's
+        ``canon``: 1 for RFC 8785), or ``None`` (another kind, or a 0.4.0 admission)."""
+        canon: int | None = self._member(RUN_ADMITTED, "canon")
+        return canon
+
+    @property
+    def reason(self) -> str | None:
+        """Why a ``RunSealed`` conclusion ended the run (``RunSealed.reason``), or ``None``."""
+        reason: str | None = self._member("RunSealed", "reason")
+        return reason
+
+    @property
+    def permanent(self) -> bool:
+        """Whether an ``EffectFailed`` refusal is an answer no retry changes
+        (``EffectFailed.permanent``; absent is ``False``, as agentplane omits it)."""
+        return bool(self._member("EffectFailed", "permanent"))
+
+    @property
+    def declared(self) -> dict[str, Any] | None:
+        """The ``{trust, sensitivity}`` an ``EffectDone`` or ``EffectReconciled`` declared
+        for its output, or ``None`` (another kind, or absent)."""
+        kind = self.body.get("kind")
+        if kind not in ("EffectDone", "EffectReconciled"):
+            return None
+        declared: dict[str, Any] | None = self._member(kind, "declared")
+        return declared
+
+    @property
+    def correlation(self) -> list[Any]:
+        """A ``CaseBound`` record's business keys as they stood at binding
+        (``CaseBound.correlation``; absent is ``[]``, as agentplane omits an empty one)."""
+        correlation: list[Any] | None = self._member("CaseBound", "correlation")
+        return [] if correlation is None else list(correlation)
 
     def __repr__(self) -> str:
         signed = "" if self.attestation is None else f", signed by {self.attestation.key_id!r}"
