@@ -15,8 +15,8 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from sqlalchemy import func, select
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy import func, pool, select
+from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
 from test_log_tamper import _cli
 
 from agentplane_journal import (
@@ -34,6 +34,7 @@ from agentplane_journal.core.canon_v1 import canonical_bytes_v1
 from agentplane_journal.core.ids import EffectKey
 from agentplane_journal.core.profile import profile_named, profile_of_record
 from agentplane_journal.db.models import Journal, JournalProfile
+from agentplane_journal.migrations import commands as migrate
 
 from helpers import TRUSTED
 
@@ -304,3 +305,47 @@ async def test_the_new_kinds_and_members_are_accepted_and_read_typed(
     assert back[6].reason == "refused"
     assert await store.admitted_as("msg-1") == run
     assert await store.runs_by_outcome("failed", 10) == [run]
+
+
+async def _downgrade(url: str, revision: str) -> None:
+    engine = create_async_engine(url, poolclass=pool.NullPool)
+    try:
+        async with engine.connect() as conn:
+            await conn.run_sync(lambda c: migrate.downgrade_connection(c, revision))
+    finally:
+        await engine.dispose()
+
+
+@pytest.fixture
+def own_url(dialect: str, request: pytest.FixtureRequest) -> str:
+    """A migrated database of this test's own (the PostgreSQL battery's is shared)."""
+    if dialect == "sqlite":
+        return str(request.getfixturevalue("sqlite_database")())
+    return str(request.getfixturevalue("pg_database")())
+
+
+async def test_the_revision_downgrades_only_when_no_tenant_would_change_profile(
+    own_url: str,
+) -> None:
+    store = await SqlJournalStore.connect(own_url, profile=AGENTPLANE_0_22)
+    run = RunId.generate()
+    await store.append(0, [_admitted(AGENTPLANE_0_22, run)])
+    await store.close()
+    with pytest.raises(ValueError, match=r"tenant\(s\) are recorded in a wire profile other"):
+        await _downgrade(own_url, "0004_checks")
+    assert await migrate.current_revision(own_url) == "0005_wire_profile"
+    again = await SqlJournalStore.connect(own_url)
+    try:
+        assert again.profile is AGENTPLANE_0_22  # nothing was changed
+        await again.migrate_profile(AGENTPLANE_0_4)
+    finally:
+        await again.close()
+    await _downgrade(own_url, "0004_checks")
+    assert await migrate.current_revision(own_url) == "0004_checks"
+    await migrate.upgrade(own_url)
+    back = await SqlJournalStore.connect(own_url)
+    try:
+        assert back.profile is AGENTPLANE_0_4
+        assert len(await back.read(run)) == 1
+    finally:
+        await back.close()
