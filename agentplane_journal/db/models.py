@@ -296,10 +296,7 @@ class JournalProfile(Base):
     """
 
     __tablename__ = "journal_profile"
-    __table_args__ = (
-        PrimaryKeyConstraint("tenant"),
-        CheckConstraint("changed_at >= 0", name="changed_at"),
-    )
+    __table_args__ = (PrimaryKeyConstraint("tenant"),)
 
     tenant: Mapped[str] = mapped_column(Text, nullable=False)
     profile: Mapped[str] = mapped_column(Text, nullable=False)

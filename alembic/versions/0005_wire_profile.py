@@ -48,7 +48,6 @@ def upgrade() -> None:
         sa.Column("previous", sa.Text(), nullable=True),
         sa.Column("changed_at", sa.BigInteger(), nullable=False),
         sa.PrimaryKeyConstraint("tenant", name="journal_profile_pkey"),
-        sa.CheckConstraint("changed_at >= 0", name="journal_profile_changed_at_check"),
         schema=_schema(),
     )
 
