@@ -238,6 +238,7 @@ async def test_a_04_journal_with_records_refuses_022_unless_migrated(
     records = await old.read(run)
     assert records == before + after
     assert [profile_of_record(r.body) for r in records] == [AGENTPLANE_0_4, AGENTPLANE_0_22]
+    assert [r.profile for r in records] == [AGENTPLANE_0_4, AGENTPLANE_0_22]
     assert await old.verify(run) == after[0].hash
     reopened: SqlJournalStore = await make_store(profile=AGENTPLANE_0_22)
     assert await reopened.verify(run) == after[0].hash

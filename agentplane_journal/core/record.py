@@ -35,6 +35,7 @@ from agentplane_journal.core.checks import MAX_U32 as _U32_MAX
 from agentplane_journal.core.checks import is_int as _is_int
 from agentplane_journal.core.ids import PHASES, CaseId, Digest, EffectKey, RunId
 from agentplane_journal.core.kinds import field_problem
+from agentplane_journal.core.profile import WireProfile, profile_of_record
 from agentplane_journal.core.signing import DOMAIN_RECORD, Signer, signing_hash
 from agentplane_journal.errors import CorruptRecordError, RecordTooLargeError
 
@@ -300,6 +301,13 @@ class Record:
         if problem is not None:
             raise CorruptRecordError(self.seq, f"{problem}: no writer produces it")
         return self.body[member]
+
+    @property
+    def profile(self) -> WireProfile | None:
+        """The wire profile the record was written in, by its ``v`` (1: ``agentplane-0.22``,
+        4: ``agentplane-0.4``), or ``None`` for a version neither writes. Its bytes verify as
+        written either way; this says which rule made them."""
+        return profile_of_record(self.body)
 
     @property
     def canon(self) -> int | None:
