@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from agentplane_journal.contracts import JournalStore, PushStore
     from agentplane_journal.core.append import Append
     from agentplane_journal.core.canon import canonical_bytes
+    from agentplane_journal.core.canon_v1 import canonical_bytes_v1
     from agentplane_journal.core.chain import verify_attested, verify_chain
     from agentplane_journal.core.checkpoint import (
         Checkpoint,
@@ -45,6 +46,7 @@ if TYPE_CHECKING:
         open_note,
         sign_note,
     )
+    from agentplane_journal.core.profile import AGENTPLANE_0_4, AGENTPLANE_0_22, WireProfile
     from agentplane_journal.core.record import MAX_RECORD_BYTES, Attestation, Record
     from agentplane_journal.core.signing import (
         DOMAIN_RECORD,
@@ -79,6 +81,7 @@ if TYPE_CHECKING:
         ThreadBusyError,
         ThreadMovedError,
         TransactionEndedError,
+        WireProfileError,
     )
     from agentplane_journal.journal.store import SqlJournalStore
     from agentplane_journal.migrations.commands import current_revision, upgrade
@@ -167,11 +170,18 @@ _EXPORTS = {
     "verify_chain": "core.chain",
     "ThreadBusyError": "errors",
     "ThreadMovedError": "errors",
+    "AGENTPLANE_0_4": "core.profile",
+    "AGENTPLANE_0_22": "core.profile",
+    "WireProfile": "core.profile",
+    "canonical_bytes_v1": "core.canon_v1",
+    "WireProfileError": "errors",
 }
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "AGENTPLANE_0_22",
+    "AGENTPLANE_0_4",
     "DEFAULT_TENANT",
     "DOMAIN_RECORD",
     "HEAD_REVISION",
@@ -230,9 +240,12 @@ __all__ = [
     "UnreadableRegistration",
     "Verifier",
     "WRITE_TRANSACTION",
+    "WireProfile",
+    "WireProfileError",
     "__version__",
     "begin_write",
     "canonical_bytes",
+    "canonical_bytes_v1",
     "configure_engine",
     "pgbouncer_connect_args",
     "consistency_proof",

@@ -425,3 +425,26 @@ class ThreadMovedError(StoreError):
             "written, since writing on would fork its history. Invoke the graph again: it "
             "reads the thread's current state first"
         )
+
+
+class WireProfileError(StoreError):
+    """A store was opened in a wire profile other than the one its tenant's journal is in.
+
+    ``recorded`` is the journal's profile (``agentplane-0.4`` when none was ever recorded and
+    the tenant holds records), ``requested`` the one the store was opened with. Refused before
+    anything was written: a journal never mixes the two byte formats by accident. Open it with
+    its own profile (or ``profile=None``: the journal's own), or migrate it explicitly with
+    ``SqlJournalStore.migrate_profile`` (``agentplane-journal migrate-profile``).
+    """
+
+    def __init__(self, tenant: str, recorded: str, requested: str, detail: str = "") -> None:
+        self.tenant = tenant
+        self.recorded = recorded
+        self.requested = requested
+        super().__init__(
+            f"tenant {tenant!r}'s journal is in wire profile {recorded}, but the store was "
+            f"opened with profile {requested}{detail}; nothing was written. Open it with "
+            f"profile={recorded!r} (or profile=None, the journal's own), or migrate it "
+            f"explicitly: `await store.migrate_profile({requested!r})` "
+            f"(agentplane-journal migrate-profile {requested})"
+        )

@@ -53,6 +53,7 @@ from agentplane_journal.backends import pool_share as _pool
 from agentplane_journal.backends.head_cache import HeadCache
 from agentplane_journal.core.append import Append
 from agentplane_journal.core.ids import EffectKey, RunId
+from agentplane_journal.core.profile import AGENTPLANE_0_4, WireProfile
 from agentplane_journal.core.record import Record
 from agentplane_journal.core.signing import Signer
 from agentplane_journal.errors import BackendError
@@ -76,10 +77,11 @@ class HotPath(Protocol):
         items: Sequence[Append],
         keys: Sequence[EffectKey],
         general: General,
+        profile: WireProfile = AGENTPLANE_0_4,
     ) -> list[Record]:
         """Append ``items`` (one run's batch: no duplicate key, no conclusion, no admission
-        key), or run ``general()`` when this path cannot settle it; the contract's errors are
-        raised."""
+        key), sealed under the journal's wire ``profile``, or run ``general()`` when this path
+        cannot settle it; the contract's errors are raised."""
         ...
 
     async def idle(self) -> None:

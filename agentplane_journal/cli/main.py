@@ -84,6 +84,8 @@ _COMMANDS = {
     "cmd_reindex_log": "log",
     "cmd_forget_admissions": "admissions",
     "cmd_reindex_admissions": "admissions",
+    "cmd_profile": "profiles",
+    "cmd_migrate_profile": "profiles",
 }
 
 Handler = Callable[[argparse.Namespace], Coroutine[Any, Any, int]]
@@ -298,6 +300,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     export.add_argument("run", metavar="RUN", nargs="?", help="run id (or --all)")
     export.add_argument("--all", action="store_true", help="export every run of the tenant")
+    # Wire profiles (docs/concepts/wire-profiles.md).
+    add("profile", "print the tenant's wire profile", "cmd_profile", database, reads)
+    migrate_profile = add(
+        "migrate-profile",
+        "record another wire profile for the tenant from now on (written records keep theirs)",
+        "cmd_migrate_profile",
+        database,
+        reads,
+    )
+    migrate_profile.add_argument(
+        "profile", metavar="PROFILE", choices=["agentplane-0.4", "agentplane-0.22"]
+    )
     return parser
 
 

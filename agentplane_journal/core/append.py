@@ -17,6 +17,7 @@ from agentplane_journal.core.checks import MAX_U16 as _U16_MAX
 from agentplane_journal.core.checks import check_label
 from agentplane_journal.core.checks import is_int as _is_int
 from agentplane_journal.core.ids import PHASES, CaseId, EffectKey, RunId, validate_step
+from agentplane_journal.core.kinds import field_problem
 
 __all__ = ["EFFECT_STARTED", "RUN_SEALED", "RECORD_VERSION", "RESERVED_MEMBERS", "Append"]
 
@@ -90,6 +91,10 @@ class Append:
                 f"{key!r}; rename the field (reserved: {', '.join(sorted(RESERVED_MEMBERS))})"
             )
         canonical_bytes(payload, path="payload")
+        # agentplane 0.22.0's newer members, by JSON type (core/kinds.py).
+        problem = field_problem(kind, payload)
+        if problem is not None:
+            raise ValueError(problem)
         if kind == RUN_ADMITTED and IDEMPOTENCY_KEY in payload:
             # The admission key the store will claim: refused here, in the caller's code,
             # rather than by the index (see core/admission.py).

@@ -7,6 +7,7 @@ from typing import Any
 
 from agentplane_journal.core.append import RUN_SEALED, Append
 from agentplane_journal.core.ids import Digest, RunId
+from agentplane_journal.core.profile import AGENTPLANE_0_4, WireProfile
 from agentplane_journal.core.record import Record
 from agentplane_journal.core.signing import Signer
 from agentplane_journal.errors import FencedError
@@ -41,16 +42,20 @@ def chain_batch(
     head_hash: Digest,
     items: Sequence[Append],
     signer: Signer | None,
+    profile: WireProfile = AGENTPLANE_0_4,
 ) -> tuple[list[Record], list[tuple[Any, ...]], str | None]:
     """Chain, canonicalise and sign ``items`` after ``head``: the records, their journal rows
     (in :data:`COLUMNS` order) and the batch's ``RunSealed`` outcome, if it concludes the run.
-    Pure: no I/O, so it runs wherever the transaction does."""
+    ``profile`` is the journal's wire profile, whose canonical-JSON rule seals the bodies (the
+    store has refused items in another profile, :meth:`WireProfile.refusal`, before any
+    transaction). Pure: no I/O, so it runs wherever the transaction does."""
+    canon = profile.canonicalize
     records: list[Record] = []
     rows: list[tuple[Any, ...]] = []
     prev, seq, conclusion = head_hash, head_seq, None
     for item in items:
         seq += 1
-        record = Record.seal(item.body(seq, epoch), prev, signer)
+        record = Record.seal(item.body(seq, epoch), prev, signer, canon=canon)
         prev_bytes = prev._bytes
         prev = record.hash
         records.append(record)

@@ -23,7 +23,7 @@ import functools
 import hashlib
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +34,8 @@ from agentplane_journal.core.checks import MAX_U16 as _U16_MAX
 from agentplane_journal.core.checks import MAX_U32 as _U32_MAX
 from agentplane_journal.core.checks import is_int as _is_int
 from agentplane_journal.core.ids import PHASES, CaseId, Digest, EffectKey, RunId
+from agentplane_journal.core.kinds import field_problem
+from agentplane_journal.core.profile import WireProfile, profile_of_record
 from agentplane_journal.core.signing import DOMAIN_RECORD, Signer, signing_hash
 from agentplane_journal.errors import CorruptRecordError, RecordTooLargeError
 
@@ -100,9 +102,18 @@ class Record:
     attestation: Attestation | None = None
 
     @classmethod
-    def seal(cls, body: dict[str, Any], prev_hash: Digest, signer: Signer | None = None) -> Record:
+    def seal(
+        cls,
+        body: dict[str, Any],
+        prev_hash: Digest,
+        signer: Signer | None = None,
+        *,
+        canon: Callable[..., bytes] = canonical_bytes,
+    ) -> Record:
         """Canonicalise ``body``, chain it to ``prev_hash`` and sign it if asked.
 
+        ``canon`` is the wire profile's canonical-JSON rule (``profile.canonicalize``): the
+        agentplane 0.4.0 one unless the journal's profile says otherwise.
         Raises ``RecordTooLargeError`` (with the real size) above ``MAX_RECORD_BYTES``.
         """
         if not isinstance(body, dict):
@@ -116,7 +127,7 @@ class Record:
             for member in ("run", "kind"):
                 if not isinstance(body.get(member), str):
                     raise ValueError(f"body.{member} must be a str, got {body.get(member)!r}")
-        raw = canonical_bytes(body, path="body")
+        raw = canon(body, path="body")
         if len(raw) > MAX_RECORD_BYTES:
             raise RecordTooLargeError(len(raw), MAX_RECORD_BYTES)
         if type(prev_hash) is Digest:  # Digest.chain inlined: this is once per append
@@ -280,6 +291,59 @@ class Record:
             f"the RunAdmitted record's {IDEMPOTENCY_KEY} member is a JSON "
             f"{_json_type(key)}, not a string: no writer produces it",
         )
+
+    def _member(self, kind: str, member: str) -> Any:
+        """``member`` of a ``kind`` record, checked for its JSON type (core/kinds.py), or
+        ``None`` (another kind, or absent). A wrong type is :class:`CorruptRecordError`."""
+        if self.body.get("kind") != kind or member not in self.body:
+            return None
+        problem = field_problem(kind, {member: self.body[member]})
+        if problem is not None:
+            raise CorruptRecordError(self.seq, f"{problem}: no writer produces it")
+        return self.body[member]
+
+    @property
+    def profile(self) -> WireProfile | None:
+        """The wire profile the record was written in, by its ``v`` (1: ``agentplane-0.22``,
+        4: ``agentplane-0.4``), or ``None`` for a version neither writes. Its bytes verify as
+        written either way; this says which rule made them."""
+        return profile_of_record(self.body)
+
+    @property
+    def canon(self) -> int | None:
+        """The canonicalization version a ``RunAdmitted`` journaled (agentplane 0.22's
+        ``canon``: 1 for RFC 8785), or ``None`` (another kind, or a 0.4.0 admission)."""
+        canon: int | None = self._member(RUN_ADMITTED, "canon")
+        return canon
+
+    @property
+    def reason(self) -> str | None:
+        """Why a ``RunSealed`` conclusion ended the run (``RunSealed.reason``), or ``None``."""
+        reason: str | None = self._member("RunSealed", "reason")
+        return reason
+
+    @property
+    def permanent(self) -> bool:
+        """Whether an ``EffectFailed`` refusal is an answer no retry changes
+        (``EffectFailed.permanent``; absent is ``False``, as agentplane omits it)."""
+        return bool(self._member("EffectFailed", "permanent"))
+
+    @property
+    def declared(self) -> dict[str, Any] | None:
+        """The ``{trust, sensitivity}`` an ``EffectDone`` or ``EffectReconciled`` declared
+        for its output, or ``None`` (another kind, or absent)."""
+        kind = self.body.get("kind")
+        if kind not in ("EffectDone", "EffectReconciled"):
+            return None
+        declared: dict[str, Any] | None = self._member(kind, "declared")
+        return declared
+
+    @property
+    def correlation(self) -> list[Any]:
+        """A ``CaseBound`` record's business keys as they stood at binding
+        (``CaseBound.correlation``; absent is ``[]``, as agentplane omits an empty one)."""
+        correlation: list[Any] | None = self._member("CaseBound", "correlation")
+        return [] if correlation is None else list(correlation)
 
     def __repr__(self) -> str:
         signed = "" if self.attestation is None else f", signed by {self.attestation.key_id!r}"

@@ -53,6 +53,7 @@ __all__ = [
     "Base",
     "Journal",
     "JournalCounter",
+    "JournalProfile",
     "LogTree",
     "PushDelivery",
     "RunActivity",
@@ -283,6 +284,24 @@ class RunCancel(Base):
     actor: Mapped[str] = mapped_column(Text, nullable=False)
     reason: Mapped[str] = mapped_column(Text, nullable=False)
     requested_at: Mapped[int] = mapped_column(BigInteger, nullable=False)
+
+
+class JournalProfile(Base):
+    """The wire profile a tenant's journal is written in (revision ``0005_wire_profile``).
+
+    No row means ``agentplane-0.4`` (every journal written before profiles were recorded);
+    a row is written when a tenant is first opened in another profile, or migrated
+    explicitly (``previous`` is then the profile it left, ``changed_at`` when). Per tenant,
+    because a tenant is the journal: its own runs, log, origin and export.
+    """
+
+    __tablename__ = "journal_profile"
+    __table_args__ = (PrimaryKeyConstraint("tenant"),)
+
+    tenant: Mapped[str] = mapped_column(Text, nullable=False)
+    profile: Mapped[str] = mapped_column(Text, nullable=False)
+    previous: Mapped[str | None] = mapped_column(Text, nullable=True)
+    changed_at: Mapped[int] = mapped_column(BigInteger, nullable=False)
 
 
 #: A registration ``due`` may serve; parked ones are left out of ``push_delivery_due``.

@@ -50,6 +50,7 @@ from agentplane_journal.core.checks import (
     check_text,
 )
 from agentplane_journal.core.ids import DEFAULT_TENANT, Digest, EffectKey, RunId, validate_tenant
+from agentplane_journal.core.profile import WireProfile
 from agentplane_journal.core.record import Record
 from agentplane_journal.core.signing import Signer
 from agentplane_journal.db import selfwait
@@ -73,6 +74,7 @@ from agentplane_journal.journal.admissions import Admissions
 from agentplane_journal.journal.audits import AuditReads
 from agentplane_journal.journal.leases import RunControl
 from agentplane_journal.journal.log import TenantLog
+from agentplane_journal.journal.profiles import Profiles
 from agentplane_journal.journal.reads import RunReads
 
 __all__ = ["MAX_INSERT_ROWS", "SqlJournalStore"]
@@ -92,7 +94,7 @@ class _RunState:
     head_hash: Digest
 
 
-class SqlJournalStore(RunReads, AuditReads, RunControl, Admissions):
+class SqlJournalStore(RunReads, AuditReads, RunControl, Admissions, Profiles):
     """agentplane's journal store over SQLAlchemy's async engine (PostgreSQL or SQLite).
 
     Build it over an existing ``AsyncEngine`` (a host application's own works; SQLite's
@@ -103,6 +105,15 @@ class SqlJournalStore(RunReads, AuditReads, RunControl, Admissions):
 
     A handle made by :meth:`for_tenant`, or constructed for a tenant other than
     ``default``, names its log ``{origin}/{tenant}``; the default handle's log is ``origin``.
+
+    ``profile`` is the wire profile the handle writes in: ``"agentplane-0.4"`` (agentplane
+    0.4.0's bytes) or ``"agentplane-0.22"`` (0.22.0's: record v1, ``RunAdmitted.canon``,
+    RFC 8785), or ``None`` (the default): the journal's own, ``agentplane-0.4`` for a journal
+    that never recorded one. A tenant's profile is recorded in the database, and a handle
+    opened in the other one is refused with :class:`WireProfileError` before its first
+    statement (:mod:`agentplane_journal.journal.profiles`; :meth:`migrate_profile` is the
+    explicit way across). :attr:`profile` says which, ``profile.append(...)`` builds appends
+    in it.
 
     ``read_engine`` (a streaming replica) takes the audit reads: ``read``, ``verify``,
     ``case_history``, the log, checkpoints and proofs, and the run indexes. A replica may be
@@ -138,6 +149,7 @@ class SqlJournalStore(RunReads, AuditReads, RunControl, Admissions):
         clock: Callable[[], float] | None = None,
         read_engine: AsyncEngine | None = None,
         group_commit: bool = True,
+        profile: WireProfile | str | None = None,
         _shared: Any = None,
         _named: bool = False,
     ) -> None:
@@ -169,6 +181,7 @@ class SqlJournalStore(RunReads, AuditReads, RunControl, Admissions):
             )
         self._base_origin = origin
         self._signer = signer
+        self._request_profile(profile)
         #: The name of this tenant's log in checkpoint notes.
         # A handle for a tenant (for_tenant, or a constructor tenant other than the default)
         # names its log "{origin}/{tenant}", as agentplane does.
@@ -189,6 +202,7 @@ class SqlJournalStore(RunReads, AuditReads, RunControl, Admissions):
         engine_options: dict[str, Any] | None = None,
         read_url: str | None = None,
         group_commit: bool = True,
+        profile: WireProfile | str | None = None,
     ) -> SqlJournalStore:
         """Open a store from a URL (``postgresql://…`` or ``sqlite:///…``; async drivers).
 
@@ -196,7 +210,8 @@ class SqlJournalStore(RunReads, AuditReads, RunControl, Admissions):
         is checked here, so a database that needs ``upgrade`` fails now, not mid-run.
         ``read_url`` (a replica) takes the audit reads; see the README's "Production topology".
         ``schema``: the PostgreSQL schema the tables were migrated into (``upgrade(url,
-        schema=...)``); none means the default schema.
+        schema=...)``); none means the default schema. ``profile``: the wire profile, checked
+        against the tenant's here (see the class).
         """
         return await cls._open(
             url,
@@ -208,16 +223,22 @@ class SqlJournalStore(RunReads, AuditReads, RunControl, Admissions):
             schema=schema,
             clock=clock,
             group_commit=group_commit,
+            profile=profile,
         )
 
-    def for_tenant(self, name: str) -> SqlJournalStore:
-        """A handle whose every statement carries ``name``; its log is ``{origin}/{name}``."""
+    def for_tenant(self, name: str, *, profile: WireProfile | str | None = None) -> SqlJournalStore:
+        """A handle whose every statement carries ``name``; its log is ``{origin}/{name}``.
+
+        ``profile``: that tenant's wire profile (``None``: its own), checked before the
+        handle's first statement; each tenant's journal has its own.
+        """
         return SqlJournalStore(
             self._shared.engine,
             tenant=validate_tenant(name),
             origin=self._base_origin,
             signer=self._signer,
             clock=self._clock,
+            profile=profile,
             _shared=self._shared,
             _named=True,
         )
@@ -299,6 +320,15 @@ class SqlJournalStore(RunReads, AuditReads, RunControl, Admissions):
                 )
         return items, run
 
+    @staticmethod
+    def _refuse_other_profile(batch: Iterable[Append], profile: WireProfile) -> None:
+        """A record in another wire profile than the journal's is a ``ValueError``, before
+        anything is written (:meth:`WireProfile.refusal` says why and what to do)."""
+        for item in batch:
+            refused = profile.refusal(item)
+            if refused is not None:
+                raise ValueError(refused)
+
     async def _write_batch(
         self, session: AsyncSession, run: RunId, epoch: int, state: _RunState, batch: list[Append]
     ) -> list[Record]:
@@ -315,8 +345,10 @@ class SqlJournalStore(RunReads, AuditReads, RunControl, Admissions):
                 seen.add(item.effect_key)
 
         tenant, run_id = self.tenant, str(run)
+        profile = self.profile
+        self._refuse_other_profile(batch, profile)
         records, row_tuples, conclusion = chain_batch(
-            tenant, run_id, epoch, state.head_seq, state.head_hash, batch, self._signer
+            tenant, run_id, epoch, state.head_seq, state.head_hash, batch, self._signer, profile
         )
         rows = [dict(zip(COLUMNS, row, strict=True)) for row in row_tuples]
 
@@ -385,6 +417,9 @@ class SqlJournalStore(RunReads, AuditReads, RunControl, Admissions):
             return await self._unit(work, run=run)
 
         self._refuse_own_wait(run)
+        await self._ready()
+        profile = self.profile
+        self._refuse_other_profile(items, profile)
         keys = [
             i.effect_key for i in items if i.kind == EFFECT_STARTED and i.effect_key is not None
         ]
@@ -396,11 +431,10 @@ class SqlJournalStore(RunReads, AuditReads, RunControl, Admissions):
             # Rare batches: a duplicate in the batch, a conclusion, or an admission claiming
             # a key (once per run; the claim lives in the general unit only).
             return await general()
-        await self._ready()
         # One round trip on PostgreSQL, one thread hop on SQLite; `general` when it cannot.
         # (The writer is a backends.writer.HotPath, typed Any in db/, which is below it.)
         records: list[Record] = await self._shared.writer.append(
-            self.tenant, self._signer, self._now(), run, epoch, items, keys, general
+            self.tenant, self._signer, self._now(), run, epoch, items, keys, general, profile
         )
         return records
 

@@ -49,6 +49,7 @@ from agentplane_journal.backends.writer import General, GroupWriter
 from agentplane_journal.core.append import Append
 from agentplane_journal.core.batch import chain_batch
 from agentplane_journal.core.ids import Digest, EffectKey, RunId
+from agentplane_journal.core.profile import AGENTPLANE_0_4, WireProfile
 from agentplane_journal.core.record import Record
 from agentplane_journal.core.signing import Signer
 from agentplane_journal.db.dialect import PostgresDialect
@@ -155,6 +156,7 @@ class Writer(GroupWriter[Request, Result]):
         items: Sequence[Append],
         keys: Sequence[EffectKey],
         general: General,
+        profile: WireProfile = AGENTPLANE_0_4,
     ) -> list[Record]:
         """:class:`~agentplane_journal.backends.writer.HotPath`'s append: chain the batch onto
         the known head here, in the caller's task, and send it; ``general()`` without a
@@ -164,7 +166,9 @@ class Writer(GroupWriter[Request, Result]):
         if head is None or not self.usable:
             records = await general()
         else:
-            chained, rows, _ = chain_batch(tenant, run_id, epoch, head[0], head[1], items, signer)
+            chained, rows, _ = chain_batch(
+                tenant, run_id, epoch, head[0], head[1], items, signer, profile
+            )
             future = asyncio.get_running_loop().create_future()
             answer = await self.submit(
                 Request(tenant, run, epoch, now, head, chained, rows, keys, future)

@@ -48,6 +48,7 @@ from agentplane_journal.backends.writer import General, GroupWriter
 from agentplane_journal.core.append import EFFECT_STARTED, Append
 from agentplane_journal.core.batch import COLUMNS, chain_batch, fenced
 from agentplane_journal.core.ids import Digest, EffectKey, RunId
+from agentplane_journal.core.profile import AGENTPLANE_0_4, WireProfile
 from agentplane_journal.core.record import Record
 from agentplane_journal.core.signing import Signer
 from agentplane_journal.db.dialect import SqliteDialect
@@ -116,6 +117,7 @@ class _Request:
     now: int
     items: Sequence[Append]
     signer: Signer | None
+    profile: WireProfile
     keys: Sequence[EffectKey]
     known: tuple[int, Digest] | None  # the head after this process's last commit to the run
     sealed: tuple[list[Record], list[tuple[Any, ...]]] | None  # the batch chained onto it
@@ -158,7 +160,7 @@ def _append_in(conn: sqlite3.Connection, r: _Request) -> list[Record]:
             head = record_from_row(last)
             head_seq, head_hash = head.seq, head.hash
         records, rows, _ = chain_batch(
-            tenant, run_id, r.epoch, head_seq, head_hash, r.items, r.signer
+            tenant, run_id, r.epoch, head_seq, head_hash, r.items, r.signer, r.profile
         )
     try:
         conn.executemany(_INSERT, rows)
@@ -346,6 +348,7 @@ class Writer(GroupWriter[_Request, list[Record]]):
         items: Sequence[Append],
         keys: Sequence[EffectKey],
         general: General,
+        profile: WireProfile = AGENTPLANE_0_4,
     ) -> list[Record]:
         """:class:`~agentplane_journal.backends.writer.HotPath`'s append: one thread hop
         (``general`` is unused: under ``BEGIN IMMEDIATE`` every append can be settled here).
@@ -361,7 +364,9 @@ class Writer(GroupWriter[_Request, list[Record]]):
         known = heads.get(tenant, run_id)
         sealed = None
         if known is not None:
-            sealed = chain_batch(tenant, run_id, epoch, known[0], known[1], items, signer)[:2]
+            sealed = chain_batch(tenant, run_id, epoch, known[0], known[1], items, signer, profile)[
+                :2
+            ]
         request = _Request(
             tenant,
             run,
@@ -369,6 +374,7 @@ class Writer(GroupWriter[_Request, list[Record]]):
             now,
             list(items),
             signer,
+            profile,
             list(keys),
             known,
             sealed,
