@@ -15,6 +15,7 @@ import pytest
 from sqlalchemy import text
 
 from agentplane_journal import (
+    AGENTPLANE_0_22,
     Append,
     ConversationBusyError,
     CorruptRecordError,
@@ -227,3 +228,17 @@ async def test_a_bad_limit_and_a_bad_id_are_refused_before_any_statement(
         JournalSession(store, "")
     with pytest.raises(ValueError):
         await JournalSession(store, "x").get_items(limit=-1)
+
+
+async def test_a_session_in_an_agentplane_0_22_journal_writes_that_profile(
+    make_store: Any,
+) -> None:
+    store = await make_store(profile=AGENTPLANE_0_22)
+    session = JournalSession(store, "v1")
+    await session.add_items([user("a")])
+    assert await session.pop_item() == user("a")
+    run = await session.conversation.run_id()
+    assert run is not None
+    records = await store.read(run)
+    assert {r.body["v"] for r in records} == {1} and records[0].canon == 1
+    await store.verify(run)

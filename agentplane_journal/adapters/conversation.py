@@ -83,6 +83,14 @@ class ConversationRun:
             raise ValueError("require_signature needs a verifier that trusts the signers' keys")
         check_admission_key(self.key, "the conversation's admission key")
 
+    def append(self, run: RunId, kind: str, payload: dict[str, Any]) -> Append:
+        """An append in the store's wire profile (a store without one writes agentplane 0.4's)."""
+        profile = getattr(self.store, "profile", None)
+        if profile is None:
+            return Append(run, kind, payload)
+        made: Append = profile.append(run, kind, payload)
+        return made
+
     @property
     def key(self) -> str:
         """The admission key that names this conversation's run in its tenant."""
@@ -151,7 +159,7 @@ class ConversationRun:
         lease = await self.store.acquire(run, self._owner(), self.ttl)
         try:
             appends, value = await compute(run, [])
-            head = Append(run, RUN_ADMITTED, {**admission, IDEMPOTENCY_KEY: self.key})
+            head = self.append(run, RUN_ADMITTED, {**admission, IDEMPOTENCY_KEY: self.key})
             try:
                 await self.store.append(lease.epoch, [head, *appends])
             except DuplicateAdmissionError as taken:

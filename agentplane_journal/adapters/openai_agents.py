@@ -120,7 +120,7 @@ class JournalSession:
             return
 
         async def compute(run: RunId, _records: list[Record]) -> tuple[list[Append], None]:
-            return [Append(run, ITEMS_ADDED, {"items": batch})], None
+            return [self.conversation.append(run, ITEMS_ADDED, {"items": batch})], None
 
         await self.conversation.change(compute, self._admission())
 
@@ -136,7 +136,9 @@ class JournalSession:
             if not live:
                 return [], None
             seq, index, item = live[-1]
-            return [Append(run, ITEM_POPPED, {"item_seq": seq, "item_index": index})], item
+            return [
+                self.conversation.append(run, ITEM_POPPED, {"item_seq": seq, "item_index": index})
+            ], item
 
         if await self.conversation.run_id() is None:
             return None
@@ -146,7 +148,7 @@ class JournalSession:
         """Record that the session was cleared: it reads empty from now on; nothing is erased."""
 
         async def compute(run: RunId, records: list[Record]) -> tuple[list[Append], None]:
-            return [Append(run, SESSION_CLEARED, {})], None
+            return [self.conversation.append(run, SESSION_CLEARED, {})], None
 
         if await self.conversation.run_id() is None:
             return

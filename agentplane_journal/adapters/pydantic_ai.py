@@ -195,9 +195,10 @@ class JournalConversationStore(ConversationStore):
             head = record.head_id
             if head is not None and head not in self._entries and head not in new_ids:
                 raise ConversationConflict(conversation_id)
-            return [Append(run, CONVERSATION_SAVED, saved)], None
+            return [conversation.append(run, CONVERSATION_SAVED, saved)], None
 
-        await self.conversation(conversation_id).change(compute, self._admission(record))
+        conversation = self.conversation(conversation_id)
+        await conversation.change(compute, self._admission(record))
         self._entries.update((entry.id, entry) for entry in new_entries)
 
     async def delete_record(self, conversation_id: str, *, expected_revision: str) -> None:
@@ -208,7 +209,8 @@ class JournalConversationStore(ConversationStore):
         async def compute(run: RunId, records: list[Record]) -> tuple[list[Append], None]:
             if _State(records).revision != expected_revision:
                 raise ConversationConflict(conversation_id)
-            return [Append(run, CONVERSATION_DELETED, {"revision": expected_revision})], None
+            deleted = {"revision": expected_revision}
+            return [conversation.append(run, CONVERSATION_DELETED, deleted)], None
 
         await conversation.change(compute, {})
 
