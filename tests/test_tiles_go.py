@@ -72,6 +72,8 @@ def check(binary: Path, directory: Path, *indexes: int) -> subprocess.CompletedP
     )
 
 
+# The tiles' reads run on both dialects in test_tiles.py; Go reads files, once.
+@pytest.mark.parametrize("dialect", ["sqlite"])
 async def test_go_tlog_authenticates_our_tiles(
     tilecheck: Path, store: SqlJournalStore, tmp_path: Path
 ) -> None:

@@ -158,7 +158,7 @@ def chromium_dom(url: str, profile: Path) -> str:
 async def test_served_log_is_read_by_tlog_scales_with_the_specs_headers(
     store: SqlJournalStore, serve: object
 ) -> None:
-    good, bad = await make_runs(store)
+    await make_runs(store)
     await bulk_seal(store, sealed_leaves(300))
     leaves = [(str(r), bytes(h), 0, "") for r, h in await store.sealed_runs()]
     base = serve(store.tenant)  # type: ignore[operator]
@@ -181,6 +181,8 @@ async def test_served_log_is_read_by_tlog_scales_with_the_specs_headers(
     assert get(log + "/tile/0/01")[0] == 404  # not the spec's spelling
 
 
+# The page is the same on both dialects (its reads are tested on both); one browser run.
+@pytest.mark.parametrize("dialect", ["sqlite"])
 async def test_audit_page_in_chromium(
     store: SqlJournalStore, serve: object, tmp_path: Path
 ) -> None:
@@ -190,6 +192,7 @@ async def test_audit_page_in_chromium(
     base = serve(store.tenant)  # type: ignore[operator]
     dom = chromium_dom(f"{base}/{store.tenant}/", tmp_path / "profile1")
     assert f"Log {store.origin}" in dom and 'id="size">5<' in dom
+    assert 'data-status="failing"' in dom  # the edited run
     rows = {line for line in dom.split("<tr>") if str(good) in line or str(bad) in line}
     assert any(str(bad) in r and 'data-status="failing"' in r for r in rows), rows
     assert any(str(good) in r and 'data-status="verified"' in r for r in rows), rows
@@ -199,10 +202,10 @@ async def test_audit_page_in_chromium(
     proof = dom.split('id="proof"', 1)[1].split("</p>", 1)[0]
     assert 'data-status="verified"' in proof and "leaf 0 of the checkpoint of 5" in proof
     assert "&lt;b&gt;second&lt;/b&gt;" in dom  # a record's body is shown, never interpreted
-
-    dom = chromium_dom(f"{base}/{store.tenant}/run/{bad}", tmp_path / "profile3")
-    chain = dom.split('id="chain"', 1)[1].split("</p>", 1)[0]
-    assert 'data-status="failing"' in chain and "seq 2" in chain
+    # The edited run's own page (plain HTTP: the browser already showed the page loads).
+    status, _, body = get(f"{base}/{store.tenant}/run/{bad}")
+    chain = body.decode().split('id="chain"', 1)[1].split("</p>", 1)[0]
+    assert status == 200 and 'data-status="failing"' in chain and "seq 2" in chain
 
 
 def test_hostile_values_are_escaped() -> None:
