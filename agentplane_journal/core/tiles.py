@@ -192,7 +192,8 @@ def encode_bundle(entries: list[bytes]) -> bytes:
 
 def decode_bundle(data: bytes) -> list[bytes]:
     """The entries of a bundle; ``ValueError`` on a truncated one."""
-    out, at = [], 0
+    out: list[bytes] = []
+    at = 0
     while at < len(data):
         if at + 2 > len(data):
             raise ValueError(f"entry bundle: a length prefix is cut at byte {at}")
