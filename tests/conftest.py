@@ -76,6 +76,7 @@ SLOW_FILES = frozenset(
         "test_host_app.py",
         "test_readme.py",
         "test_sqlite_processes.py",
+        "test_tiles.py",
         "test_tiles_go.py",
         "test_tiles_serve.py",
         "test_testing_plugin.py",

@@ -10,6 +10,7 @@ whose full tile differs from the log's.
 
 from __future__ import annotations
 
+import asyncio
 import os
 from pathlib import Path
 
@@ -30,6 +31,7 @@ from agentplane_journal.core.tiles import (
 )
 
 SEED = bytes(range(1, 33))
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_index_paths_are_the_specs() -> None:
@@ -220,3 +222,37 @@ async def test_export_refuses_a_checkpoint_the_log_is_not_consistent_with(
     await bulk_seal(store, sealed_leaves(5, "y"))
     with pytest.raises(TileConflictError, match="NOT consistent"):
         await export_tiles(store, tmp_path, signer)
+
+
+@pytest.mark.parametrize("dialect", ["sqlite"])
+async def test_the_tiles_export_command(
+    store: SqlJournalStore, database_url: str, tmp_path: Path
+) -> None:
+    """``agentplane-journal tiles export`` as an operator runs it: JSON report, exit 1 on a
+    planted tile."""
+    import json
+    import subprocess
+    import sys
+
+    key = tmp_path / "log.key"
+    key.write_text(SEED.hex())
+    key.chmod(0o600)
+    await bulk_seal(store, sealed_leaves(260))
+    directory = tmp_path / "log"
+    argv = [sys.executable, "-m", "agentplane_journal", "tiles", "export", str(directory)]
+    argv += ["--url", database_url, "--sign-key-file", str(key), "--json"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+
+    def run() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120)
+
+    done = await asyncio.to_thread(run)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["size"] == 260 and report["files_written"] == 6
+    assert report["verifier_key"] == NoteSigner(store.origin, SEED).verifier_key
+    # Someone plants the full tile the log's next export will complete.
+    (directory / "tile/0/001").write_bytes(bytes(8192))
+    await bulk_seal(store, sealed_leaves(300, "z"))
+    done = await asyncio.to_thread(run)
+    assert done.returncode == 1 and "FAILED" in done.stderr and "never rewritten" in done.stderr

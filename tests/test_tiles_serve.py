@@ -189,9 +189,21 @@ async def test_audit_page_in_chromium(
     _need(shutil.which("chromium"), "chromium (apt-get install chromium)")
     good, bad = await make_runs(store)
     await bulk_seal(store, sealed_leaves(3))
+    # A hostile seal row written around the store: not a run id, markup for an outcome,
+    # a head of 3 bytes. The page shows it as failing text; the tiles are unaffected.
+    async with store.engine.begin() as conn:
+        await conn.execute(
+            text(
+                "INSERT INTO run_seal (tenant, run_id, chain_head, log_index, sealed_at, outcome)"
+                " VALUES (:t, '<img src=x onerror=alert(1)>', :h, 999, 1, '<script>x</script>')"
+            ),
+            {"t": store.tenant, "h": b"abc"},
+        )
     base = serve(store.tenant)  # type: ignore[operator]
     dom = chromium_dom(f"{base}/{store.tenant}/", tmp_path / "profile1")
     assert f"Log {store.origin}" in dom and 'id="size">5<' in dom
+    assert "<script>x" not in dom and "&lt;script&gt;x&lt;/script&gt;" in dom
+    assert "<img" not in dom and "is not a run id" in dom
     assert 'data-status="failing"' in dom  # the edited run
     rows = {line for line in dom.split("<tr>") if str(good) in line or str(bad) in line}
     assert any(str(bad) in r and 'data-status="failing"' in r for r in rows), rows
