@@ -180,6 +180,18 @@ async def test_served_log_is_read_by_tlog_scales_with_the_specs_headers(
     assert get(log + "/tile/0/001.p/47")[0] == 404  # wider than the log
     assert get(log + "/tile/0/01")[0] == 404  # not the spec's spelling
 
+    # A damaged stored tree (a node deleted around the store): FAILING, never a crash.
+    async with store.engine.begin() as conn:
+        await conn.execute(
+            text("DELETE FROM log_tree WHERE tenant=:t AND level=8 AND idx=0"),
+            {"t": store.tenant},
+        )
+    status, _, body = get(log + "/")
+    assert status == 500 and b'data-status="failing"' in body and b"level 8" in body
+    status, _, body = get(log + "/checkpoint")
+    assert status == 500 and b"damaged" in body
+    assert get(base + "/")[0] == 200
+
 
 # The page is the same on both dialects (its reads are tested on both); one browser run.
 @pytest.mark.parametrize("dialect", ["sqlite"])

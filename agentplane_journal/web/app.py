@@ -188,6 +188,13 @@ def make_app(store: SqlJournalStore, signer_for: SignerFor) -> Starlette:
                 )
         return HTMLResponse(page.run_page(view), headers={"Cache-Control": "no-cache"})
 
+    async def store_error(request: Request, exc: Exception) -> Response:
+        # A row the log cannot vouch for (CorruptLogError, CorruptRecordError...): the
+        # page says FAILING and why; a tile or checkpoint request gets the reason as text.
+        if request.url.path.endswith("/checkpoint") or "/tile/" in request.url.path:
+            return PlainTextResponse(f"the stored log is damaged: {exc}\n", status_code=500)
+        return HTMLResponse(page.failure_page("The log cannot be read", str(exc)), 500)
+
     routes = [
         Route("/", index),
         Route("/{tenant}/", tenant_view),
@@ -195,7 +202,7 @@ def make_app(store: SqlJournalStore, signer_for: SignerFor) -> Starlette:
         Route("/{tenant}/tile/{path:path}", tile),
         Route("/{tenant}/run/{run}", run_view),
     ]
-    return Starlette(routes=routes)
+    return Starlette(routes=routes, exception_handlers={StoreError: store_error})
 
 
 async def _verify_run(log: SqlJournalStore, run_id: object, head: object) -> tuple[bool, str]:

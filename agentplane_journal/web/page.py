@@ -14,7 +14,16 @@ import html
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-__all__ = ["RunRow", "RunView", "TenantView", "esc", "index_page", "run_page", "tenant_page"]
+__all__ = [
+    "RunRow",
+    "RunView",
+    "TenantView",
+    "esc",
+    "failure_page",
+    "index_page",
+    "run_page",
+    "tenant_page",
+]
 
 _STYLE = (
     "body{font-family:system-ui,sans-serif;margin:2em;max-width:72em}"
@@ -162,3 +171,12 @@ def run_page(view: RunView) -> str:
         f"{records}</table>" + ("<p>(more records not shown)</p>" if view.more else "")
     )
     return _document(f"run {view.run}", body)
+
+
+def failure_page(what: str, detail: str) -> str:
+    """What a page shows when the log itself cannot be read (a damaged stored tree, say)."""
+    return _document(
+        "audit: FAILING",
+        f'<h1>{esc(what)}</h1><p id="failure">{_status(False, detail)}</p>'
+        '<p><a href="/">all logs</a></p>',
+    )
