@@ -230,6 +230,8 @@ async def test_audit_page_in_chromium(
     status, _, body = get(f"{base}/{store.tenant}/run/{bad}")
     chain = body.decode().split('id="chain"', 1)[1].split("</p>", 1)[0]
     assert status == 200 and 'data-status="failing"' in chain and "seq 2" in chain
+    assert get(f"{base}/{store.tenant}/run/{RunId.generate()}")[0] == 404
+    assert get(f"{base}/{store.tenant}/run/not-a-run")[0] == 404
 
 
 def test_hostile_values_are_escaped() -> None:

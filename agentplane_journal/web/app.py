@@ -157,6 +157,7 @@ def make_app(store: SqlJournalStore, signer_for: SignerFor) -> Starlette:
             proof_ok=None,
             proof_detail="not sealed: not in the log yet",
         )
+        unreadable = None
         try:
             read = (await log.read_runs([run]))[run]
             records = read.records
@@ -165,12 +166,13 @@ def make_app(store: SqlJournalStore, signer_for: SignerFor) -> Starlette:
                 (r.seq, r.kind, r.hash.hex(), json.dumps(r.body, sort_keys=True, default=repr))
                 for r in records[:RECORDS_SHOWN]
             ]
+            if not records and read.error is None and read.sealed is None and read.whole:
+                return not_found("no such run in this log")
         except (StoreError, ValueError, TypeError) as exc:
-            view.chain_detail = f"unreadable: {exc}"
-        view.chain_ok, detail = await _verify_run(log, str(run), None)
-        view.chain_detail = detail if not view.chain_detail else view.chain_detail
-        if view.chain_detail.startswith("unreadable"):
-            view.chain_ok = False
+            unreadable = f"unreadable: {exc}"
+        view.chain_ok, view.chain_detail = await _verify_run(log, str(run), None)
+        if unreadable is not None:
+            view.chain_ok, view.chain_detail = False, unreadable
         try:
             cp, inc = await _inclusion(log, run)
         except (StoreError, ValueError, TypeError) as exc:
