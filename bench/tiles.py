@@ -18,16 +18,60 @@ import argparse
 import asyncio
 import math
 import os
+import random
+import socket
+import subprocess
+import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
 from backends import postgres_backend, sqlite_backend
 from log import grow
 
-from agentplane_journal import NoteSigner, SqlJournalStore
+from agentplane_journal import NoteSigner, RunId, SqlJournalStore
 from agentplane_journal.cli.tiles import export_tiles
 from agentplane_journal.core.tiles import tiles_for_size
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+async def scales_check(store: SqlJournalStore, location: str, runs: list[str]) -> str:
+    """tlog-scales (an independent client) at ``location``: root and inclusion proofs."""
+    from tlog_scales import backend, reader
+
+    start = time.perf_counter()
+    tr = reader.TilesReader(backend.make_backend(location))
+    cp = tr.get_checkpoint()
+    ours = await store.checkpoint()
+    same_root = tr.calculate_root_hash() == bytes(ours.root) and cp.size == ours.size
+    same_proofs = True
+    for index in random.sample(range(cp.size), 3):
+        inc = await store.inclusion_proof(RunId.parse(runs[index]))
+        proof = tr.get_inclusion_proof(index, cp.size).node_hashes
+        same_proofs &= inc is not None and proof == [bytes(p) for p in inc.proof]
+    took = time.perf_counter() - start
+    root = "==" if same_root else "!="
+    proofs = "==" if same_proofs else "!="
+    return f"root {root} ours, 3 proofs {proofs} ours ({took:.1f}s)"
+
+
+def serve(url: str, tenant: str, key: Path) -> tuple[subprocess.Popen[bytes], str]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    argv = [sys.executable, "-m", "agentplane_journal", "serve", "--url", url]
+    argv += ["--tenant", tenant, "--sign-key-file", str(key), "--port", str(port)]
+    proc = subprocess.Popen(argv, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    base = f"http://127.0.0.1:{port}"
+    for _ in range(600):
+        try:
+            with urllib.request.urlopen(base + "/", timeout=5):
+                break
+        except OSError:
+            time.sleep(0.1)
+    return proc, f"{base}/{tenant}/"
 
 
 async def figures(url: str, sizes: list[int], appends: list[int]) -> None:
@@ -49,6 +93,18 @@ async def figures(url: str, sizes: list[int], appends: list[int]) -> None:
                 f"{report.written:,} files ({len(tiles_for_size(size)):,} hash tiles)",
                 flush=True,
             )
+            found = await scales_check(store, str(directory), runs)
+            print(f"    tlog-scales, exported directory: {found}", flush=True)
+            key = Path(tmp) / "key"
+            key.write_bytes(signer_seed)
+            key.chmod(0o600)
+            proc, base = await asyncio.to_thread(serve, url, store.tenant, key)
+            try:
+                found = await scales_check(store, base, runs)
+                print(f"    tlog-scales, served over HTTP: {found}", flush=True)
+            finally:
+                proc.terminate()
+                proc.wait()
             for k in appends:
                 await grow(store, runs, len(runs) + k)
                 start = time.perf_counter()
