@@ -32,7 +32,7 @@ from log import grow
 
 from agentplane_journal import NoteSigner, RunId, SqlJournalStore
 from agentplane_journal.cli.tiles import export_tiles
-from agentplane_journal.core.tiles import tiles_for_size
+from agentplane_journal.core.tiles import new_tiles, tiles_for_size
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -126,9 +126,22 @@ async def main() -> None:
     parser.add_argument("--appends", default="1,1000,10000")
     parser.add_argument("--backends", default="sqlite,postgresql")
     parser.add_argument("--pg-url", default=os.environ.get("AGENTPLANE_JOURNAL_BENCH_PG_URL"))
+    parser.add_argument(
+        "--plan-only",
+        action="store_true",
+        help="print only the files an export would write (the arithmetic the measured "
+        "exports follow exactly), no database: for sizes too large to grow here",
+    )
     args = parser.parse_args()
     sizes = sorted(int(s) for s in args.sizes.split(","))
     appends = [int(k) for k in args.appends.split(",")]
+    if args.plan_only:
+        for n in sizes:
+            for k in appends:
+                plan = new_tiles(n, n + k)
+                files = len(plan) + sum(t.level == 0 for t in plan) + 1
+                print(f"  n={n:,} +{k:,}: {files} files (arithmetic, not measured)")
+        return
     for name in args.backends.split(","):
         factory = sqlite_backend() if name == "sqlite" else postgres_backend(args.pg_url)
         async with factory as backend:
