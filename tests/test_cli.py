@@ -58,6 +58,8 @@ COMMANDS = (
     "reindex-log",
     "forget-admissions",
     "reindex-admissions",
+    "tiles",
+    "serve",
 )
 SIGNER = Ed25519Signer("test-key", bytes(range(32)))
 TRUST = f"test-key={SIGNER.public_key.hex()}"
