@@ -60,6 +60,8 @@ COMMANDS = (
     "reindex-admissions",
     "profile",
     "migrate-profile",
+    "tiles",
+    "serve",
 )
 SIGNER = Ed25519Signer("test-key", bytes(range(32)))
 TRUST = f"test-key={SIGNER.public_key.hex()}"

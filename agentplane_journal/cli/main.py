@@ -86,6 +86,9 @@ _COMMANDS = {
     "cmd_reindex_admissions": "admissions",
     "cmd_profile": "profiles",
     "cmd_migrate_profile": "profiles",
+    # The log as C2SP tlog-tiles, and the audit page.
+    "cmd_tiles_export": "tiles",
+    "cmd_serve": "serve",
 }
 
 Handler = Callable[[argparse.Namespace], Coroutine[Any, Any, int]]
@@ -312,6 +315,42 @@ def build_parser() -> argparse.ArgumentParser:
     migrate_profile.add_argument(
         "profile", metavar="PROFILE", choices=["agentplane-0.4", "agentplane-0.22"]
     )
+    # -- the log as C2SP tlog-tiles (cli/tiles.py) and the audit page (cli/serve.py) --
+    log_key = argparse.ArgumentParser(add_help=False)
+    log_key.add_argument(
+        "--sign-key-file",
+        metavar="PATH",
+        required=True,
+        help="sign checkpoints (C2SP signed note, Ed25519) with the 32-byte seed in PATH "
+        "(raw, or 64 hex digits)",
+    )
+    log_key.add_argument(
+        "--key-name", metavar="NAME", help="the signing key's name (default: the log's origin)"
+    )
+    tiles = commands.add_parser(
+        "tiles", help="the log as C2SP tlog-tiles", description="the log as C2SP tlog-tiles"
+    )
+    tiles_commands = tiles.add_subparsers(title="commands", metavar="COMMAND", required=True)
+    summary = "write the tenant's log into DIR as tlog-tiles (incremental: only new tiles)"
+    tiles_export = tiles_commands.add_parser(
+        "export",
+        help=summary,
+        description=summary,
+        parents=[database, reads, replica, log_key],
+    )
+    tiles_export.set_defaults(handler="cmd_tiles_export", subparser=tiles_export)
+    tiles_export.add_argument(
+        "dir", metavar="DIR", help="the directory (DIR/checkpoint, DIR/tile/...)"
+    )
+    serve = add(
+        "serve",
+        "serve every tenant's log as tlog-tiles under /<tenant>/, and the audit page",
+        "cmd_serve",
+        database,
+        log_key,
+    )
+    serve.add_argument("--host", default="127.0.0.1", help="address (default: %(default)s)")
+    serve.add_argument("--port", type=int, default=8080, help="port (default: %(default)s)")
     return parser
 
 

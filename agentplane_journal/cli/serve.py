@@ -1,0 +1,50 @@
+"""``serve``: the logs over HTTP (C2SP tlog-tiles) and the audit page, with uvicorn.
+
+Needs the ``serve`` extra (``pip install 'agentplane_journal[serve]'``: Starlette and
+uvicorn); without it the command says so and exits 2. The app itself is
+:mod:`agentplane_journal.web.app`.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from agentplane_journal.cli import notes as notes
+from agentplane_journal.cli.base import _Exit
+from agentplane_journal.cli.db import _store
+from agentplane_journal.core.note import NoteSigner
+
+__all__ = ["cmd_serve"]
+
+
+async def cmd_serve(args: argparse.Namespace) -> int:
+    try:
+        import uvicorn
+
+        from agentplane_journal.web.app import make_app
+    except ImportError as exc:
+        raise _Exit(
+            2,
+            f"serve needs the 'serve' extra ({exc.name} is missing): "
+            "pip install 'agentplane_journal[serve]'",
+        ) from None
+    async with _store(args) as store:
+        keys: dict[str, NoteSigner] = {}
+
+        def signer_for(origin: str) -> NoteSigner:
+            # The log's key name SHOULD be its origin (c2sp.org/tlog-checkpoint).
+            name = args.key_name or origin
+            if name not in keys:
+                if len(keys) >= 4096:  # one per tenant asked for: bounded
+                    keys.clear()
+                try:
+                    keys[name] = notes.load_signer(args.sign_key_file, name)
+                except notes.NoteProblem as exc:
+                    raise _Exit(exc.code, exc.message) from None
+            return keys[name]
+
+        signer_for(store.origin)  # a bad key file fails now, not at the first request
+        app = make_app(store, signer_for)
+        config = uvicorn.Config(app, host=args.host, port=args.port, log_level="warning")
+        await uvicorn.Server(config).serve()
+    return 0
