@@ -1,0 +1,231 @@
+"""Automatic failover and a planned switchover under Patroni, with 16 writers and a sealer.
+
+Patroni (``tests/patroni.py``: etcd and two nodes on loopback ports, ``synchronous_mode``
+on, ``ttl`` 6 s) decides who leads; the stores reach the leader by the multi-host URL with
+``target_session_attrs=read-write`` and are never re-pointed or restarted. The writers,
+the checkpoint reader and the audit are ``failover_ledger.py``'s, shared with
+``test_failover.py`` (where the standby is promoted by hand).
+
+* **failover**: after a second of traffic the leader's walsender is frozen (``SIGSTOP``), so
+  nothing the leader writes now reaches the standby (a partition); a second later the leader
+  node dies (``SIGKILL`` to Patroni, the postmaster and every backend) and Patroni promotes
+  the synchronous standby once the leader key expires. With ``synchronous_mode`` a commit in
+  the partition waits for the standby and dies unacknowledged: nothing acknowledged is lost,
+  nothing forks, every checkpoint saved before the crash is a prefix of the new leader's
+  log, and the same store objects write again.
+* **switchover**: ``patronictl switchover`` moves the leader in mid-traffic (the old leader
+  shuts down cleanly and follows the new one); the same holds.
+
+Each is shown able to fail by a deliberately broken setting, a parameter skipped unless
+``AGENTPLANE_JOURNAL_TEST_PATRONI_RED=1``: the failover with ``synchronous_mode: false`` (and
+``maximum_lag_on_failover`` large enough to promote the lagging standby) loses acknowledged
+records and checkpoints stop being prefixes; the switchover with a URL that lists the hosts
+but not ``target_session_attrs=read-write`` leaves the writers refused by the demoted leader
+(it is listed first), never resuming.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import uuid
+from pathlib import Path
+
+import asyncpg
+import pytest
+from sqlalchemy.engine import make_url
+
+from agentplane_journal import SqlJournalStore
+from agentplane_journal.migrations.commands import upgrade
+
+from failover_ledger import CLI, OUTCOMES, WRITERS, Ledger, find_problems, reader, writer
+from patroni import PatroniCluster
+from pgtopology import dsn
+
+pytestmark = pytest.mark.race
+
+RED = os.environ.get("AGENTPLANE_JOURNAL_TEST_PATRONI_RED") == "1"
+red = pytest.mark.skipif(
+    not RED, reason="the deliberately broken setting: AGENTPLANE_JOURNAL_TEST_PATRONI_RED=1"
+)
+
+
+async def _walsenders(url: str) -> list[int]:
+    conn = await asyncpg.connect(dsn(url))
+    try:
+        return [r["pid"] for r in await conn.fetch("SELECT pid FROM pg_stat_replication")]
+    finally:
+        await conn.close()
+
+
+def _without_session_attrs(url: str) -> str:
+    return make_url(url).difference_update_query(["target_session_attrs"]).render_as_string()
+
+
+class Traffic:
+    """16 writers and a checkpoint reader on their own stores, all on one URL."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.tenant = f"pa{uuid.uuid4().hex[:8]}"
+        self.stores: list[SqlJournalStore] = []
+        self.ledger, self.stop = Ledger(), asyncio.Event()
+        self.tasks: list[asyncio.Task[None]] = []
+
+    async def start(self) -> None:
+        for _ in range(WRITERS + 1):
+            self.stores.append(await SqlJournalStore.connect(self.url, tenant=self.tenant))
+        self.tasks = [
+            asyncio.create_task(writer(i, s, self.ledger, self.stop))
+            for i, s in enumerate(self.stores[:-1])
+        ]
+        self.tasks.append(asyncio.create_task(reader(self.stores[-1], self.ledger, self.stop)))
+
+    async def finish(self) -> None:
+        self.stop.set()
+        async with asyncio.timeout(90):
+            await asyncio.gather(*self.tasks)
+
+    async def close(self) -> None:
+        self.stop.set()
+        for task in self.tasks:
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+        await asyncio.gather(*(s.close() for s in self.stores), return_exceptions=True)
+
+    def resumed(self) -> int:
+        """How many writers had a batch acknowledged after the leader moved."""
+        after = [b for b in self.ledger.batches if b.phase == "after"]
+        return len({b.run for b in after if b.outcome == "acked"})
+
+    async def audit(
+        self, leader_url: str, checked: tuple[str, ...], tmp_path: Path
+    ) -> tuple[list[str], subprocess.CompletedProcess[str], subprocess.CompletedProcess[str]]:
+        """The ledger against the new leader; the CLI's ``verify --all`` and ``consistency``
+        with the largest checkpoint saved in a ``checked`` phase."""
+        async with await SqlJournalStore.connect(leader_url, tenant=self.tenant) as store:
+            final = await store.checkpoint()
+            problems = await find_problems(store, self.ledger, final, checked)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTPLANE_JOURNAL_")}
+        base = ["--url", leader_url, "--tenant", self.tenant]
+
+        def cli(*args: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(
+                [*CLI, *args, *base], capture_output=True, text=True, env=env, timeout=60
+            )
+
+        cps = [cp for cp, phase in self.ledger.checkpoints if phase in checked]
+        saved = tmp_path / "saved.note"
+        saved.write_text(max(cps, key=lambda c: c.size).to_note())
+        verify_all = await asyncio.to_thread(cli, "verify", "--all")
+        consistency = await asyncio.to_thread(cli, "consistency", f"@{saved}")
+        outcomes = {o: sum(b.outcome == o for b in self.ledger.batches) for o in OUTCOMES}
+        print(  # shown with -s: what the run did, and what the checks found
+            f"batches {outcomes}, seals {len(self.ledger.seals)}, "
+            f"checkpoints {len(self.ledger.checkpoints)}, final log {final.size}, "
+            f"resumed writers {self.resumed()}, problems {len(problems)}: {problems[:3]}"
+        )
+        return problems, verify_all, consistency
+
+
+@pytest.mark.parametrize("replication", ["synchronous", pytest.param("asynchronous", marks=red)])
+async def test_patroni_fails_over_a_dead_leader_and_nothing_acknowledged_is_lost(
+    replication: str, tmp_path: Path
+) -> None:
+    synchronous = replication == "synchronous"
+    cluster = await asyncio.to_thread(
+        PatroniCluster,
+        synchronous=synchronous,
+        # the broken setting's accomplice: promote a standby however far behind it is
+        maximum_lag_on_failover=(1 << 20) if synchronous else (1 << 40),
+    )
+    traffic: Traffic | None = None
+    frozen: list[int] = []
+    try:
+        old = cluster.leader()
+        assert old is not None
+        await upgrade(cluster.node_url(old))
+        traffic = Traffic(cluster.url())
+        await traffic.start()
+        await asyncio.sleep(1.5)
+
+        # The partition: the leader's walsender stops sending (the standby stays connected,
+        # so Patroni still counts it as the synchronous standby).
+        frozen = await _walsenders(cluster.node_url(old))
+        assert frozen, "no walsender on the leader"
+        traffic.ledger.phase = "partition"
+        for pid in frozen:
+            os.kill(pid, signal.SIGSTOP)
+        await asyncio.sleep(1.0)
+
+        traffic.ledger.phase = "failover"
+        await asyncio.to_thread(cluster.crash, old)
+        new = await asyncio.to_thread(cluster.wait_new_leader, old)
+        traffic.ledger.phase = "after"
+        await asyncio.sleep(2.0)
+        await traffic.finish()
+
+        acked = [b for b in traffic.ledger.batches if b.outcome == "acked"]
+        for phase in ("normal", "after"):
+            assert any(b.phase == phase for b in acked), f"no write was acknowledged {phase}"
+        assert any(p == "partition" for _, p in traffic.ledger.checkpoints)
+        problems, verify_all, consistency = await traffic.audit(
+            cluster.node_url(new), ("normal", "partition"), tmp_path
+        )
+        assert verify_all.returncode == 0, verify_all.stdout + verify_all.stderr
+        if synchronous:
+            assert problems == [], problems[:10]
+            assert consistency.returncode == 0, consistency.stdout + consistency.stderr
+            # the same store objects carried on: most writers wrote again after the failover
+            assert traffic.resumed() >= WRITERS // 2
+        else:
+            lost = [p for p in problems if p.startswith("acknowledged")]
+            assert lost, "asynchronous replication lost nothing: the partition did not bite"
+            assert any("is not a prefix" in p for p in problems), problems[:10]
+            assert consistency.returncode == 1, consistency.stdout + consistency.stderr
+    finally:
+        if traffic is not None:
+            await traffic.close()
+        await asyncio.to_thread(cluster.stop)
+
+
+@pytest.mark.parametrize("attrs", ["read-write", pytest.param("none", marks=red)])
+async def test_a_patroni_switchover_in_mid_traffic_loses_nothing_and_writers_follow(
+    attrs: str, tmp_path: Path
+) -> None:
+    cluster = await asyncio.to_thread(PatroniCluster)
+    traffic: Traffic | None = None
+    try:
+        old = cluster.leader()
+        assert old is not None
+        candidate = next(n for n in cluster.nodes if n is not old)
+        await upgrade(cluster.node_url(old))
+        # the old leader is listed first: without the attribute a client stays on it
+        url = cluster.url()
+        traffic = Traffic(url if attrs == "read-write" else _without_session_attrs(url))
+        await traffic.start()
+        await asyncio.sleep(1.5)
+
+        traffic.ledger.phase = "switchover"
+        done = await asyncio.to_thread(cluster.switchover, old, candidate)
+        assert done.returncode == 0, done.stdout + done.stderr
+        new = await asyncio.to_thread(cluster.wait_new_leader, old)
+        assert new is candidate
+        traffic.ledger.phase = "after"
+        await asyncio.sleep(2.0)
+        await traffic.finish()
+
+        problems, verify_all, consistency = await traffic.audit(
+            cluster.node_url(new), ("normal", "switchover", "after"), tmp_path
+        )
+        assert problems == [], problems[:10]
+        assert verify_all.returncode == 0, verify_all.stdout + verify_all.stderr
+        assert consistency.returncode == 0, consistency.stdout + consistency.stderr
+        # the same store objects carried on: most writers wrote again after the switchover
+        assert traffic.resumed() >= WRITERS // 2, f"only {traffic.resumed()} writers resumed"
+    finally:
+        if traffic is not None:
+            await traffic.close()
+        await asyncio.to_thread(cluster.stop)
