@@ -52,6 +52,7 @@ class Batch:
     phase: str
     outcome: str  # acked | unknown | refused
     records: list[Record] = field(default_factory=list)
+    writer: int = -1  # which writer (store) was told
 
 
 @dataclass
@@ -100,11 +101,11 @@ async def writer(i: int, store: SqlJournalStore, ledger: Ledger, stop: asyncio.E
             phase = ledger.phase
             try:
                 records = await store.append(lease.epoch, [note(run, t) for t in texts])
-                ledger.batches.append(Batch(run, texts, phase, "acked", records))
+                ledger.batches.append(Batch(run, texts, phase, "acked", records, i))
             except CommitUnknownError:
-                ledger.batches.append(Batch(run, texts, phase, "unknown"))
+                ledger.batches.append(Batch(run, texts, phase, "unknown", writer=i))
             except (BackendError, FencedError):
-                ledger.batches.append(Batch(run, texts, phase, "refused"))
+                ledger.batches.append(Batch(run, texts, phase, "refused", writer=i))
                 await asyncio.sleep(0.02)
         phase = ledger.phase
         # A seal is idempotent (a re-seal returns the sealed head), so it is retried.

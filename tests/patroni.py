@@ -301,7 +301,7 @@ class PatroniCluster:
         if node.process is not None and node.process.poll() is None:
             victims.append(node.process.pid)
         postmaster = node.postmaster()
-        if postmaster is not None:
+        if postmaster is not None and _alive(postmaster):
             victims += [postmaster, *_children(postmaster)]
         for pid in victims:
             try:
@@ -330,26 +330,10 @@ class PatroniCluster:
         return subprocess.run(argv, capture_output=True, text=True, timeout=120)
 
     def stop(self) -> None:
-        """Stop every node (Patroni stops its PostgreSQL), then etcd; remove everything."""
+        """Kill every node (nothing it holds is kept), then stop etcd; remove everything."""
         try:
-            for node in self.nodes:
-                if node.process is not None and node.process.poll() is None:
-                    node.process.terminate()
-            for node in self.nodes:
-                if node.process is not None:
-                    try:
-                        node.process.wait(30)
-                    except subprocess.TimeoutExpired:
-                        node.process.kill()
-                        node.process.wait()
-                # a postmaster its Patroni left behind (killed, or timed out stopping)
-                postmaster = node.postmaster()
-                if postmaster is not None and _alive(postmaster):
-                    for pid in [postmaster, *_children(postmaster)]:
-                        try:
-                            os.kill(pid, signal.SIGKILL)
-                        except ProcessLookupError:
-                            pass
+            for node in self.nodes:  # nothing is kept: no clean shutdown to wait for
+                self.crash(node)
             if self.etcd is not None and self.etcd.poll() is None:
                 self.etcd.terminate()
                 try:
