@@ -342,7 +342,10 @@ class PatroniCluster:
                     self.etcd.kill()
                     self.etcd.wait()
         finally:
-            shutil.rmtree(self.root, ignore_errors=True)
+            if os.environ.get("AGENTPLANE_JOURNAL_TEST_PATRONI_KEEP") == "1":
+                print(f"kept {self.root} (AGENTPLANE_JOURNAL_TEST_PATRONI_KEEP=1)")
+            else:
+                shutil.rmtree(self.root, ignore_errors=True)
 
 
 def _alive(pid: int) -> bool:
