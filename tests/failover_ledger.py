@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -64,6 +65,40 @@ class Ledger:
     seals: dict[RunId, tuple[Digest, str]] = field(default_factory=dict)
     checkpoints: list[tuple[Checkpoint, str]] = field(default_factory=list)
     runs: set[RunId] = field(default_factory=set)
+
+
+def writers_acked(ledger: Ledger, phase: str) -> int:
+    """How many writers had a batch acknowledged that they began in ``phase``."""
+    return len({b.writer for b in ledger.batches if b.phase == phase and b.outcome == "acked"})
+
+
+async def until(ledger: Ledger, what: str, done: Any, within: float = 60) -> None:
+    """Until ``done(ledger)``: phases end when something happened in them, not after a
+    sleep (``within`` only bounds what never happens, and then the test fails)."""
+    deadline = time.monotonic() + within
+    while not done(ledger):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {within}s: {what}")
+        await asyncio.sleep(0.05)
+
+
+async def until_every_writer_acked(ledger: Ledger, phase: str) -> None:
+    """Until each writer had a batch acknowledged in ``phase``: after a failover, the same
+    store objects carry on, with no restart."""
+    await until(
+        ledger,
+        f"every writer acknowledged in phase {phase!r}",
+        lambda led: writers_acked(led, phase) == WRITERS,
+    )
+
+
+async def until_checkpointed(ledger: Ledger, phase: str) -> None:
+    """Until the reader has saved a checkpoint in ``phase``."""
+    await until(
+        ledger,
+        f"a checkpoint saved in phase {phase!r}",
+        lambda led: any(p == phase for _, p in led.checkpoints),
+    )
 
 
 async def retry(stop: asyncio.Event, call: Any) -> Any:

@@ -8,7 +8,7 @@ What an operator runs for automatic failover, started by the tests on loopback p
   key, the second clones it and streams; with ``synchronous=True`` Patroni's
   ``synchronous_mode`` makes the second the synchronous standby, and only it may be promoted.
 
-Timeouts are short (``ttl`` 6 s, ``loop_wait`` 1 s, ``retry_timeout`` 2 s) so a failover
+Timeouts are short (``ttl`` 8 s, ``loop_wait`` 1 s, ``retry_timeout`` 3 s) so a failover
 takes seconds, not the defaults' half minute. :meth:`PatroniCluster.url` is the multi-host
 URL with ``target_session_attrs=read-write`` that clients reach the leader by, whichever node
 it is. :meth:`crash` kills a node the way a machine dies (``SIGKILL`` to Patroni, the
@@ -183,9 +183,12 @@ class PatroniCluster:
             "etcd3": {"hosts": [f"127.0.0.1:{self.etcd_port}"]},
             "bootstrap": {
                 "dcs": {
-                    "ttl": 6,
+                    # ttl >= loop_wait + 2 * retry_timeout (Patroni's rule); a leader that
+                    # cannot update its key for retry_timeout demotes itself, so not less
+                    # than 3 s on a loaded machine
+                    "ttl": 8,
                     "loop_wait": 1,
-                    "retry_timeout": 2,
+                    "retry_timeout": 3,
                     "maximum_lag_on_failover": self._lag,
                     "primary_start_timeout": 0,
                     "synchronous_mode": self.synchronous,
