@@ -37,6 +37,7 @@ import subprocess
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import asyncpg
@@ -85,7 +86,9 @@ def patroni() -> Iterator[PatroniCluster]:
     try:
         leader = cluster.leader()
         assert leader is not None
-        asyncio.run(upgrade(cluster.node_url(leader)))
+        # in a thread of its own: the failover test may ask for this inside its event loop
+        with ThreadPoolExecutor(1) as pool:
+            pool.submit(asyncio.run, upgrade(cluster.node_url(leader))).result()
         yield cluster
     finally:
         cluster.stop()
