@@ -26,7 +26,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -42,9 +41,9 @@ from pgcluster import _bindir, _free_port
 
 def need_patroni() -> tuple[str, str, str]:
     """``(patroni, patronictl, etcd)``, or skip (locally) / fail (in CI) without them."""
-    found = [shutil.which(b) for b in ("patroni", "patronictl", "etcd")]
-    if all(found):
-        return found[0], found[1], found[2]  # type: ignore[return-value]
+    patroni, patronictl, etcd = (shutil.which(b) for b in ("patroni", "patronictl", "etcd"))
+    if patroni and patronictl and etcd:
+        return patroni, patronictl, etcd
     message = "patroni and etcd are not installed (Debian: apt-get install patroni etcd-server)"
     if os.environ.get("CI"):
         pytest.fail(f"{message}; CI must install them (.ci/run)")
@@ -370,11 +369,3 @@ def _children(pid: int) -> list[int]:
         if int(fields[1]) == pid:
             found.append(int(stat.parent.name))
     return found
-
-
-def wait_port(port: int, within: float = 30) -> None:
-    def ok() -> bool:
-        socket.create_connection(("127.0.0.1", port), timeout=1).close()
-        return True
-
-    _wait(f"port {port}", ok, within)
