@@ -44,7 +44,9 @@ DIALECTS = ["sqlite", "postgresql"]
 # fixtures) is a PostgreSQL test.
 PG_FIXTURES = frozenset({"pg_server", "pg_template", "pg_database", "pg_battery_url"})
 # Files whose tests start clusters (standbys, failover) or a PgBouncer of their own.
-PG_FILES = frozenset({"test_failover.py", "test_replica.py", "test_pgbouncer.py"})
+PG_FILES = frozenset(
+    {"test_failover.py", "test_replica.py", "test_pgbouncer.py", "test_patroni.py"}
+)
 
 
 def _reaches_postgres(item: pytest.Item) -> bool:
@@ -84,6 +86,7 @@ SLOW_FILES = frozenset(
         "test_testing_plugin.py",
         "test_types.py",
         "test_wheel.py",
+        "test_patroni.py",
     }
 )
 SLOW_TESTS = frozenset(
