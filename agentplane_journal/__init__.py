@@ -70,6 +70,7 @@ if TYPE_CHECKING:
         FencedError,
         LeaseHeldError,
         LeaseNotHeldError,
+        PoolerError,
         RecordTooLargeError,
         RunSealedError,
         SchemaConflictError,
@@ -162,6 +163,7 @@ _EXPORTS = {
     "Lease": "core.values",
     "verify_attested": "core.chain",
     "verify_chain": "core.chain",
+    "PoolerError": "errors",
 }
 
 __version__ = "0.1.0"
@@ -198,6 +200,7 @@ __all__ = [
     "LeaseHeldError",
     "LeaseNotHeldError",
     "NoteSigner",
+    "PoolerError",
     "NoteVerificationError",
     "NoteVerifier",
     "OpenedNote",

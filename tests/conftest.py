@@ -44,7 +44,7 @@ DIALECTS = ["sqlite", "postgresql"]
 # fixtures) is a PostgreSQL test.
 PG_FIXTURES = frozenset({"pg_server", "pg_template", "pg_database", "pg_battery_url"})
 # Files whose tests start clusters (standbys, failover) or a PgBouncer of their own.
-PG_FILES = frozenset({"test_failover.py", "test_replica.py", "test_pgbouncer.py"})
+PG_FILES = frozenset({"test_failover.py", "test_replica.py", "test_pgbouncer.py", "test_pooler.py"})
 
 
 def _reaches_postgres(item: pytest.Item) -> bool:
@@ -77,6 +77,7 @@ SLOW_FILES = frozenset(
         "test_readme.py",
         "test_sqlite_processes.py",
         "test_testing_plugin.py",
+        "test_pooler.py",
         "test_types.py",
         "test_wheel.py",
     }

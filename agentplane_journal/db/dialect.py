@@ -43,7 +43,7 @@ from sqlalchemy.engine import Dialect as SqlalchemyDialect
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 
-from agentplane_journal.db import selfwait
+from agentplane_journal.db import pgnames, selfwait
 from agentplane_journal.db.models import JournalCounter, RunOutcome, run_conclusion_ordinal
 
 __all__ = [
@@ -117,6 +117,15 @@ class Dialect(Protocol):
 
     def configure(self, engine: AsyncEngine) -> None:
         """Install the connection and transaction settings the store's guarantees rely on."""
+
+    def name_statements(self, engine: AsyncEngine) -> None:
+        """Make the prepared-statement names of ``engine``'s new connections unique to each
+        connection, whatever its URL says (PostgreSQL; :mod:`.pgnames`), so that behind a
+        pooler a statement name never runs another client's statement."""
+
+    def pooler_misrouted(self, exc: BaseException) -> bool:
+        """Whether ``exc`` is a pooler running a statement on a server connection that does
+        not hold it (no ``?pgbouncer=true`` behind PgBouncer): a refusal, nothing ran."""
 
     def insert(self, table: Any) -> Upsert:
         """An ``INSERT`` that supports ``on_conflict_do_nothing``/``on_conflict_do_update``."""
@@ -240,9 +249,16 @@ class PostgresDialect:
         return true()  # the declared column type is the stored type
 
     def configure(self, engine: AsyncEngine) -> None:
-        # Nothing to install: the store's guarantees come from row locks and constraints,
-        # which hold at PostgreSQL's default isolation level.
-        return None
+        # The store's guarantees come from row locks and constraints, which hold at
+        # PostgreSQL's default isolation level; what is installed is statement names no
+        # other client of a pooler can hold.
+        self.name_statements(engine)
+
+    def name_statements(self, engine: AsyncEngine) -> None:
+        pgnames.install(engine)
+
+    def pooler_misrouted(self, exc: BaseException) -> bool:
+        return pgnames.pooler_misrouted(exc)
 
     def insert(self, table: Any) -> pg.Insert:
         return pg.insert(table)
@@ -407,6 +423,12 @@ class SqliteDialect:
             connection.info.pop(selfwait.TOKEN, None)
 
         setattr(sync_engine, _CONFIGURED, True)
+
+    def name_statements(self, engine: AsyncEngine) -> None:
+        return None  # no server, no pooler: statements live in this process
+
+    def pooler_misrouted(self, exc: BaseException) -> bool:
+        return False
 
     def insert(self, table: Any) -> sqlite.Insert:
         return sqlite.insert(table)

@@ -52,6 +52,7 @@ from agentplane_journal.db.revision import (
 from agentplane_journal.errors import (
     BackendError,
     CommitUnknownError,
+    PoolerError,
     SchemaOutOfDateError,
     StoreError,
 )
@@ -236,6 +237,8 @@ class Repository:
                     conn = await conn.execution_options(**{READ_ONLY: True})
                     await check_revision(conn, schema=shared.schema)
             except DBAPIError as exc:
+                if shared.dialect.pooler_misrouted(exc):
+                    raise PoolerError(describe(exc)) from exc
                 raise BackendError(f"cannot read the schema revision: {describe(exc)}") from exc
             except OSError as exc:
                 raise BackendError(f"cannot connect to the database: {exc}") from exc
@@ -387,6 +390,8 @@ class Repository:
         if committing and isinstance(exc, Exception) and self._dialect.commit_in_doubt(exc):
             raise CommitUnknownError(describe(exc)) from exc
         if isinstance(exc, DBAPIError):
+            if self._dialect.pooler_misrouted(exc):  # a refusal: the statement never ran
+                raise PoolerError(describe(exc)) from exc
             raise self._translated(exc, translate) from exc
         if isinstance(exc, OSError):
             raise BackendError(f"cannot reach the database: {exc}") from exc
