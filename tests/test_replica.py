@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import subprocess
 import sys
 import uuid
@@ -30,6 +31,7 @@ from pgcluster import Cluster
 from pgtopology import dsn, wait_replayed
 
 CLI = [sys.executable, "-m", "agentplane_journal.cli.main"]
+README = Path(__file__).resolve().parent.parent / "README.md"
 
 
 @pytest.fixture
@@ -117,6 +119,9 @@ async def test_a_lagging_replica_answers_an_older_checkpoint_that_is_a_prefix(
         tenant = f"rr{uuid.uuid4().hex[:8]}"
         store = await SqlJournalStore.connect(primary.url, read_url=standby.url, tenant=tenant)
         direct = await SqlJournalStore.connect(primary.url, tenant=tenant)
+        auditor = await SqlJournalStore.connect(
+            primary.url, read_url=standby.url, tenant=tenant, read_your_writes=False
+        )
         try:
 
             async def seal_new_run() -> RunId:
@@ -130,21 +135,56 @@ async def test_a_lagging_replica_answers_an_older_checkpoint_that_is_a_prefix(
                 await seal_new_run()
             await wait_replayed(primary, standby)
             assert await store.checkpoint() == await direct.checkpoint()
+            assert await auditor.checkpoint() == await direct.checkpoint()
 
             # Replay stops; the primary moves on.
             await _sql(standby, "SELECT pg_wal_replay_pause()")
             assert await _sql(standby, "SELECT pg_get_wal_replay_pause_state()") != "not paused"
             later = [await seal_new_run() for _ in range(4)]  # writes go to the primary
-            lagging = await store.checkpoint()  # from the replica
+            lagging = await auditor.checkpoint()  # from the replica
             current = await direct.checkpoint()
             assert (lagging.size, current.size) == (3, 7)
             assert lagging.origin == current.origin
             proof = await direct.consistency_proof(lagging.size)
             assert verify_consistency(lagging.size, lagging.root, current.size, current.root, proof)
-            # The replica does not know the later runs yet; the writer's reads do.
-            assert await store.inclusion_proof(later[0]) is None
-            assert await store.read(later[0]) == []
+            # The replica does not know the later runs yet: a pure audit reader
+            # (read_your_writes=False) sees its state ...
+            assert await auditor.inclusion_proof(later[0]) is None
+            assert await auditor.read(later[0]) == []
+            # ... the store that wrote them reads its own writes (from the primary, since
+            # the replica has not replayed them).
+            assert await store.checkpoint() == current
+            inclusion = await store.inclusion_proof(later[-1])
+            assert inclusion is not None and inclusion.verify(current.root)
+            assert len(await store.read(later[0])) == 2
+            await store.verify(later[0])
             assert (await store.head(later[0])).seq == 2
+
+            # The README's first example, as written but for read_url= at the paused replica.
+            example = re.search(
+                r"## Using it\n\n```python\n(.*?)```", README.read_text(encoding="utf-8"), re.S
+            )
+            assert example is not None
+            code = example.group(1)
+            for was, now in (
+                ('url = "sqlite+aiosqlite:///journal.db"', f"url = {primary.url!r}"),
+                (
+                    "SqlJournalStore.connect(url)",
+                    f"SqlJournalStore.connect(url, read_url={standby.url!r})",
+                ),
+            ):
+                assert was in code
+                code = code.replace(was, now)
+            ran = await asyncio.to_thread(
+                subprocess.run,
+                [sys.executable, "-c", code],
+                capture_output=True,
+                text=True,
+                cwd=tmp_path,
+                timeout=120,
+            )
+            assert ran.returncode == 0, ran.stderr
+            assert ran.stdout.startswith("agentplane\n1\n")
 
             # The CLI: an audit on the replica, then the primary proves the saved note a prefix.
             env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTPLANE_JOURNAL_")}
@@ -166,10 +206,11 @@ async def test_a_lagging_replica_answers_an_older_checkpoint_that_is_a_prefix(
             # Replay resumes: the replica catches up to the primary's checkpoint.
             await _sql(standby, "SELECT pg_wal_replay_resume()")
             await wait_replayed(primary, standby)
-            assert await store.checkpoint() == current
+            assert await auditor.checkpoint() == current
         finally:
             await store.close()
             await direct.close()
+            await auditor.close()
     finally:
         if standby is not None:
             standby.stop()

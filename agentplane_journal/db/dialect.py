@@ -34,6 +34,7 @@ from sqlalchemy import (
     func,
     literal,
     select,
+    text,
     true,
 )
 from sqlalchemy.dialects import postgresql as pg
@@ -117,6 +118,18 @@ class Dialect(Protocol):
 
     def configure(self, engine: AsyncEngine) -> None:
         """Install the connection and transaction settings the store's guarantees rely on."""
+
+    async def wal_position(self, conn: AsyncConnection) -> str | None:
+        """Where the primary's WAL ends now (PostgreSQL ``pg_current_wal_lsn()``): every
+        commit acknowledged before this call lies at or before it. ``None`` without
+        replication (SQLite)."""
+
+    async def replayed(self, conn: AsyncConnection, position: str) -> bool:
+        """Whether the server of ``conn`` has replayed the primary's WAL up to ``position``
+        (a server that is not a standby has nothing to replay: true)."""
+
+    async def standby(self, conn: AsyncConnection) -> bool:
+        """Whether the server of ``conn`` is a standby still in recovery (a replica)."""
 
     def name_statements(self, engine: AsyncEngine) -> None:
         """Make the prepared-statement names of ``engine``'s new connections unique to each
@@ -256,6 +269,26 @@ class PostgresDialect:
 
     def name_statements(self, engine: AsyncEngine) -> None:
         pgnames.install(engine)
+
+    async def wal_position(self, conn: AsyncConnection) -> str | None:
+        position = await conn.scalar(text("SELECT pg_current_wal_lsn()::text"))
+        return None if position is None else str(position)
+
+    async def replayed(self, conn: AsyncConnection, position: str) -> bool:
+        # NULL replay position: not a standby (nothing to wait for). A standby's replay
+        # position only moves forward, so a read after this check sees at least this much.
+        return bool(
+            await conn.scalar(
+                text(
+                    "SELECT pg_last_wal_replay_lsn() IS NULL "
+                    "OR pg_last_wal_replay_lsn() >= CAST(CAST(:p AS text) AS pg_lsn)"
+                ),
+                {"p": position},
+            )
+        )
+
+    async def standby(self, conn: AsyncConnection) -> bool:
+        return bool(await conn.scalar(text("SELECT pg_is_in_recovery()")))
 
     def pooler_misrouted(self, exc: BaseException) -> bool:
         return pgnames.pooler_misrouted(exc)
@@ -423,6 +456,15 @@ class SqliteDialect:
             connection.info.pop(selfwait.TOKEN, None)
 
         setattr(sync_engine, _CONFIGURED, True)
+
+    async def wal_position(self, conn: AsyncConnection) -> str | None:
+        return None  # one file, no replication
+
+    async def replayed(self, conn: AsyncConnection, position: str) -> bool:
+        return True
+
+    async def standby(self, conn: AsyncConnection) -> bool:
+        return False
 
     def name_statements(self, engine: AsyncEngine) -> None:
         return None  # no server, no pooler: statements live in this process

@@ -87,6 +87,11 @@ class _Shared:
     bind: AsyncEngine | None = None
     schema_checked: bool = False
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    #: Read-your-writes with a replica: a count of the writes this store began, and the
+    #: count the replica was last seen to have replayed past (see :meth:`Repository._unit`).
+    read_your_writes: bool = True
+    writes: int = 0
+    caught_up: int = 0
     #: The process's hot append path for this store, chosen by the dialect object
     #: (``backends.dispatch.hot_path``; a ``backends.writer.HotPath``).
     writer: Any = None
@@ -117,6 +122,7 @@ class Repository:
         schema: str | None = None,
         clock: Callable[[], float] | None = None,
         read_engine: AsyncEngine | None = None,
+        read_your_writes: bool = True,
         _shared: _Shared | None = None,
     ) -> None:
         if not isinstance(engine, AsyncEngine):
@@ -142,6 +148,7 @@ class Repository:
                 owns_engine=False,
                 schema=schema,
                 bind=bind,
+                read_your_writes=bool(read_your_writes),
             )
             if read_engine is not None:
                 _shared.read_engine = _check_read_engine(read_engine, dialect)
@@ -270,14 +277,19 @@ class Repository:
             return await self._host_unit(session, fn, read_only=read_only, translate=translate)
         if not read_only:
             self._refuse_own_wait(run)
+            self._wrote()
         await self._ready()
         shared = self._shared
         sessions = shared.sessions
-        if read_only and not primary and shared.read_sessions is not None:
+        replica = read_only and not primary and shared.read_sessions is not None
+        if replica and shared.read_sessions is not None:
             sessions = shared.read_sessions  # the replica
         session = sessions()
         committing = False
         try:
+            if replica and not await self._replica_has_our_writes(session):
+                await session.close()
+                session = shared.sessions()  # it has not replayed them yet: the primary
             if not read_only:
                 # SQLite: BEGIN IMMEDIATE, the write lock before the first read.
                 write: dict[str, Any] = {WRITE_TRANSACTION: True}
@@ -297,6 +309,36 @@ class Repository:
             await self._fail(exc, session, translate, committing=committing)
         finally:
             await session.close()
+
+    def _wrote(self) -> None:
+        """Note a write this store began (its commit may follow), for read-your-writes."""
+        self._shared.writes += 1
+
+    async def _replica_has_our_writes(self, session: AsyncSession) -> bool:
+        """Whether the replica ``session`` reads from has replayed every write this store
+        has begun: read-your-writes (on unless ``read_your_writes=False``).
+
+        Nothing to check when the store has not written since the replica was last seen
+        past its writes. Otherwise one statement on the primary reads where its WAL ends
+        (every commit acknowledged so far lies before it) and one on the replica, first in
+        the read's own transaction, whether replay has passed it; a standby's replay only
+        moves forward, so the read that follows sees at least that much. A write still in
+        flight when the position is read is not waited for: only acknowledged ones are
+        promised. Costs nothing on the write path.
+        """
+        shared = self._shared
+        writes = shared.writes
+        if not shared.read_your_writes or writes == shared.caught_up:
+            return True
+        async with shared.engine.connect() as primary:
+            primary = await primary.execution_options(**{READ_ONLY: True})
+            position = await shared.dialect.wal_position(primary)
+        if position is None:
+            return True
+        if not await shared.dialect.replayed(await session.connection(), position):
+            return False
+        shared.caught_up = max(shared.caught_up, writes)
+        return True
 
     async def _host_unit(
         self,
@@ -319,6 +361,8 @@ class Repository:
         await self._ready()
         try:
             transaction = session.sync_session.get_transaction()
+            if not read_only:
+                self._wrote()
             fresh = transaction is None or not getattr(transaction, "_connections", None)
             options = {WRITE_TRANSACTION: True} if fresh and not read_only else None
             conn = await session.connection(execution_options=options)

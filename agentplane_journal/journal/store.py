@@ -138,6 +138,7 @@ class SqlJournalStore(RunReads, AuditReads, RunControl, Admissions):
         clock: Callable[[], float] | None = None,
         read_engine: AsyncEngine | None = None,
         group_commit: bool = True,
+        read_your_writes: bool = True,
         _shared: Any = None,
         _named: bool = False,
     ) -> None:
@@ -157,6 +158,7 @@ class SqlJournalStore(RunReads, AuditReads, RunControl, Admissions):
             schema=schema,
             clock=clock,
             read_engine=read_engine,
+            read_your_writes=read_your_writes,
             _shared=_shared,
         )
         if self._shared.writer is None:
@@ -189,12 +191,16 @@ class SqlJournalStore(RunReads, AuditReads, RunControl, Admissions):
         engine_options: dict[str, Any] | None = None,
         read_url: str | None = None,
         group_commit: bool = True,
+        read_your_writes: bool = True,
     ) -> SqlJournalStore:
         """Open a store from a URL (``postgresql://…`` or ``sqlite:///…``; async drivers).
 
         The engine is the store's own and :meth:`close` disposes of it. The schema revision
         is checked here, so a database that needs ``upgrade`` fails now, not mid-run.
         ``read_url`` (a replica) takes the audit reads; see the README's "Production topology".
+        With it, the store reads its own acknowledged writes (``read_your_writes``): an audit
+        read goes to the replica once it has replayed them, to the primary until then.
+        ``read_your_writes=False`` is for pure audit readers that accept the replica's lag.
         ``schema``: the PostgreSQL schema the tables were migrated into (``upgrade(url,
         schema=...)``); none means the default schema.
         """
@@ -208,6 +214,7 @@ class SqlJournalStore(RunReads, AuditReads, RunControl, Admissions):
             schema=schema,
             clock=clock,
             group_commit=group_commit,
+            read_your_writes=read_your_writes,
         )
 
     def for_tenant(self, name: str) -> SqlJournalStore:
@@ -399,6 +406,7 @@ class SqlJournalStore(RunReads, AuditReads, RunControl, Admissions):
         await self._ready()
         # One round trip on PostgreSQL, one thread hop on SQLite; `general` when it cannot.
         # (The writer is a backends.writer.HotPath, typed Any in db/, which is below it.)
+        self._wrote()
         records: list[Record] = await self._shared.writer.append(
             self.tenant, self._signer, self._now(), run, epoch, items, keys, general
         )
