@@ -23,7 +23,7 @@ import asyncpg
 import pytest
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from agentplane_journal import RunId, SqlJournalStore, verify_consistency
+from agentplane_journal import Checkpoint, RunId, SqlJournalStore, verify_consistency
 from agentplane_journal.migrations.commands import upgrade
 
 from helpers import admitted, note
@@ -66,6 +66,7 @@ async def test_audit_reads_go_to_the_read_engine_and_writer_reads_do_not(
         assert await store.runs_by_outcome("succeeded", 10) == []
         assert await store.recent_runs() == []
         assert await store.for_tenant("other").read(run) == []  # tenant handles share it
+        assert not await store.reads_from_standby()  # another database, not a standby
     finally:
         await store.close()
 
@@ -202,6 +203,34 @@ async def test_a_lagging_replica_answers_an_older_checkpoint_that_is_a_prefix(
             saved.write_text(lagging.to_note())
             proved = await asyncio.to_thread(cli, "consistency", f"@{saved}")
             assert proved.returncode == 0, proved.stdout + proved.stderr
+
+            # The primary's newer checkpoint against the lagging standby: behind (exit 3),
+            # never "truncated or rewritten"; the same with the standby as --read-url.
+            assert await auditor.reads_from_standby() and not await direct.reads_from_standby()
+            newer = tmp_path / "current.note"
+            newer.write_text(current.to_note())
+            for url, args in (
+                (standby.url, ["consistency", f"@{newer}"]),
+                (primary.url, ["consistency", f"@{newer}", "--read-url", standby.url]),
+                (standby.url, ["prove", str(later[0]), "--checkpoint", f"@{newer}"]),
+            ):
+                behind = await asyncio.to_thread(
+                    subprocess.run,
+                    [*CLI, *args, "--url", url, "--tenant", tenant],
+                    capture_output=True,
+                    text=True,
+                    env=env,
+                    timeout=60,
+                )
+                assert behind.returncode == 3, (args, behind.stdout, behind.stderr)
+                assert "this server is behind (size 3 < 7)" in behind.stderr
+                assert "truncated" not in behind.stdout + behind.stderr
+            # A primary whose log is smaller than a note: that is still tampering.
+            bigger = Checkpoint(current.origin, 9, current.root)
+            newer.write_text(bigger.to_note())
+            tampered = await asyncio.to_thread(cli, "consistency", f"@{newer}")
+            assert tampered.returncode == 1
+            assert "truncated or rewritten" in tampered.stdout
 
             # Replay resumes: the replica catches up to the primary's checkpoint.
             await _sql(standby, "SELECT pg_wal_replay_resume()")

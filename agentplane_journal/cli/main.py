@@ -13,7 +13,9 @@ directory by default, or on ``--url`` / ``$AGENTPLANE_JOURNAL_URL`` if it holds 
 
 Exit codes: 0 ok; 1 something failed to verify (the output names the run and ``seq N``),
 or a run that must be sealed is not; 2 a usage, connection or schema problem, reported on
-stderr in one line (run ``agentplane-journal upgrade`` when the schema is behind).
+stderr in one line (run ``agentplane-journal upgrade`` when the schema is behind); 3
+``consistency`` or ``prove --checkpoint`` on a standby that has not yet replayed the saved
+checkpoint ("this server is behind"): nothing was found wrong, retry or ask the primary.
 
 The commands live beside this module, by what they hold: ``db`` (the database
 target, finding runs, ``upgrade``/``runs``/``show``), ``audit`` (``verify``, ``export``
@@ -132,7 +134,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog=PROG,
         description="Inspect, verify and prove an agentplane journal on PostgreSQL or SQLite.",
         epilog=f"Start with `{PROG} demo`. Exit codes: 0 ok, 1 verification failed, "
-        "2 usage, connection or schema error.",
+        "2 usage, connection or schema error, 3 this server (a standby) is behind the saved "
+        "checkpoint.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     database = argparse.ArgumentParser(add_help=False)

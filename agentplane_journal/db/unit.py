@@ -310,6 +310,17 @@ class Repository:
         finally:
             await session.close()
 
+    async def reads_from_standby(self) -> bool:
+        """Whether the server that answers this store's audit reads is a standby still in
+        recovery (a streaming replica): its log may be behind the primary's, so a log
+        smaller than a saved checkpoint there means "not replayed yet", not "truncated"."""
+        dialect = self._shared.dialect
+
+        async def unit(session: AsyncSession) -> bool:
+            return await dialect.standby(await session.connection())
+
+        return await self._unit(unit, read_only=True)
+
     def _wrote(self) -> None:
         """Note a write this store began (its commit may follow), for read-your-writes."""
         self._shared.writes += 1
