@@ -71,6 +71,31 @@ async def test_audit_reads_go_to_the_read_engine_and_writer_reads_do_not(
         await store.close()
 
 
+def test_require_standby_refuses_a_checkpoint_no_standby_received(
+    two_databases: tuple[str, str],
+) -> None:
+    """No standby (the test server has none; SQLite has no replication): ``replication``
+    says the primary is the only copy, ``checkpoint --require-standby`` hands nothing out."""
+    url = two_databases[0]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTPLANE_JOURNAL_")}
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*CLI, *args, "--url", url], capture_output=True, text=True, env=env, timeout=60
+        )
+
+    shown = json.loads(cli("replication", "--json").stdout)
+    assert shown["standbys"] == [] and shown["safe"] is False
+    refused = cli("checkpoint", "--require-standby", "0.2")
+    assert refused.stdout == ""
+    if shown["position"] is None:  # SQLite
+        assert refused.returncode == 2 and "no standby" in refused.stderr
+        assert "only copy" in shown["summary"]
+    else:
+        assert refused.returncode == 4, refused.stderr
+        assert "no standby received this checkpoint" in refused.stderr
+
+
 async def test_a_read_engine_must_be_an_engine_of_the_same_backend(
     sqlite_database: Callable[..., str],
 ) -> None:
@@ -225,6 +250,24 @@ async def test_a_lagging_replica_answers_an_older_checkpoint_that_is_a_prefix(
                 assert behind.returncode == 3, (args, behind.stdout, behind.stderr)
                 assert "this server is behind (size 3 < 7)" in behind.stderr
                 assert "truncated" not in behind.stdout + behind.stderr
+            # The asynchronous window: the standby lacks 4 sealed runs (replay paused), and
+            # a checkpoint is handed out once a standby has flushed it (flushing goes on).
+            window = await asyncio.to_thread(
+                cli, "replication", "--json", "--read-url", standby.url
+            )
+            assert window.returncode == 0, window.stderr
+            shown_window = json.loads(window.stdout)
+            assert shown_window["log"] == {
+                "primary_size": 7,
+                "standby_size": 3,
+                "missing_seals": 4,
+            }
+            assert len(shown_window["standbys"]) == 1
+            assert shown_window["standbys"][0]["unreplayed_bytes"] > 0
+            required = await asyncio.to_thread(cli, "checkpoint", "--require-standby", "60")
+            assert required.returncode == 0, required.stderr
+            assert Checkpoint.from_note(required.stdout) == current
+
             # A primary whose log is smaller than a note: that is still tampering.
             bigger = Checkpoint(current.origin, 9, current.root)
             newer.write_text(bigger.to_note())

@@ -187,6 +187,10 @@ async def cmd_checkpoint(args: argparse.Namespace) -> int:
             except notes.NoteProblem as exc:
                 raise _Exit(exc.code, exc.message) from None
         cp = await store.checkpoint()
+        if args.require_standby is not None:
+            from agentplane_journal.cli.replication import require_standby
+
+            await require_standby(store, args.require_standby)
     note = cp.to_note() if signer is None else cp.to_signed_note(signer)
     if args.json:
         extra = {} if signer is None else {"note": note, "verifier_key": signer.verifier_key}

@@ -131,6 +131,11 @@ class Dialect(Protocol):
     async def standby(self, conn: AsyncConnection) -> bool:
         """Whether the server of ``conn`` is a standby still in recovery (a replica)."""
 
+    async def standbys(self, conn: AsyncConnection, position: str) -> list[dict[str, Any]]:
+        """The primary's streaming standbys (``pg_stat_replication``): name, state,
+        sync_state, and how far each has received (flushed) and replayed the WAL up to
+        ``position`` (bytes still missing; ``None`` for an unknown position). SQLite: none."""
+
     def name_statements(self, engine: AsyncEngine) -> None:
         """Make the prepared-statement names of ``engine``'s new connections unique to each
         connection, whatever its URL says (PostgreSQL; :mod:`.pgnames`), so that behind a
@@ -289,6 +294,24 @@ class PostgresDialect:
 
     async def standby(self, conn: AsyncConnection) -> bool:
         return bool(await conn.scalar(text("SELECT pg_is_in_recovery()")))
+
+    async def standbys(self, conn: AsyncConnection, position: str) -> list[dict[str, Any]]:
+        # Bytes of WAL up to ``position`` that a standby has not flushed (received durably)
+        # or not replayed (visible to its readers); 0 once it is past. Needs a role that
+        # may read pg_stat_replication's positions (superuser or pg_monitor).
+        rows = await conn.execute(
+            text(
+                "SELECT application_name AS name, state, sync_state, "
+                "greatest(pg_wal_lsn_diff(CAST(CAST(:p AS text) AS pg_lsn), flush_lsn), 0) "
+                "AS unflushed, "
+                "greatest(pg_wal_lsn_diff(CAST(CAST(:p AS text) AS pg_lsn), replay_lsn), 0) "
+                "AS unreplayed, "
+                "extract(epoch FROM replay_lag) AS replay_lag "
+                "FROM pg_stat_replication ORDER BY application_name, pid"
+            ),
+            {"p": position},
+        )
+        return [dict(row._mapping) for row in rows]
 
     def pooler_misrouted(self, exc: BaseException) -> bool:
         return pgnames.pooler_misrouted(exc)
@@ -465,6 +488,9 @@ class SqliteDialect:
 
     async def standby(self, conn: AsyncConnection) -> bool:
         return False
+
+    async def standbys(self, conn: AsyncConnection, position: str) -> list[dict[str, Any]]:
+        return []
 
     def name_statements(self, engine: AsyncEngine) -> None:
         return None  # no server, no pooler: statements live in this process

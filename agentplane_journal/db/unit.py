@@ -43,6 +43,7 @@ from agentplane_journal.db.dialect import (
     dialect_for,
 )
 from agentplane_journal.db.engine import open_engine
+from agentplane_journal.db.replication import ReplicationState, replication, wait_received
 from agentplane_journal.db.revision import (
     HEAD_REVISION,
     check_revision,
@@ -320,6 +321,34 @@ class Repository:
             return await dialect.standby(await session.connection())
 
         return await self._unit(unit, read_only=True)
+
+    async def replication(self) -> ReplicationState:
+        """What a failover could lose now: the primary's WAL end and how far each streaming
+        standby has flushed and replayed it (:mod:`agentplane_journal.db.replication`).
+        Read on the primary; SQLite has no replication (no position, no standbys)."""
+        await self._ready()
+        shared = self._shared
+        try:
+            async with shared.engine.connect() as conn:
+                return await replication(shared.dialect, conn)
+        except DBAPIError as exc:
+            raise BackendError(f"cannot read the replication state: {describe(exc)}") from exc
+
+    async def wait_standby(self, within: float) -> ReplicationState:
+        """Wait up to ``within`` seconds until a standby has flushed everything this
+        primary acknowledged before the call (so a failover to it cannot lose what was read
+        before, such as a checkpoint); the state last seen, ``.safe`` if one did."""
+        await self._ready()
+        shared = self._shared
+        try:
+            async with shared.engine.connect() as conn:
+                position = await shared.dialect.wal_position(conn)
+                if position is None:
+                    return ReplicationState(None, ())
+                await conn.commit()  # each poll in a transaction of its own
+                return await wait_received(shared.dialect, conn, position, within)
+        except DBAPIError as exc:
+            raise BackendError(f"cannot read the replication state: {describe(exc)}") from exc
 
     def _wrote(self) -> None:
         """Note a write this store began (its commit may follow), for read-your-writes."""
