@@ -88,11 +88,13 @@ class _Shared:
     bind: AsyncEngine | None = None
     schema_checked: bool = False
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    #: Read-your-writes with a replica: a count of the writes this store began, and the
-    #: count the replica was last seen to have replayed past (see :meth:`Repository._unit`).
+    #: Read-your-writes with a replica: a count of the writes of this store that ended,
+    #: the count the replica was last seen to have replayed past, and whether a host's
+    #: session took writes (see :meth:`Repository._replica_has_our_writes`).
     read_your_writes: bool = True
     writes: int = 0
     caught_up: int = 0
+    host_writes: bool = False
     #: The process's hot append path for this store, chosen by the dialect object
     #: (``backends.dispatch.hot_path``; a ``backends.writer.HotPath``).
     writer: Any = None
@@ -278,7 +280,6 @@ class Repository:
             return await self._host_unit(session, fn, read_only=read_only, translate=translate)
         if not read_only:
             self._refuse_own_wait(run)
-            self._wrote()
         await self._ready()
         shared = self._shared
         sessions = shared.sessions
@@ -309,6 +310,8 @@ class Repository:
         except BaseException as exc:
             await self._fail(exc, session, translate, committing=committing)
         finally:
+            if not read_only:
+                self._wrote()  # ended, whatever its outcome: a later read must see it
             await session.close()
 
     async def reads_from_standby(self) -> bool:
@@ -350,9 +353,14 @@ class Repository:
         except DBAPIError as exc:
             raise BackendError(f"cannot read the replication state: {describe(exc)}") from exc
 
-    def _wrote(self) -> None:
-        """Note a write this store began (its commit may follow), for read-your-writes."""
+    def _wrote(self, *, host: bool = False) -> None:
+        """Note, for read-your-writes, a write of this store that has *ended* (committed,
+        failed or unknown): a read that starts afterwards reads a WAL position past it. A
+        write in the host's session (``host``) ends when the host commits, which the store
+        does not see: from then on every replica read checks."""
         self._shared.writes += 1
+        if host:
+            self._shared.host_writes = True
 
     async def _replica_has_our_writes(self, session: AsyncSession) -> bool:
         """Whether the replica ``session`` reads from has replayed every write this store
@@ -362,13 +370,14 @@ class Repository:
         past its writes. Otherwise one statement on the primary reads where its WAL ends
         (every commit acknowledged so far lies before it) and one on the replica, first in
         the read's own transaction, whether replay has passed it; a standby's replay only
-        moves forward, so the read that follows sees at least that much. A write still in
-        flight when the position is read is not waited for: only acknowledged ones are
-        promised. Costs nothing on the write path.
+        moves forward, so the read that follows sees at least that much. Writes are counted
+        when they end, so the count read first covers only writes before the position; a
+        write still in flight is not waited for (only acknowledged ones are promised).
+        Costs nothing on the write path.
         """
         shared = self._shared
         writes = shared.writes
-        if not shared.read_your_writes or writes == shared.caught_up:
+        if not shared.read_your_writes or (writes == shared.caught_up and not shared.host_writes):
             return True
         async with shared.engine.connect() as primary:
             primary = await primary.execution_options(**{READ_ONLY: True})
@@ -402,7 +411,7 @@ class Repository:
         try:
             transaction = session.sync_session.get_transaction()
             if not read_only:
-                self._wrote()
+                self._wrote(host=True)
             fresh = transaction is None or not getattr(transaction, "_connections", None)
             options = {WRITE_TRANSACTION: True} if fresh and not read_only else None
             conn = await session.connection(execution_options=options)

@@ -406,10 +406,12 @@ class SqlJournalStore(RunReads, AuditReads, RunControl, Admissions):
         await self._ready()
         # One round trip on PostgreSQL, one thread hop on SQLite; `general` when it cannot.
         # (The writer is a backends.writer.HotPath, typed Any in db/, which is below it.)
-        self._wrote()
-        records: list[Record] = await self._shared.writer.append(
-            self.tenant, self._signer, self._now(), run, epoch, items, keys, general
-        )
+        try:
+            records: list[Record] = await self._shared.writer.append(
+                self.tenant, self._signer, self._now(), run, epoch, items, keys, general
+            )
+        finally:
+            self._wrote()  # ended: read-your-writes covers it from now on
         return records
 
     async def append_atomic(
