@@ -72,6 +72,7 @@ if TYPE_CHECKING:
         FencedError,
         LeaseHeldError,
         LeaseNotHeldError,
+        PoolerError,
         RecordTooLargeError,
         RunSealedError,
         SchemaConflictError,
@@ -175,6 +176,7 @@ _EXPORTS = {
     "WireProfile": "core.profile",
     "canonical_bytes_v1": "core.canon_v1",
     "WireProfileError": "errors",
+    "PoolerError": "errors",
 }
 
 __version__ = "0.1.0"
@@ -214,6 +216,7 @@ __all__ = [
     "LeaseHeldError",
     "LeaseNotHeldError",
     "NoteSigner",
+    "PoolerError",
     "NoteVerificationError",
     "NoteVerifier",
     "OpenedNote",

@@ -448,3 +448,27 @@ class WireProfileError(StoreError):
             f"explicitly: `await store.migrate_profile({requested!r})` "
             f"(agentplane-journal migrate-profile {requested})"
         )
+
+
+class PoolerError(BackendError):
+    """A connection pooler ran a statement on a server connection that does not hold it.
+
+    PgBouncer in transaction-pooling mode, reached without ``?pgbouncer=true`` on the URL:
+    asyncpg's prepared statements live on one server connection, and the pooler hands the
+    next transaction to another. The store names its statements uniquely per client
+    connection, so such a statement is only ever *missing* there: the server refused it and
+    nothing of the call was written (it is never another client's statement). Add
+    ``?pgbouncer=true`` to the URL (a host's own engine:
+    ``connect_args=pgbouncer_connect_args()``). ``detail`` is the driver's error.
+    """
+
+    def __init__(self, detail: str) -> None:
+        self.detail = detail
+        StoreError.__init__(
+            self,
+            "backend: a transaction-pooling connection pooler (PgBouncer, pool_mode = "
+            "transaction) ran this client's statement on a server connection that does not "
+            "hold it: add ?pgbouncer=true to the database URL (a host's own engine: "
+            "connect_args=agentplane_journal.pgbouncer_connect_args()). The server refused "
+            f"the statement, so nothing of this call was written ({detail})",
+        )

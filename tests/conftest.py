@@ -45,7 +45,13 @@ DIALECTS = ["sqlite", "postgresql"]
 PG_FIXTURES = frozenset({"pg_server", "pg_template", "pg_database", "pg_battery_url"})
 # Files whose tests start clusters (standbys, failover) or a PgBouncer of their own.
 PG_FILES = frozenset(
-    {"test_failover.py", "test_replica.py", "test_pgbouncer.py", "test_patroni.py"}
+    {
+        "test_failover.py",
+        "test_replica.py",
+        "test_pgbouncer.py",
+        "test_patroni.py",
+        "test_pooler.py",
+    }
 )
 
 
@@ -84,6 +90,8 @@ SLOW_FILES = frozenset(
         "test_tiles_go.py",
         "test_tiles_serve.py",
         "test_testing_plugin.py",
+        "test_pooler.py",
+        "test_replica.py",
         "test_types.py",
         "test_wheel.py",
         "test_patroni.py",

@@ -60,6 +60,24 @@ async def _consistency_snapshot(
     raise _Exit(2, "the log kept growing while reading a proof; try again")
 
 
+#: Exit code of ``consistency`` and ``prove --checkpoint`` when the server is a standby whose
+#: log is smaller than the saved checkpoint: behind, not tampered with (retry, or ask the
+#: primary). A primary's log smaller than a saved checkpoint stays a failure (exit 1).
+EXIT_BEHIND = 3
+
+
+async def _refuse_if_behind(store: SqlJournalStore, old: Checkpoint, size: int) -> None:
+    """Exit :data:`EXIT_BEHIND` when this log of ``size`` leaves is smaller than the saved
+    checkpoint because the server answering is a standby that has not replayed it yet."""
+    if old.size > size and await store.reads_from_standby():
+        raise _Exit(
+            EXIT_BEHIND,
+            f"this server is behind (size {size} < {old.size}): it is a standby still "
+            "replaying the primary's log and has not reached the saved checkpoint; nothing "
+            "was found wrong. Retry when it has caught up, or run against the primary",
+        )
+
+
 def _read_note(value: str, keys: list[NoteVerifier]) -> SavedNote:
     """A checkpoint note (``@file``, ``@-`` for stdin), its signature checked with ``keys``."""
     try:
@@ -169,6 +187,10 @@ async def cmd_checkpoint(args: argparse.Namespace) -> int:
             except notes.NoteProblem as exc:
                 raise _Exit(exc.code, exc.message) from None
         cp = await store.checkpoint()
+        if args.require_standby is not None:
+            from agentplane_journal.cli.replication import require_standby
+
+            await require_standby(store, args.require_standby)
     note = cp.to_note() if signer is None else cp.to_signed_note(signer)
     if args.json:
         extra = {} if signer is None else {"note": note, "verifier_key": signer.verifier_key}
@@ -251,9 +273,10 @@ async def cmd_prove(args: argparse.Namespace) -> int:
     saved = _read_note(args.checkpoint, args.note_key) if args.checkpoint else None
     old = None if saved is None else saved.checkpoint
     async with _store(args) as store:
-        run = await _existing(store, args.run)
-        if old is not None:
+        if old is not None:  # before the run's records: a standby behind may lack them
             _check_origin(store, old)
+            await _refuse_if_behind(store, old, (await store.checkpoint()).size)
+        run = await _existing(store, args.run)
         try:
             cp, inc, checks = await _prove(store, run, old)
         except CorruptLogError as exc:
@@ -305,6 +328,7 @@ async def cmd_consistency(args: argparse.Namespace) -> int:
     async with _store(args) as store:
         _check_origin(store, old)
         cp, proof = await _consistency_snapshot(store, old.size)
+        await _refuse_if_behind(store, old, cp.size)
     # agentplane 0.4.0 wrote the empty log's root as 32 zero bytes; the RFC check refuses
     # that root, but the note is honest: the empty log is a prefix of every log.
     ok = proof is not None and (

@@ -13,7 +13,10 @@ directory by default, or on ``--url`` / ``$AGENTPLANE_JOURNAL_URL`` if it holds 
 
 Exit codes: 0 ok; 1 something failed to verify (the output names the run and ``seq N``),
 or a run that must be sealed is not; 2 a usage, connection or schema problem, reported on
-stderr in one line (run ``agentplane-journal upgrade`` when the schema is behind).
+stderr in one line (run ``agentplane-journal upgrade`` when the schema is behind); 3
+``consistency`` or ``prove --checkpoint`` on a standby that has not yet replayed the saved
+checkpoint ("this server is behind"): nothing was found wrong, retry or ask the primary; 4
+``checkpoint --require-standby``: no standby received the checkpoint in time (not printed).
 
 The commands live beside this module, by what they hold: ``db`` (the database
 target, finding runs, ``upgrade``/``runs``/``show``), ``audit`` (``verify``, ``export``
@@ -89,6 +92,7 @@ _COMMANDS = {
     # The log as C2SP tlog-tiles, and the audit page.
     "cmd_tiles_export": "tiles",
     "cmd_serve": "serve",
+    "cmd_replication": "replication",
 }
 
 Handler = Callable[[argparse.Namespace], Coroutine[Any, Any, int]]
@@ -137,7 +141,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog=PROG,
         description="Inspect, verify and prove an agentplane journal on PostgreSQL or SQLite.",
         epilog=f"Start with `{PROG} demo`. Exit codes: 0 ok, 1 verification failed, "
-        "2 usage, connection or schema error.",
+        "2 usage, connection or schema error, 3 this server (a standby) is behind the saved "
+        "checkpoint, 4 no standby received the checkpoint (--require-standby).",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     database = argparse.ArgumentParser(add_help=False)
@@ -241,6 +246,23 @@ def build_parser() -> argparse.ArgumentParser:
         "--key-name",
         metavar="NAME",
         help="the signing key's name (default: the log's origin)",
+    )
+    checkpoint.add_argument(
+        "--require-standby",
+        metavar="SECONDS",
+        nargs="?",
+        const=10.0,
+        type=float,
+        help="hand the checkpoint out only once a streaming standby has received it "
+        "(waits up to SECONDS, default 10; exit 4 if none did: a failover could lose it)",
+    )
+    add(
+        "replication",
+        "show what a failover could lose now: each standby's unflushed and unreplayed WAL "
+        "(with --read-url, the sealed runs that standby lacks)",
+        "cmd_replication",
+        database,
+        reads,
     )
     add(
         "reindex-log",

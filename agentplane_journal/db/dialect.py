@@ -34,6 +34,7 @@ from sqlalchemy import (
     func,
     literal,
     select,
+    text,
     true,
 )
 from sqlalchemy.dialects import postgresql as pg
@@ -43,7 +44,7 @@ from sqlalchemy.engine import Dialect as SqlalchemyDialect
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 
-from agentplane_journal.db import selfwait
+from agentplane_journal.db import pgnames, selfwait
 from agentplane_journal.db.models import JournalCounter, RunOutcome, run_conclusion_ordinal
 
 __all__ = [
@@ -117,6 +118,32 @@ class Dialect(Protocol):
 
     def configure(self, engine: AsyncEngine) -> None:
         """Install the connection and transaction settings the store's guarantees rely on."""
+
+    async def wal_position(self, conn: AsyncConnection) -> str | None:
+        """Where the primary's WAL ends now (PostgreSQL ``pg_current_wal_lsn()``): every
+        commit acknowledged before this call lies at or before it. ``None`` without
+        replication (SQLite)."""
+
+    async def replayed(self, conn: AsyncConnection, position: str) -> bool:
+        """Whether the server of ``conn`` has replayed the primary's WAL up to ``position``
+        (a server that is not a standby has nothing to replay: true)."""
+
+    async def standby(self, conn: AsyncConnection) -> bool:
+        """Whether the server of ``conn`` is a standby still in recovery (a replica)."""
+
+    async def standbys(self, conn: AsyncConnection, position: str) -> list[dict[str, Any]]:
+        """The primary's streaming standbys (``pg_stat_replication``): name, state,
+        sync_state, and how far each has received (flushed) and replayed the WAL up to
+        ``position`` (bytes still missing; ``None`` for an unknown position). SQLite: none."""
+
+    def name_statements(self, engine: AsyncEngine) -> None:
+        """Make the prepared-statement names of ``engine``'s new connections unique to each
+        connection, whatever its URL says (PostgreSQL; :mod:`.pgnames`), so that behind a
+        pooler a statement name never runs another client's statement."""
+
+    def pooler_misrouted(self, exc: BaseException) -> bool:
+        """Whether ``exc`` is a pooler running a statement on a server connection that does
+        not hold it (no ``?pgbouncer=true`` behind PgBouncer): a refusal, nothing ran."""
 
     def insert(self, table: Any) -> Upsert:
         """An ``INSERT`` that supports ``on_conflict_do_nothing``/``on_conflict_do_update``."""
@@ -240,9 +267,54 @@ class PostgresDialect:
         return true()  # the declared column type is the stored type
 
     def configure(self, engine: AsyncEngine) -> None:
-        # Nothing to install: the store's guarantees come from row locks and constraints,
-        # which hold at PostgreSQL's default isolation level.
-        return None
+        # The store's guarantees come from row locks and constraints, which hold at
+        # PostgreSQL's default isolation level; what is installed is statement names no
+        # other client of a pooler can hold.
+        self.name_statements(engine)
+
+    def name_statements(self, engine: AsyncEngine) -> None:
+        pgnames.install(engine)
+
+    async def wal_position(self, conn: AsyncConnection) -> str | None:
+        position = await conn.scalar(text("SELECT pg_current_wal_lsn()::text"))
+        return None if position is None else str(position)
+
+    async def replayed(self, conn: AsyncConnection, position: str) -> bool:
+        # NULL replay position: not a standby (nothing to wait for). A standby's replay
+        # position only moves forward, so a read after this check sees at least this much.
+        return bool(
+            await conn.scalar(
+                text(
+                    "SELECT pg_last_wal_replay_lsn() IS NULL "
+                    "OR pg_last_wal_replay_lsn() >= CAST(CAST(:p AS text) AS pg_lsn)"
+                ),
+                {"p": position},
+            )
+        )
+
+    async def standby(self, conn: AsyncConnection) -> bool:
+        return bool(await conn.scalar(text("SELECT pg_is_in_recovery()")))
+
+    async def standbys(self, conn: AsyncConnection, position: str) -> list[dict[str, Any]]:
+        # Bytes of WAL up to ``position`` that a standby has not flushed (received durably)
+        # or not replayed (visible to its readers); 0 once it is past. Needs a role that
+        # may read pg_stat_replication's positions (superuser or pg_monitor).
+        rows = await conn.execute(
+            text(
+                "SELECT application_name AS name, state, sync_state, "
+                "greatest(pg_wal_lsn_diff(CAST(CAST(:p AS text) AS pg_lsn), flush_lsn), 0) "
+                "AS unflushed, "
+                "greatest(pg_wal_lsn_diff(CAST(CAST(:p AS text) AS pg_lsn), replay_lsn), 0) "
+                "AS unreplayed, "
+                "extract(epoch FROM replay_lag) AS replay_lag "
+                "FROM pg_stat_replication ORDER BY application_name, pid"
+            ),
+            {"p": position},
+        )
+        return [dict(row._mapping) for row in rows]
+
+    def pooler_misrouted(self, exc: BaseException) -> bool:
+        return pgnames.pooler_misrouted(exc)
 
     def insert(self, table: Any) -> pg.Insert:
         return pg.insert(table)
@@ -407,6 +479,24 @@ class SqliteDialect:
             connection.info.pop(selfwait.TOKEN, None)
 
         setattr(sync_engine, _CONFIGURED, True)
+
+    async def wal_position(self, conn: AsyncConnection) -> str | None:
+        return None  # one file, no replication
+
+    async def replayed(self, conn: AsyncConnection, position: str) -> bool:
+        return True
+
+    async def standby(self, conn: AsyncConnection) -> bool:
+        return False
+
+    async def standbys(self, conn: AsyncConnection, position: str) -> list[dict[str, Any]]:
+        return []
+
+    def name_statements(self, engine: AsyncEngine) -> None:
+        return None  # no server, no pooler: statements live in this process
+
+    def pooler_misrouted(self, exc: BaseException) -> bool:
+        return False
 
     def insert(self, table: Any) -> sqlite.Insert:
         return sqlite.insert(table)

@@ -146,7 +146,10 @@ def create_engine(url: str | URL, **options: Any) -> AsyncEngine:
     connect_args = {**implied.pop("connect_args", {}), **options.pop("connect_args", {})}
     if connect_args:
         options["connect_args"] = connect_args
-    return create_async_engine(parsed, **{**implied, **options})
+    engine = create_async_engine(parsed, **{**implied, **options})
+    # Statement names unique to each connection, whether or not the URL asks for the pooler.
+    dialect_for(engine).name_statements(engine)
+    return engine
 
 
 def open_engine(url: str, options: dict[str, Any] | None) -> AsyncEngine:

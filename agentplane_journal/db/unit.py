@@ -43,6 +43,7 @@ from agentplane_journal.db.dialect import (
     dialect_for,
 )
 from agentplane_journal.db.engine import open_engine
+from agentplane_journal.db.replication import ReplicationState, replication, wait_received
 from agentplane_journal.db.revision import (
     HEAD_REVISION,
     check_revision,
@@ -52,6 +53,7 @@ from agentplane_journal.db.revision import (
 from agentplane_journal.errors import (
     BackendError,
     CommitUnknownError,
+    PoolerError,
     SchemaOutOfDateError,
     StoreError,
 )
@@ -86,6 +88,13 @@ class _Shared:
     bind: AsyncEngine | None = None
     schema_checked: bool = False
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    #: Read-your-writes with a replica: a count of the writes of this store that ended,
+    #: the count the replica was last seen to have replayed past, and whether a host's
+    #: session took writes (see :meth:`Repository._replica_has_our_writes`).
+    read_your_writes: bool = True
+    writes: int = 0
+    caught_up: int = 0
+    host_writes: bool = False
     #: The process's hot append path for this store, chosen by the dialect object
     #: (``backends.dispatch.hot_path``; a ``backends.writer.HotPath``).
     writer: Any = None
@@ -116,6 +125,7 @@ class Repository:
         schema: str | None = None,
         clock: Callable[[], float] | None = None,
         read_engine: AsyncEngine | None = None,
+        read_your_writes: bool = True,
         _shared: _Shared | None = None,
     ) -> None:
         if not isinstance(engine, AsyncEngine):
@@ -141,6 +151,7 @@ class Repository:
                 owns_engine=False,
                 schema=schema,
                 bind=bind,
+                read_your_writes=bool(read_your_writes),
             )
             if read_engine is not None:
                 _shared.read_engine = _check_read_engine(read_engine, dialect)
@@ -236,6 +247,8 @@ class Repository:
                     conn = await conn.execution_options(**{READ_ONLY: True})
                     await check_revision(conn, schema=shared.schema)
             except DBAPIError as exc:
+                if shared.dialect.pooler_misrouted(exc):
+                    raise PoolerError(describe(exc)) from exc
                 raise BackendError(f"cannot read the schema revision: {describe(exc)}") from exc
             except OSError as exc:
                 raise BackendError(f"cannot connect to the database: {exc}") from exc
@@ -270,11 +283,15 @@ class Repository:
         await self._ready()
         shared = self._shared
         sessions = shared.sessions
-        if read_only and not primary and shared.read_sessions is not None:
+        replica = read_only and not primary and shared.read_sessions is not None
+        if replica and shared.read_sessions is not None:
             sessions = shared.read_sessions  # the replica
         session = sessions()
         committing = False
         try:
+            if replica and not await self._replica_has_our_writes(session):
+                await session.close()
+                session = shared.sessions()  # it has not replayed them yet: the primary
             if not read_only:
                 # SQLite: BEGIN IMMEDIATE, the write lock before the first read.
                 write: dict[str, Any] = {WRITE_TRANSACTION: True}
@@ -293,7 +310,84 @@ class Repository:
         except BaseException as exc:
             await self._fail(exc, session, translate, committing=committing)
         finally:
+            if not read_only:
+                self._wrote()  # ended, whatever its outcome: a later read must see it
             await session.close()
+
+    async def reads_from_standby(self) -> bool:
+        """Whether the server that answers this store's audit reads is a standby still in
+        recovery (a streaming replica): its log may be behind the primary's, so a log
+        smaller than a saved checkpoint there means "not replayed yet", not "truncated"."""
+        dialect = self._shared.dialect
+
+        async def unit(session: AsyncSession) -> bool:
+            return await dialect.standby(await session.connection())
+
+        return await self._unit(unit, read_only=True)
+
+    async def replication(self) -> ReplicationState:
+        """What a failover could lose now: the primary's WAL end and how far each streaming
+        standby has flushed and replayed it (:mod:`agentplane_journal.db.replication`).
+        Read on the primary; SQLite has no replication (no position, no standbys)."""
+        await self._ready()
+        shared = self._shared
+        try:
+            async with shared.engine.connect() as conn:
+                return await replication(shared.dialect, conn)
+        except DBAPIError as exc:
+            raise BackendError(f"cannot read the replication state: {describe(exc)}") from exc
+
+    async def wait_standby(self, within: float) -> ReplicationState:
+        """Wait up to ``within`` seconds until a standby has flushed everything this
+        primary acknowledged before the call (so a failover to it cannot lose what was read
+        before, such as a checkpoint); the state last seen, ``.safe`` if one did."""
+        await self._ready()
+        shared = self._shared
+        try:
+            async with shared.engine.connect() as conn:
+                position = await shared.dialect.wal_position(conn)
+                if position is None:
+                    return ReplicationState(None, ())
+                await conn.commit()  # each poll in a transaction of its own
+                return await wait_received(shared.dialect, conn, position, within)
+        except DBAPIError as exc:
+            raise BackendError(f"cannot read the replication state: {describe(exc)}") from exc
+
+    def _wrote(self, *, host: bool = False) -> None:
+        """Note, for read-your-writes, a write of this store that has *ended* (committed,
+        failed or unknown): a read that starts afterwards reads a WAL position past it. A
+        write in the host's session (``host``) ends when the host commits, which the store
+        does not see: from then on every replica read checks."""
+        self._shared.writes += 1
+        if host:
+            self._shared.host_writes = True
+
+    async def _replica_has_our_writes(self, session: AsyncSession) -> bool:
+        """Whether the replica ``session`` reads from has replayed every write this store
+        has begun: read-your-writes (on unless ``read_your_writes=False``).
+
+        Nothing to check when the store has not written since the replica was last seen
+        past its writes. Otherwise one statement on the primary reads where its WAL ends
+        (every commit acknowledged so far lies before it) and one on the replica, first in
+        the read's own transaction, whether replay has passed it; a standby's replay only
+        moves forward, so the read that follows sees at least that much. Writes are counted
+        when they end, so the count read first covers only writes before the position; a
+        write still in flight is not waited for (only acknowledged ones are promised).
+        Costs nothing on the write path.
+        """
+        shared = self._shared
+        writes = shared.writes
+        if not shared.read_your_writes or (writes == shared.caught_up and not shared.host_writes):
+            return True
+        async with shared.engine.connect() as primary:
+            primary = await primary.execution_options(**{READ_ONLY: True})
+            position = await shared.dialect.wal_position(primary)
+        if position is None:
+            return True
+        if not await shared.dialect.replayed(await session.connection(), position):
+            return False
+        shared.caught_up = max(shared.caught_up, writes)
+        return True
 
     async def _host_unit(
         self,
@@ -316,6 +410,8 @@ class Repository:
         await self._ready()
         try:
             transaction = session.sync_session.get_transaction()
+            if not read_only:
+                self._wrote(host=True)
             fresh = transaction is None or not getattr(transaction, "_connections", None)
             options = {WRITE_TRANSACTION: True} if fresh and not read_only else None
             conn = await session.connection(execution_options=options)
@@ -387,6 +483,8 @@ class Repository:
         if committing and isinstance(exc, Exception) and self._dialect.commit_in_doubt(exc):
             raise CommitUnknownError(describe(exc)) from exc
         if isinstance(exc, DBAPIError):
+            if self._dialect.pooler_misrouted(exc):  # a refusal: the statement never ran
+                raise PoolerError(describe(exc)) from exc
             raise self._translated(exc, translate) from exc
         if isinstance(exc, OSError):
             raise BackendError(f"cannot reach the database: {exc}") from exc

@@ -150,6 +150,7 @@ class SqlJournalStore(RunReads, AuditReads, RunControl, Admissions, Profiles):
         read_engine: AsyncEngine | None = None,
         group_commit: bool = True,
         profile: WireProfile | str | None = None,
+        read_your_writes: bool = True,
         _shared: Any = None,
         _named: bool = False,
     ) -> None:
@@ -169,6 +170,7 @@ class SqlJournalStore(RunReads, AuditReads, RunControl, Admissions, Profiles):
             schema=schema,
             clock=clock,
             read_engine=read_engine,
+            read_your_writes=read_your_writes,
             _shared=_shared,
         )
         if self._shared.writer is None:
@@ -203,12 +205,16 @@ class SqlJournalStore(RunReads, AuditReads, RunControl, Admissions, Profiles):
         read_url: str | None = None,
         group_commit: bool = True,
         profile: WireProfile | str | None = None,
+        read_your_writes: bool = True,
     ) -> SqlJournalStore:
         """Open a store from a URL (``postgresql://…`` or ``sqlite:///…``; async drivers).
 
         The engine is the store's own and :meth:`close` disposes of it. The schema revision
         is checked here, so a database that needs ``upgrade`` fails now, not mid-run.
         ``read_url`` (a replica) takes the audit reads; see the README's "Production topology".
+        With it, the store reads its own acknowledged writes (``read_your_writes``): an audit
+        read goes to the replica once it has replayed them, to the primary until then.
+        ``read_your_writes=False`` is for pure audit readers that accept the replica's lag.
         ``schema``: the PostgreSQL schema the tables were migrated into (``upgrade(url,
         schema=...)``); none means the default schema. ``profile``: the wire profile, checked
         against the tenant's here (see the class).
@@ -224,6 +230,7 @@ class SqlJournalStore(RunReads, AuditReads, RunControl, Admissions, Profiles):
             clock=clock,
             group_commit=group_commit,
             profile=profile,
+            read_your_writes=read_your_writes,
         )
 
     def for_tenant(self, name: str, *, profile: WireProfile | str | None = None) -> SqlJournalStore:
@@ -433,9 +440,12 @@ class SqlJournalStore(RunReads, AuditReads, RunControl, Admissions, Profiles):
             return await general()
         # One round trip on PostgreSQL, one thread hop on SQLite; `general` when it cannot.
         # (The writer is a backends.writer.HotPath, typed Any in db/, which is below it.)
-        records: list[Record] = await self._shared.writer.append(
-            self.tenant, self._signer, self._now(), run, epoch, items, keys, general, profile
-        )
+        try:
+            records: list[Record] = await self._shared.writer.append(
+                self.tenant, self._signer, self._now(), run, epoch, items, keys, general, profile
+            )
+        finally:
+            self._wrote()  # ended: read-your-writes covers it from now on
         return records
 
     async def append_atomic(

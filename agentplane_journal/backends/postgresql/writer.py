@@ -55,7 +55,12 @@ from agentplane_journal.core.signing import Signer
 from agentplane_journal.db.dialect import PostgresDialect
 from agentplane_journal.db.unit import describe
 from agentplane_journal.db.violations import Collision, journal_collision
-from agentplane_journal.errors import BackendError, CommitUnknownError, DuplicateEffectError
+from agentplane_journal.errors import (
+    BackendError,
+    CommitUnknownError,
+    DuplicateEffectError,
+    PoolerError,
+)
 
 __all__ = ["GENERAL", "Answer", "Request", "Result", "Writer", "open_path", "schema_of"]
 
@@ -272,7 +277,11 @@ class Writer(GroupWriter[Request, Result]):
                 # statement's snapshot, or a lease row is locked: the general path waits
                 # for the mutex, reads the head afresh, and names a real race itself.
                 return GENERAL
-            failure = BackendError(describe(exc))
+            failure = (
+                PoolerError(describe(exc))
+                if _DIALECT.pooler_misrouted(exc)
+                else BackendError(describe(exc))
+            )
             failure.__cause__ = exc
             return failure
         return self._settle(r, _pgsql.one_outcome(r.run, r.epoch, rows[0] if rows else None))
