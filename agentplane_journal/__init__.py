@@ -67,16 +67,22 @@ if TYPE_CHECKING:
         CorruptRegistrationError,
         DuplicateAdmissionError,
         DuplicateEffectError,
+        EffectFailedError,
+        EffectInDoubtError,
         FencedError,
         LeaseHeldError,
         LeaseNotHeldError,
         RecordTooLargeError,
+        RunCancelledError,
+        RunLostError,
         RunSealedError,
         SchemaConflictError,
         SchemaOutOfDateError,
         SecretUnavailableError,
+        StepError,
         StoreError,
         TransactionEndedError,
+        WorkflowNotRegisteredError,
     )
     from agentplane_journal.journal.store import SqlJournalStore
     from agentplane_journal.migrations.commands import current_revision, upgrade
@@ -84,6 +90,20 @@ if TYPE_CHECKING:
     from agentplane_journal.push.secretbox import Keyring
     from agentplane_journal.push.store import SqlPushStore
     from agentplane_journal.push.values import PushAuthentication, PushConfig, PushRegistration
+    from agentplane_journal.steps.api import Steps
+    from agentplane_journal.steps.effect import Effect
+    from agentplane_journal.steps.sweeper import Resumed, Sweeper, SweepReport
+    from agentplane_journal.steps.values import (
+        DidNotHappen,
+        Finished,
+        Fresh,
+        InFlight,
+        Landed,
+        Outcome,
+        SafeToRetry,
+        Unknown,
+    )
+    from agentplane_journal.steps.workflow import Workflow
 
 # Every public name, and the module that defines it. Imported on first use (PEP 562), so
 # `import agentplane_journal.cli.main` for `agentplane-journal --help` does not pay for
@@ -162,6 +182,26 @@ _EXPORTS = {
     "Lease": "core.values",
     "verify_attested": "core.chain",
     "verify_chain": "core.chain",
+    "Steps": "steps.api",
+    "Effect": "steps.effect",
+    "Workflow": "steps.workflow",
+    "Sweeper": "steps.sweeper",
+    "SweepReport": "steps.sweeper",
+    "Resumed": "steps.sweeper",
+    "Fresh": "steps.values",
+    "Finished": "steps.values",
+    "InFlight": "steps.values",
+    "Outcome": "steps.values",
+    "Landed": "steps.values",
+    "DidNotHappen": "steps.values",
+    "Unknown": "steps.values",
+    "SafeToRetry": "steps.values",
+    "StepError": "errors",
+    "EffectInDoubtError": "errors",
+    "EffectFailedError": "errors",
+    "RunLostError": "errors",
+    "RunCancelledError": "errors",
+    "WorkflowNotRegisteredError": "errors",
 }
 
 __version__ = "0.1.0"
@@ -241,6 +281,26 @@ __all__ = [
     "verify_chain",
     "verify_consistency",
     "verify_inclusion",
+    "Steps",
+    "Effect",
+    "Workflow",
+    "Sweeper",
+    "SweepReport",
+    "Resumed",
+    "Fresh",
+    "Finished",
+    "InFlight",
+    "Outcome",
+    "Landed",
+    "DidNotHappen",
+    "Unknown",
+    "SafeToRetry",
+    "StepError",
+    "EffectInDoubtError",
+    "EffectFailedError",
+    "RunLostError",
+    "RunCancelledError",
+    "WorkflowNotRegisteredError",
 ]
 
 
