@@ -68,6 +68,7 @@ def _reaches_postgres(item: pytest.Item) -> bool:
 SLOW_FILES = frozenset(
     {
         "test_admissions_cli.py",
+        "test_steps_crash.py",
         "test_canon_fastpath.py",
         "test_cli.py",
         "test_cli_log.py",

@@ -23,6 +23,7 @@ key. Rename neither while runs are open.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any, ParamSpec, TypeVar
@@ -48,7 +49,8 @@ class Steps:
     ``instance`` names this worker in leases (an operator sees it); ``lease_ttl`` (seconds)
     must exceed the longest effect call plus ``margin``: a call starts only when the lease
     has ``margin`` seconds left, and a lease that lapses mid-call lets a sweeper resume the
-    run, which then finds that effect in doubt and reconciles it.
+    run, which then finds that effect in doubt and reconciles it. ``clock`` is the local
+    clock those seconds are counted on (monotonic; a test passes its fake clock).
     """
 
     def __init__(
@@ -59,6 +61,7 @@ class Steps:
         tenant: str | None = None,
         lease_ttl: int | timedelta = 30,
         margin: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
         _boundary: Boundary | None = None,
     ) -> None:
         if not isinstance(store, SqlJournalStore):
@@ -69,6 +72,7 @@ class Steps:
         if not 0 <= margin < self.lease_ttl:
             raise ValueError(f"margin must be in [0, lease_ttl), got {margin}")
         self.margin = margin
+        self.clock = clock
         self._boundary = _boundary
         self.workflows: dict[str, Workflow[Any, Any]] = {}
         self.effects: dict[str, Effect[Any, Any]] = {}
@@ -110,7 +114,9 @@ class Steps:
 
         return register
 
-    def context(self, run: RunId, epoch: int, history: RunHistory) -> RunContext:
+    def context(
+        self, run: RunId, epoch: int, history: RunHistory, leased_at: float | None = None
+    ) -> RunContext:
         return RunContext(
             self.store,
             run,
@@ -120,6 +126,8 @@ class Steps:
             history,
             boundary=self._boundary,
             margin=self.margin,
+            clock=self.clock,
+            leased_at=leased_at,
         )
 
     async def admission_of(self, run: RunId) -> Admission[Any]:

@@ -150,7 +150,13 @@ class Effect(Generic[P, R]):
                     )
                 attempt += 1
                 continue
-            if verdict is Verdict.IN_DOUBT:
+            if verdict is Verdict.IN_DOUBT or (
+                # A previous owner's "did not happen" licenses nobody now: it may have called
+                # after writing it. Ask again, under this epoch's fence, before calling.
+                verdict is Verdict.PERFORM
+                and known.record is not None
+                and known.record.epoch != ctx.epoch
+            ):
                 await self._reconcile(ctx, key, args, kwargs)
                 continue
             if performed >= self.attempts:  # reconciled "did not happen" over and over

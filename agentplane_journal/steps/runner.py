@@ -11,7 +11,8 @@ through :meth:`RunContext.append`, so the rules are kept in one place:
   claims). A refused renewal marks the run lost; the next step boundary stops.
 * **A local deadline.** Before an effect is *called* (after its start is journaled, the
   fenced proof that nobody had taken over), the worker checks that its lease, as of its last
-  renewal by this process's monotonic clock, still has ``margin`` seconds left; if not it
+  renewal (timed from before the statement, by this process's monotonic clock), still has
+  ``margin`` seconds left; if not it
   stops, leaving the start in doubt for the next owner to reconcile, rather than calling
   into a window where a sweeper may already be resuming the run. The margin is what makes a
   lease TTL longer than any effect call the safety condition (see the durable-steps guide).
@@ -63,6 +64,8 @@ class RunContext:
         *,
         boundary: Boundary | None = None,
         margin: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+        leased_at: float | None = None,
     ) -> None:
         self.store = store
         self.run = run
@@ -74,7 +77,9 @@ class RunContext:
         self.lost: str | None = None
         self._boundary = boundary
         self._margin = margin
-        self._deadline = time.monotonic() + ttl
+        self._clock = clock
+        # From before the acquire that granted the lease: never later than the store's expiry.
+        self._deadline = (clock() if leased_at is None else leased_at) + ttl
         self._heartbeat: asyncio.Task[None] | None = None
         self._busy = False
 
@@ -94,7 +99,7 @@ class RunContext:
         interval = max(self.ttl / 3, 0.05)
         while self.lost is None:
             await asyncio.sleep(interval)
-            began = time.monotonic()
+            began = self._clock()
             try:
                 await self.store.renew(self.run, self.owner, self.epoch, self.ttl)
             except LeaseNotHeldError as error:
@@ -117,7 +122,7 @@ class RunContext:
     def check_deadline(self) -> None:
         """Stop unless the lease surely outlives the next ``margin`` seconds (see above)."""
         self.check()
-        if time.monotonic() > self._deadline - self._margin:
+        if self._clock() > self._deadline - self._margin:
             self.lost = "the lease may have lapsed (no renewal in time)"
             raise RunLostError(self.run, self.lost)
 

@@ -32,9 +32,11 @@ __all__ = ["Resumed", "SweepReport", "Sweeper"]
 
 @dataclass(frozen=True, slots=True)
 class Resumed:
-    """One run a sweep took over: ``result`` when it succeeded, else the ``error`` it stopped on."""
+    """One run a sweep took over at lease ``epoch``: ``result`` when it succeeded, else the
+    ``error`` it stopped on."""
 
     run_id: RunId
+    epoch: int = 0
     result: Any = None
     error: BaseException | None = None
 
@@ -96,6 +98,7 @@ class Sweeper:
                     raise WorkflowNotRegisteredError(run, name)
                 report.skipped.append(run)
                 return
+        leased_at = steps.clock()
         try:
             lease = await store.acquire(run, steps.instance, steps.lease_ttl)
         except LeaseHeldError:
@@ -106,7 +109,7 @@ class Sweeper:
         # Read again under the lease: everything the previous owner committed is in it, and
         # nothing it tries from now on gets past the fence.
         history = RunHistory.of(await store.read(run))
-        ctx = steps.context(run, lease.epoch, history)
+        ctx = steps.context(run, lease.epoch, history, leased_at)
         if history.admitted is None:
             await store.release_lease(run, lease.epoch)
             report.emptied.append(run)
@@ -122,6 +125,6 @@ class Sweeper:
         except Exception as error:
             if raise_errors:
                 raise
-            report.resumed.append(Resumed(run, error=error))
+            report.resumed.append(Resumed(run, lease.epoch, error=error))
             return
-        report.resumed.append(Resumed(run, result=result))
+        report.resumed.append(Resumed(run, lease.epoch, result=result))

@@ -29,6 +29,7 @@ from agentplane_journal.core.record import Record
 from agentplane_journal.errors import (
     DuplicateAdmissionError,
     EffectInDoubtError,
+    FencedError,
     RunCancelledError,
     RunLostError,
 )
@@ -48,6 +49,9 @@ if TYPE_CHECKING:
     from agentplane_journal.steps.api import Steps
 
 __all__ = ["Workflow", "outcome_of"]
+
+#: Admissions tried when the fresh run's lease was taken before its RunAdmitted committed.
+_ADMIT_TRIES = 3
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -87,20 +91,29 @@ class Workflow(Generic[P, R]):
                 return await self.steps.admission_of(held)
         value = arguments(args, kwargs)
         canonical_bytes(value, path=f"workflow {self.name!r}'s arguments")
-        run = RunId.generate()
-        lease = await store.acquire(run, self.steps.instance, self.steps.lease_ttl)
         payload: dict[str, Any] = {"capability": self.name, "input": value}
         if key is not None:
             payload[IDEMPOTENCY_KEY] = key
-        try:
-            records = await store.append(lease.epoch, [Append(run, RUN_ADMITTED, payload)])
-        except DuplicateAdmissionError as error:
-            await store.release_lease(run, lease.epoch)  # a run that never became real
-            return await self.steps.admission_of(error.run)
-        except BaseException:
-            await store.release_lease(run, lease.epoch)
-            raise
-        ctx = self.steps.context(run, lease.epoch, RunHistory.of(records))
+        for tries_left in reversed(range(_ADMIT_TRIES)):
+            run = RunId.generate()
+            leased_at = self.steps.clock()
+            lease = await store.acquire(run, self.steps.instance, self.steps.lease_ttl)
+            try:
+                records = await store.append(lease.epoch, [Append(run, RUN_ADMITTED, payload)])
+            except DuplicateAdmissionError as error:
+                await store.release_lease(run, lease.epoch)  # a run that never became real
+                return await self.steps.admission_of(error.run)
+            except FencedError:
+                # The lease lapsed before the admission committed and a sweeper took the
+                # empty run: it never became real and the key is unclaimed, so admit anew.
+                if not tries_left:
+                    raise
+                continue
+            except BaseException:
+                await store.release_lease(run, lease.epoch)
+                raise
+            break
+        ctx = self.steps.context(run, lease.epoch, RunHistory.of(records), leased_at)
         result: R = await execute(ctx, self.fn, args, kwargs, self.name)
         return Fresh(run, result)
 
