@@ -383,3 +383,35 @@ async def test_effects_outside_a_workflow_are_refused(store: SqlJournalStore) ->
     with pytest.raises(Exception, match="outside a workflow"):
         await e()
     assert isinstance(RunId.generate(), RunId)
+
+
+async def test_an_operator_sees_open_runs_by_state(
+    make_store: Any, clock: FakeClock, database_url: str, capsys: Any
+) -> None:
+    from agentplane_journal.cli.main import main
+    from agentplane_journal.steps.status import open_runs
+
+    for at, key in (("after_call", "doubt"), ("after_result", "gone")):
+        dead = dying(await make_store(), at)
+        Shop().build(dead, reconcile=False)
+        with pytest.raises(Crash):
+            await dead.workflows["checkout"].start(key, key, 1)
+        clock.advance(TTL + 1)
+        if key == "doubt":  # resumed, stopped in doubt, released
+            alive = Steps(await make_store(), instance="alive", lease_ttl=TTL)
+            Shop().build(alive, reconcile=False)
+            (resumed,) = (await alive.sweeper().drain()).resumed
+            assert isinstance(resumed.error, EffectInDoubtError)
+    store: SqlJournalStore = await make_store()
+    states = {r.run_id: r for r in await open_runs(store)}
+    doubt, gone = await store.admitted_as("doubt"), await store.admitted_as("gone")
+    assert doubt is not None and gone is not None
+    assert states[doubt].state == "in_doubt" and states[doubt].in_doubt[0][0] == "charge"
+    assert states[gone].state == "abandoned" and states[gone].owner == "dead"
+    capsys.readouterr()
+    code = await asyncio.to_thread(main, ["steps", "--url", database_url, "--tenant", store.tenant])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert f"{doubt}  in_doubt" in out and "in doubt: charge ek:" in out
+    # The command line reads the real clock, by which the dead worker's lease is still live.
+    assert f"{gone}  in_flight  checkout  3 records owner=dead epoch=1" in out
