@@ -415,3 +415,42 @@ async def test_an_operator_sees_open_runs_by_state(
     assert f"{doubt}  in_doubt" in out and "in doubt: charge ek:" in out
     # The command line reads the real clock, by which the dead worker's lease is still live.
     assert f"{gone}  in_flight  checkout  3 records owner=dead epoch=1" in out
+
+
+async def test_the_heartbeat_notices_a_lost_lease_and_the_next_step_stops(
+    make_store: Any, clock: FakeClock
+) -> None:
+    store: SqlJournalStore = await make_store()
+    steps = Steps(store, instance="w1", lease_ttl=1, margin=0)  # a beat every 1/3 s
+    gate, seen = asyncio.Event(), asyncio.Event()
+    contexts: list[Any] = []
+
+    @steps.effect("slow")
+    async def slow() -> int:
+        from agentplane_journal.steps.effect import current_run
+
+        contexts.append(current_run.get())
+        seen.set()
+        await gate.wait()
+        return 1
+
+    @steps.workflow("w")
+    async def w() -> int:
+        return await slow()
+
+    task = asyncio.create_task(w.start(None))
+    await seen.wait()
+    (ctx,) = contexts
+    await asyncio.sleep(0.5)  # beats while the lease is ours: renewed, nothing lost
+    assert ctx.lost is None
+    clock.advance(2)
+    await (await make_store()).acquire(ctx.run, "thief", 30)
+    for _ in range(100):
+        if ctx.lost is not None:
+            break
+        await asyncio.sleep(0.05)
+    assert ctx.lost is not None and "renewal was refused" in ctx.lost
+    gate.set()
+    with pytest.raises(RunLostError):
+        await task
+    assert [r.kind for r in await store.read(ctx.run)] == ["RunAdmitted", "EffectStarted"]

@@ -23,6 +23,7 @@ takeover (the at-the-call check fails); with the sweeper resuming without ``acqu
 from __future__ import annotations
 
 import asyncio
+import os
 from collections import Counter
 from typing import Any
 
@@ -105,7 +106,11 @@ class World:
         return checkout
 
 
-@pytest.mark.parametrize("runs", [48])
+#: Runs in the race; the issue's 200 with STEPS_RACE_RUNS=200 (the figures in the report).
+RUNS = int(os.environ.get("STEPS_RACE_RUNS", "48"))
+
+
+@pytest.mark.parametrize("runs", [RUNS])
 async def test_workers_and_sweepers_with_lapsing_leases(
     instances: Any, clock: FakeClock, runs: int
 ) -> None:
@@ -194,4 +199,7 @@ async def test_workers_and_sweepers_with_lapsing_leases(
             ]
             assert licensed, (o, effect, epoch)
     assert await store.abandoned_runs(10) == []
-    print(f"takeovers resumed: {len(resumed)}, workers stopped: {dict(lost)}")
+    print(
+        f"{runs} runs: {len(world.calls)} effect calls, {len(resumed)} takeovers resumed, "
+        f"workers stopped: {dict(lost)}"
+    )
