@@ -454,3 +454,33 @@ async def test_the_heartbeat_notices_a_lost_lease_and_the_next_step_stops(
     with pytest.raises(RunLostError):
         await task
     assert [r.kind for r in await store.read(ctx.run)] == ["RunAdmitted", "EffectStarted"]
+
+
+async def test_a_workflow_that_swallows_a_stop_is_stopped_all_the_same(
+    make_store: Any, clock: FakeClock
+) -> None:
+    dead = dying(await make_store(), "after_call")
+    Shop().build(dead, reconcile=False)
+    with pytest.raises(Crash):
+        await dead.workflows["checkout"].start("k", "o5", 1)
+    clock.advance(TTL + 1)
+    alive = Steps(await make_store(), instance="alive", lease_ttl=TTL)
+    shop = Shop()
+
+    @alive.effect("charge")
+    async def charge(order: str, amount: int) -> dict[str, Any]:
+        shop.charges[order] += 1
+        return {}
+
+    @alive.workflow("checkout")
+    async def checkout(order: str, amount: int) -> str:
+        try:
+            await charge(order, amount)
+        except Exception:
+            return "carried on"
+        return "charged"
+
+    (resumed,) = (await alive.sweeper().drain()).resumed
+    assert isinstance(resumed.error, EffectInDoubtError)
+    assert shop.charges["o5"] == 0
+    assert (await alive.store.read(resumed.run_id))[-1].kind == "EffectStarted"

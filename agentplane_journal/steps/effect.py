@@ -32,7 +32,13 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 from agentplane_journal.core.append import EFFECT_STARTED, Append
 from agentplane_journal.core.canon import canonical_bytes
 from agentplane_journal.core.ids import EffectKey
-from agentplane_journal.errors import EffectFailedError, EffectInDoubtError, StepError
+from agentplane_journal.errors import (
+    EffectFailedError,
+    EffectInDoubtError,
+    RunCancelledError,
+    RunLostError,
+    StepError,
+)
 from agentplane_journal.steps import spans
 from agentplane_journal.steps.history import (
     EFFECT_DONE,
@@ -108,9 +114,14 @@ class Effect(Generic[P, R]):
                 f"effect {self.name!r} was called while another effect of run {ctx.run} is in "
                 "progress; await effects one at a time (their positions must be deterministic)"
             )
+        if ctx.stopped is not None:
+            raise ctx.stopped  # a stop the workflow caught and went on from is still a stop
         ctx._busy = True
         try:
             return await self._run(ctx, args, kwargs)
+        except (EffectInDoubtError, RunLostError, RunCancelledError) as stop:
+            ctx.stopped = stop
+            raise
         finally:
             ctx._busy = False
 

@@ -75,6 +75,9 @@ class RunContext:
         self.history = history
         self.ordinal = 0  # the next effect call's position in the run
         self.lost: str | None = None
+        #: The stop an effect raised (in doubt, lost, cancelled), kept so that a workflow
+        #: which catches it and goes on is stopped all the same.
+        self.stopped: BaseException | None = None
         self._boundary = boundary
         self._margin = margin
         self._clock = clock

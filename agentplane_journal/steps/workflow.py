@@ -137,10 +137,14 @@ async def execute(
             except (RunLostError, RunCancelledError, EffectInDoubtError):
                 raise
             except Exception as error:
+                if ctx.stopped is not None:  # the workflow turned a stop into its own error
+                    raise ctx.stopped from error
                 reason = f"{type(error).__name__}: {error}"
                 await ctx.conclude(FAILED, reason=reason[:2000], span=span)
                 span.set(spans.OUTCOME, FAILED)
                 raise
+            if ctx.stopped is not None:  # the workflow caught a stop and returned anyway
+                raise ctx.stopped
             try:
                 canonical_bytes(result, path=f"workflow {name!r}'s result")
             except (TypeError, ValueError) as error:
