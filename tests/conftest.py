@@ -68,7 +68,6 @@ def _reaches_postgres(item: pytest.Item) -> bool:
 SLOW_FILES = frozenset(
     {
         "test_admissions_cli.py",
-        "test_steps_crash.py",
         "test_canon_fastpath.py",
         "test_cli.py",
         "test_cli_log.py",
@@ -77,6 +76,9 @@ SLOW_FILES = frozenset(
         "test_host_app.py",
         "test_readme.py",
         "test_sqlite_processes.py",
+        "test_steps.py",
+        "test_steps_crash.py",
+        "test_steps_races.py",
         "test_testing_plugin.py",
         "test_types.py",
         "test_wheel.py",
