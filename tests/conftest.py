@@ -79,6 +79,7 @@ SLOW_FILES = frozenset(
         "test_steps.py",
         "test_steps_crash.py",
         "test_steps_races.py",
+        "test_steps_spans.py",
         "test_testing_plugin.py",
         "test_types.py",
         "test_wheel.py",
