@@ -484,3 +484,27 @@ async def test_a_workflow_that_swallows_a_stop_is_stopped_all_the_same(
     assert isinstance(resumed.error, EffectInDoubtError)
     assert shop.charges["o5"] == 0
     assert (await alive.store.read(resumed.run_id))[-1].kind == "EffectStarted"
+
+
+async def test_a_person_settles_an_effect_in_doubt_and_the_run_resumes(
+    make_store: Any, clock: FakeClock
+) -> None:
+    dead = dying(await make_store(), "after_call")
+    shop = Shop()
+    shop.build(dead, reconcile=False)
+    with pytest.raises(Crash):
+        await dead.workflows["checkout"].start("k", "o6", 9)
+    clock.advance(TTL + 1)
+    alive = Steps(await make_store(), instance="alive", lease_ttl=TTL)
+    shop.build(alive, reconcile=False)
+    (resumed,) = (await alive.sweeper().drain()).resumed
+    assert isinstance(resumed.error, EffectInDoubtError)
+    key = resumed.error.effect_key
+    await alive.settle(resumed.run_id, key, Landed({"charge": "ch_o6", "amount": 9}), "ops")
+    result = await alive.resume(resumed.run_id)
+    assert result["receipt"] == {"charge": "ch_o6", "amount": 9}
+    assert shop.charges["o6"] == 1 and shop.mails["o6"] == 1
+    settled = [r for r in await alive.store.read(resumed.run_id) if r.kind == "EffectReconciled"]
+    assert [r.body["detail"] for r in settled] == ["settled by ops"]
+    with pytest.raises(Exception, match="not in doubt"):
+        await alive.settle(resumed.run_id, key, DidNotHappen(), "ops")

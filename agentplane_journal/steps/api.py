@@ -28,13 +28,24 @@ from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any, ParamSpec, TypeVar
 
+from agentplane_journal.core.append import Append
 from agentplane_journal.core.checks import check_label, check_ttl
-from agentplane_journal.core.ids import RunId
+from agentplane_journal.core.ids import EffectKey, RunId
+from agentplane_journal.errors import StepError
 from agentplane_journal.journal.store import SqlJournalStore
-from agentplane_journal.steps.effect import Effect
-from agentplane_journal.steps.history import RunHistory
+from agentplane_journal.steps.effect import STEP, Effect
+from agentplane_journal.steps.history import EFFECT_RECONCILED, RunHistory
 from agentplane_journal.steps.runner import Boundary, RunContext
-from agentplane_journal.steps.values import Admission, Finished, InFlight, Reconciliation
+from agentplane_journal.steps.values import (
+    DID_NOT_HAPPEN,
+    LANDED,
+    Admission,
+    DidNotHappen,
+    Finished,
+    InFlight,
+    Landed,
+    Reconciliation,
+)
 from agentplane_journal.steps.workflow import Workflow, outcome_of
 
 __all__ = ["Steps"]
@@ -140,6 +151,41 @@ class Steps:
     async def cancel(self, run: RunId, actor: str, reason: str = "") -> bool:
         """Ask ``run`` to stop at its next step boundary (no lease needed)."""
         return await self.store.request_cancel(run, actor, reason)
+
+    async def settle(
+        self, run: RunId, effect_key: EffectKey, answer: Landed[Any] | DidNotHappen, actor: str
+    ) -> None:
+        """Record a person's decision about an effect in doubt, then leave the run to resume.
+
+        For an effect with no reconcile function (or one that could not tell): someone
+        looked at the provider and knows. Journaled as ``EffectReconciled`` under a lease of
+        its own (claimed and released here, so the run must not be leased live), with
+        ``detail`` naming ``actor``; ``resume`` then uses the result (``Landed``) or calls
+        the effect once (``DidNotHappen``). Refused unless that key is in doubt now.
+        """
+        history = RunHistory.of(await self.store.read(run))
+        if effect_key not in history.in_doubt():
+            raise StepError(
+                f"effect ek:{effect_key.hex()} of run {run} is not in doubt; nothing to settle "
+                "(see agentplane-journal steps for what is)"
+            )
+        if isinstance(answer, Landed):
+            payload: dict[str, Any] = {"disposition": LANDED, "output": answer.result}
+        elif isinstance(answer, DidNotHappen):
+            payload = {"disposition": DID_NOT_HAPPEN}
+        else:
+            raise TypeError(f"answer must be Landed(result) or DidNotHappen(), not {answer!r}")
+        payload["detail"] = f"settled by {check_label(actor, 'actor')}"
+        lease = await self.store.acquire(run, self.instance, self.lease_ttl)
+        try:
+            # Read again under the lease: the decision is about the history it now holds.
+            history = RunHistory.of(await self.store.read(run))
+            if effect_key not in history.in_doubt():
+                raise StepError(f"effect ek:{effect_key.hex()} of run {run} was settled meanwhile")
+            append = Append(run, EFFECT_RECONCILED, payload, step=STEP, effect_key=effect_key)
+            await self.store.append(lease.epoch, [append])
+        finally:
+            await self.store.release_lease(run, lease.epoch)
 
     async def resume(self, run: RunId) -> Any:
         """Take ``run`` over now and run it on from its journal (see :class:`Sweeper`)."""
