@@ -82,6 +82,7 @@ if TYPE_CHECKING:
         StepError,
         StoreError,
         TransactionEndedError,
+        WorkflowDivergedError,
         WorkflowNotRegisteredError,
     )
     from agentplane_journal.journal.store import SqlJournalStore
@@ -202,6 +203,7 @@ _EXPORTS = {
     "RunLostError": "errors",
     "RunCancelledError": "errors",
     "WorkflowNotRegisteredError": "errors",
+    "WorkflowDivergedError": "errors",
 }
 
 __version__ = "0.1.0"
@@ -301,6 +303,7 @@ __all__ = [
     "RunLostError",
     "RunCancelledError",
     "WorkflowNotRegisteredError",
+    "WorkflowDivergedError",
 ]
 
 

@@ -454,3 +454,24 @@ class WorkflowNotRegisteredError(StepError):
             f"run {self.run} was admitted for workflow {name!r}, which this Steps has not "
             "registered; register it (@steps.workflow(name)) on the instance that resumes it"
         )
+
+
+class WorkflowDivergedError(StepError):
+    """A resumed workflow called a different effect at a position the journal has filled.
+
+    Its code (or its inputs) changed between the original run and its resumption, so the
+    journal's effects no longer line up with the calls: running on would perform effects the
+    original run never asked for, beside ones it did. Nothing was called.
+    """
+
+    def __init__(self, run: RunId, ordinal: int, called: str, recorded: str) -> None:
+        self.run = _run(run)
+        self.ordinal = ordinal
+        self.called = called
+        self.recorded = recorded
+        super().__init__(
+            f"run {self.run}'s effect #{ordinal} is {recorded} in the journal, but the workflow "
+            f"now calls {called} there; its code or inputs changed since the run started. "
+            "Resume it with the code it started with (keep workflows deterministic between "
+            "effects), or conclude it by hand"
+        )

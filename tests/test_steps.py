@@ -508,3 +508,30 @@ async def test_a_person_settles_an_effect_in_doubt_and_the_run_resumes(
     assert [r.body["detail"] for r in settled] == ["settled by ops"]
     with pytest.raises(Exception, match="not in doubt"):
         await alive.settle(resumed.run_id, key, DidNotHappen(), "ops")
+
+
+async def test_a_workflow_whose_code_changed_is_stopped_before_calling(
+    make_store: Any, clock: FakeClock
+) -> None:
+    from agentplane_journal import WorkflowDivergedError
+
+    dead = dying(await make_store(), "after_result")
+    Shop().build(dead)
+    with pytest.raises(Crash):
+        await dead.workflows["checkout"].start("k", "o7", 3)
+    clock.advance(TTL + 1)
+    alive = Steps(await make_store(), instance="alive", lease_ttl=TTL)
+    calls: list[str] = []
+
+    @alive.effect("refund")  # the new code calls something else first
+    async def refund(order: str, amount: int) -> int:
+        calls.append(order)
+        return amount
+
+    @alive.workflow("checkout")
+    async def checkout(order: str, amount: int) -> int:
+        return await refund(order, amount)
+
+    (resumed,) = (await alive.sweeper().drain()).resumed
+    assert isinstance(resumed.error, WorkflowDivergedError)
+    assert "'charge'" in str(resumed.error) and calls == []

@@ -38,6 +38,7 @@ from agentplane_journal.errors import (
     RunCancelledError,
     RunLostError,
     StepError,
+    WorkflowDivergedError,
 )
 from agentplane_journal.steps import spans
 from agentplane_journal.steps.history import (
@@ -119,7 +120,7 @@ class Effect(Generic[P, R]):
         ctx._busy = True
         try:
             return await self._run(ctx, args, kwargs)
-        except (EffectInDoubtError, RunLostError, RunCancelledError) as stop:
+        except (EffectInDoubtError, RunLostError, RunCancelledError, WorkflowDivergedError) as stop:
             ctx.stopped = stop
             raise
         finally:
@@ -136,6 +137,20 @@ class Effect(Generic[P, R]):
             ) from None
         ordinal = ctx.ordinal
         ctx.ordinal += 1
+        recorded = ctx.history.positions.get(ordinal)
+        if recorded is not None:
+            descriptor = recorded.body.get("descriptor", {})
+            if (
+                descriptor.get("kind") != self.name
+                or canonical_bytes(descriptor.get("args")) != canonical
+            ):
+                raise WorkflowDivergedError(
+                    ctx.run,
+                    ordinal,
+                    f"{self.name!r}",
+                    f"{descriptor.get('kind')!r}"
+                    + ("" if descriptor.get("kind") != self.name else " with other arguments"),
+                )
         attempt, performed = 1, 0
         while True:
             key = EffectKey.derive(STEP, "forward", ordinal, attempt, self.name, canonical)
@@ -175,13 +190,16 @@ class Effect(Generic[P, R]):
                     ctx.run, self.name, key, f"performed {performed} times without an answer"
                 )
             performed += 1
-            await self._perform(ctx, key, attempt, value, args, kwargs, verdict is Verdict.NEW)
+            await self._perform(
+                ctx, key, attempt, ordinal, value, args, kwargs, verdict is Verdict.NEW
+            )
 
     async def _perform(
         self,
         ctx: RunContext,
         key: EffectKey,
         attempt: int,
+        ordinal: int,
         value: dict[str, Any],
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
@@ -201,6 +219,7 @@ class Effect(Generic[P, R]):
                     "mutates": True,
                     "attempt": attempt,
                     "backoff_ms": 0,
+                    "ordinal": ordinal,
                 }
                 await ctx.append(
                     [Append(ctx.run, EFFECT_STARTED, payload, step=STEP, effect_key=key)]

@@ -67,6 +67,8 @@ class RunHistory:
     head_seq: int = 0
     head_hash: Digest = Digest.ZERO
     effects: dict[EffectKey, list[Record]] = field(default_factory=dict)
+    #: The first ``EffectStarted`` at each position: what the run called there.
+    positions: dict[int, Record] = field(default_factory=dict)
 
     @classmethod
     def of(cls, records: Sequence[Record]) -> RunHistory:
@@ -83,6 +85,10 @@ class RunHistory:
                 self.conclusion = record  # the last conclusion is the run's answer
             elif kind == RUN_CANCELLED:
                 self.cancelled = record
+            if kind == EFFECT_STARTED:
+                ordinal = record.body.get("ordinal")
+                if isinstance(ordinal, int):
+                    self.positions.setdefault(ordinal, record)
             key = record.effect_key
             if key is not None:
                 self.effects.setdefault(key, []).append(record)

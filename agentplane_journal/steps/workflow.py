@@ -32,6 +32,7 @@ from agentplane_journal.errors import (
     FencedError,
     RunCancelledError,
     RunLostError,
+    WorkflowDivergedError,
 )
 from agentplane_journal.steps import spans
 from agentplane_journal.steps.effect import arguments, current_run
@@ -134,7 +135,7 @@ async def execute(
         try:
             try:
                 result = await fn(*args, **kwargs)
-            except (RunLostError, RunCancelledError, EffectInDoubtError):
+            except (RunLostError, RunCancelledError, EffectInDoubtError, WorkflowDivergedError):
                 raise
             except Exception as error:
                 if ctx.stopped is not None:  # the workflow turned a stop into its own error
@@ -156,7 +157,7 @@ async def execute(
             await ctx.conclude(SUCCEEDED, output=result, span=span)
             span.set(spans.OUTCOME, SUCCEEDED)
             return result
-        except EffectInDoubtError:
+        except (EffectInDoubtError, WorkflowDivergedError):
             # Waiting for a decision: released, so no sweeper spins on it; listed in doubt.
             await ctx.stop_heartbeat()
             if ctx.lost is None:
