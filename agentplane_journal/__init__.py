@@ -69,20 +69,27 @@ if TYPE_CHECKING:
         CorruptRegistrationError,
         DuplicateAdmissionError,
         DuplicateEffectError,
+        EffectFailedError,
+        EffectInDoubtError,
         FencedError,
         LeaseHeldError,
         LeaseNotHeldError,
         PoolerError,
         RecordTooLargeError,
+        RunCancelledError,
+        RunLostError,
         RunSealedError,
         SchemaConflictError,
         SchemaOutOfDateError,
         SecretUnavailableError,
+        StepError,
         StoreError,
         ThreadBusyError,
         ThreadMovedError,
         TransactionEndedError,
         WireProfileError,
+        WorkflowDivergedError,
+        WorkflowNotRegisteredError,
     )
     from agentplane_journal.journal.store import SqlJournalStore
     from agentplane_journal.migrations.commands import current_revision, upgrade
@@ -90,6 +97,20 @@ if TYPE_CHECKING:
     from agentplane_journal.push.secretbox import Keyring
     from agentplane_journal.push.store import SqlPushStore
     from agentplane_journal.push.values import PushAuthentication, PushConfig, PushRegistration
+    from agentplane_journal.steps.api import Steps
+    from agentplane_journal.steps.effect import Effect
+    from agentplane_journal.steps.sweeper import Resumed, Sweeper, SweepReport
+    from agentplane_journal.steps.values import (
+        DidNotHappen,
+        Finished,
+        Fresh,
+        InFlight,
+        Landed,
+        Outcome,
+        SafeToRetry,
+        Unknown,
+    )
+    from agentplane_journal.steps.workflow import Workflow
 
 # Every public name, and the module that defines it. Imported on first use (PEP 562), so
 # `import agentplane_journal.cli.main` for `agentplane-journal --help` does not pay for
@@ -177,6 +198,27 @@ _EXPORTS = {
     "canonical_bytes_v1": "core.canon_v1",
     "WireProfileError": "errors",
     "PoolerError": "errors",
+    "Steps": "steps.api",
+    "Effect": "steps.effect",
+    "Workflow": "steps.workflow",
+    "Sweeper": "steps.sweeper",
+    "SweepReport": "steps.sweeper",
+    "Resumed": "steps.sweeper",
+    "Fresh": "steps.values",
+    "Finished": "steps.values",
+    "InFlight": "steps.values",
+    "Outcome": "steps.values",
+    "Landed": "steps.values",
+    "DidNotHappen": "steps.values",
+    "Unknown": "steps.values",
+    "SafeToRetry": "steps.values",
+    "StepError": "errors",
+    "EffectInDoubtError": "errors",
+    "EffectFailedError": "errors",
+    "RunLostError": "errors",
+    "RunCancelledError": "errors",
+    "WorkflowNotRegisteredError": "errors",
+    "WorkflowDivergedError": "errors",
 }
 
 __version__ = "0.1.0"
@@ -265,6 +307,27 @@ __all__ = [
     "verify_chain",
     "verify_consistency",
     "verify_inclusion",
+    "Steps",
+    "Effect",
+    "Workflow",
+    "Sweeper",
+    "SweepReport",
+    "Resumed",
+    "Fresh",
+    "Finished",
+    "InFlight",
+    "Outcome",
+    "Landed",
+    "DidNotHappen",
+    "Unknown",
+    "SafeToRetry",
+    "StepError",
+    "EffectInDoubtError",
+    "EffectFailedError",
+    "RunLostError",
+    "RunCancelledError",
+    "WorkflowNotRegisteredError",
+    "WorkflowDivergedError",
 ]
 
 

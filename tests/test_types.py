@@ -140,3 +140,63 @@ def test_the_host_guide_fragments_type_check_strictly(tmp_path: Path) -> None:
     fragments = sorted(name for name in names if name is not None)
     result = mypy("--config-file", "mypy.ini", *fragments, cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+# -- durable steps: the decorators keep signatures and return types ----------------------
+
+STEPS_PROGRAM = """\
+import re
+from typing import Any
+
+from agentplane_journal import (
+    DidNotHappen, Finished, Fresh, InFlight, Landed, SqlJournalStore, Steps, Unknown,
+)
+
+
+async def main(store: SqlJournalStore) -> None:
+    steps = Steps(store, instance="w1")
+
+    async def check(amount: int, card: str) -> Landed[str] | DidNotHappen | Unknown:
+        return DidNotHappen()
+
+    @steps.effect("charge", reconcile=check)
+    async def charge(amount: int, card: str) -> str:
+        return "ch_1"
+
+    @steps.workflow("checkout")
+    async def checkout(order: dict[str, Any]) -> int:
+        receipt = await charge(order["amount"], order["card"])
+        reveal_type(receipt)
+        return len(receipt)
+
+    admission = await checkout.start("order-42", {"amount": 1})
+    if isinstance(admission, Fresh):
+        reveal_type(admission.result)
+    elif isinstance(admission, Finished):
+        reveal_type(admission.outcome.result)
+    else:
+        reveal_type(admission)
+    await charge("1", "card")  # E: the wrong argument type
+    await checkout.start("k", {"a": 1}, 2)  # E: too many arguments
+"""
+
+
+def test_the_steps_decorators_keep_signatures_and_return_types(tmp_path: Path) -> None:
+    (tmp_path / "program.py").write_text(STEPS_PROGRAM, encoding="utf-8")
+    (tmp_path / "agentplane_journal").symlink_to(ROOT / "agentplane_journal")
+    (tmp_path / "mypy.ini").write_text(
+        "[mypy]\nstrict = True\nfollow_imports = silent\npython_version = 3.11\n"
+        "cache_dir = .mypy_cache\n[mypy-asyncpg.*]\nignore_missing_imports = True\n"
+    )
+    out = mypy("--config-file", "mypy.ini", "program.py", cwd=tmp_path).stdout
+    revealed = [t.replace("builtins.", "") for t in re.findall(r'Revealed type is "(.*)"', out)]
+    assert revealed == [
+        "str",
+        "int",
+        "int | None",
+        "agentplane_journal.steps.values.InFlight",
+    ], out
+    errors = [line for line in out.splitlines() if ": error:" in line]
+    assert len(errors) == 2, out
+    assert 'Argument 1 to "__call__" of "Effect" has incompatible type "str"' in errors[0], out
+    assert "Too many arguments" in errors[1], out

@@ -93,6 +93,7 @@ _COMMANDS = {
     "cmd_tiles_export": "tiles",
     "cmd_serve": "serve",
     "cmd_replication": "replication",
+    "cmd_steps": "steps",
 }
 
 Handler = Callable[[argparse.Namespace], Coroutine[Any, Any, int]]
@@ -209,6 +210,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     runs.add_argument("--outcome", help="only runs whose latest conclusion is OUTCOME")
     runs.add_argument("--limit", type=_positive, default=20, help="at most N runs (default 20)")
+    # -- durable steps (agentplane_journal.steps) --
+    steps_cmd = add(
+        "steps",
+        "list open durable-steps runs: in flight, in doubt, abandoned, stopped",
+        "cmd_steps",
+        database,
+        reads,
+    )
+    steps_cmd.add_argument(
+        "--state", choices=["in_flight", "in_doubt", "abandoned", "stopped"], help="only these"
+    )
+    steps_cmd.add_argument(
+        "--limit", type=_positive, default=100, help="among the N most recent runs (default 100)"
+    )
     show = add("show", "print a run's records", "cmd_show", database, reads)
     show.add_argument("run", metavar="RUN", help="run id (run_<ULID>)")
     verify = add(

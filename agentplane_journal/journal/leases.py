@@ -211,6 +211,21 @@ class RunControl(Repository):
         # that were taken over already.
         return await self._unit(unit, read_only=True, primary=True, session=session)
 
+    async def lease_of(
+        self, run: RunId, *, session: AsyncSession | None = None
+    ) -> tuple[str, int, int] | None:
+        """The run's lease row as ``(owner, epoch, expires_at)``, or ``None`` if it has none.
+
+        For an operator's view (``agentplane-journal steps``): a released lease has owner
+        ``""`` and ``expires_at`` 0. Read on the primary; only a claim or a renewal decides.
+        """
+        run = check_run(run)
+
+        async def unit(session: AsyncSession) -> tuple[str, int, int] | None:
+            return await self._lease_row(session, run)
+
+        return await self._unit(unit, read_only=True, primary=True, session=session)
+
     async def _lease_row(self, session: AsyncSession, run: RunId) -> tuple[str, int, int] | None:
         """The run's lease row as ``(owner, epoch, expires_at)``, checked, or ``None``."""
         row = (

@@ -1,0 +1,308 @@
+"""Effects: a user's async function made exactly-once, with honest doubt.
+
+``@steps.effect("charge", reconcile=check_charge)`` turns ``charge`` into an
+:class:`Effect` with the same signature (``ParamSpec``), callable only inside a workflow.
+Each call is one effect at the next position of its run, and its key is agentplane's
+derivation (``EffectKey.derive``) over that position, the attempt, the effect's name and its
+canonical arguments: the same call of the same run gets the same key on every replay.
+
+A call, as :meth:`Effect.__call__` runs it, asks the journal first
+(:meth:`RunHistory.verdict <agentplane_journal.steps.history.RunHistory.verdict>`):
+
+* recorded result: returned, the function is not called;
+* nothing recorded: ``EffectStarted`` is journaled (the exactly-once index refuses a second
+  start of the key), then the function is called, then ``EffectDone`` or ``EffectFailed``;
+* in doubt (started, no result): the reconcile function is asked and its answer journaled as
+  ``EffectReconciled``; ``Landed`` is the result, ``DidNotHappen`` calls the function once
+  under the same key, ``Unknown`` (or no reconcile function) stops the run with
+  :class:`EffectInDoubtError` naming the effect. Never a blind second call.
+
+Failures: :class:`SafeToRetry` is ``did_not_happen`` and is retried under the next attempt's
+key up to ``attempts``; any other exception may have reached the outside world, so with a
+reconcile function it is in doubt (asked at once), without one it fails for good
+(``EffectFailed`` ``in_doubt``, permanent): :class:`EffectFailedError` in the workflow.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
+
+from agentplane_journal.core.append import EFFECT_STARTED, Append
+from agentplane_journal.core.canon import canonical_bytes
+from agentplane_journal.core.ids import EffectKey
+from agentplane_journal.errors import (
+    EffectFailedError,
+    EffectInDoubtError,
+    RunCancelledError,
+    RunLostError,
+    StepError,
+    WorkflowDivergedError,
+)
+from agentplane_journal.steps import spans
+from agentplane_journal.steps.history import (
+    EFFECT_DONE,
+    EFFECT_FAILED,
+    EFFECT_RECONCILED,
+    Verdict,
+)
+from agentplane_journal.steps.values import (
+    DID_NOT_HAPPEN,
+    IN_DOUBT,
+    LANDED,
+    DidNotHappen,
+    Landed,
+    Reconciliation,
+    SafeToRetry,
+    Unknown,
+)
+
+if TYPE_CHECKING:
+    from agentplane_journal.steps.runner import RunContext
+
+__all__ = ["Effect", "current_run"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+#: The run the running workflow belongs to (each asyncio task sees its own).
+current_run: contextvars.ContextVar[RunContext | None] = contextvars.ContextVar(
+    "agentplane_journal_steps_run", default=None
+)
+
+#: The step id of every effect this layer journals: one workflow is one agentplane step, and
+#: the effect's position in it is the ordinal.
+STEP = 0
+
+
+def arguments(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """A call's arguments as the JSON value that is journaled and hashed into its key."""
+    return {"args": list(args), "kwargs": dict(kwargs)}
+
+
+class Effect(Generic[P, R]):
+    """An exactly-once effect; call it like the function it wraps, inside a workflow."""
+
+    def __init__(
+        self,
+        name: str,
+        fn: Callable[P, Awaitable[R]],
+        reconcile: Callable[P, Awaitable[Reconciliation[R]]] | None,
+        attempts: int,
+    ) -> None:
+        if attempts < 1:
+            raise ValueError(f"attempts must be at least 1, got {attempts}")
+        self.name = name
+        self.fn = fn
+        self.reconcile = reconcile
+        self.attempts = attempts
+        self.__doc__ = fn.__doc__
+        self.__wrapped__ = fn
+
+    def __repr__(self) -> str:
+        return f"Effect({self.name!r})"
+
+    async def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        ctx = current_run.get()
+        if ctx is None:
+            raise StepError(
+                f"effect {self.name!r} was called outside a workflow; call it from a function "
+                "decorated with @steps.workflow, whose run journals it"
+            )
+        if ctx._busy:
+            raise StepError(
+                f"effect {self.name!r} was called while another effect of run {ctx.run} is in "
+                "progress; await effects one at a time (their positions must be deterministic)"
+            )
+        if ctx.stopped is not None:
+            raise ctx.stopped  # a stop the workflow caught and went on from is still a stop
+        ctx._busy = True
+        try:
+            return await self._run(ctx, args, kwargs)
+        except (EffectInDoubtError, RunLostError, RunCancelledError, WorkflowDivergedError) as stop:
+            ctx.stopped = stop
+            raise
+        finally:
+            ctx._busy = False
+
+    async def _run(self, ctx: RunContext, args: tuple[Any, ...], kwargs: dict[str, Any]) -> R:
+        value = arguments(args, kwargs)
+        try:
+            canonical = canonical_bytes(value, path=f"{self.name}'s arguments")
+        except (TypeError, ValueError) as error:
+            raise TypeError(
+                f"effect {self.name!r}'s arguments must be JSON values (they are journaled and "
+                f"hashed into its key): {error}"
+            ) from None
+        ordinal = ctx.ordinal
+        ctx.ordinal += 1
+        recorded = ctx.history.positions.get(ordinal)
+        if recorded is not None:
+            descriptor = recorded.body.get("descriptor", {})
+            if (
+                descriptor.get("kind") != self.name
+                or canonical_bytes(descriptor.get("args")) != canonical
+            ):
+                raise WorkflowDivergedError(
+                    ctx.run,
+                    ordinal,
+                    f"{self.name!r}",
+                    f"{descriptor.get('kind')!r}"
+                    + ("" if descriptor.get("kind") != self.name else " with other arguments"),
+                )
+        attempt, performed = 1, 0
+        while True:
+            key = EffectKey.derive(STEP, "forward", ordinal, attempt, self.name, canonical)
+            known = ctx.history.verdict(key)
+            verdict = known.verdict
+            if verdict is Verdict.DONE:
+                result: R = known.output
+                return result
+            if verdict is Verdict.FAILED:
+                body = known.record.body if known.record is not None else {}
+                raise EffectFailedError(
+                    ctx.run, self.name, key, str(body.get("error", "")), body.get("disposition", "")
+                )
+            if verdict is Verdict.RETRY:
+                if attempt >= self.attempts:
+                    body = known.record.body if known.record is not None else {}
+                    raise EffectFailedError(
+                        ctx.run,
+                        self.name,
+                        key,
+                        f"{body.get('error', '')} (after {attempt} attempts)",
+                        DID_NOT_HAPPEN,
+                    )
+                attempt += 1
+                continue
+            if verdict is Verdict.IN_DOUBT or (
+                # A previous owner's "did not happen" licenses nobody now: it may have called
+                # after writing it. Ask again, under this epoch's fence, before calling.
+                verdict is Verdict.PERFORM
+                and known.record is not None
+                and known.record.epoch != ctx.epoch
+            ):
+                await self._reconcile(ctx, key, args, kwargs)
+                continue
+            if performed >= self.attempts:  # reconciled "did not happen" over and over
+                raise EffectInDoubtError(
+                    ctx.run, self.name, key, f"performed {performed} times without an answer"
+                )
+            performed += 1
+            await self._perform(
+                ctx, key, attempt, ordinal, value, args, kwargs, verdict is Verdict.NEW
+            )
+
+    async def _perform(
+        self,
+        ctx: RunContext,
+        key: EffectKey,
+        attempt: int,
+        ordinal: int,
+        value: dict[str, Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        announce: bool,
+    ) -> None:
+        """Call the function once under ``key``; journal its start (if ``announce``) and end."""
+        with spans.span(
+            f"effect {self.name}",
+            **{spans.RUN_ID: str(ctx.run), spans.EFFECT: self.name, spans.EFFECT_KEY: key.hex()},
+        ) as span:
+            await ctx.check_cancel()  # a step boundary: the only place a run stops on request
+            if announce:
+                ctx.boundary("before_start")
+                payload = {
+                    "descriptor": {"kind": self.name, "args": value},
+                    "recovery": "reconcile" if self.reconcile is not None else "requires_operator",
+                    "mutates": True,
+                    "attempt": attempt,
+                    "backoff_ms": 0,
+                    "ordinal": ordinal,
+                }
+                await ctx.append(
+                    [Append(ctx.run, EFFECT_STARTED, payload, step=STEP, effect_key=key)]
+                )
+                ctx.boundary("after_start")
+            ctx.check_deadline()  # no await from here to the call: the fence's proof holds
+            try:
+                output = await self.fn(*args, **kwargs)
+            except SafeToRetry as error:
+                failed: dict[str, Any] = {"error": _said(error), "disposition": DID_NOT_HAPPEN}
+                (record,) = await ctx.append([_effect(ctx, EFFECT_FAILED, failed, key)])
+                span.record(record)
+                return
+            except Exception as error:
+                failed = {"error": _said(error), "disposition": IN_DOUBT}
+                if self.reconcile is None:
+                    failed["permanent"] = True  # never retried blindly; the workflow decides
+                (record,) = await ctx.append([_effect(ctx, EFFECT_FAILED, failed, key)])
+                span.record(record)
+                return
+            ctx.boundary("after_call")
+            try:
+                canonical_bytes(output, path=f"{self.name}'s result")
+            except (TypeError, ValueError) as error:
+                # It happened, and its answer cannot be journaled: landed, never retried.
+                failed = {"error": f"result is not JSON: {error}", "disposition": LANDED}
+                failed["permanent"] = True
+                await ctx.append([_effect(ctx, EFFECT_FAILED, failed, key)])
+                return
+            (record,) = await ctx.append([_effect(ctx, EFFECT_DONE, {"output": output}, key)])
+            span.record(record)
+            ctx.boundary("after_result")
+
+    async def _reconcile(
+        self, ctx: RunContext, key: EffectKey, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> None:
+        """Ask whether an in-doubt attempt landed; journal the answer (even "unknown")."""
+        if self.reconcile is None:
+            raise EffectInDoubtError(
+                ctx.run,
+                self.name,
+                key,
+                "it started and recorded no result, and it has no reconcile function",
+            )
+        ctx.check()
+        with spans.span(
+            f"reconcile {self.name}",
+            **{spans.RUN_ID: str(ctx.run), spans.EFFECT: self.name, spans.EFFECT_KEY: key.hex()},
+        ) as span:
+            detail: str | None = None
+            try:
+                answer: Reconciliation[R] = await self.reconcile(*args, **kwargs)
+            except Exception as error:  # a failed probe tells nothing new: still in doubt
+                answer, detail = Unknown(), f"the reconcile function raised {_said(error)}"
+            payload: dict[str, Any]
+            if isinstance(answer, Landed):
+                payload = {"disposition": LANDED, "output": answer.result}
+            elif isinstance(answer, DidNotHappen):
+                payload = {"disposition": DID_NOT_HAPPEN}
+            elif isinstance(answer, Unknown):
+                payload = {"disposition": IN_DOUBT}
+                detail = detail or answer.detail or None
+            else:
+                payload = {"disposition": IN_DOUBT}
+                detail = (
+                    f"the reconcile function returned {type(answer).__name__}, "
+                    "not Landed, DidNotHappen or Unknown"
+                )
+            if detail:
+                payload["detail"] = detail
+            (record,) = await ctx.append([_effect(ctx, EFFECT_RECONCILED, payload, key)])
+            span.record(record)
+            span.set("agentplane.disposition", payload["disposition"])
+        if payload["disposition"] == IN_DOUBT:
+            raise EffectInDoubtError(
+                ctx.run, self.name, key, detail or "the reconcile function could not tell"
+            )
+
+
+def _effect(ctx: RunContext, kind: str, payload: dict[str, Any], key: EffectKey) -> Append:
+    return Append(ctx.run, kind, payload, step=STEP, effect_key=key)
+
+
+def _said(error: BaseException) -> str:
+    text = str(error)
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__

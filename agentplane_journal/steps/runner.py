@@ -1,0 +1,190 @@
+"""One run being executed by this instance: its lease, heartbeat, appends and conclusion.
+
+A :class:`RunContext` exists while a worker owns a run (from ``acquire`` to the conclusion
+or the loss). It is the only writer of the run's records in this layer, and every write goes
+through :meth:`RunContext.append`, so the rules are kept in one place:
+
+* **Fenced writes.** Every append carries the lease's epoch; a refusal
+  (:class:`FencedError`, :class:`LeaseNotHeldError`, a sealed run) becomes
+  :class:`RunLostError` and the worker stops: nothing more is done for the run.
+* **The heartbeat** renews the lease every ``ttl / 3`` seconds with ``renew`` (which never
+  claims). A refused renewal marks the run lost; the next step boundary stops.
+* **A local deadline.** Before an effect is *called* (after its start is journaled, the
+  fenced proof that nobody had taken over), the worker checks that its lease, as of its last
+  renewal (timed from before the statement, by this process's monotonic clock), still has
+  ``margin`` seconds left; if not it
+  stops, leaving the start in doubt for the next owner to reconcile, rather than calling
+  into a window where a sweeper may already be resuming the run. The margin is what makes a
+  lease TTL longer than any effect call the safety condition (see the durable-steps guide).
+* **Cancellation** is read at each step boundary (before a new effect starts) and acted on
+  by journaling ``RunCancelled`` and concluding ``cancelled``, never mid-effect.
+* **The conclusion** is a ``RunSealed`` record over the real head, then ``seal`` at that
+  record, then the lease's release.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from agentplane_journal.core.append import RUN_SEALED, Append
+from agentplane_journal.core.ids import RunId
+from agentplane_journal.core.record import Record
+from agentplane_journal.errors import (
+    FencedError,
+    LeaseNotHeldError,
+    RunCancelledError,
+    RunLostError,
+    RunSealedError,
+)
+from agentplane_journal.journal.store import SqlJournalStore
+from agentplane_journal.steps import spans
+from agentplane_journal.steps.history import RUN_CANCELLED, RunHistory
+from agentplane_journal.steps.values import CANCELLED
+
+__all__ = ["RunContext"]
+
+Boundary = Callable[[str], None]
+
+
+class RunContext:
+    """A run this worker owns at ``epoch``; see the module docstring for its rules."""
+
+    def __init__(
+        self,
+        store: SqlJournalStore,
+        run: RunId,
+        owner: str,
+        epoch: int,
+        ttl: int,
+        history: RunHistory,
+        *,
+        boundary: Boundary | None = None,
+        margin: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+        leased_at: float | None = None,
+    ) -> None:
+        self.store = store
+        self.run = run
+        self.owner = owner
+        self.epoch = epoch
+        self.ttl = ttl
+        self.history = history
+        self.ordinal = 0  # the next effect call's position in the run
+        self.lost: str | None = None
+        #: The stop an effect raised (in doubt, lost, cancelled), kept so that a workflow
+        #: which catches it and goes on is stopped all the same.
+        self.stopped: BaseException | None = None
+        self._boundary = boundary
+        self._margin = margin
+        self._clock = clock
+        # From before the acquire that granted the lease: never later than the store's expiry.
+        self._deadline = (clock() if leased_at is None else leased_at) + ttl
+        self._heartbeat: asyncio.Task[None] | None = None
+        self._busy = False
+
+    # -- the lease ----------------------------------------------------------------------
+
+    def start_heartbeat(self) -> None:
+        self._heartbeat = asyncio.get_running_loop().create_task(self._beat())
+
+    async def stop_heartbeat(self) -> None:
+        task, self._heartbeat = self._heartbeat, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _beat(self) -> None:
+        interval = max(self.ttl / 3, 0.05)
+        while self.lost is None:
+            await asyncio.sleep(interval)
+            began = self._clock()
+            try:
+                await self.store.renew(self.run, self.owner, self.epoch, self.ttl)
+            except LeaseNotHeldError as error:
+                self.lost = f"the lease renewal was refused: {error.found or 'not held'}"
+                return
+            except Exception:  # a database hiccup: the deadline decides, try again
+                continue
+            self._deadline = began + self.ttl
+
+    def boundary(self, name: str) -> None:
+        """A named point in the protocol (tests stop a worker here; no-op otherwise)."""
+        if self._boundary is not None:
+            self._boundary(name)
+
+    def check(self) -> None:
+        """Stop if this worker lost the run (a refused renewal, a fenced append)."""
+        if self.lost is not None:
+            raise RunLostError(self.run, self.lost)
+
+    def check_deadline(self) -> None:
+        """Stop unless the lease surely outlives the next ``margin`` seconds (see above)."""
+        self.check()
+        if self._clock() > self._deadline - self._margin:
+            self.lost = "the lease may have lapsed (no renewal in time)"
+            raise RunLostError(self.run, self.lost)
+
+    async def check_cancel(self) -> None:
+        """At a step boundary: act on a stop request, if one was recorded."""
+        self.check()
+        request = await self.store.cancellation(self.run)
+        if request is None:
+            return
+        await self.append(
+            [Append(self.run, RUN_CANCELLED, {"actor": request.actor, "reason": request.reason})]
+        )
+        await self.conclude(CANCELLED, reason=f"cancelled by {request.actor}: {request.reason}")
+        raise RunCancelledError(self.run, request.actor, request.reason)
+
+    # -- writing ------------------------------------------------------------------------
+
+    async def append(self, batch: Sequence[Append]) -> list[Record]:
+        self.check()
+        try:
+            records = await self.store.append(self.epoch, batch)
+        except FencedError as error:
+            self.lost = f"fenced: epoch {error.held}, the run is at {error.current}"
+            raise RunLostError(self.run, self.lost) from error
+        except RunSealedError as error:
+            self.lost = f"the run was sealed {error.args[0]}"
+            raise RunLostError(self.run, self.lost) from error
+        self.history.add(records)
+        return records
+
+    async def conclude(
+        self, outcome: str, *, output: Any = None, reason: str | None = None, span: Any = None
+    ) -> None:
+        """``RunSealed`` over the real head, ``seal`` at it, then release the lease."""
+        if self.history.conclusion is None:
+            payload: dict[str, Any] = {
+                "outcome": outcome,
+                "chain_head": self.history.head_hash.hex(),
+            }
+            if output is not None:
+                payload["output"] = output
+            if reason is not None:
+                payload["reason"] = reason
+            await self.append([Append(self.run, RUN_SEALED, payload)])
+        self.boundary("concluding")
+        await self.seal_and_release(span)
+
+    async def seal_and_release(self, span: Any = None) -> None:
+        conclusion = self.history.conclusion
+        assert conclusion is not None
+        try:
+            await self.store.seal(self.run, self.epoch, conclusion.body["outcome"])
+        except FencedError as error:
+            self.lost = "fenced while sealing"
+            raise RunLostError(self.run, self.lost) from error
+        await self.stop_heartbeat()
+        await self.store.release_lease(self.run, self.epoch)
+        if span is not None and span.recording:
+            span.record(conclusion)
+            inclusion = await self.store.inclusion_proof(self.run)
+            if inclusion is not None:
+                span.set(spans.LOG_INDEX, inclusion.index)

@@ -1,0 +1,130 @@
+"""Recovery: runs a dead instance left, taken over and resumed from their journals.
+
+A :class:`Sweeper` drains the store's recovery queue (``abandoned_runs``: leases that lapsed
+still naming an owner). For each run it reads the ``RunAdmitted`` record to find the
+workflow (a run of a workflow this instance has not registered is left for one that has),
+claims the lease with ``acquire`` (a new epoch, which fences the previous owner; a
+:class:`LeaseHeldError` means another sweeper or the owner got it, and it is skipped), then
+reads the run again *under its lease* and resumes it: recorded effects replay, the one in
+doubt is reconciled, the rest run. Two sweepers never resume one run twice: the claim is
+one guarded statement, and a run found concluded after the claim is only sealed and
+released.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from agentplane_journal.core.ids import RunId
+from agentplane_journal.errors import (
+    LeaseHeldError,
+    WorkflowNotRegisteredError,
+)
+from agentplane_journal.steps.history import RunHistory
+from agentplane_journal.steps.workflow import admitted_call, execute
+
+if TYPE_CHECKING:
+    from agentplane_journal.steps.api import Steps
+
+__all__ = ["Resumed", "SweepReport", "Sweeper"]
+
+
+@dataclass(frozen=True, slots=True)
+class Resumed:
+    """One run a sweep took over at lease ``epoch``: ``result`` when it succeeded, else the
+    ``error`` it stopped on."""
+
+    run_id: RunId
+    epoch: int = 0
+    result: Any = None
+    error: BaseException | None = None
+
+
+@dataclass(slots=True)
+class SweepReport:
+    """What one :meth:`Sweeper.drain` did.
+
+    ``resumed``: runs it took over and ran on (each with its result or stop); ``concluded``:
+    runs it only had to seal (a crash during their conclusion); ``emptied``: leases over runs
+    that never got their ``RunAdmitted`` (released); ``skipped``: runs another instance took
+    first, or whose workflow is not registered here.
+    """
+
+    resumed: list[Resumed] = field(default_factory=list)
+    concluded: list[RunId] = field(default_factory=list)
+    emptied: list[RunId] = field(default_factory=list)
+    skipped: list[RunId] = field(default_factory=list)
+
+
+class Sweeper:
+    """Drains the recovery queue for one :class:`~agentplane_journal.steps.api.Steps`."""
+
+    def __init__(self, steps: Steps, *, batch: int = 100) -> None:
+        self.steps = steps
+        self.batch = batch
+
+    async def drain(self) -> SweepReport:
+        """Resume every abandoned run this instance can, until the queue has none left for it."""
+        report = SweepReport()
+        passed: set[RunId] = set()
+        while True:
+            runs = [
+                r
+                for r in await self.steps.store.abandoned_runs(self.batch + len(passed))
+                if r not in passed
+            ]
+            if not runs:
+                return report
+            for run in runs:
+                passed.add(run)
+                await self._sweep(run, report)
+
+    async def resume(self, run: RunId) -> Any:
+        """Take ``run`` over (it must not be leased live) and run it on; its result."""
+        report = SweepReport()
+        await self._sweep(run, report, raise_errors=True)
+        for resumed in report.resumed:
+            return resumed.result
+        return None
+
+    async def _sweep(self, run: RunId, report: SweepReport, raise_errors: bool = False) -> None:
+        steps, store = self.steps, self.steps.store
+        history = RunHistory.of(await store.read(run))
+        if history.admitted is not None:
+            name, _, _ = admitted_call(history.admitted)
+            if name not in steps.workflows:
+                if raise_errors:
+                    raise WorkflowNotRegisteredError(run, name)
+                report.skipped.append(run)
+                return
+        leased_at = steps.clock()
+        try:
+            lease = await store.acquire(run, steps.instance, steps.lease_ttl)
+        except LeaseHeldError:
+            if raise_errors:
+                raise
+            report.skipped.append(run)
+            return
+        # Read again under the lease: everything the previous owner committed is in it, and
+        # nothing it tries from now on gets past the fence.
+        history = RunHistory.of(await store.read(run))
+        ctx = steps.context(run, lease.epoch, history, leased_at)
+        if history.admitted is None:
+            await store.release_lease(run, lease.epoch)
+            report.emptied.append(run)
+            return
+        if history.conclusion is not None:
+            await ctx.seal_and_release()
+            report.concluded.append(run)
+            return
+        name, args, kwargs = admitted_call(history.admitted)
+        workflow = steps.workflow_named(run, name)
+        try:
+            result = await execute(ctx, workflow.fn, args, kwargs, name)
+        except Exception as error:
+            if raise_errors:
+                raise
+            report.resumed.append(Resumed(run, lease.epoch, error=error))
+            return
+        report.resumed.append(Resumed(run, lease.epoch, result=result))

@@ -1,0 +1,175 @@
+"""Workflows: a user's async function run as one durable run per admission.
+
+``@steps.workflow("checkout")`` turns ``checkout`` into a :class:`Workflow` with the same
+signature. ``await checkout.start(key, order)`` admits a run under admission key ``key``
+(``None`` for none) and runs it here; the key is the first argument because a keyword
+between ``*args: P.args`` and ``**kwargs: P.kwargs`` cannot be typed (PEP 612).
+
+Admission (agentplane 0.22.0's ``admit``): the run's lease is claimed first (so a crash
+from here on leaves a run the recovery queue lists), then ``RunAdmitted`` is appended with
+the key, which the store claims in the same transaction. A key already claimed answers
+:class:`Finished` (its recorded outcome) or :class:`InFlight` (its run id); nothing runs.
+
+Running (here, or resumed by a sweeper from the journal): the function is called with the
+admitted arguments; each effect replays what is recorded and performs what is not. A
+return concludes ``succeeded`` (the value in the ``RunSealed`` record), an exception
+``failed``; both are sealed. A lost lease, a cancellation or an effect in doubt stop it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
+
+from agentplane_journal.core.admission import IDEMPOTENCY_KEY, RUN_ADMITTED
+from agentplane_journal.core.append import Append
+from agentplane_journal.core.canon import canonical_bytes
+from agentplane_journal.core.ids import RunId
+from agentplane_journal.core.record import Record
+from agentplane_journal.errors import (
+    DuplicateAdmissionError,
+    EffectInDoubtError,
+    FencedError,
+    RunCancelledError,
+    RunLostError,
+    WorkflowDivergedError,
+)
+from agentplane_journal.steps import spans
+from agentplane_journal.steps.effect import arguments, current_run
+from agentplane_journal.steps.history import RunHistory
+from agentplane_journal.steps.runner import RunContext
+from agentplane_journal.steps.values import (
+    FAILED,
+    SUCCEEDED,
+    Admission,
+    Fresh,
+    Outcome,
+)
+
+if TYPE_CHECKING:
+    from agentplane_journal.steps.api import Steps
+
+__all__ = ["Workflow", "outcome_of"]
+
+#: Admissions tried when the fresh run's lease was taken before its RunAdmitted committed.
+_ADMIT_TRIES = 3
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def outcome_of(conclusion: Record) -> Outcome[Any]:
+    body = conclusion.body
+    return Outcome(str(body.get("outcome")), body.get("output"), body.get("reason"))
+
+
+class Workflow(Generic[P, R]):
+    """A durable workflow; :meth:`start` admits and runs one run of it."""
+
+    def __init__(self, steps: Steps, name: str, fn: Callable[P, Awaitable[R]]) -> None:
+        self.steps = steps
+        self.name = name
+        self.fn = fn
+        self.__doc__ = fn.__doc__
+        self.__wrapped__ = fn
+
+    def __repr__(self) -> str:
+        return f"Workflow({self.name!r})"
+
+    async def start(self, key: str | None, /, *args: P.args, **kwargs: P.kwargs) -> Admission[R]:
+        """Admit a run under admission key ``key`` (or none) and run it to its conclusion.
+
+        :class:`Fresh` with the return value when this call ran it; :class:`Finished` or
+        :class:`InFlight` when ``key`` already admitted a run. The workflow's own exception
+        propagates (the run is concluded ``failed``); so do :class:`RunLostError`,
+        :class:`RunCancelledError` and :class:`EffectInDoubtError`, which leave the run to
+        its new owner, concluded, or waiting for a decision.
+        """
+        store = self.steps.store
+        if key is not None:
+            held = await store.admitted_as(key)
+            if held is not None:
+                return await self.steps.admission_of(held)
+        value = arguments(args, kwargs)
+        canonical_bytes(value, path=f"workflow {self.name!r}'s arguments")
+        payload: dict[str, Any] = {"capability": self.name, "input": value}
+        if key is not None:
+            payload[IDEMPOTENCY_KEY] = key
+        for tries_left in reversed(range(_ADMIT_TRIES)):
+            run = RunId.generate()
+            leased_at = self.steps.clock()
+            lease = await store.acquire(run, self.steps.instance, self.steps.lease_ttl)
+            try:
+                records = await store.append(lease.epoch, [Append(run, RUN_ADMITTED, payload)])
+            except DuplicateAdmissionError as error:
+                await store.release_lease(run, lease.epoch)  # a run that never became real
+                return await self.steps.admission_of(error.run)
+            except FencedError:
+                # The lease lapsed before the admission committed and a sweeper took the
+                # empty run: it never became real and the key is unclaimed, so admit anew.
+                if not tries_left:
+                    raise
+                continue
+            except BaseException:
+                await store.release_lease(run, lease.epoch)
+                raise
+            break
+        ctx = self.steps.context(run, lease.epoch, RunHistory.of(records), leased_at)
+        result: R = await execute(ctx, self.fn, args, kwargs, self.name)
+        return Fresh(run, result)
+
+
+async def execute(
+    ctx: RunContext,
+    fn: Callable[..., Awaitable[Any]],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    name: str,
+) -> Any:
+    """Run (or resume) ``fn`` as ``ctx``'s run, to its conclusion or a stop."""
+    with spans.span(
+        f"workflow {name}", **{spans.RUN_ID: str(ctx.run), spans.WORKFLOW: name}
+    ) as span:
+        ctx.start_heartbeat()
+        token = current_run.set(ctx)
+        try:
+            try:
+                result = await fn(*args, **kwargs)
+            except (RunLostError, RunCancelledError, EffectInDoubtError, WorkflowDivergedError):
+                raise
+            except Exception as error:
+                if ctx.stopped is not None:  # the workflow turned a stop into its own error
+                    raise ctx.stopped from error
+                reason = f"{type(error).__name__}: {error}"
+                await ctx.conclude(FAILED, reason=reason[:2000], span=span)
+                span.set(spans.OUTCOME, FAILED)
+                raise
+            if ctx.stopped is not None:  # the workflow caught a stop and returned anyway
+                raise ctx.stopped
+            try:
+                canonical_bytes(result, path=f"workflow {name!r}'s result")
+            except (TypeError, ValueError) as error:
+                await ctx.conclude(FAILED, reason=f"its result is not JSON: {error}", span=span)
+                raise TypeError(
+                    f"workflow {name!r} returned a value that is not JSON ({error}); the run "
+                    "is concluded failed: return what the journal can record"
+                ) from None
+            await ctx.conclude(SUCCEEDED, output=result, span=span)
+            span.set(spans.OUTCOME, SUCCEEDED)
+            return result
+        except (EffectInDoubtError, WorkflowDivergedError):
+            # Waiting for a decision: released, so no sweeper spins on it; listed in doubt.
+            await ctx.stop_heartbeat()
+            if ctx.lost is None:
+                await ctx.store.release_lease(ctx.run, ctx.epoch)
+            raise
+        finally:
+            current_run.reset(token)
+            await ctx.stop_heartbeat()
+
+
+def admitted_call(record: Record) -> tuple[str, tuple[Any, ...], dict[str, Any]]:
+    """The workflow name and arguments a ``RunAdmitted`` record carries."""
+    body = record.body
+    value = body.get("input") or {}
+    return str(body.get("capability")), tuple(value.get("args", ())), dict(value.get("kwargs", {}))
