@@ -21,6 +21,7 @@ if TYPE_CHECKING:
         Inclusion,
         IncoherentCheckpointError,
     )
+    from agentplane_journal.core.cosignature import Cosignature, Cosigner, CosignerKey
     from agentplane_journal.core.ids import (
         DEFAULT_TENANT,
         CaseId,
@@ -44,6 +45,13 @@ if TYPE_CHECKING:
         OpenedNote,
         open_note,
         sign_note,
+    )
+    from agentplane_journal.core.policy import Policy, parse_policy
+    from agentplane_journal.core.receipt import (
+        Receipt,
+        ReceiptReport,
+        parse_receipt,
+        verify_receipt,
     )
     from agentplane_journal.core.record import MAX_RECORD_BYTES, Attestation, Record
     from agentplane_journal.core.signing import (
@@ -77,7 +85,12 @@ if TYPE_CHECKING:
         SecretUnavailableError,
         StoreError,
         TransactionEndedError,
+        WitnessError,
+        WitnessForkedError,
+        WitnessStaleError,
+        WitnessUnavailableError,
     )
+    from agentplane_journal.journal.cosignatures import CosignatureRead
     from agentplane_journal.journal.store import SqlJournalStore
     from agentplane_journal.migrations.commands import current_revision, upgrade
     from agentplane_journal.push.rows import PushListing, ReencryptReport, UnreadableRegistration
@@ -162,6 +175,20 @@ _EXPORTS = {
     "Lease": "core.values",
     "verify_attested": "core.chain",
     "verify_chain": "core.chain",
+    "Cosignature": "core.cosignature",
+    "Cosigner": "core.cosignature",
+    "CosignerKey": "core.cosignature",
+    "Policy": "core.policy",
+    "parse_policy": "core.policy",
+    "Receipt": "core.receipt",
+    "ReceiptReport": "core.receipt",
+    "parse_receipt": "core.receipt",
+    "verify_receipt": "core.receipt",
+    "CosignatureRead": "journal.cosignatures",
+    "WitnessError": "errors",
+    "WitnessForkedError": "errors",
+    "WitnessStaleError": "errors",
+    "WitnessUnavailableError": "errors",
 }
 
 __version__ = "0.1.0"
@@ -241,6 +268,20 @@ __all__ = [
     "verify_chain",
     "verify_consistency",
     "verify_inclusion",
+    "Cosignature",
+    "Cosigner",
+    "CosignerKey",
+    "Policy",
+    "parse_policy",
+    "Receipt",
+    "ReceiptReport",
+    "parse_receipt",
+    "verify_receipt",
+    "CosignatureRead",
+    "WitnessError",
+    "WitnessForkedError",
+    "WitnessStaleError",
+    "WitnessUnavailableError",
 ]
 
 

@@ -487,6 +487,7 @@ def test_every_table_the_package_owns_is_named_for_host_filters() -> None:
         "journal_counter",
         "log_tree",
         "run_admission",
+        "log_cosignature",
     }
 
 

@@ -210,6 +210,7 @@ async def test_every_040_table_column_key_index_and_sequence_is_identical_after_
         "journal_counter",
         "log_tree",
         "run_admission",
+        "log_cosignature",
         VERSION_TABLE,
     }
     assert {s[0] for s in cat_ours["sequences"]} == SEQUENCES_040

@@ -156,6 +156,7 @@ async def test_our_schema_is_022s_table_for_table_but_for_two_floors(
     assert {t for t, _ in cat_ours["tables"]} - TABLES_022 == {
         "journal_counter",
         "log_tree",
+        "log_cosignature",
         VERSION_TABLE,
     }
 

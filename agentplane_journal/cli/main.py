@@ -84,6 +84,9 @@ _COMMANDS = {
     "cmd_reindex_log": "log",
     "cmd_forget_admissions": "admissions",
     "cmd_reindex_admissions": "admissions",
+    "cmd_witness": "witness",
+    "cmd_receipt": "witness",
+    "cmd_verify_receipt": "witness",
 }
 
 Handler = Callable[[argparse.Namespace], Coroutine[Any, Any, int]]
@@ -298,6 +301,52 @@ def build_parser() -> argparse.ArgumentParser:
     )
     export.add_argument("run", metavar="RUN", nargs="?", help="run id (or --all)")
     export.add_argument("--all", action="store_true", help="export every run of the tenant")
+    # -- witnesses and receipts (cli/witness.py) --
+    log_key = argparse.ArgumentParser(add_help=False)
+    log_key.add_argument(
+        "--sign-key-file",
+        metavar="PATH",
+        required=True,
+        help="the log's 32-byte Ed25519 seed (raw, or 64 hex digits), as for `checkpoint`",
+    )
+    log_key.add_argument(
+        "--key-name", metavar="NAME", help="the signing key's name (default: the log's origin)"
+    )
+    witness = add(
+        "witness",
+        "sign the checkpoint, ask the policy's witnesses to cosign it, store the "
+        "cosignatures and report the quorum",
+        "cmd_witness",
+        database,
+        reads,
+        log_key,
+    )
+    witness.add_argument(
+        "--policy", metavar="POLICY", required=True, help="a c2sp.org/tlog-policy file"
+    )
+    witness.add_argument(
+        "--timeout", type=float, default=10.0, help="seconds per witness request (default 10)"
+    )
+    receipt = add(
+        "receipt",
+        "write a sealed run's offline proof (c2sp.org/tlog-proof@v1) with its cosignatures",
+        "cmd_receipt",
+        database,
+        log_key,
+    )
+    receipt.add_argument("run", metavar="RUN", help="run id (run_<ULID>)")
+    receipt.add_argument("-o", "--output", metavar="FILE", help="write here (default: stdout)")
+    verify_receipt = add(
+        "verify-receipt",
+        "check a receipt offline against a c2sp.org/tlog-policy (no database)",
+        "cmd_verify_receipt",
+    )
+    verify_receipt.add_argument("file", metavar="FILE", help="the receipt ('-': stdin)")
+    verify_receipt.add_argument(
+        "--policy", metavar="POLICY", required=True, help="a c2sp.org/tlog-policy file"
+    )
+    verify_receipt.add_argument("--run", metavar="RUN", help="fail unless it is this run's")
+    verify_receipt.add_argument("--json", action="store_true", help="print JSON instead of text")
     return parser
 
 

@@ -34,13 +34,14 @@ __all__ = [
 ]
 
 #: The revision this version of the package works against (the script directory's head).
-HEAD_REVISION = "0004_checks"
+HEAD_REVISION = "0006_cosignatures"
 #: Every revision this version of the package ships, oldest first.
 KNOWN_REVISIONS = (
     "0001_journal_schema",
     "0002_log_tree",
     "0003_contract_0_22",
     "0004_checks",
+    "0006_cosignatures",
 )
 #: The version table a host keeps when it runs our revisions from its own
 #: ``version_locations`` (our revision is then one of its heads).
