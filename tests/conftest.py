@@ -78,6 +78,7 @@ SLOW_FILES = frozenset(
         "test_sqlite_processes.py",
         "test_testing_plugin.py",
         "test_types.py",
+        "test_witness_aics.py",
         "test_wheel.py",
     }
 )

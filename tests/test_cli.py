@@ -58,6 +58,9 @@ COMMANDS = (
     "reindex-log",
     "forget-admissions",
     "reindex-admissions",
+    "witness",
+    "receipt",
+    "verify-receipt",
 )
 SIGNER = Ed25519Signer("test-key", bytes(range(32)))
 TRUST = f"test-key={SIGNER.public_key.hex()}"

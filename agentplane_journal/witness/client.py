@@ -113,6 +113,7 @@ class WitnessRound:
     cosigned_by: tuple[str, ...]  # policy names whose stored cosignature verifies
     quorum_met: bool
     findings: tuple[str, ...] = field(default=())  # stored rows that did not verify
+    lines: tuple[str, ...] = field(default=())  # every verified stored cosignature line
 
     @property
     def forked(self) -> bool:
@@ -120,10 +121,8 @@ class WitnessRound:
 
     @property
     def cosigned_note(self) -> str:
-        """The signed note with every verified cosignature of this checkpoint appended."""
-        return self.signed_note + "".join(
-            o.cosignature.line for o in self.outcomes if o.cosignature
-        )
+        """The signed note with every verified stored cosignature of this checkpoint."""
+        return self.signed_note + "".join(self.lines)
 
 
 async def _ask(
@@ -194,4 +193,5 @@ async def witness_round(
         names,
         policy.quorum_met(names),
         stored.findings,
+        tuple(stored.lines),
     )
