@@ -287,7 +287,7 @@ async def test_a_receipt_verifies_offline_and_every_tampering_is_a_failed_check(
     async with _client(w1, w2) as client:
         await witness_round(store, signer, policy, client=client)
     after = await _seal(store, 2)  # sealed after the cosigned checkpoint
-    receipt, cosigned = await _receipt(store, str(runs[3]), signer)
+    receipt, cosigned, _ = await _receipt(store, str(runs[3]), signer)
     assert cosigned == 2 and receipt.index == 3
     text = receipt.to_text()
     report = verify_receipt(text, policy, str(runs[3]))
@@ -327,7 +327,7 @@ async def test_a_receipt_verifies_offline_and_every_tampering_is_a_failed_check(
     assert not report.ok
     assert any(not ok and "verifies" in msg for ok, msg in report.checks)
     # A run sealed after the last witnessed checkpoint gets the log's signature only.
-    late, cosigned = await _receipt(store, str(after[-1]), signer)
+    late, cosigned, _ = await _receipt(store, str(after[-1]), signer)
     assert (
         cosigned == 0
         and verify_receipt(
@@ -371,3 +371,9 @@ async def test_a_hostile_stored_cosignature_is_reported_and_never_served(
     assert len(read.findings) == 2
     assert any("does not verify" in f for f in read.findings)
     assert await store.cosignature_lines(cp) == []
+    from agentplane_journal.cli.witness import _receipt
+
+    runs = [run for run, _ in await store.sealed_runs()]
+    receipt, cosigned, findings = await _receipt(store, str(runs[0]), signer)
+    assert cosigned == 0 and len(findings) == 2  # reported, left out, no traceback
+    assert verify_receipt(receipt.to_text(), parse_policy("quorum none\n")).checks[0][0]

@@ -112,21 +112,24 @@ async def cmd_witness(args: argparse.Namespace) -> int:
 
 async def _receipt(
     store: SqlJournalStore, run_text: str, signer: NoteSigner
-) -> tuple[Receipt, int]:
+) -> tuple[Receipt, int, list[str]]:
     """The run's receipt on the largest cosigned checkpoint holding it (else the current
-    one), and the number of cosignatures it carries."""
+    one), the number of cosignatures it carries, and the stored rows that did not verify
+    (reported, never put in the receipt)."""
     run = _run_id(run_text)
     inc = await store.inclusion_proof(run)
     if inc is None:
         raise _Exit(1, f"{run} is not sealed, so it is not in the log yet (only sealed runs are)")
+    findings: list[str] = []
     chosen: tuple[Checkpoint, list[str]] | None = None
     for size in await store.cosigned_sizes():
         if size <= inc.index:
             break
         cp, _ = await store.checkpoint_at(size)
-        lines = await store.cosignature_lines(cp)
-        if lines:
-            chosen = (cp, lines)
+        read = await store.read_cosignatures(cp)
+        findings += read.findings
+        if read.lines:
+            chosen = (cp, read.lines)
             break
     if chosen is None:
         cp, _ = await store.checkpoint_at(inc.size)
@@ -135,13 +138,15 @@ async def _receipt(
     paths = await store.inclusion_paths_at(cp.size, [inc.index])
     note = cp.to_signed_note(signer) + "".join(lines)
     receipt = Receipt(str(run), inc.seal, inc.index, tuple(paths[inc.index]), note)
-    return receipt, len(lines)
+    return receipt, len(lines), findings
 
 
 async def cmd_receipt(args: argparse.Namespace) -> int:
     async with _store(args) as store:
         signer = _signer(args, store)
-        receipt, cosigned = await _receipt(store, args.run, signer)
+        receipt, cosigned, findings = await _receipt(store, args.run, signer)
+    for finding in findings:
+        print(f"agentplane-journal: FAILED stored {finding} (left out)", file=sys.stderr)
     text = receipt.to_text()
     if args.output:
         _write(args.output, text)

@@ -165,6 +165,14 @@ def verify_receipt(text: str | bytes, policy: Policy, run: str | None = None) ->
         checks.append((False, f"the checkpoint is a well-formed signed note ({exc})"))
         return ReceiptReport(tuple(checks), receipt, None, ())
     signer = opened.verified[0].name
+    if signer != checkpoint.origin:
+        checks.append(
+            (
+                False,
+                f"the log key's name {signer!r} is the checkpoint's origin "
+                f"{checkpoint.origin!r} (c2sp.org/tlog-policy: a log key is named for its origin)",
+            )
+        )
     checks.append(
         (
             True,
