@@ -246,6 +246,29 @@ async def test_a_forked_log_is_reported_forked_and_nothing_is_stored(
     assert await store.cosignature_lines(result.checkpoint) == []
 
 
+async def test_a_witness_ahead_of_the_round_is_stale_if_the_log_grew_and_forked_if_it_shrank(
+    store: SqlJournalStore,
+) -> None:
+    signer = NoteSigner(store.origin, LOG_SEED)
+    w1 = FakeWitness(W1, signer.verifier_key)
+    policy = _policy(("a", W1, "http://w1.test"), quorum="quorum a")
+    await _seal(store, 3)
+    async with _client(w1) as client:
+        # A newer round (size 3) got there first; this round's checkpoint is of size 2.
+        cp3, _ = await store.checkpoint_at(3)
+        w1.state[store.origin] = (3, cp3.root)
+        cp2, _ = await store.checkpoint_at(2)
+        from agentplane_journal.witness.client import HttpWitness, _ask
+
+        http = HttpWitness(policy.witnesses[0], "http://w1.test", client, 5.0)
+        outcome = await _ask(store, http, cp2, cp2.to_signed_note(signer))
+        assert outcome.status == "stale" and "run `witness` again" in outcome.detail
+        # The witness saw 9 leaves of this origin and key; this log has 3: it shrank.
+        w1.state[store.origin] = (9, Digest.of(b"a longer log"))
+        result = await witness_round(store, signer, policy, client=client)
+        assert result.forked and "shrank" in result.outcomes[0].detail
+
+
 async def test_an_unreachable_witness_is_unavailable_and_a_url_less_one_not_asked(
     store: SqlJournalStore,
 ) -> None:

@@ -125,6 +125,27 @@ class WitnessRound:
         return self.signed_note + "".join(self.lines)
 
 
+async def _has_leaves(store: SqlJournalStore, size: int) -> bool:
+    """Does the log (on the primary) hold at least ``size`` leaves?"""
+    try:
+        await store.checkpoint_at(size)
+    except ValueError:
+        return False
+    return True
+
+
+async def _ahead(store: SqlJournalStore, name: str, size: int, checkpoint: Checkpoint) -> None:
+    """The witness holds ``size`` > this round's checkpoint: a race with a newer round
+    (stale) if the log has that many leaves now, else the log shrank (forked)."""
+    if await _has_leaves(store, size):
+        raise WitnessStaleError(name, size)
+    raise WitnessForkedError(
+        name,
+        f"it holds size {size} of this log, larger than this log's {checkpoint.size} leaves: "
+        "the log shrank below what the witness saw",
+    )
+
+
 async def _ask(
     store: SqlJournalStore, http: HttpWitness, checkpoint: Checkpoint, note: str
 ) -> WitnessOutcome:
@@ -133,18 +154,28 @@ async def _ask(
     for attempt in range(2):
         try:
             if old > checkpoint.size:
-                raise WitnessForkedError(
-                    name,
-                    f"it cosigned size {old} of this log, larger than the checkpoint's "
-                    f"{checkpoint.size}: the log shrank below what the witness saw",
-                )
+                await _ahead(store, name, old, checkpoint)
             _, proof = await store.checkpoint_at(checkpoint.size, old)
             cosig = await http.add_checkpoint(checkpoint, note, old, proof)
         except WitnessStaleError as stale:
-            if attempt == 0 and stale.witness_size != old:
-                old = stale.witness_size  # routine: someone moved it on; send from there
+            size = stale.witness_size
+            if attempt == 0 and size != old and size <= checkpoint.size:
+                old = size  # routine: someone moved it on; send from there
                 continue
-            return WitnessOutcome(name, "stale", str(stale))
+            try:
+                if size > checkpoint.size:
+                    await _ahead(store, name, size, checkpoint)
+            except WitnessForkedError as exc:
+                return WitnessOutcome(name, "forked", str(exc))
+            except WitnessStaleError:
+                pass
+            detail = (
+                f"it holds size {size}, newer than this round's checkpoint ({checkpoint.size}); "
+                "the log grew meanwhile: run `witness` again"
+                if size > checkpoint.size
+                else str(stale)
+            )
+            return WitnessOutcome(name, "stale", detail)
         except WitnessForkedError as exc:
             return WitnessOutcome(name, "forked", str(exc))
         except WitnessError as exc:
