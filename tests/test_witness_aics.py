@@ -34,9 +34,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_cli import add_runs, run_cli
+from test_cli import add_runs
 
 from agentplane_journal import NoteSigner, SqlJournalStore
+from agentplane_journal.cli.main import main
 from agentplane_journal.core.merkle import leaf_hash
 from agentplane_journal.core.receipt import parse_receipt
 
@@ -148,6 +149,19 @@ def witness(aics: Path, tmp_path: Path) -> Iterator[tuple[str, str]]:
         server.wait(timeout=10)
 
 
+class _Result:
+    def __init__(self, returncode: int, stdout: str, stderr: str) -> None:
+        self.returncode, self.stdout, self.stderr = returncode, stdout, stderr
+
+
+def _cli(capsys: pytest.CaptureFixture[str], *args: str) -> _Result:
+    """The command line in this process (a subprocess per command costs a second each)."""
+    capsys.readouterr()
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return _Result(code, out, err)
+
+
 def _tlog(aics: Path, *args: str) -> dict[str, Any]:
     result = subprocess.run(
         [str(aics / "aics-tlog"), *args], capture_output=True, text=True, timeout=60
@@ -166,6 +180,7 @@ def test_aics_witness_cosigns_our_checkpoints_refuses_a_fork_and_aics_tlog_verif
     witness: tuple[str, str],
     sqlite_database: Callable[..., str],
     tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     url, witness_vkey = witness
     signer = NoteSigner("agentplane", SEED)
@@ -178,7 +193,7 @@ def test_aics_witness_cosigns_our_checkpoints_refuses_a_fork_and_aics_tlog_verif
     runs = asyncio.run(add_runs(db, sealed=3))
     keys = ["--sign-key-file", str(key_file)]
 
-    first = run_cli("witness", "--url", db, "--policy", str(policy), *keys, "--json")
+    first = _cli(capsys, "witness", "--url", db, "--policy", str(policy), *keys, "--json")
     assert first.returncode == 0, first.stdout + first.stderr
     report = json.loads(first.stdout)
     assert report["quorum_met"] and report["witnesses"][0]["status"] == "cosigned"
@@ -187,7 +202,7 @@ def test_aics_witness_cosigns_our_checkpoints_refuses_a_fork_and_aics_tlog_verif
     note3.write_text(report["note"])
 
     asyncio.run(add_runs(db, sealed=4))
-    second = run_cli("witness", "--url", db, "--policy", str(policy), *keys, "--json")
+    second = _cli(capsys, "witness", "--url", db, "--policy", str(policy), *keys, "--json")
     assert second.returncode == 0, second.stdout + second.stderr
     report = json.loads(second.stdout)
     assert report["witnesses"][0] == {
@@ -231,9 +246,11 @@ def test_aics_witness_cosigns_our_checkpoints_refuses_a_fork_and_aics_tlog_verif
 
     # A receipt: ours verifies it offline, aics-tlog verifies its inclusion proof.
     receipt_file = tmp_path / "run.tlog-proof"
-    made = run_cli("receipt", runs[1], "--url", db, *keys, "-o", str(receipt_file))
+    made = _cli(capsys, "receipt", runs[1], "--url", db, *keys, "-o", str(receipt_file))
     assert made.returncode == 0, made.stderr
-    ours = run_cli("verify-receipt", str(receipt_file), "--policy", str(policy), "--run", runs[1])
+    ours = _cli(
+        capsys, "verify-receipt", str(receipt_file), "--policy", str(policy), "--run", runs[1]
+    )
     assert ours.returncode == 0, ours.stdout + ours.stderr
     receipt = parse_receipt(receipt_file.read_text())
     checkpoint_file = tmp_path / "receipt.note"
@@ -292,12 +309,12 @@ def test_aics_witness_cosigns_our_checkpoints_refuses_a_fork_and_aics_tlog_verif
     # A fork: another database, same origin and key, a different history of 8 runs.
     fork = sqlite_database()
     asyncio.run(add_runs(fork, sealed=8))
-    forked = run_cli("witness", "--url", fork, "--policy", str(policy), *keys)
+    forked = _cli(capsys, "witness", "--url", fork, "--policy", str(policy), *keys)
     assert forked.returncode == 1, forked.stdout + forked.stderr
     assert "FORKED" in forked.stdout and "w1" in forked.stdout
     assert "a witness reports a fork" in forked.stderr
     # The honest log is still cosigned from where the witness is.
     asyncio.run(add_runs(db, sealed=1))
-    third = run_cli("witness", "--url", db, "--policy", str(policy), *keys, "--json")
+    third = _cli(capsys, "witness", "--url", db, "--policy", str(policy), *keys, "--json")
     assert third.returncode == 0, third.stdout + third.stderr
     assert json.loads(third.stdout)["witnesses"][0]["detail"] == "old size 7"
