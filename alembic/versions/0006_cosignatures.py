@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import sqlalchemy as sa
-from alembic import op
+from alembic import context, op
 
 revision: str = "0006_cosignatures"
 down_revision: str | None = "0004_checks"
@@ -50,6 +50,14 @@ def upgrade() -> None:
 def downgrade() -> None:
     from agentplane_journal.migrations.commands import refuse_dropping_records
 
-    # On the way to base, refuse before this step too (SQLite's DDL is not transactional).
+    # What a lower revision's downgrade refuses is refused before this step too: on SQLite
+    # the alembic command commits each revision by itself, so a refusal there alone would
+    # leave this one done (the cosignatures dropped, and never to be had again).
     refuse_dropping_records(op.get_context(), only_to_base=True)
+    if not context.is_offline_mode():
+        script = op.get_context().environment_context.script
+        checks = script.get_revision("0004_checks").module
+        if checks._below(checks.PREVIOUS_HEAD):  # to 0002 or lower: 0003's refusal, first
+            previous = script.get_revision(checks.PREVIOUS_HEAD).module
+            previous._refuse_dropping_parked(_schema())  # parked pushes would be due again
     op.drop_table("log_cosignature", schema=_schema())
