@@ -22,6 +22,7 @@ if TYPE_CHECKING:
         Inclusion,
         IncoherentCheckpointError,
     )
+    from agentplane_journal.core.cosignature import Cosignature, Cosigner, CosignerKey
     from agentplane_journal.core.ids import (
         DEFAULT_TENANT,
         CaseId,
@@ -46,7 +47,14 @@ if TYPE_CHECKING:
         open_note,
         sign_note,
     )
+    from agentplane_journal.core.policy import Policy, parse_policy
     from agentplane_journal.core.profile import AGENTPLANE_0_4, AGENTPLANE_0_22, WireProfile
+    from agentplane_journal.core.receipt import (
+        Receipt,
+        ReceiptReport,
+        parse_receipt,
+        verify_receipt,
+    )
     from agentplane_journal.core.record import MAX_RECORD_BYTES, Attestation, Record
     from agentplane_journal.core.signing import (
         DOMAIN_RECORD,
@@ -88,9 +96,14 @@ if TYPE_CHECKING:
         ThreadMovedError,
         TransactionEndedError,
         WireProfileError,
+        WitnessError,
+        WitnessForkedError,
+        WitnessStaleError,
+        WitnessUnavailableError,
         WorkflowDivergedError,
         WorkflowNotRegisteredError,
     )
+    from agentplane_journal.journal.cosignatures import CosignatureRead
     from agentplane_journal.journal.store import SqlJournalStore
     from agentplane_journal.migrations.commands import current_revision, upgrade
     from agentplane_journal.push.rows import PushListing, ReencryptReport, UnreadableRegistration
@@ -219,6 +232,20 @@ _EXPORTS = {
     "RunCancelledError": "errors",
     "WorkflowNotRegisteredError": "errors",
     "WorkflowDivergedError": "errors",
+    "Cosignature": "core.cosignature",
+    "Cosigner": "core.cosignature",
+    "CosignerKey": "core.cosignature",
+    "Policy": "core.policy",
+    "parse_policy": "core.policy",
+    "Receipt": "core.receipt",
+    "ReceiptReport": "core.receipt",
+    "parse_receipt": "core.receipt",
+    "verify_receipt": "core.receipt",
+    "CosignatureRead": "journal.cosignatures",
+    "WitnessError": "errors",
+    "WitnessForkedError": "errors",
+    "WitnessStaleError": "errors",
+    "WitnessUnavailableError": "errors",
 }
 
 __version__ = "0.1.0"
@@ -328,6 +355,20 @@ __all__ = [
     "RunCancelledError",
     "WorkflowNotRegisteredError",
     "WorkflowDivergedError",
+    "Cosignature",
+    "Cosigner",
+    "CosignerKey",
+    "Policy",
+    "parse_policy",
+    "Receipt",
+    "ReceiptReport",
+    "parse_receipt",
+    "verify_receipt",
+    "CosignatureRead",
+    "WitnessError",
+    "WitnessForkedError",
+    "WitnessStaleError",
+    "WitnessUnavailableError",
 ]
 
 

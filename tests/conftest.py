@@ -97,6 +97,7 @@ SLOW_FILES = frozenset(
         "test_pooler.py",
         "test_replica.py",
         "test_types.py",
+        "test_witness_aics.py",
         "test_wheel.py",
         "test_patroni.py",
     }

@@ -62,6 +62,9 @@ COMMANDS = (
     "migrate-profile",
     "tiles",
     "serve",
+    "witness",
+    "receipt",
+    "verify-receipt",
 )
 SIGNER = Ed25519Signer("test-key", bytes(range(32)))
 TRUST = f"test-key={SIGNER.public_key.hex()}"

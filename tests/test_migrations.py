@@ -488,6 +488,7 @@ def test_every_table_the_package_owns_is_named_for_host_filters() -> None:
         "log_tree",
         "run_admission",
         "journal_profile",
+        "log_cosignature",
     }
 
 

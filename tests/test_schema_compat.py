@@ -211,6 +211,7 @@ async def test_every_040_table_column_key_index_and_sequence_is_identical_after_
         "log_tree",
         "run_admission",
         "journal_profile",
+        "log_cosignature",
         VERSION_TABLE,
     }
     assert {s[0] for s in cat_ours["sequences"]} == SEQUENCES_040

@@ -157,6 +157,7 @@ async def test_our_schema_is_022s_table_for_table_but_for_two_floors(
         "journal_counter",
         "log_tree",
         "journal_profile",
+        "log_cosignature",
         VERSION_TABLE,
     }
 

@@ -94,6 +94,9 @@ _COMMANDS = {
     "cmd_serve": "serve",
     "cmd_replication": "replication",
     "cmd_steps": "steps",
+    "cmd_witness": "witness",
+    "cmd_receipt": "witness",
+    "cmd_verify_receipt": "witness",
 }
 
 Handler = Callable[[argparse.Namespace], Coroutine[Any, Any, int]]
@@ -352,14 +355,15 @@ def build_parser() -> argparse.ArgumentParser:
     migrate_profile.add_argument(
         "profile", metavar="PROFILE", choices=["agentplane-0.4", "agentplane-0.22"]
     )
-    # -- the log as C2SP tlog-tiles (cli/tiles.py) and the audit page (cli/serve.py) --
+    # -- the log as C2SP tlog-tiles (cli/tiles.py), the audit page (cli/serve.py), witnesses
+    # and receipts (cli/witness.py): the same log key options --
     log_key = argparse.ArgumentParser(add_help=False)
     log_key.add_argument(
         "--sign-key-file",
         metavar="PATH",
         required=True,
         help="sign checkpoints (C2SP signed note, Ed25519) with the 32-byte seed in PATH "
-        "(raw, or 64 hex digits)",
+        "(raw, or 64 hex digits), as for `checkpoint`",
     )
     log_key.add_argument(
         "--key-name", metavar="NAME", help="the signing key's name (default: the log's origin)"
@@ -388,6 +392,41 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--host", default="127.0.0.1", help="address (default: %(default)s)")
     serve.add_argument("--port", type=int, default=8080, help="port (default: %(default)s)")
+    witness = add(
+        "witness",
+        "sign the checkpoint, ask the policy's witnesses to cosign it, store the "
+        "cosignatures and report the quorum",
+        "cmd_witness",
+        database,
+        reads,
+        log_key,
+    )
+    witness.add_argument(
+        "--policy", metavar="POLICY", required=True, help="a c2sp.org/tlog-policy file"
+    )
+    witness.add_argument(
+        "--timeout", type=float, default=10.0, help="seconds per witness request (default 10)"
+    )
+    receipt = add(
+        "receipt",
+        "write a sealed run's offline proof (c2sp.org/tlog-proof@v1) with its cosignatures",
+        "cmd_receipt",
+        database,
+        log_key,
+    )
+    receipt.add_argument("run", metavar="RUN", help="run id (run_<ULID>)")
+    receipt.add_argument("-o", "--output", metavar="FILE", help="write here (default: stdout)")
+    verify_receipt = add(
+        "verify-receipt",
+        "check a receipt offline against a c2sp.org/tlog-policy (no database)",
+        "cmd_verify_receipt",
+    )
+    verify_receipt.add_argument("file", metavar="FILE", help="the receipt ('-': stdin)")
+    verify_receipt.add_argument(
+        "--policy", metavar="POLICY", required=True, help="a c2sp.org/tlog-policy file"
+    )
+    verify_receipt.add_argument("--run", metavar="RUN", help="fail unless it is this run's")
+    verify_receipt.add_argument("--json", action="store_true", help="print JSON instead of text")
     return parser
 
 

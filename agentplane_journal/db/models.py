@@ -390,6 +390,31 @@ class LogTree(Base):
     run_id: Mapped[str | None] = mapped_column(Text, nullable=True)
 
 
+class LogCosignature(Base):
+    """Witness cosignatures of the tenant's checkpoints (c2sp.org/tlog-cosignature; an addition).
+
+    One row per (checkpoint size, cosigner key): the checkpoint's root, the cosigner's vkey
+    (type 0x04, so a row verifies on its own), the cosignature's timestamp and its signature
+    line as the witness returned it. Evidence, not derived data: a witness never cosigns an
+    older size again, so a lost row cannot be re-obtained. Rows are re-verified against
+    their own vkey and the checkpoint whenever they are read back
+    (:mod:`agentplane_journal.journal.cosignatures`); one that does not verify is reported,
+    never served.
+    """
+
+    __tablename__ = "log_cosignature"
+    __table_args__ = (PrimaryKeyConstraint("tenant", "tree_size", "cosigner", "key_id"),)
+
+    tenant: Mapped[str] = mapped_column(Text, nullable=False)
+    tree_size: Mapped[int] = mapped_column(BigInteger, nullable=False, autoincrement=False)
+    cosigner: Mapped[str] = mapped_column(Text, nullable=False)
+    key_id: Mapped[int] = mapped_column(BigInteger, nullable=False, autoincrement=False)
+    root: Mapped[bytes] = mapped_column(LargeBinary, nullable=False)
+    vkey: Mapped[str] = mapped_column(Text, nullable=False)
+    cosigned_at: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    line: Mapped[str] = mapped_column(Text, nullable=False)
+
+
 #: Every table this package owns (for host applications' autogenerate filters).
 TABLE_NAMES: frozenset[str] = frozenset(metadata.tables) | {VERSION_TABLE}
 

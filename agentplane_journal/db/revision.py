@@ -34,7 +34,7 @@ __all__ = [
 ]
 
 #: The revision this version of the package works against (the script directory's head).
-HEAD_REVISION = "0005_wire_profile"
+HEAD_REVISION = "0006_cosignatures"
 #: Every revision this version of the package ships, oldest first.
 KNOWN_REVISIONS = (
     "0001_journal_schema",
@@ -42,6 +42,7 @@ KNOWN_REVISIONS = (
     "0003_contract_0_22",
     "0004_checks",
     "0005_wire_profile",
+    "0006_cosignatures",
 )
 #: The version table a host keeps when it runs our revisions from its own
 #: ``version_locations`` (our revision is then one of its heads).

@@ -72,6 +72,7 @@ from agentplane_journal.errors import (
 )
 from agentplane_journal.journal.admissions import Admissions
 from agentplane_journal.journal.audits import AuditReads
+from agentplane_journal.journal.cosignatures import Cosignatures
 from agentplane_journal.journal.leases import RunControl
 from agentplane_journal.journal.log import TenantLog
 from agentplane_journal.journal.profiles import Profiles
@@ -94,7 +95,7 @@ class _RunState:
     head_hash: Digest
 
 
-class SqlJournalStore(RunReads, AuditReads, RunControl, Admissions, Profiles):
+class SqlJournalStore(RunReads, AuditReads, RunControl, Admissions, Profiles, Cosignatures):
     """agentplane's journal store over SQLAlchemy's async engine (PostgreSQL or SQLite).
 
     Build it over an existing ``AsyncEngine`` (a host application's own works; SQLite's

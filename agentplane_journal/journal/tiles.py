@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import and_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from agentplane_journal.core.checkpoint import Checkpoint
 from agentplane_journal.core.merkle import raw_leaf
 from agentplane_journal.core.tiles import TILE_WIDTH, Tile, encode_bundle
 from agentplane_journal.db.models import LogTree, RunSeal
@@ -151,15 +152,19 @@ async def entry_bundles(
 
 
 async def cosignature_lines(store: SqlJournalStore, note_body: str) -> list[str]:
-    """THE WITNESS HOOK: the cosignature lines (``— name base64\\n``) stored for this
-    checkpoint body, appended after the log's own signature wherever a checkpoint is
-    published (``tiles export``, ``serve``'s ``/<tenant>/checkpoint`` and audit page).
+    """The witness cosignature lines (``— name base64\\n``) stored for this checkpoint
+    body, appended after the log's own signature wherever a checkpoint is published
+    (``tiles export``, ``serve``'s ``/<tenant>/checkpoint`` and audit page).
 
-    Empty until witness cosignatures are stored (c2sp.org/tlog-witness); whoever stores
-    them fills this in, and every published checkpoint carries them from then on.
+    Only cosignatures that verify again as they are read come back
+    (:meth:`~agentplane_journal.journal.cosignatures.Cosignatures.cosignature_lines`); a
+    checkpoint of a size no witness was asked about (``agentplane-journal witness``) has none.
     """
-    del store, note_body
-    return []
+    try:
+        checkpoint = Checkpoint.from_note(note_body)
+    except ValueError:
+        return []  # not a checkpoint body this log writes: nothing stored can match it
+    return await store.cosignature_lines(checkpoint)
 
 
 async def recent_seals(

@@ -64,20 +64,32 @@ def downgrade() -> None:
             f"a tenant recorded as anything but {DEFAULT} would then accept {DEFAULT} records\n"
         )
     else:
-        table = sa.table("journal_profile", sa.column("profile", sa.Text()), schema=schema)
-        count = (
-            op.get_bind()
-            .execute(
-                sa.select(sa.func.count()).select_from(table).where(table.c.profile != DEFAULT)
-            )
-            .scalar_one()
-        )
-        if count:
-            raise ValueError(
-                f"{count} tenant(s) are recorded in a wire profile other than {DEFAULT}: "
-                "downgrading below 0005_wire_profile forgets it, and the tenant would then "
-                f"accept {DEFAULT} records on top of its own; nothing was changed. Migrate "
-                f"them back first (SqlJournalStore.migrate_profile('{DEFAULT}')), or keep "
-                "this revision."
-            )
+        _refuse_other_profiles(schema)
+        # What a lower revision's downgrade refuses is refused before this step too: on
+        # SQLite the alembic command commits each revision by itself.
+        script = op.get_context().environment_context.script
+        checks = script.get_revision("0004_checks").module
+        if checks._below(checks.PREVIOUS_HEAD):  # to 0002 or lower: 0003's refusal, first
+            previous = script.get_revision(checks.PREVIOUS_HEAD).module
+            previous._refuse_dropping_parked(schema)  # parked pushes would be due again
     op.drop_table("journal_profile", schema=schema)
+
+
+def _refuse_other_profiles(schema: str | None) -> None:
+    """Refuse (``ValueError``, nothing changed) while a tenant is recorded in another profile
+    than the default: forgetting it would let the tenant take the default's records on top
+    of its own. Also called by later revisions' downgrades that go below this one."""
+    table = sa.table("journal_profile", sa.column("profile", sa.Text()), schema=schema)
+    count = (
+        op.get_bind()
+        .execute(sa.select(sa.func.count()).select_from(table).where(table.c.profile != DEFAULT))
+        .scalar_one()
+    )
+    if count:
+        raise ValueError(
+            f"{count} tenant(s) are recorded in a wire profile other than {DEFAULT}: "
+            "downgrading below 0005_wire_profile forgets it, and the tenant would then "
+            f"accept {DEFAULT} records on top of its own; nothing was changed. Migrate "
+            f"them back first (SqlJournalStore.migrate_profile('{DEFAULT}')), or keep "
+            "this revision."
+        )
