@@ -10,7 +10,6 @@ a refused restore.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import tempfile
 from contextlib import nullcontext
@@ -37,7 +36,7 @@ async def cmd_export_v1(args: argparse.Namespace) -> int:
     async with _store(args) as store:
         runs = None if args.all else [await _existing(store, args.run)]
         with (
-            open(out_path, "w", encoding="utf-8", newline="\n")  # noqa: SIM115
+            Path(out_path).open("w", encoding="utf-8", newline="\n")  # noqa: ASYNC230
             if out_path
             else nullcontext(sys.stdout)
         ) as out:
@@ -83,7 +82,7 @@ def _print_verify(report: VerifyReport, as_json: bool) -> None:
 
 async def cmd_verify_export(args: argparse.Namespace) -> int:
     path = Path(args.file)
-    if not path.is_file():
+    if not path.is_file():  # noqa: ASYNC240
         raise _Exit(2, f"no export file at {path}")
     expected = None
     if args.checkpoint:
@@ -121,7 +120,7 @@ async def _restore(store: SqlJournalStore, path: Path) -> RestoreReport:
 
 async def cmd_restore(args: argparse.Namespace) -> int:
     path = Path(args.file)
-    if not path.is_file():
+    if not path.is_file():  # noqa: ASYNC240
         raise _Exit(2, f"no export file at {path}")
     async with _store(args) as store:
         report = await _restore(store, path)
@@ -149,7 +148,7 @@ async def cmd_drill(args: argparse.Namespace) -> int:
             restored = await _restore(scratch_store, export_path)
         finally:
             await scratch_store.close()
-        size = os.path.getsize(export_path)
+        size = export_path.stat().st_size
     ok = verified.is_sound and restored.is_faithful and not trailer.unreadable
     if args.json:
         fmt.print_json(

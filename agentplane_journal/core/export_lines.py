@@ -102,7 +102,12 @@ def checkpoint_json(cp: Checkpoint) -> dict[str, Any]:
 
 def header_line(cp: Checkpoint, canon: int) -> str:
     return _dumps(
-        {"kind": HEADER, "version": FORMAT_VERSION, "checkpoint": checkpoint_json(cp), "canon": canon}
+        {
+            "kind": HEADER,
+            "version": FORMAT_VERSION,
+            "checkpoint": checkpoint_json(cp),
+            "canon": canon,
+        }
     )
 
 

@@ -190,8 +190,7 @@ class ExportVerifier:
             self.report.records += 1
             if self._pass is None:
                 self.report.findings.append(
-                    "a record appears before any run block, so nothing says which run it "
-                    "belongs to"
+                    "a record appears before any run block, so nothing says which run it belongs to"
                 )
             else:
                 self._read_record(value, self._pass)

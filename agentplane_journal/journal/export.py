@@ -78,9 +78,7 @@ async def _sealed_page(
     return await store._unit(unit, read_only=True)
 
 
-async def export_runs(
-    store: SqlJournalStore, size: int
-) -> AsyncIterator[tuple[list[RunId], bool]]:
+async def export_runs(store: SqlJournalStore, size: int) -> AsyncIterator[tuple[list[RunId], bool]]:
     """Every run in pages, ``(runs, in_log_phase)``: the log's first ``size`` leaves in
     order, then every run by id (the caller skips those it wrote in the first phase). A
     stored id that is not a canonical run id is skipped (``verify --all`` names it)."""

@@ -68,9 +68,7 @@ class RestoreReport:
     def is_faithful(self) -> bool:
         """Equal root at equal size: every record of every run, in log order, rebuilt to the
         same commitment (the origin is the target store's name, compared apart)."""
-        return (
-            self.expected.size == self.rebuilt.size and self.expected.root == self.rebuilt.root
-        )
+        return self.expected.size == self.rebuilt.size and self.expected.root == self.rebuilt.root
 
     def to_json(self) -> dict[str, Any]:
         def cp(c: Checkpoint) -> dict[str, Any]:
