@@ -291,3 +291,31 @@ async def test_a_non_empty_target_is_refused_with_nothing_written(
         await restore_export(store, path)
     assert await store.checkpoint() == cp
     assert len(await store.read(made["handed"])) == 6
+
+
+async def test_a_run_sealed_while_the_export_runs_is_exported_open(
+    store: SqlJournalStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The file describes the log as of its header: a seal that lands after the checkpoint
+    was read travels in the next export, and this one still verifies (no false alarm)."""
+    made = await build(store, 8, long=False)
+    late = next(r for r in made["runs"] if r not in made["sealed"])
+    read_runs = store.read_runs
+
+    async def sealing_first(*args: Any, **kw: Any) -> Any:
+        monkeypatch.setattr(store, "read_runs", read_runs)
+        await _seal(store, late, 1, "succeeded")  # after the header's checkpoint was read
+        return await read_runs(*args, **kw)
+
+    monkeypatch.setattr(store, "read_runs", sealing_first)
+    path = tmp_path / "e.jsonl"
+    cp, _ = await export_to(store, path)
+    assert (await store.checkpoint()).size == cp.size + 1
+    blocks = {
+        json.loads(x)["run"]: json.loads(x)
+        for x in lines_of(path)
+        if '"agentplane.export.run"' in x
+    }
+    assert "index" not in blocks[late.ulid] and "seal" not in blocks[late.ulid]
+    report = verify_lines(lines_of(path), cp)
+    assert report.is_sound, report.findings
