@@ -21,6 +21,7 @@ if TYPE_CHECKING:
         Inclusion,
         IncoherentCheckpointError,
     )
+    from agentplane_journal.core.export_verify import ExportVerifier, VerifyReport
     from agentplane_journal.core.ids import (
         DEFAULT_TENANT,
         CaseId,
@@ -78,6 +79,8 @@ if TYPE_CHECKING:
         StoreError,
         TransactionEndedError,
     )
+    from agentplane_journal.journal.export import write_export
+    from agentplane_journal.journal.restore import RestoreRefused, RestoreReport, restore_export
     from agentplane_journal.journal.store import SqlJournalStore
     from agentplane_journal.migrations.commands import current_revision, upgrade
     from agentplane_journal.push.rows import PushListing, ReencryptReport, UnreadableRegistration
@@ -162,6 +165,12 @@ _EXPORTS = {
     "Lease": "core.values",
     "verify_attested": "core.chain",
     "verify_chain": "core.chain",
+    "ExportVerifier": "core.export_verify",
+    "VerifyReport": "core.export_verify",
+    "write_export": "journal.export",
+    "RestoreRefused": "journal.restore",
+    "RestoreReport": "journal.restore",
+    "restore_export": "journal.restore",
 }
 
 __version__ = "0.1.0"
@@ -188,6 +197,7 @@ __all__ = [
     "Ed25519Signer",
     "Ed25519Verifier",
     "EffectKey",
+    "ExportVerifier",
     "FencedError",
     "Head",
     "Inclusion",
@@ -209,6 +219,8 @@ __all__ = [
     "Record",
     "RecordTooLargeError",
     "ReencryptReport",
+    "RestoreRefused",
+    "RestoreReport",
     "RunId",
     "RunSealedError",
     "SchemaConflictError",
@@ -221,6 +233,7 @@ __all__ = [
     "TransactionEndedError",
     "UnreadableRegistration",
     "Verifier",
+    "VerifyReport",
     "WRITE_TRANSACTION",
     "__version__",
     "begin_write",
@@ -232,6 +245,7 @@ __all__ = [
     "inclusion_proof",
     "leaf_hash",
     "open_note",
+    "restore_export",
     "root",
     "sign_note",
     "signing_hash",
@@ -241,6 +255,7 @@ __all__ = [
     "verify_chain",
     "verify_consistency",
     "verify_inclusion",
+    "write_export",
 ]
 
 
