@@ -270,6 +270,13 @@ async def test_a_cut_file_is_unsound_and_refused_by_restore(
     target = other_tenant(store)
     with pytest.raises(RestoreRefused, match="no trailer"):
         await restore_export(target, cut)
+    lines = lines_of(tmp_path / "e.jsonl")
+    future = write_lines(
+        tmp_path / "v2.jsonl", [lines[0].replace('"version":1', '"version":2'), *lines[1:]]
+    )
+    with pytest.raises(RestoreRefused, match="format version 2"):
+        await restore_export(target, future)
+    assert any("format version 2" in f for f in verify_lines(lines_of(future), cp).findings)
     assert (await target.checkpoint()).size == 0 and not await target.audit_runs(None, 1)
 
 

@@ -39,6 +39,7 @@ __all__ = [
     "CANON_BY_PROFILE",
     "FORMAT_VERSION",
     "HEADER",
+    "IMPLEMENTED_CANONS",
     "RUN_BLOCK",
     "TRAILER",
     "CASE_BLOCK",
@@ -73,6 +74,12 @@ root and signatures (they hash the bytes as written) and lists *derived digests*
 checked; ``restore`` names the digests as not carried. Saying ``1`` would be a lie a
 replaying 0.22 build would act on (it would re-derive effect keys under the wrong rule).
 """
+
+
+IMPLEMENTED_CANONS = frozenset({0})
+"""The rules this build writes (and could re-derive digests under): agentplane 0.4.0's.
+``1`` joins when the ``agentplane-0.22`` wire profile lands; until then a ``canon: 1``
+export still verifies in full, with *derived digests* listed as not checked."""
 
 
 def canon_for_profile(profile: str | None) -> int:

@@ -32,10 +32,10 @@ from typing import Any
 from agentplane_journal.core import merkle
 from agentplane_journal.core.checkpoint import Checkpoint
 from agentplane_journal.core.export_lines import (
-    CANON_BY_PROFILE,
     CASE_BLOCK,
     FORMAT_VERSION,
     HEADER,
+    IMPLEMENTED_CANONS,
     RUN_BLOCK,
     TRAILER,
     parse_digest,
@@ -129,7 +129,7 @@ class ExportVerifier:
     def __init__(
         self,
         verifier: Verifier | None = None,
-        canons: frozenset[int] = frozenset(CANON_BY_PROFILE.values()),
+        canons: frozenset[int] = IMPLEMENTED_CANONS,
     ) -> None:
         self._verifier = verifier
         self._canons = canons
