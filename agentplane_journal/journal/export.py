@@ -106,6 +106,18 @@ async def export_runs(store: SqlJournalStore, size: int) -> AsyncIterator[tuple[
         after = last if isinstance(last, str) else str(last)
 
 
+async def _not_in_log(store: SqlJournalStore, page: list[RunId], size: int) -> list[RunId]:
+    """The runs of ``page`` that are not among the log's first ``size`` leaves (those were
+    written in log order), asked of the seals alone so their records are not read twice."""
+
+    async def unit(session: AsyncSession) -> set[str]:
+        seals = await store._log.seals_of(session, [str(r) for r in page])
+        return {run for run, (_, at) in seals.items() if at is not None and at < size}
+
+    logged = await store._unit(unit, read_only=True)
+    return [r for r in page if str(r) not in logged]
+
+
 def _canonical(value: object) -> RunId | None:
     if not isinstance(value, str):
         return None
@@ -133,7 +145,7 @@ async def write_export(
             yield page
 
     async for page, in_log_phase in pages():
-        pending = list(page)
+        pending = list(page) if in_log_phase else await _not_in_log(store, page, cp.size)
         while pending:
             reads = await store.read_runs(pending)
             for run in [r for r in pending if r in reads]:
