@@ -22,7 +22,9 @@ a restore rebuilds a history, it does not merge one.
 
 from __future__ import annotations
 
+import asyncio
 import json
+from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,10 +43,13 @@ from agentplane_journal.core.export_lines import (
 from agentplane_journal.core.ids import RunId
 from agentplane_journal.journal.store import SqlJournalStore
 
-__all__ = ["BATCH", "RestoreRefused", "RestoreReport", "restore_export"]
+__all__ = ["BATCH", "WINDOW", "RestoreRefused", "RestoreReport", "restore_export"]
 
 BATCH = 500
 """Records per ``append`` (one transaction); an epoch change ends a batch early."""
+
+WINDOW = 16
+"""Runs whose appends may be in flight at once (each at most :data:`BATCH` records)."""
 
 _FALLBACK_OUTCOME = "restored"
 
@@ -206,46 +211,72 @@ async def _refuse_non_empty(store: SqlJournalStore) -> None:
 
 
 class _Replay:
+    """Appends a run's records in order and seals runs in log order.
+
+    A run of at most :data:`BATCH` records is appended by a task of its own, up to
+    :data:`WINDOW` runs at once (different runs are independent, and the store's group
+    commit lets concurrent appends share commits); a longer one is appended batch by batch as
+    it is read. A seal waits for its run's appends and for every lower log position.
+    """
+
     def __init__(self, store: SqlJournalStore, report: RestoreReport) -> None:
         self.store, self.report = store, report
-        self.batch: list[Append] = []
-        self.hashes: list[str] = []
-        self.epoch: int | None = None
+        self.groups: list[tuple[int, list[Append], list[str]]] = []
+        self.held = 0  # records in self.groups
+        self.inflight: deque[asyncio.Task[None]] = deque()
         self.next_index = 0
-        self.pending: dict[int, tuple[RunId, int, str]] = {}
+        self.pending: dict[int, tuple[RunId, int, str, asyncio.Task[None] | None]] = {}
 
-    async def flush(self) -> None:
-        if not self.batch or self.epoch is None:
-            return
-        written = await self.store.append(self.epoch, self.batch)
-        self.report.records += len(written)
-        self.report.differing += sum(
-            r.hash.hex() != h for r, h in zip(written, self.hashes, strict=False)
-        )
-        self.batch, self.hashes = [], []
+    async def _write(self, groups: list[tuple[int, list[Append], list[str]]]) -> None:
+        for epoch, batch, hashes in groups:
+            written = await self.store.append(epoch, batch)
+            self.report.records += len(written)
+            self.report.differing += sum(
+                r.hash.hex() != h for r, h in zip(written, hashes, strict=False)
+            )
 
     async def record(self, epoch: int, append: Append, hash_hex: object) -> None:
-        if self.batch and (epoch != self.epoch or len(self.batch) >= BATCH):
-            await self.flush()
-        self.epoch = epoch
-        self.batch.append(append)
-        self.hashes.append(hash_hex if isinstance(hash_hex, str) else "")
+        last = self.groups[-1] if self.groups else None
+        if last is None or last[0] != epoch or len(last[1]) >= BATCH:
+            if self.held >= BATCH:  # a long run: what is held goes now, in order
+                groups, self.groups, self.held = self.groups, [], 0
+                await self._write(groups)
+            last = (epoch, [], [])
+            self.groups.append(last)
+        last[1].append(append)
+        last[2].append(hash_hex if isinstance(hash_hex, str) else "")
+        self.held += 1
 
     async def end_run(self, run: RunId, index: int | None, outcome: str | None) -> None:
-        await self.flush()
-        last_epoch = self.epoch
-        self.epoch = None
-        if index is None or last_epoch is None:
+        groups, self.groups, self.held = self.groups, [], 0
+        if not groups:
             return
-        self.pending[index] = (run, last_epoch, outcome or _FALLBACK_OUTCOME)
-        await self.drain(False)
+        task = asyncio.create_task(self._write(groups))
+        self.inflight.append(task)
+        if len(self.inflight) > WINDOW:
+            await self.inflight.popleft()
+        if index is not None:
+            self.pending[index] = (run, groups[-1][0], outcome or _FALLBACK_OUTCOME, task)
+            await self.drain(False)
 
     async def drain(self, everything: bool) -> None:
         while self.next_index in self.pending or (everything and self.pending):
             at = self.next_index if self.next_index in self.pending else min(self.pending)
-            run, epoch, outcome = self.pending.pop(at)
+            run, epoch, outcome, task = self.pending.pop(at)
+            if task is not None:
+                await task
             await self.store.seal(run, epoch, outcome)
             self.next_index = at + 1
+
+    async def finish(self) -> None:
+        while self.inflight:
+            await self.inflight.popleft()
+        await self.drain(True)
+
+    async def abandon(self) -> None:
+        for task in self.inflight:
+            task.cancel()
+        await asyncio.gather(*self.inflight, return_exceptions=True)
 
 
 async def restore_export(store: SqlJournalStore, path: Path) -> RestoreReport:
@@ -258,6 +289,17 @@ async def restore_export(store: SqlJournalStore, path: Path) -> RestoreReport:
     await _refuse_non_empty(store)
     report = RestoreReport(expected=frame.checkpoint, rebuilt=frame.checkpoint)
     replay = _Replay(store, report)
+    try:
+        await _replay(path, replay, report)
+    except BaseException:
+        await replay.abandon()
+        raise
+    report.rebuilt = await store.checkpoint()
+    _not_carried(report, frame)
+    return report
+
+
+async def _replay(path: Path, replay: _Replay, report: RestoreReport) -> None:
     run: RunId | None = None
     index: int | None = None
     outcome: str | None = None
@@ -287,10 +329,7 @@ async def restore_export(store: SqlJournalStore, path: Path) -> RestoreReport:
             await replay.record(epoch, append, value.get("hash"))
     if run is not None:
         await replay.end_run(run, index, outcome)
-    await replay.drain(True)
-    report.rebuilt = await store.checkpoint()
-    _not_carried(report, frame)
-    return report
+    await replay.finish()
 
 
 def _not_carried(report: RestoreReport, frame: _Frame) -> None:
@@ -313,8 +352,9 @@ def _not_carried(report: RestoreReport, frame: _Frame) -> None:
             "Merkle root are unaffected"
         )
     notes.append(
-        "activity and seal timestamps — the run index and the seals now carry restore time "
-        "rather than when history happened; nothing derives a decision from them"
+        "activity and seal timestamps, and the outcome index's order — the run index, the "
+        "seals and the conclusions' ordinals now follow the restore rather than when history "
+        "happened; nothing derives a decision from them"
     )
     notes.append(
         "each seal's outcome label is taken from the run's RunSealed record "
