@@ -23,6 +23,7 @@ if TYPE_CHECKING:
         IncoherentCheckpointError,
     )
     from agentplane_journal.core.cosignature import Cosignature, Cosigner, CosignerKey
+    from agentplane_journal.core.export_verify import ExportVerifier, VerifyReport
     from agentplane_journal.core.ids import (
         DEFAULT_TENANT,
         CaseId,
@@ -104,6 +105,8 @@ if TYPE_CHECKING:
         WorkflowNotRegisteredError,
     )
     from agentplane_journal.journal.cosignatures import CosignatureRead
+    from agentplane_journal.journal.export import write_export
+    from agentplane_journal.journal.restore import RestoreRefused, RestoreReport, restore_export
     from agentplane_journal.journal.store import SqlJournalStore
     from agentplane_journal.migrations.commands import current_revision, upgrade
     from agentplane_journal.push.rows import PushListing, ReencryptReport, UnreadableRegistration
@@ -246,6 +249,12 @@ _EXPORTS = {
     "WitnessForkedError": "errors",
     "WitnessStaleError": "errors",
     "WitnessUnavailableError": "errors",
+    "ExportVerifier": "core.export_verify",
+    "VerifyReport": "core.export_verify",
+    "write_export": "journal.export",
+    "RestoreRefused": "journal.restore",
+    "RestoreReport": "journal.restore",
+    "restore_export": "journal.restore",
 }
 
 __version__ = "0.1.0"
@@ -275,6 +284,7 @@ __all__ = [
     "Ed25519Signer",
     "Ed25519Verifier",
     "EffectKey",
+    "ExportVerifier",
     "FencedError",
     "Head",
     "Inclusion",
@@ -297,6 +307,8 @@ __all__ = [
     "Record",
     "RecordTooLargeError",
     "ReencryptReport",
+    "RestoreRefused",
+    "RestoreReport",
     "RunId",
     "RunSealedError",
     "SchemaConflictError",
@@ -311,6 +323,7 @@ __all__ = [
     "TransactionEndedError",
     "UnreadableRegistration",
     "Verifier",
+    "VerifyReport",
     "WRITE_TRANSACTION",
     "WireProfile",
     "WireProfileError",
@@ -325,6 +338,7 @@ __all__ = [
     "inclusion_proof",
     "leaf_hash",
     "open_note",
+    "restore_export",
     "root",
     "sign_note",
     "signing_hash",
@@ -369,6 +383,7 @@ __all__ = [
     "WitnessForkedError",
     "WitnessStaleError",
     "WitnessUnavailableError",
+    "write_export",
 ]
 
 

@@ -76,10 +76,12 @@ def _reaches_postgres(item: pytest.Item) -> bool:
 SLOW_FILES = frozenset(
     {
         "test_admissions_cli.py",
+        "test_backup_cli.py",
         "test_canon_fastpath.py",
         "test_cli.py",
         "test_cli_log.py",
         "test_docs.py",
+        "test_export_format1.py",
         "test_host_alembic.py",
         "test_host_app.py",
         "test_langgraph.py",

@@ -118,7 +118,7 @@ def test_verify_and_export_all_hold_a_page_not_a_run_of_large_records(
     report = json.loads(out.tail)
     assert report["failed"] == 0 and report["checked"] == 4
     assert {r["run"]: r["records"] for r in report["runs"]}[str(big)] == 200
-    code, out, exported = _traced(["export", "--all", "--url", url])
+    code, out, exported = _traced(["export", "--format", "journal", "--all", "--url", url])
     assert code == 0, capsys.readouterr().err
     assert out.lines == 1 + 200 + 3 * 3  # the header, then every record
     with capsys.disabled():
@@ -147,7 +147,7 @@ def test_verify_and_export_all_hold_a_page_not_a_run_of_large_records(
     code, out, _ = _traced(["verify", "--all", "--json", "--url", url])
     failed = [r for r in json.loads(out.tail)["runs"] if not r["ok"]]
     assert code == 1 and [(r["run"], r["seq"]) for r in failed] == [(str(big), 150)]
-    code, out, _ = _traced(["export", "--all", "--url", url])
+    code, out, _ = _traced(["export", "--format", "journal", "--all", "--url", url])
     err = capsys.readouterr().err
     assert code == 1 and f"FAILED {big} seq 150" in err
     assert out.lines == 1 + 3 * 3  # the big run left out whole, the others exported
@@ -194,7 +194,7 @@ def test_export_fails_a_run_whose_rows_change_between_its_check_and_its_writing(
         return gen()
 
     monkeypatch.setattr(SqlJournalStore, "pages", pages_then_delete)
-    code, out, _ = _traced(["export", "--all", "--url", url])
+    code, out, _ = _traced(["export", "--format", "journal", "--all", "--url", url])
     err = capsys.readouterr().err
     assert calls == [run, run]
     assert code == 1 and f"FAILED {run} seq 31: the run's rows changed" in err, err

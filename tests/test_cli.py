@@ -65,6 +65,9 @@ COMMANDS = (
     "witness",
     "receipt",
     "verify-receipt",
+    "verify-export",
+    "restore",
+    "drill",
 )
 SIGNER = Ed25519Signer("test-key", bytes(range(32)))
 TRUST = f"test-key={SIGNER.public_key.hex()}"
@@ -715,15 +718,17 @@ def reverify_export(lines: list[str]) -> tuple[Checkpoint, dict[str, Digest], se
 
 
 def test_export_is_verified_by_the_core_library_alone(journal: Journal) -> None:
-    result = run_cli("export", "--all", "--url", journal.url)
+    result = run_cli("export", "--format", "journal", "--all", "--url", journal.url)
     assert result.returncode == 0, result.stderr
     cp, heads, proved = reverify_export(result.stdout.splitlines())
     assert cp.size == 3 and set(heads) == set(journal.sealed + journal.open)
     assert proved == set(journal.sealed)
-    acme = run_cli("export", "--all", "--url", journal.url, "--tenant", "acme")
+    acme = run_cli(
+        "export", "--format", "journal", "--all", "--url", journal.url, "--tenant", "acme"
+    )
     cp, heads, proved = reverify_export(acme.stdout.splitlines())
     assert cp.origin == "agentplane/acme" and proved == set(journal.acme) == set(heads)
-    single = run_cli("export", journal.open[0], "--url", journal.url)
+    single = run_cli("export", "--format", "journal", journal.open[0], "--url", journal.url)
     cp, heads, proved = reverify_export(single.stdout.splitlines())
     assert set(heads) == {journal.open[0]} and not proved
 

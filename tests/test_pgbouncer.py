@@ -175,7 +175,7 @@ def test_the_cli_runs_through_the_pooler(
         result = cli(*args)
         assert result.returncode == 0, (args, result.stderr)
     assert "through the pooler" in cli("show", str(run)).stdout
-    export = cli("export", "--all")
+    export = cli("export", "--format", "journal", "--all")
     assert export.returncode == 0 and str(run) in export.stdout
 
 

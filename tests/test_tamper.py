@@ -528,7 +528,7 @@ async def test_verify_all_and_export_all_report_every_tampered_run_and_carry_on(
     assert signed.returncode == 1 and "Traceback" not in signed.stderr
     assert "FAILED" in signed.stdout
 
-    export = run_cli("export", "--all", *common)
+    export = run_cli("export", "--format", "journal", "--all", *common)
     assert export.returncode == 1 and "Traceback" not in export.stderr
     exported = {json.loads(line).get("run") for line in export.stdout.splitlines()}
     assert {str(r.run) for r in honest} <= exported  # the audit carried on past every bad run

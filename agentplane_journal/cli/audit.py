@@ -6,7 +6,8 @@ run larger than that by itself is read in a stream's pages) and judge each as
 ``SqlJournalStore.verify`` would; ``--all`` carries on past a bad run, names it, and fails at
 the end.
 
-Export format (``export RUN | --all``): JSON lines, UTF-8, one object per line, so that a
+Export format (``export RUN | --all --format journal``; the default format is agentplane
+0.22's, :mod:`agentplane_journal.cli.backup`): JSON lines, UTF-8, one object per line, so that a
 verifier needs nothing of this package but SHA-256, Ed25519 and RFC 6962:
 
 * first, ``{"type": "header", "format": "agentplane-journal-export/1", "tenant", "origin",
@@ -212,6 +213,12 @@ def _bound(finding: BoundsFinding) -> dict[str, Any]:
 
 
 async def cmd_export(args: argparse.Namespace) -> int:
+    if getattr(args, "format", "journal") == "agentplane":
+        from agentplane_journal.cli.backup import cmd_export_v1
+
+        return await cmd_export_v1(args)
+    if getattr(args, "output", None):
+        raise _Exit(2, "--output is for --format agentplane; redirect stdout for this format")
     async with _store(args) as store:
         runs: list[RunId | str] = (
             await _all_runs(store) if args.all else [await _existing(store, args.run)]

@@ -97,6 +97,9 @@ _COMMANDS = {
     "cmd_witness": "witness",
     "cmd_receipt": "witness",
     "cmd_verify_receipt": "witness",
+    "cmd_verify_export": "backup",
+    "cmd_restore": "backup",
+    "cmd_drill": "backup",
 }
 
 Handler = Callable[[argparse.Namespace], Coroutine[Any, Any, int]]
@@ -427,7 +430,69 @@ def build_parser() -> argparse.ArgumentParser:
     )
     verify_receipt.add_argument("--run", metavar="RUN", help="fail unless it is this run's")
     verify_receipt.add_argument("--json", action="store_true", help="print JSON instead of text")
+    _add_backup_commands(add, database, reads, signed, export)
     return parser
+
+
+def _add_backup_commands(
+    add: Callable[..., Any],
+    database: argparse.ArgumentParser,
+    reads: argparse.ArgumentParser,
+    signed: argparse.ArgumentParser,
+    export: argparse.ArgumentParser,
+) -> None:
+    """Export format 1 (agentplane 0.22's), its verifier, restore and the drill."""
+    export.add_argument(
+        "--format",
+        choices=("agentplane", "journal"),
+        default="agentplane",
+        help="agentplane: agentplane 0.22's export format 1 (default; verify-export and "
+        "restore read it); journal: this package's agentplane-journal-export/1 lines",
+    )
+    export.add_argument("--output", "-o", metavar="PATH", help="write here instead of stdout")
+    verify_export = add(
+        "verify-export",
+        "verify an export file (format 1) against a checkpoint from outside it",
+        "cmd_verify_export",
+        signed,
+    )
+    verify_export.add_argument("file", metavar="FILE", help="the export (JSON lines)")
+    verify_export.add_argument(
+        "--checkpoint",
+        metavar="NOTE",
+        help="the checkpoint note the export must be a copy of (text, or @file); without it "
+        "deletion is reported as not checked",
+    )
+    verify_export.add_argument(
+        "--trust",
+        metavar="KEY_ID=PUBLIC_KEY_HEX",
+        type=_trust,
+        action="append",
+        default=[],
+        help="check record signatures against this Ed25519 signer (repeatable)",
+    )
+    verify_export.add_argument("--json", action="store_true", help="print JSON instead of text")
+    restore = add(
+        "restore",
+        "replay an export (format 1) into an empty database and compare roots",
+        "cmd_restore",
+        database,
+        reads,
+    )
+    restore.add_argument("file", metavar="FILE", help="the export (JSON lines)")
+    drill = add(
+        "drill",
+        "export, verify, restore into a scratch database and compare roots (a backup check)",
+        "cmd_drill",
+        database,
+        reads,
+    )
+    drill.add_argument(
+        "--scratch-url",
+        metavar="URL",
+        help="an empty, migrated-or-migratable database to restore into (default: a "
+        "temporary SQLite file, removed afterwards)",
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

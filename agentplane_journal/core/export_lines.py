@@ -1,0 +1,213 @@
+"""Export format 1, agentplane 0.22's: the lines an export is made of, written and read.
+
+One JSON object per line (JSON Lines, UTF-8), serialised the way ``serde_json::to_string``
+writes agentplane's structs: compact, members in declaration order, non-ASCII unescaped.
+So a file written here is the file agentplane 0.22's ``export`` writes for the same
+history, and its ``verify --checkpoint`` and ``restore`` read ours as their own:
+
+* the header ``{"kind":"agentplane.export","version":1,"checkpoint":{"origin",
+  "size","root"},"canon":N}``;
+* per run, a block ``{"kind":"agentplane.export.run","run":"<ULID>","index":I,"seal":"<hex>"}``
+  (``index``/``seal`` absent for a run not in the header's checkpoint) followed by its
+  records ``{"seq","body","prev_hash","hash","attestation","raw"}`` (the only lines with no
+  ``kind``);
+* the trailer ``{"kind":"agentplane.export.end","runs_requested","runs_exported",
+  "records","cases","unreadable":[{"run","reason"}]}``; its *absence* says the file was cut.
+
+``raw`` is the record's exact hashed bytes as a JSON string; ``body`` is those same bytes
+inlined verbatim (so body-equals-wire holds by construction and a sealed payload is never
+re-serialised). One difference from agentplane's bytes is deliberate and harmless to every
+reader: agentplane re-serialises ``body`` in its struct's member order, we keep the wire's
+canonical order; both readers compare ``body`` with ``raw`` as JSON values, not as text.
+
+Pure code, no I/O: the writer (:mod:`agentplane_journal.journal.export`) and the verifier
+(:mod:`agentplane_journal.core.export_verify`) share these spellings.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentplane_journal.core.checkpoint import Checkpoint
+from agentplane_journal.core.ids import Digest, RunId
+from agentplane_journal.core.record import Attestation, Record
+
+__all__ = [
+    "CANON_BY_PROFILE",
+    "FORMAT_VERSION",
+    "HEADER",
+    "IMPLEMENTED_CANONS",
+    "RUN_BLOCK",
+    "TRAILER",
+    "CASE_BLOCK",
+    "Trailer",
+    "Unreadable",
+    "attestation_json",
+    "canon_for_profile",
+    "header_line",
+    "record_line",
+    "run_line",
+    "trailer_line",
+]
+
+FORMAT_VERSION = 1
+"""The export format's own version (agentplane's ``export::FORMAT_VERSION``)."""
+
+HEADER = "agentplane.export"
+RUN_BLOCK = "agentplane.export.run"
+CASE_BLOCK = "agentplane.export.case"
+TRAILER = "agentplane.export.end"
+
+CANON_BY_PROFILE: dict[str, int] = {"agentplane-0.4": 0, "agentplane-0.22": 1}
+"""The header's ``canon`` for a journal's wire profile.
+
+``1`` is agentplane 0.22's ``canon::VERSION``: full RFC 8785 (UTF-16 key order, ECMAScript
+numbers, exact large integers). An ``agentplane-0.4`` journal was not written under that
+rule: its keys sort by UTF-16 code unit but its doubles keep 0.4.0's layout (``1e16`` stays
+``1e16``), a rule 0.22 numbers nowhere since its version cut collapsed every earlier rule
+into "not ours". So such an export says ``0``, a value 0.22 never writes. 0.22's own readers
+then do what its source says for a foreign rule: ``verify`` still checks the chain, leaves,
+root and signatures (they hash the bytes as written) and lists *derived digests* as not
+checked; ``restore`` names the digests as not carried. Saying ``1`` would be a lie a
+replaying 0.22 build would act on (it would re-derive effect keys under the wrong rule).
+"""
+
+
+IMPLEMENTED_CANONS = frozenset({0})
+"""The rules this build writes (and could re-derive digests under): agentplane 0.4.0's.
+``1`` joins when the ``agentplane-0.22`` wire profile lands; until then a ``canon: 1``
+export still verifies in full, with *derived digests* listed as not checked."""
+
+
+def canon_for_profile(profile: str | None) -> int:
+    """The header's ``canon`` for a store opened with wire ``profile`` (``None``: a store
+    from before wire profiles, which writes ``agentplane-0.4`` bytes).
+
+    The one place the export learns it; wire it to ``store.profile`` when stores carry one.
+    """
+    name = "agentplane-0.4" if profile is None else profile
+    try:
+        return CANON_BY_PROFILE[name]
+    except KeyError:
+        raise ValueError(
+            f"unknown wire profile {name!r}; expected one of {', '.join(CANON_BY_PROFILE)}"
+        ) from None
+
+
+def _dumps(value: object) -> str:
+    # serde_json::to_string: no spaces, UTF-8 unescaped, control characters escaped.
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def checkpoint_json(cp: Checkpoint) -> dict[str, Any]:
+    """agentplane's ``Checkpoint`` as JSON: origin, size, root as lowercase hex."""
+    return {"origin": cp.origin, "size": cp.size, "root": cp.root.hex()}
+
+
+def header_line(cp: Checkpoint, canon: int) -> str:
+    return _dumps(
+        {
+            "kind": HEADER,
+            "version": FORMAT_VERSION,
+            "checkpoint": checkpoint_json(cp),
+            "canon": canon,
+        }
+    )
+
+
+def run_line(run: RunId, index: int | None, seal: Digest | None) -> str:
+    """A run's block; ``index``/``seal`` only for a run in the header's checkpoint."""
+    block: dict[str, Any] = {"kind": RUN_BLOCK, "run": run.ulid}
+    if index is not None and seal is not None:
+        block["index"] = index
+        block["seal"] = seal.hex()
+    return _dumps(block)
+
+
+def attestation_json(att: Attestation | None) -> dict[str, Any] | None:
+    """``Attestation`` as serde derives it: ``key_id`` and the signature's bytes as an array
+    of integers (serde's default for ``Vec<u8>``); ``None`` stays ``null`` (never omitted)."""
+    if att is None:
+        return None
+    return {"key_id": att.key_id, "signature": list(att.signature)}
+
+
+def record_line(record: Record) -> str:
+    """One record: ``body`` is the wire bytes inlined, ``raw`` the same bytes as a string.
+
+    ``ValueError`` when the bytes are not a UTF-8 JSON object (the run is then unreadable:
+    there is no other body to fall back on that the hash covers).
+    """
+    raw = bytes(record.raw)
+    text = raw.decode("utf-8")  # UnicodeDecodeError is a ValueError
+    if not isinstance(json.loads(text), dict):
+        raise ValueError(f"record {record.seq}'s wire bytes are not a JSON object")
+    att = _dumps(attestation_json(record.attestation))
+    return (
+        f'{{"seq":{record.seq},"body":{text},"prev_hash":"{record.prev_hash.hex()}",'
+        f'"hash":"{record.hash.hex()}","attestation":{att},"raw":{_dumps(text)}}}'
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Unreadable:
+    """A run the export could not read, and why (named in the trailer, never dropped)."""
+
+    run: RunId
+    reason: str
+
+
+@dataclass(slots=True)
+class Trailer:
+    """The last line's counts: what the file holds and what it does not."""
+
+    runs_requested: int = 0
+    runs_exported: int = 0
+    records: int = 0
+    cases: int = 0
+    unreadable: list[Unreadable] = field(default_factory=list)
+
+
+def trailer_line(t: Trailer) -> str:
+    return _dumps(
+        {
+            "kind": TRAILER,
+            "runs_requested": t.runs_requested,
+            "runs_exported": t.runs_exported,
+            "records": t.records,
+            "cases": t.cases,
+            "unreadable": [{"run": u.run.ulid, "reason": u.reason} for u in t.unreadable],
+        }
+    )
+
+
+def parse_ulid_run(value: object) -> RunId | None:
+    """A block's ``run`` (bare ULID, or ``run_<ULID>``), or ``None`` when it is not one."""
+    if not isinstance(value, str):
+        return None
+    try:
+        return RunId.parse(value)
+    except ValueError:
+        return None
+
+
+def digests(values: Sequence[object]) -> list[Digest] | None:
+    out = []
+    for v in values:
+        d = parse_digest(v)
+        if d is None:
+            return None
+        out.append(d)
+    return out
+
+
+def parse_digest(value: object) -> Digest | None:
+    if not isinstance(value, str) or len(value) != 64:
+        return None
+    try:
+        return Digest.from_hex(value)
+    except ValueError:
+        return None

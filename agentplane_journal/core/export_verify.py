@@ -1,0 +1,517 @@
+"""Verifying an export (format 1) from its own bytes against a checkpoint from elsewhere.
+
+The rules are agentplane 0.22's ``export::verify``, restated:
+
+* every record is **re-sealed**: ``SHA-256(prev || raw)`` over the exact bytes the line
+  carries, ``prev`` being the hash recomputed from the lines before it (never the line's own
+  ``prev_hash``: a file agreeing with itself is what a competent editor produces);
+* sequences are contiguous from 1 (a removed *tail* breaks no link), every record's body
+  names the run its block names (a relabelled block), the readable ``body`` equals the wire
+  bytes as a JSON value (an edited display copy), a ``RunSealed`` ``chain_head`` equals the
+  head it sits on;
+* a sealed run's terminal hash is its block's ``seal``, and the Merkle tree rebuilt from the
+  blocks' ``(index, seal)`` has log positions exactly ``0..N`` (a duplicated or missing one is
+  named, not left to surface as a root mismatch) and the root of the **outside** checkpoint;
+* the file is framed (a trailer) and the trailer's counts hold; an empty block is tampering
+  unless the trailer declares the run unreadable;
+* what could not be checked is listed as such (signatures with no key, deletion with no
+  outside checkpoint, the case layer this package does not hold, a foreign canon rule).
+
+Pure: feed it lines (:meth:`ExportVerifier.feed`), then :meth:`ExportVerifier.finish`.
+Memory is a run's records (for the signature check) plus 40 bytes per sealed run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentplane_journal.core import merkle
+from agentplane_journal.core.checkpoint import Checkpoint
+from agentplane_journal.core.export_lines import (
+    CASE_BLOCK,
+    FORMAT_VERSION,
+    HEADER,
+    IMPLEMENTED_CANONS,
+    RUN_BLOCK,
+    TRAILER,
+    parse_digest,
+    parse_ulid_run,
+)
+from agentplane_journal.core.ids import Digest, RunId
+from agentplane_journal.core.signing import DOMAIN_RECORD, Verifier, signing_hash
+
+__all__ = ["ExportVerifier", "VerifyReport"]
+
+_RUN_SEALED = "RunSealed"
+
+
+@dataclass(slots=True)
+class VerifyReport:
+    """What a pass concluded and what it could not look at (agentplane's ``VerifyReport``)."""
+
+    checkpoint: Checkpoint | None = None
+    sound: list[RunId] = field(default_factory=list)
+    findings: list[str] = field(default_factory=list)
+    not_checked: list[str] = field(default_factory=list)
+    records: int = 0
+    cases: int = 0
+    complete: bool = False
+
+    @property
+    def is_sound(self) -> bool:
+        """Every check that ran passed, and the file is whole (see ``not_checked``)."""
+        return not self.findings and self.complete
+
+    def to_json(self) -> dict[str, Any]:
+        cp = self.checkpoint
+        return {
+            "sound": self.is_sound,
+            "checkpoint": None
+            if cp is None
+            else {"origin": cp.origin, "size": cp.size, "root": cp.root.hex()},
+            "runs_sound": len(self.sound),
+            "records": self.records,
+            "cases": self.cases,
+            "complete": self.complete,
+            "findings": list(self.findings),
+            "not_checked": list(self.not_checked),
+        }
+
+
+@dataclass(slots=True)
+class _RunPass:
+    """The state of the block being read; replaced whole at the next block."""
+
+    run: RunId
+    declared_seal: Digest | None
+    prev: Digest = Digest.ZERO
+    last_seq: int = 0
+    records: int = 0
+    signed: list[tuple[int, Digest, str, bytes] | tuple[int, Digest, None, None]] = field(
+        default_factory=list
+    )
+    clean: bool = True
+
+
+def _same(a: object, b: object) -> bool:
+    """JSON values equal as serde_json's ``Value`` compares them: ints and floats differ."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    return type(a) is type(b) and a == b
+
+
+def _attestation(value: object) -> tuple[str, bytes] | None:
+    if not isinstance(value, dict):
+        return None
+    key_id, sig = value.get("key_id"), value.get("signature")
+    if not isinstance(key_id, str) or not isinstance(sig, list):
+        return None
+    if not all(type(x) is int and 0 <= x <= 255 for x in sig):
+        return None
+    return key_id, bytes(sig)
+
+
+class ExportVerifier:
+    """Reads an export line by line and settles it against an outside checkpoint.
+
+    ``verifier``: the keys signatures are checked with (inside a signed history an unsigned
+    record is a finding, as agentplane's auditor posture has it); ``None`` lists signatures
+    as not checked. ``canons``: the ``canon`` rules this build implements (a foreign one is a
+    coverage note, never a finding: nothing here re-derives a digest under a rule).
+    """
+
+    def __init__(
+        self,
+        verifier: Verifier | None = None,
+        canons: frozenset[int] = IMPLEMENTED_CANONS,
+    ) -> None:
+        self._verifier = verifier
+        self._canons = canons
+        self.report = VerifyReport()
+        if verifier is None:
+            self.report.not_checked.append(
+                "signatures — no public key was supplied, so this pass cannot say who wrote "
+                "anything"
+            )
+        self._header_seen = False
+        self._leaves: list[tuple[int, Digest]] = []
+        self._pass: _RunPass | None = None
+        self._run_blocks = 0
+        self._read_runs = 0
+        self._empty: list[RunId] = []
+        self._claims: dict[str, Any] = {}
+        self._unreadable: list[tuple[RunId, str]] = []
+        self._stamped: set[str] = set()
+        self._carried: set[str] = set()
+        self._stopped = False
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def feed(self, line: str | bytes) -> bool:
+        """Read one line; ``False`` once the file is unreadable from here on (stop feeding)."""
+        if self._stopped:
+            return False
+        if isinstance(line, bytes):
+            try:
+                line = line.decode("utf-8")
+            except UnicodeDecodeError:
+                line = ""
+                self._stop("a line is not UTF-8, so the export is unreadable from there on")
+                return False
+        if not line.strip():
+            return True
+        try:
+            value = json.loads(line)
+        except ValueError:
+            self._stop("a line is not valid JSON, so the export is unreadable from there on")
+            return False
+        kind = value.get("kind") if isinstance(value, dict) else None
+        if not isinstance(value, dict):
+            self._stop("a line is not a JSON object, so the export is unreadable from there on")
+            return False
+        if kind == HEADER:
+            self._header_seen = True
+            self._read_header(value)
+        elif kind == CASE_BLOCK:
+            self._read_case(value)
+        elif kind == RUN_BLOCK:
+            self._run_blocks += 1
+            self._finish_run()
+            self._open_run(value)
+        elif kind == TRAILER:
+            self._read_trailer(value)
+        elif kind is None:
+            self.report.records += 1
+            if self._pass is None:
+                self.report.findings.append(
+                    "a record appears before any run block, so nothing says which run it belongs to"
+                )
+            else:
+                self._read_record(value, self._pass)
+        # A kind this build does not know is skipped (a newer writer's line), as agentplane does.
+        return True
+
+    def _stop(self, finding: str) -> None:
+        self.report.findings.append(finding)
+        self._stopped = True
+
+    def _read_header(self, value: dict[str, Any]) -> None:
+        version = value.get("version")
+        if version != FORMAT_VERSION or type(version) is not int:
+            self.report.findings.append(
+                f"the export claims format version {version!r} and this build reads "
+                f"{FORMAT_VERSION} — the findings below describe the lines this build could "
+                "interpret, which may not be all of them"
+            )
+        canon = value.get("canon")
+        if type(canon) is not int or canon not in self._canons:
+            self.report.not_checked.append(
+                f"derived digests — the export was written under canonicalization rule "
+                f"{canon!r} and this build implements {sorted(self._canons)}. The chain, leaf, "
+                "root and signature checks still ran (they hash the bytes as written); what "
+                "cannot be done is re-deriving digests inside the bodies, such as effect keys"
+            )
+        cp = _checkpoint(value.get("checkpoint"))
+        if cp is None:
+            self.report.findings.append("the header carries no readable checkpoint")
+        else:
+            self.report.checkpoint = cp
+
+    def _read_case(self, value: dict[str, Any]) -> None:
+        self.report.cases += 1
+        case = value.get("case")
+        case_id = case.get("id") if isinstance(case, dict) else None
+        if isinstance(case_id, str):
+            self._carried.add(case_id.removeprefix("case_"))
+        else:
+            self.report.findings.append("a case block is malformed: it names no case id")
+        if not isinstance(value.get("deadlines"), list):
+            self.report.findings.append("a case block's deadlines are malformed")
+
+    def _open_run(self, value: dict[str, Any]) -> None:
+        run = parse_ulid_run(value.get("run"))
+        if run is None:
+            self._pass = None
+            self.report.findings.append(
+                f"a run block names {value.get('run')!r}, which is not a run id; its records "
+                "belong to no run"
+            )
+            return
+        seal = parse_digest(value.get("seal"))
+        self._pass = _RunPass(run, seal)
+        index = value.get("index")
+        if type(index) is int and seal is not None:
+            self._leaves.append((index, seal))
+
+    def _read_trailer(self, value: dict[str, Any]) -> None:
+        self.report.complete = True
+        declared = value.get("cases")
+        if type(declared) is int and declared != self.report.cases:
+            self.report.findings.append(
+                f"the trailer says {declared} case(s) were exported and this file carries "
+                f"{self.report.cases} — the case layer was cut after the export was taken"
+            )
+        for name in ("runs_requested", "runs_exported", "records"):
+            count = value.get(name)
+            self._claims[name] = count if type(count) is int else None
+        entries = value.get("unreadable")
+        for entry in entries if isinstance(entries, list) else []:
+            run = parse_ulid_run(entry.get("run")) if isinstance(entry, dict) else None
+            if run is None or not isinstance(entry, dict):
+                continue
+            reason = entry.get("reason")
+            self._unreadable.append(
+                (run, reason if isinstance(reason, str) else "no reason recorded")
+            )
+
+    def _read_record(self, value: dict[str, Any], p: _RunPass) -> None:
+        report, run = self.report, p.run
+        p.records += 1
+        raw, claimed = value.get("raw"), parse_digest(value.get("hash"))
+        if not isinstance(raw, str) or claimed is None:
+            report.findings.append(
+                f"run {run}: a record line carries no wire bytes or no hash — nothing ties it "
+                "to the chain"
+            )
+            p.clean = False
+            return
+        raw_bytes = raw.encode("utf-8", "surrogatepass")
+        try:
+            wire = json.loads(raw)
+        except ValueError:
+            wire = None
+        seq = wire.get("seq") if isinstance(wire, dict) else None
+        if not isinstance(wire, dict) or type(seq) is not int:
+            report.findings.append(f"run {run}: a record line is malformed")
+            p.clean = False
+            return
+        if "body" not in value or not _same(value["body"], wire):
+            report.findings.append(
+                f"run {run}: record {seq}'s readable body does not match its wire bytes — the "
+                "display copy was edited, and every hash still verifies over the real one"
+            )
+            p.clean = False
+        case = wire.get("case")
+        if isinstance(case, str):
+            self._stamped.add(case)
+        if wire.get("run") != run.ulid:
+            report.findings.append(
+                f"run {run}: a record in this block belongs to run {wire.get('run')!r} — the "
+                "block was relabelled, or spliced from another history"
+            )
+            p.clean = False
+        if seq != p.last_seq + 1:
+            report.findings.append(
+                f"run {run}: seq {seq} follows {p.last_seq}, so a record is missing from the "
+                "middle — every chain link either side of the gap still joins"
+            )
+            p.clean = False
+        p.last_seq = seq
+        if wire.get("kind") == _RUN_SEALED and "chain_head" in wire:
+            if wire["chain_head"] != p.prev.hex():
+                report.findings.append(
+                    f"run {run}: the sealing record claims a chain head that is not the head "
+                    "it sits on — the conclusion was drawn over a different history"
+                )
+                p.clean = False
+        recomputed = Digest(hashlib.sha256(bytes(p.prev) + raw_bytes).digest())
+        if recomputed != claimed:
+            report.findings.append(
+                f"run {run}: record {seq} does not recompute to the hash it carries — it was "
+                "edited after it was sealed"
+            )
+            p.clean = False
+        # The head walks over the bytes present, so the leaf check speaks about this file.
+        p.prev = recomputed
+        if self._verifier is not None:
+            att = value.get("attestation")
+            opened = _attestation(att)
+            if att is not None and opened is None:
+                report.findings.append(f"run {run}: record {seq}'s attestation is malformed")
+                p.clean = False
+            if opened is None:
+                p.signed.append((seq, recomputed, None, None))
+            else:
+                p.signed.append((seq, recomputed, opened[0], opened[1]))
+
+    def _finish_run(self) -> None:
+        p, self._pass = self._pass, None
+        if p is None:
+            return
+        if p.records == 0:  # judged by the trailer: declared unreadable, or emptied
+            self._empty.append(p.run)
+            return
+        self._read_runs += 1
+        ok = p.clean
+        if p.declared_seal is not None and p.declared_seal != p.prev:
+            self.report.findings.append(
+                f"run {p.run}: the log's leaf is not this run's terminal hash, so the chain in "
+                "this file is not the chain the checkpoint committed to"
+            )
+            ok = False
+        if self._verifier is not None:
+            for seq, hash_, key_id, sig in p.signed:
+                if key_id is None or sig is None:
+                    problem = f"record {seq} carries no signature inside a signed history"
+                elif not self._verifier.verify(key_id, signing_hash(DOMAIN_RECORD, hash_), sig):
+                    problem = f"record {seq} has a signature that '{key_id}' did not make"
+                else:
+                    continue
+                self.report.findings.append(f"run {p.run}: {problem}")
+                ok = False
+                break
+        if ok:
+            self.report.sound.append(p.run)
+
+    # -- settling --------------------------------------------------------------------------
+
+    def finish(self, expected: Checkpoint | None) -> VerifyReport:
+        """Settle what only the whole file can show, against ``expected`` (the checkpoint the
+        reader was given by someone other than the file's writer; ``None``: only the header's,
+        and deletion is listed as not checked)."""
+        self._finish_run()
+        report = self.report
+        if expected is not None:
+            cp = report.checkpoint
+            if self._header_seen and cp is not None and cp != expected:
+                report.findings.append(
+                    f"the export's header names log '{cp.origin}' at size {cp.size} with root "
+                    f"{cp.root.hex()}, and the checkpoint this pass was given names "
+                    f"'{expected.origin}' at size {expected.size} with root "
+                    f"{expected.root.hex()} — the file describes a different history than the "
+                    "one it is being checked against"
+                )
+            against: Checkpoint | None = expected
+        else:
+            report.not_checked.append(
+                "deletion — no checkpoint was supplied, so the Merkle root could only be "
+                "rebuilt and compared against this file's own header, which an editor who "
+                "dropped a run and rewrote the header also satisfies. Pass the checkpoint an "
+                "earlier `checkpoint` printed, or one a witness cosigned (--checkpoint NOTE)"
+            )
+            against = report.checkpoint
+        if not self._header_seen:
+            report.findings.append(
+                "the export has no header, so nothing says which log it came from"
+            )
+        if against is not None:
+            self._settle_tree(against)
+        if not report.complete:
+            report.findings.append(
+                "the export has no trailer, so it was cut short — every line in it is still "
+                "valid, which is why the frame is the signal"
+            )
+        self._settle_trailer()
+        self._settle_cases()
+        return report
+
+    def _settle_tree(self, against: Checkpoint) -> None:
+        leaves = sorted(self._leaves, key=lambda il: il[0])
+        if len(leaves) != against.size:
+            self.report.findings.append(
+                f"the export carries {len(leaves)} sealed run(s) and its checkpoint commits to "
+                f"{against.size} — the difference is runs that were in the log and are not in "
+                "this file"
+            )
+            return
+        positions = [index for index, _ in leaves]
+        if positions != list(range(len(leaves))):
+            dup = sorted(i for i, n in Counter(positions).items() if n > 1)
+            missing = sorted(set(range(len(leaves))) - set(positions))
+            self.report.findings.append(
+                f"the run blocks' log positions are not the contiguous 0..{against.size} the "
+                "checkpoint commits to — "
+                + (f"position(s) {dup} duplicated" if dup else "")
+                + (", " if dup and missing else "")
+                + (f"position(s) {missing} missing" if missing else "")
+                + ", so this file describes a different log than the one it names"
+            )
+            return
+        rebuilt = merkle.root([merkle.leaf_hash(seal) for _, seal in leaves])
+        if rebuilt != against.root and not (against.size == 0 and against.is_v040_empty):
+            self.report.findings.append(
+                "the Merkle root rebuilt from this export does not match the checkpoint it "
+                "claims to be a copy of"
+            )
+
+    def _settle_trailer(self) -> None:
+        report, declared = self.report, {run for run, _ in self._unreadable}
+        for run, reason in self._unreadable:
+            report.not_checked.append(
+                f"run {run}: the export declares it unreadable ({reason}), so its records are "
+                "not in this file and nothing about it was verified"
+            )
+        for run in self._empty:
+            if run not in declared:
+                report.findings.append(
+                    f"run {run}: its block carries no records and the export does not declare "
+                    "it unreadable — either the records were removed after the export was "
+                    "taken, or the file was cut short before them"
+                )
+        if not report.complete:
+            return
+        requested = self._claims.get("runs_requested")
+        exported = self._claims.get("runs_exported")
+        records = self._claims.get("records")
+        if requested is None or exported is None or records is None:
+            report.findings.append(
+                "the trailer is missing counts this format always writes (runs_requested, "
+                "runs_exported, records) — a reader cannot hold the file to its own accounting"
+            )
+            return
+        if requested != self._run_blocks:
+            report.findings.append(
+                f"the trailer says {requested} run(s) were requested and this file carries "
+                f"{self._run_blocks} run block(s) — whole runs were removed or added after "
+                "the export was taken"
+            )
+        if exported != self._read_runs:
+            report.findings.append(
+                f"the trailer says {exported} run(s) were exported in full and this file "
+                f"carries records for {self._read_runs} — a run's records were removed after "
+                "the export was taken"
+            )
+        if records != report.records:
+            report.findings.append(
+                f"the trailer says {records} record(s) were written and this file carries "
+                f"{report.records} — record lines were removed or added after the export was "
+                "taken"
+            )
+
+    def _settle_cases(self) -> None:
+        report = self.report
+        if not self._carried:
+            if self._stamped:
+                report.not_checked.append(
+                    f"the case layer — {len(self._stamped)} case(s) are stamped on records and "
+                    "this file carries no case blocks (this package keeps no case store, so "
+                    "its exports never do)"
+                )
+            return
+        for case in sorted(self._stamped - self._carried):
+            report.findings.append(
+                f"case {case} is stamped on exported records and missing from the case layer "
+                "— the journal names a matter this file does not carry"
+            )
+        report.not_checked.append(
+            "the case layer's contents — blob bytes and sealed case state are questions about "
+            "a live agentplane plane, which neither an offline file nor this package answers"
+        )
+
+
+def _checkpoint(value: object) -> Checkpoint | None:
+    if not isinstance(value, dict):
+        return None
+    origin, size, root = value.get("origin"), value.get("size"), parse_digest(value.get("root"))
+    if not isinstance(origin, str) or type(size) is not int or root is None:
+        return None
+    try:
+        return Checkpoint(origin, size, root)
+    except ValueError:
+        return None

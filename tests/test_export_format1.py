@@ -1,0 +1,328 @@
+"""Export format 1 (agentplane 0.22's): export -> verify-export -> restore -> equal root.
+
+Both dialects, in-process (the command line is tests/test_backup_cli.py). The history holds
+what a restore must reproduce byte for byte: runs sealed in an order unlike their ids, open
+runs, a run that changed hands (epochs 1 then 2), a compensating record, an admission key,
+started effects, a case, and runs larger than a batch. Then agentplane's export tests,
+restated against the file: a run removed from the middle, tampered bytes under a pristine
+readable body, a duplicated log position, a cut file, and a target that is not empty.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentplane_journal import Append, CaseId, RunId, SqlJournalStore
+from agentplane_journal.core import merkle
+from agentplane_journal.core.export_lines import canon_for_profile
+from agentplane_journal.core.export_verify import ExportVerifier, VerifyReport
+from agentplane_journal.core.ids import Digest
+from agentplane_journal.errors import DuplicateEffectError
+from agentplane_journal.journal import restore as restore_mod
+from agentplane_journal.journal.export import write_export
+from agentplane_journal.journal.restore import RestoreRefused, restore_export
+
+from helpers import TRUSTED, key, note, started
+
+RUNS = 60
+
+
+async def _seal(store: SqlJournalStore, run: RunId, epoch: int, outcome: str) -> None:
+    head = await store.head(run)
+    await store.append(
+        epoch, [Append(run, "RunSealed", {"outcome": outcome, "chain_head": head.hash.hex()})]
+    )
+    await store.seal(run, epoch, outcome)
+
+
+async def build(store: SqlJournalStore, n: int = RUNS, long: bool = True) -> dict[str, Any]:
+    """A history of ``n`` runs (one longer than a restore batch if ``long``); returns what
+    the checks below look up. The tampering tests use a small one: they edit a file."""
+    runs = [RunId.generate() for _ in range(n)]
+    case = CaseId.generate()
+    for i, run in enumerate(runs):
+        payload = {
+            "capability": "c",
+            "input": {"i": i, "x": 1.5, "big": 2**60},
+            "input_label": TRUSTED,
+        }
+        if i == 3:
+            payload["idempotency_key"] = "order-3"
+        await store.append(
+            1, [Append(run, "RunAdmitted", payload, case=case if i % 7 == 0 else None)]
+        )
+        await store.append(1, [started(run, key(i % 200)), note(run, f'run {i} — ünïcode "q"')])
+    # A run that changed hands: records under epoch 1, then under epoch 2 (no lease rows:
+    # the history a takeover leaves, written without waiting one out).
+    handed = runs[5]
+    await store.append(
+        2,
+        [
+            note(handed, "the new owner"),
+            Append(handed, "Note", {"text": "x"}, step=1, phase="compensating"),
+        ],
+    )
+    # A run longer than a restore batch.
+    long_run = runs[6]
+    for start in range(0, restore_mod.BATCH + 20 if long else 0, 100):
+        await store.append(1, [note(long_run, f"n{start + j}") for j in range(100)])
+    # Sealed in an order unlike the ids: every third run from the end, then the handed run.
+    sealed = [r for j, r in enumerate(reversed(runs)) if j % 3 == 0 and r != handed]
+    for run in sealed:
+        await _seal(store, run, 1, "succeeded")
+    await _seal(store, handed, 2, "failed")
+    return {"runs": runs, "handed": handed, "sealed": [*sealed, handed], "long": long_run}
+
+
+async def export_to(store: SqlJournalStore, path: Path) -> Any:
+    with path.open("w", encoding="utf-8", newline="\n") as out:
+        cp, trailer = await write_export(store, out)
+    return cp, trailer
+
+
+def verify_lines(lines: list[str], expected: Any, verifier: Any = None) -> VerifyReport:
+    check = ExportVerifier(verifier)
+    for line in lines:
+        if not check.feed(line):
+            break
+    return check.finish(expected)
+
+
+def lines_of(path: Path) -> list[str]:
+    return path.read_text(encoding="utf-8").splitlines()
+
+
+def write_lines(path: Path, lines: list[str]) -> Path:
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return path
+
+
+def other_tenant(store: SqlJournalStore) -> SqlJournalStore:
+    return store.for_tenant(f"r{uuid.uuid4().hex[:10]}")
+
+
+def fix_trailer(lines: list[str]) -> list[str]:
+    """Rewrite the trailer's counts to match the (edited) file, as a careful editor would."""
+    blocks = [json.loads(x) for x in lines if '"kind":"agentplane.export.run"' in x]
+    records = sum(1 for x in lines if not x.startswith('{"kind"'))
+    trailer = json.loads(lines[-1])
+    trailer.update(runs_requested=len(blocks), runs_exported=len(blocks), records=records)
+    return [*lines[:-1], json.dumps(trailer, separators=(",", ":"))]
+
+
+async def test_round_trip_restores_an_equal_root_with_every_index(
+    store: SqlJournalStore, tmp_path: Path
+) -> None:
+    made = await build(store)
+    assert len(await store.read(made["long"])) > restore_mod.BATCH
+    path = tmp_path / "export.jsonl"
+    cp, trailer = await export_to(store, path)
+    assert cp.size == len(made["sealed"]) and not trailer.unreadable
+    assert trailer.runs_requested == trailer.runs_exported == RUNS
+
+    lines = lines_of(path)
+    header = json.loads(lines[0])
+    assert header == {
+        "kind": "agentplane.export",
+        "version": 1,
+        "checkpoint": {"origin": cp.origin, "size": cp.size, "root": cp.root.hex()},
+        "canon": canon_for_profile(None),
+    }
+    # Blocks in log order first: positions 0..N-1, in order.
+    indexes = [json.loads(x).get("index") for x in lines if '"agentplane.export.run"' in x]
+    assert indexes[: cp.size] == list(range(cp.size))
+    assert all(i is None for i in indexes[cp.size :])
+
+    report = verify_lines(lines, cp)
+    assert report.is_sound, report.findings
+    assert len(report.sound) == RUNS and report.records == trailer.records
+    assert not any(n.startswith("deletion") for n in report.not_checked)
+
+    target = other_tenant(store)
+    restored = await restore_export(target, path)
+    assert restored.is_faithful, restored.to_json()
+    assert restored.differing == 0 and restored.records == trailer.records
+    assert restored.rebuilt.size == cp.size and restored.rebuilt.root == cp.root
+
+    # The run that changed hands restores with its epochs, byte for byte.
+    original = await store.read(made["handed"])
+    copy = await target.read(made["handed"])
+    assert [r.body["epoch"] for r in copy] == [r.body["epoch"] for r in original]
+    assert {r.body["epoch"] for r in copy} == {1, 2}
+    assert [r.raw for r in copy] == [r.raw for r in original]
+    # The derived indexes came back through append: outcomes, admissions, exactly-once.
+    assert sorted(map(str, await target.runs_by_outcome("failed", 100))) == [str(made["handed"])]
+    assert len(await target.runs_by_outcome("succeeded", 100)) == len(made["sealed"]) - 1
+    assert await target.admitted_as("order-3") == made["runs"][3]
+    with pytest.raises(DuplicateEffectError):
+        await target.append(1, [started(made["runs"][10], key(10))])
+    # And the restored tenant exports the same file, line for line, after its header.
+    again = tmp_path / "again.jsonl"
+    await export_to(target, again)
+    assert lines_of(again)[1:] == lines[1:]
+
+
+async def test_a_run_removed_from_the_middle_is_caught(
+    store: SqlJournalStore, tmp_path: Path
+) -> None:
+    await build(store, 12, long=False)
+    cp, _ = await export_to(store, tmp_path / "e.jsonl")
+    lines = lines_of(tmp_path / "e.jsonl")
+    # Drop the block at log position 2 and its records; renumber the later positions and fix
+    # the trailer, so every surviving chain, seal and count agrees with the file.
+    out, skipping = [], False
+    for line in lines:
+        value = json.loads(line)
+        if value.get("kind") == "agentplane.export.run":
+            skipping = value.get("index") == 2
+            if not skipping and isinstance(value.get("index"), int) and value["index"] > 2:
+                value["index"] -= 1
+                line = json.dumps(value, separators=(",", ":"))
+        elif value.get("kind") is not None:
+            skipping = False
+        if not skipping:
+            out.append(line)
+    edited = fix_trailer(out)
+    report = verify_lines(edited, cp)
+    assert not report.is_sound
+    assert any("commits to" in f and "not in this file" in f for f in report.findings)
+    # The careful editor also rewrites the header to the shortened tree: the file agrees with
+    # itself, so only the checkpoint from outside catches it.
+    leaves = [
+        merkle.leaf_hash(Digest.from_hex(json.loads(x)["seal"]))
+        for x in edited
+        if '"seal":' in x and '"agentplane.export.run"' in x
+    ]
+    header = json.loads(edited[0])
+    header["checkpoint"].update(size=len(leaves), root=merkle.root(leaves).hex())
+    forged = [json.dumps(header, separators=(",", ":")), *edited[1:]]
+    alone = verify_lines(forged, None)
+    assert alone.is_sound and any(n.startswith("deletion") for n in alone.not_checked)
+    outside = verify_lines(forged, cp)
+    assert not outside.is_sound
+    assert any("different history" in f for f in outside.findings)
+    # Two runs swapped in the log keep every count and position: only the root notices.
+    swapped = []
+    for line in lines:
+        value = json.loads(line)
+        if value.get("kind") == "agentplane.export.run" and value.get("index") in (0, 1):
+            value["index"] = 1 - value["index"]
+            line = json.dumps(value, separators=(",", ":"))
+        swapped.append(line)
+    report = verify_lines(swapped, cp)
+    assert report.findings == [
+        "the Merkle root rebuilt from this export does not match the checkpoint it claims to "
+        "be a copy of"
+    ]
+
+
+async def test_tampered_bytes_are_caught_although_the_readable_body_is_pristine(
+    store: SqlJournalStore, tmp_path: Path
+) -> None:
+    await build(store, 12, long=False)
+    cp, _ = await export_to(store, tmp_path / "e.jsonl")
+    lines = lines_of(tmp_path / "e.jsonl")
+    at = next(i for i, x in enumerate(lines) if '\\"run 4 ' in x)
+    value = json.loads(lines[at])
+    assert "run 4 " in value["raw"]  # the edit below must change something
+    value["raw"] = value["raw"].replace("run 4 ", "run 9 ")
+    lines[at] = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    report = verify_lines(lines, cp)
+    assert any("does not recompute to the hash it carries" in f for f in report.findings)
+    assert any("readable body does not match its wire bytes" in f for f in report.findings)
+    # The body still reads as the original: the display half was left pristine.
+    assert "run 4 " in json.dumps(json.loads(lines[at])["body"], ensure_ascii=False)
+    run = RunId.parse(json.loads(lines[at])["body"]["run"])
+    assert run not in report.sound
+
+
+async def test_a_duplicated_log_position_is_named(store: SqlJournalStore, tmp_path: Path) -> None:
+    await build(store, 12, long=False)
+    cp, _ = await export_to(store, tmp_path / "e.jsonl")
+    lines = lines_of(tmp_path / "e.jsonl")
+    edited = []
+    for line in lines:
+        value = json.loads(line)
+        if value.get("kind") == "agentplane.export.run" and value.get("index") == 3:
+            value["index"] = 2
+            line = json.dumps(value, separators=(",", ":"))
+        edited.append(line)
+    report = verify_lines(edited, cp)
+    assert len(report.findings) == 1
+    assert "position(s) [2] duplicated" in report.findings[0]
+    assert "position(s) [3] missing" in report.findings[0]
+
+
+async def test_a_cut_file_is_unsound_and_refused_by_restore(
+    store: SqlJournalStore, tmp_path: Path
+) -> None:
+    await build(store, 12, long=False)
+    cp, _ = await export_to(store, tmp_path / "e.jsonl")
+    cut = write_lines(tmp_path / "cut.jsonl", lines_of(tmp_path / "e.jsonl")[:-1])
+    report = verify_lines(lines_of(cut), cp)
+    assert not report.complete and any("no trailer" in f for f in report.findings)
+    target = other_tenant(store)
+    with pytest.raises(RestoreRefused, match="no trailer"):
+        await restore_export(target, cut)
+    lines = lines_of(tmp_path / "e.jsonl")
+    future = write_lines(
+        tmp_path / "v2.jsonl", [lines[0].replace('"version":1', '"version":2'), *lines[1:]]
+    )
+    with pytest.raises(RestoreRefused, match="format version 2"):
+        await restore_export(target, future)
+    assert any("format version 2" in f for f in verify_lines(lines_of(future), cp).findings)
+    assert (await target.checkpoint()).size == 0 and not await target.audit_runs(None, 1)
+
+
+async def test_a_non_empty_target_is_refused_with_nothing_written(
+    store: SqlJournalStore, make_store: Callable[..., Any], tmp_path: Path
+) -> None:
+    made = await build(store, 12, long=False)
+    path = tmp_path / "e.jsonl"
+    cp, _ = await export_to(store, path)
+    target = other_tenant(store)
+    await target.append(1, [note(RunId.generate(), "already here")])
+    before = await target.audit_runs(None, 10)
+    with pytest.raises(RestoreRefused, match="not empty"):
+        await restore_export(target, path)
+    assert await target.audit_runs(None, 10) == before
+    assert (await target.checkpoint()).size == 0
+    # Nor into the source itself: its log is unchanged.
+    with pytest.raises(RestoreRefused, match="not empty"):
+        await restore_export(store, path)
+    assert await store.checkpoint() == cp
+    assert len(await store.read(made["handed"])) == 6
+
+
+async def test_a_run_sealed_while_the_export_runs_is_exported_open(
+    store: SqlJournalStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The file describes the log as of its header: a seal that lands after the checkpoint
+    was read travels in the next export, and this one still verifies (no false alarm)."""
+    made = await build(store, 8, long=False)
+    late = next(r for r in made["runs"] if r not in made["sealed"])
+    read_runs = store.read_runs
+
+    async def sealing_first(*args: Any, **kw: Any) -> Any:
+        monkeypatch.setattr(store, "read_runs", read_runs)
+        await _seal(store, late, 1, "succeeded")  # after the header's checkpoint was read
+        return await read_runs(*args, **kw)
+
+    monkeypatch.setattr(store, "read_runs", sealing_first)
+    path = tmp_path / "e.jsonl"
+    cp, _ = await export_to(store, path)
+    assert (await store.checkpoint()).size == cp.size + 1
+    blocks = {
+        json.loads(x)["run"]: json.loads(x)
+        for x in lines_of(path)
+        if '"agentplane.export.run"' in x
+    }
+    assert "index" not in blocks[late.ulid] and "seal" not in blocks[late.ulid]
+    report = verify_lines(lines_of(path), cp)
+    assert report.is_sound, report.findings
