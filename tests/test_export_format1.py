@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from agentplane_journal import Append, CaseId, RunId, SqlJournalStore
+from agentplane_journal import AGENTPLANE_0_22, Append, CaseId, RunId, SqlJournalStore
 from agentplane_journal.core import merkle
 from agentplane_journal.core.export_lines import canon_for_profile
 from agentplane_journal.core.export_verify import ExportVerifier, VerifyReport
@@ -326,3 +326,42 @@ async def test_a_run_sealed_while_the_export_runs_is_exported_open(
     assert "index" not in blocks[late.ulid] and "seal" not in blocks[late.ulid]
     report = verify_lines(lines_of(path), cp)
     assert report.is_sound, report.findings
+
+
+async def test_an_agentplane_0_22_journal_exports_canon_1_and_restores_in_its_profile(
+    make_store: Callable[..., Any], tmp_path: Path
+) -> None:
+    """Both wire profiles through the export: a 0.22 tenant's header says canon 1, its file
+    verifies with the derived digests checked, and a restore into an empty default tenant
+    takes the export's profile, so every record comes back byte for byte (floats in
+    RFC 8785's layout, integers beyond 2^53 exact)."""
+    store = await make_store(profile=AGENTPLANE_0_22)
+    profile = store.profile
+    runs = [RunId.generate() for _ in range(5)]
+    for i, run in enumerate(runs):
+        admitted = {"capability": "c", "input": {"x": 1e16, "y": 100.0, "big": 2**60 + i}}
+        await store.append(1, [profile.append(run, "RunAdmitted", admitted)])
+        if i % 2 == 0:
+            head = await store.head(run)
+            sealed = {"outcome": "succeeded", "chain_head": head.hash.hex()}
+            await store.append(1, [profile.append(run, "RunSealed", sealed)])
+            await store.seal(run, 1, "succeeded")
+    path = tmp_path / "v1.jsonl"
+    cp, trailer = await export_to(store, path)
+    lines = lines_of(path)
+    assert json.loads(lines[0])["canon"] == 1 and not trailer.unreadable
+    assert b"10000000000000000" in path.read_bytes()  # 1e16 as RFC 8785 writes it
+    report = verify_lines(lines, cp)
+    assert report.is_sound, report.findings
+    assert not any("derived" in n for n in report.not_checked), report.not_checked
+
+    target = await make_store(tenant=f"r{uuid.uuid4().hex[:10]}")
+    restored = await restore_export(target, path)
+    assert restored.is_faithful, restored.to_json()
+    assert restored.rebuilt == cp or (restored.rebuilt.root, restored.rebuilt.size) == (
+        cp.root,
+        cp.size,
+    )
+    assert (await target.wire_profile()) == AGENTPLANE_0_22
+    for run in runs:
+        assert [r.raw for r in await target.read(run)] == [r.raw for r in await store.read(run)]

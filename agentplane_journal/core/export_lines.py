@@ -40,6 +40,7 @@ __all__ = [
     "FORMAT_VERSION",
     "HEADER",
     "IMPLEMENTED_CANONS",
+    "PROFILE_BY_CANON",
     "RUN_BLOCK",
     "TRAILER",
     "CASE_BLOCK",
@@ -76,10 +77,12 @@ replaying 0.22 build would act on (it would re-derive effect keys under the wron
 """
 
 
-IMPLEMENTED_CANONS = frozenset({0})
-"""The rules this build writes (and could re-derive digests under): agentplane 0.4.0's.
-``1`` joins when the ``agentplane-0.22`` wire profile lands; until then a ``canon: 1``
-export still verifies in full, with *derived digests* listed as not checked."""
+IMPLEMENTED_CANONS = frozenset(CANON_BY_PROFILE.values())
+"""The rules this build writes (and could re-derive digests under): agentplane 0.4.0's
+(``0``) and RFC 8785's (``1``, the ``agentplane-0.22`` wire profile)."""
+
+PROFILE_BY_CANON: dict[int, str] = {canon: name for name, canon in CANON_BY_PROFILE.items()}
+"""The wire profile a restore records for the target tenant, by the export's ``canon``."""
 
 
 def canon_for_profile(profile: str | None) -> int:

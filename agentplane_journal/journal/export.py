@@ -51,10 +51,9 @@ _SPOOL_BYTES = 4 << 20
 
 
 def store_canon(store: SqlJournalStore) -> int:
-    """The header's ``canon`` for this store: from its wire profile once stores carry one
-    (``store.profile``), else ``agentplane-0.4``'s (see ``CANON_BY_PROFILE``)."""
-    profile = getattr(store, "profile", None)
-    return canon_for_profile(profile if isinstance(profile, str) else None)
+    """The header's ``canon`` for this store: its tenant's wire profile's (``store.profile``;
+    see ``CANON_BY_PROFILE``)."""
+    return canon_for_profile(store.profile.name)
 
 
 async def _sealed_page(

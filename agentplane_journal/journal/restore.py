@@ -35,6 +35,7 @@ from agentplane_journal.core.checkpoint import Checkpoint
 from agentplane_journal.core.export_lines import (
     FORMAT_VERSION,
     HEADER,
+    PROFILE_BY_CANON,
     RUN_BLOCK,
     TRAILER,
     parse_digest,
@@ -287,6 +288,11 @@ async def restore_export(store: SqlJournalStore, path: Path) -> RestoreReport:
     """
     frame = check_frame(path)
     await _refuse_non_empty(store)
+    # The records are replayed through append, which re-seals each body in the tenant's wire
+    # profile: the empty target takes the export's, so the bytes (and the root) come back.
+    wanted = PROFILE_BY_CANON.get(frame.canon) if frame.canon is not None else None
+    if wanted is not None and (await store.wire_profile()).name != wanted:
+        await store.migrate_profile(wanted)
     report = RestoreReport(expected=frame.checkpoint, rebuilt=frame.checkpoint)
     replay = _Replay(store, report)
     try:
