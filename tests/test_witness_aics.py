@@ -15,7 +15,9 @@ What each shows:
   verify;
 * ``aics-tlog`` verifies our signed checkpoint note, our cosigned note against a witness
   policy (its JSON k-of-n form: it does not read c2sp.org/tlog-policy files), a sealed
-  run's inclusion proof from our receipt, and our consistency proof between two sizes.
+  run's inclusion proof from our receipt, and our consistency proof between two sizes;
+  and, reading our exported tlog-tiles directory, the cosigned checkpoint the tiles carry,
+  an entry's inclusion and the log's consistency, each computed from our hash tiles.
 """
 
 from __future__ import annotations
@@ -212,6 +214,61 @@ def test_aics_witness_cosigns_our_checkpoints_refuses_a_fork_and_aics_tlog_verif
     }  # our consistency proof from the witness's size convinced it
     note7 = tmp_path / "cp7.note"
     note7.write_text(report["note"])
+
+    # Our tlog-tiles, read by aics-tlog: the exported checkpoint carries the witness's
+    # cosignature (the policy's quorum is met from the tiles' own checkpoint), a sealed
+    # run's entry is proved from our hash tiles, and the log grew consistently from 3.
+    tiles = tmp_path / "tiles"
+    exported = _cli(capsys, "tiles", "export", str(tiles), "--url", db, *keys)
+    assert exported.returncode == 0, exported.stdout + exported.stderr
+    aics_policy_tiles = tmp_path / "aics-policy-tiles.json"
+    aics_policy_tiles.write_text(json.dumps({"quorum": 1, "witnesses": [witness_vkey]}))
+    from_tiles = _tlog(
+        aics,
+        "verify-checkpoint",
+        "--tiles",
+        str(tiles),
+        "--log-key",
+        signer.verifier_key,
+        "--policy-file",
+        str(aics_policy_tiles),
+        "--origin",
+        "agentplane",
+    )
+    assert from_tiles["_rc"] == 0, from_tiles
+
+    async def entry(run: str) -> Any:
+        store = await SqlJournalStore.connect(db)
+        try:
+            return await store.inclusion_proof(run)
+        finally:
+            await store.close()
+
+    inclusion = asyncio.run(entry(runs[1]))
+    proved = _tlog(
+        aics,
+        "verify-inclusion",
+        "--tiles",
+        str(tiles),
+        "--leaf-hash",
+        leaf_hash(inclusion.seal).hex(),
+        "--index",
+        str(inclusion.index),
+        "--log-key",
+        signer.verifier_key,
+    )
+    assert proved["_rc"] == 0, proved
+    grew = _tlog(
+        aics,
+        "verify-consistency",
+        "--tiles",
+        str(tiles),
+        "--old-checkpoint",
+        str(note3),
+        "--log-key",
+        signer.verifier_key,
+    )
+    assert grew["_rc"] == 0, grew
 
     # aics-tlog: the log's signature and the witness's cosignature, against a policy.
     aics_policy = tmp_path / "aics-policy.json"
