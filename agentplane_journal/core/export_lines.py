@@ -41,6 +41,7 @@ __all__ = [
     "HEADER",
     "IMPLEMENTED_CANONS",
     "PROFILE_BY_CANON",
+    "parse_checkpoint",
     "RUN_BLOCK",
     "TRAILER",
     "CASE_BLOCK",
@@ -108,6 +109,20 @@ def _dumps(value: object) -> str:
 def checkpoint_json(cp: Checkpoint) -> dict[str, Any]:
     """agentplane's ``Checkpoint`` as JSON: origin, size, root as lowercase hex."""
     return {"origin": cp.origin, "size": cp.size, "root": cp.root.hex()}
+
+
+def parse_checkpoint(value: object) -> Checkpoint | None:
+    """The ``Checkpoint`` a header's ``checkpoint`` member names (``checkpoint_json``'s
+    inverse), or ``None`` for anything else: the verifier and restore read it alike."""
+    if not isinstance(value, dict):
+        return None
+    origin, size, root = value.get("origin"), value.get("size"), parse_digest(value.get("root"))
+    if not isinstance(origin, str) or type(size) is not int or root is None:
+        return None
+    try:
+        return Checkpoint(origin, size, root)
+    except ValueError:
+        return None
 
 
 def header_line(cp: Checkpoint, canon: int) -> str:

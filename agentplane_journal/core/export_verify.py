@@ -38,6 +38,7 @@ from agentplane_journal.core.export_lines import (
     IMPLEMENTED_CANONS,
     RUN_BLOCK,
     TRAILER,
+    parse_checkpoint,
     parse_digest,
     parse_ulid_run,
 )
@@ -217,7 +218,7 @@ class ExportVerifier:
                 "root and signature checks still ran (they hash the bytes as written); what "
                 "cannot be done is re-deriving digests inside the bodies, such as effect keys"
             )
-        cp = _checkpoint(value.get("checkpoint"))
+        cp = parse_checkpoint(value.get("checkpoint"))
         if cp is None:
             self.report.findings.append("the header carries no readable checkpoint")
         else:
@@ -503,15 +504,3 @@ class ExportVerifier:
             "the case layer's contents — blob bytes and sealed case state are questions about "
             "a live agentplane plane, which neither an offline file nor this package answers"
         )
-
-
-def _checkpoint(value: object) -> Checkpoint | None:
-    if not isinstance(value, dict):
-        return None
-    origin, size, root = value.get("origin"), value.get("size"), parse_digest(value.get("root"))
-    if not isinstance(origin, str) or type(size) is not int or root is None:
-        return None
-    try:
-        return Checkpoint(origin, size, root)
-    except ValueError:
-        return None

@@ -38,7 +38,7 @@ from agentplane_journal.core.export_lines import (
     PROFILE_BY_CANON,
     RUN_BLOCK,
     TRAILER,
-    parse_digest,
+    parse_checkpoint,
     parse_ulid_run,
 )
 from agentplane_journal.core.ids import RunId
@@ -146,7 +146,7 @@ def check_frame(path: Path) -> _Frame:
             version = value.get("version")
             c = value.get("canon")
             canon = c if type(c) is int else None
-            checkpoint = _checkpoint(value.get("checkpoint"))
+            checkpoint = parse_checkpoint(value.get("checkpoint"))
         elif kind == TRAILER:
             complete = True
         elif kind is None:
@@ -168,18 +168,6 @@ def check_frame(path: Path) -> _Frame:
     if checkpoint is None:
         raise RestoreRefused("the export's header carries no readable checkpoint")
     return _Frame(checkpoint, canon, signed)
-
-
-def _checkpoint(value: object) -> Checkpoint | None:
-    if not isinstance(value, dict):
-        return None
-    origin, size, root = value.get("origin"), value.get("size"), parse_digest(value.get("root"))
-    if not isinstance(origin, str) or type(size) is not int or root is None:
-        return None
-    try:
-        return Checkpoint(origin, size, root)
-    except ValueError:
-        return None
 
 
 def append_of(body: dict[str, Any]) -> tuple[int, Append]:
