@@ -36,11 +36,20 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Callable
 from json.encoder import encode_basestring
 from typing import Any, cast
 
-from agentplane_journal.core.canon import MAX_DEPTH
+# What RFC 8785 and 0.4's canon agree on is canon.py's, used as it is: key order, lone
+# surrogates, depth, the refusal that carries a path, and json's C encoder for plain values.
+from agentplane_journal.core.canon import (  # noqa: F401 - shared, module-private helpers
+    MAX_DEPTH,
+    _c_encode,
+    _find_surrogate,
+    _has_surrogate,
+    _Refusal,
+    _sorted_keys,
+    _too_deep,
+)
 
 __all__ = ["CANON_VERSION", "canonical_bytes_v1", "es_number"]
 
@@ -53,31 +62,6 @@ _FLOAT_MAX = sys.float_info.max
 
 # json's escaper for ensure_ascii=False: exactly serde_json's (and RFC 8785's) escapes.
 _encode_str = encode_basestring
-
-
-def _unexpected(value: object) -> object:
-    raise TypeError(f"{type(value).__name__} reached the C encoder")
-
-
-# json's C encoder as canonical JSON's rules say (see canon.py): used only for values
-# _plain admits, where its text is this module's.
-_c_encode: Callable[[object, int], Any] | None
-try:
-    from _json import make_encoder
-except ImportError:
-    _c_encode = None
-else:
-    _c_encode = make_encoder(None, _unexpected, _encode_str, None, ":", ",", True, False, False)
-
-
-class _Refusal(Exception):
-    """Internal: carries a refusal up the recursion, collecting the path on the way."""
-
-    def __init__(self, error: type[Exception], detail: str) -> None:
-        super().__init__(detail)
-        self.error = error
-        self.detail = detail
-        self.segments: list[str] = []
 
 
 def canonical_bytes_v1(value: object, *, path: str = "value") -> bytes:
@@ -186,30 +170,6 @@ def es_number(x: float) -> str:
     return f"{sign}{head}e{'-' if e < 0 else '+'}{abs(e)}"
 
 
-def _utf16_key(key: str) -> bytes:
-    return key.encode("utf-16-be")
-
-
-def _sorted_keys(obj: dict[Any, Any]) -> list[str]:
-    keys = list(obj)
-    try:
-        joined = "".join(keys)
-    except TypeError:
-        bad = next(k for k in keys if not isinstance(k, str))
-        raise _Refusal(
-            TypeError, f"object keys must be strings, found {type(bad).__name__} {bad!r}"
-        ) from None
-    if joined.isascii() or max(joined) < "\ud800":
-        return sorted(keys)
-    try:
-        return sorted(keys, key=_utf16_key)
-    except UnicodeEncodeError:
-        bad = next(k for k in keys if _has_surrogate(k))
-        raise _Refusal(
-            ValueError, f"object key {bad!r} contains a lone surrogate, which is not valid Unicode"
-        ) from None
-
-
 def _scalar(value: Any) -> str:
     """The JSON text of a scalar (subclasses as their base type), or a refusal."""
     if value is None:
@@ -236,14 +196,6 @@ def _scalar(value: Any) -> str:
     raise _Refusal(
         TypeError,
         f"{type(value).__name__} is not JSON; use dict, list, tuple, str, int, float, bool or None",
-    )
-
-
-def _too_deep() -> _Refusal:
-    return _Refusal(
-        ValueError,
-        f"nested more than {MAX_DEPTH} levels deep (or refers to itself); "
-        "agentplane's reader cannot decode such a record",
     )
 
 
@@ -277,28 +229,3 @@ def _write(value: object, out: list[str], depth: int) -> None:
         out.append("[]" if sep == "[" else "]")
     else:
         out.append(_scalar(value))
-
-
-def _has_surrogate(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return True
-    return False
-
-
-def _find_surrogate(value: object, path: str) -> str | None:
-    """The path of the first string holding a lone surrogate, in canonical order."""
-    if isinstance(value, str):
-        return path if _has_surrogate(value) else None
-    if isinstance(value, dict):
-        for key in sorted(value, key=_utf16_key):
-            found = _find_surrogate(value[key], f"{path}.{key}")
-            if found:
-                return found
-    elif isinstance(value, list | tuple):
-        for index, item in enumerate(value):
-            found = _find_surrogate(item, f"{path}[{index}]")
-            if found:
-                return found
-    return None
