@@ -242,3 +242,20 @@ async def test_a_session_in_an_agentplane_0_22_journal_writes_that_profile(
     records = await store.read(run)
     assert {r.body["v"] for r in records} == {1} and records[0].canon == 1
     await store.verify(run)
+
+
+async def test_an_admission_row_pointed_at_another_run_is_refused_not_followed(
+    store: Any,
+) -> None:
+    """run_admission is a side table: pointing a session's key at another session's run
+    (write access, no key) must not serve that run's history as this session's."""
+    await JournalSession(store, "alice").add_items([user("alice's secret")])
+    await JournalSession(store, "bob").add_items([user("bob's")])
+    alice_run = await JournalSession(store, "alice").conversation.run_id()
+    async with store.engine.begin() as conn:
+        await conn.execute(
+            text("UPDATE run_admission SET run_id = :r WHERE tenant = :t AND key = :k"),
+            {"r": str(alice_run), "t": store.tenant, "k": "openai-agents:bob"},
+        )
+    with pytest.raises(CorruptRecordError, match="does not begin with the admission"):
+        await JournalSession(store, "bob").get_items()

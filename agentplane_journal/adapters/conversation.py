@@ -41,6 +41,7 @@ from agentplane_journal.core.record import Record
 from agentplane_journal.core.signing import Verifier
 from agentplane_journal.errors import (
     ConversationBusyError,
+    CorruptRecordError,
     DuplicateAdmissionError,
     LeaseHeldError,
     StoreError,
@@ -121,6 +122,17 @@ class ConversationRun:
         sealed: Digest | None = None if inclusion is None else inclusion.seal
         records = await self.store.read(run)
         verify_run(records, sealed, self.verifier, self.require_signature)
+        # The run was found through run_admission, a side table anyone with write access can
+        # point elsewhere: the run is this conversation's only if its hashed first record
+        # claims this key.
+        first = records[0] if records else None
+        if first is None or first.kind != RUN_ADMITTED or first.idempotency_key != self.key:
+            raise CorruptRecordError(
+                first.seq if first is not None else 0,
+                f"run {run} does not begin with the admission of {self.key!r}: the admission "
+                "index points this conversation at another run (see `agentplane-journal "
+                "verify --all` and `reindex-admissions`)",
+            )
         return records
 
     async def change(self, compute: Change, admission: dict[str, Any]) -> Any:
