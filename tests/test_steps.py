@@ -5,6 +5,9 @@ A crash is simulated in-process by a boundary hook raising :class:`Crash` (a
 ``BaseException``, so no handler of the layer sees it, as none would see SIGKILL); the
 subprocess crash test with SIGKILL is ``tests/test_steps_crash.py``. External side effects
 are counted in plain dicts outside the journal.
+
+Every case runs on a tenant in each wire profile (``agentplane-0.4``, ``agentplane-0.22``):
+the layer writes the tenant's records, so the protocol must hold in both byte formats.
 """
 
 from __future__ import annotations
@@ -35,6 +38,19 @@ from agentplane_journal import (
 from conftest import FakeClock
 
 TTL = 30
+PROFILES = ["agentplane-0.4", "agentplane-0.22"]
+
+
+@pytest.fixture(params=PROFILES)
+async def make_store(make_store: Any, request: pytest.FixtureRequest) -> Any:
+    """conftest's ``make_store``, every handle opened in this case's wire profile (the first
+    claims the empty tenant for it)."""
+
+    async def make(**kw: Any) -> Any:
+        kw.setdefault("profile", request.param)
+        return await make_store(**kw)
+
+    return make
 
 
 class Crash(BaseException):

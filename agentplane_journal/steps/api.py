@@ -28,13 +28,13 @@ from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any, ParamSpec, TypeVar
 
-from agentplane_journal.core.append import Append
 from agentplane_journal.core.checks import check_label, check_ttl
 from agentplane_journal.core.ids import EffectKey, RunId
 from agentplane_journal.errors import StepError
 from agentplane_journal.journal.store import SqlJournalStore
-from agentplane_journal.steps.effect import STEP, Effect
+from agentplane_journal.steps.effect import Effect
 from agentplane_journal.steps.history import EFFECT_RECONCILED, RunHistory
+from agentplane_journal.steps.records import effect_record
 from agentplane_journal.steps.runner import Boundary, RunContext
 from agentplane_journal.steps.values import (
     DID_NOT_HAPPEN,
@@ -182,7 +182,7 @@ class Steps:
             history = RunHistory.of(await self.store.read(run))
             if effect_key not in history.in_doubt():
                 raise StepError(f"effect ek:{effect_key.hex()} of run {run} was settled meanwhile")
-            append = Append(run, EFFECT_RECONCILED, payload, step=STEP, effect_key=effect_key)
+            append = effect_record(self.store.profile, run, EFFECT_RECONCILED, payload, effect_key)
             await self.store.append(lease.epoch, [append])
         finally:
             await self.store.release_lease(run, lease.epoch)
