@@ -9,6 +9,8 @@ Admission (agentplane 0.22.0's ``admit``): the run's lease is claimed first (so 
 from here on leaves a run the recovery queue lists), then ``RunAdmitted`` is appended with
 the key, which the store claims in the same transaction. A key already claimed answers
 :class:`Finished` (its recorded outcome) or :class:`InFlight` (its run id); nothing runs.
+The run the admission index names for the key is believed only if its first record, read
+and re-hashed, is a ``RunAdmitted`` claiming the key (:class:`CorruptRecordError` otherwise).
 
 Running (here, or resumed by a sweeper from the journal): the function is called with the
 admitted arguments; each effect replays what is recorded and performs what is not. A
@@ -88,7 +90,7 @@ class Workflow(Generic[P, R]):
         if key is not None:
             held = await store.admitted_as(key)
             if held is not None:
-                return await self.steps.admission_of(held)
+                return await self.steps.admission_of(held, key)
         profile = await store.wire_profile()
         value = arguments(args, kwargs)
         profile.canonical_bytes(value, path=f"workflow {self.name!r}'s arguments")
@@ -104,7 +106,9 @@ class Workflow(Generic[P, R]):
                 records = await store.append(lease.epoch, [admitted])
             except DuplicateAdmissionError as error:
                 await store.release_lease(run, lease.epoch)  # a run that never became real
-                return await self.steps.admission_of(error.run)
+                # The holder is named by the admission index: checked against its hashed
+                # RunAdmitted before its outcome is answered as this key's.
+                return await self.steps.admission_of(error.run, key)
             except FencedError:
                 # The lease lapsed before the admission committed and a sweeper took the
                 # empty run: it never became real and the key is unclaimed, so admit anew.
