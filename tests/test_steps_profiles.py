@@ -61,13 +61,13 @@ def build(steps: Steps, calls: Counter[str]) -> Any:
         return {"paid": amount}
 
     @steps.effect("mail")
-    async def mail(order: str) -> str:
+    async def mail(order: str, amount: float) -> str:
         calls["mail"] += 1
         return "sent"
 
     @steps.workflow("checkout")
     async def checkout(order: str, amount: float) -> dict[str, Any]:
-        return {"receipt": await pay(order, amount), "note": await mail(order)}
+        return {"receipt": await pay(order, amount), "note": await mail(order, amount)}
 
     return checkout
 
@@ -118,7 +118,7 @@ async def test_a_022_run_is_022_records_replayed_after_a_crash(
     assert started.effect_key == key
     assert key != AGENTPLANE_0_4.effect_key(0, "forward", 0, 1, "pay", args("o1", AMOUNT))
     assert records[4].effect_key == AGENTPLANE_0_22.effect_key(
-        0, "forward", 1, 1, "mail", args("o1")
+        0, "forward", 1, 1, "mail", args("o1", AMOUNT)
     )
     head = await store.verify(resumed.run_id)
     assert head == verify_chain(records) == records[-1].hash
@@ -131,6 +131,8 @@ async def test_a_022_run_is_022_records_replayed_after_a_crash(
 async def test_a_run_admitted_in_04_keeps_its_keys_after_the_tenant_migrates(
     make_store: Any, clock: FakeClock
 ) -> None:
+    """Admitted and paid in 0.4; the tenant migrates; a worker dies after mailing (its start
+    written in 0.22's bytes, the amount journaled as ``100``); the next one replays both."""
     calls: Counter[str] = Counter()
     old: SqlJournalStore = await make_store()
     assert old.profile is AGENTPLANE_0_4
@@ -140,20 +142,26 @@ async def test_a_run_admitted_in_04_keeps_its_keys_after_the_tenant_migrates(
     await old.migrate_profile("agentplane-0.22")
     clock.advance(TTL + 1)
     store: SqlJournalStore = await make_store(profile="agentplane-0.22")
+    dying = Steps(store, instance="dying", lease_ttl=TTL, _boundary=crash_at("after_result"))
+    build(dying, calls)
+    with pytest.raises(Crash):
+        await dying.sweeper().drain()
+    clock.advance(TTL + 1)
     alive = Steps(store, instance="alive", lease_ttl=TTL)
     build(alive, calls)
     (resumed,) = (await alive.sweeper().drain()).resumed
     assert resumed.error is None
-    assert calls["pay"] == 1 and calls["mail"] == 1  # the 0.4 key of "pay" was found
+    assert resumed.result == {"receipt": {"paid": 100.0}, "note": "sent"}
+    assert calls["pay"] == 1 and calls["mail"] == 1  # both found under the run's 0.4 keys
     records = await store.read(resumed.run_id)
     assert [r.body["v"] for r in records] == [4, 4, 4, 1, 1, 1]
-    assert records[0].canon is None
+    assert records[0].canon is None and b'"args":["o2",100]' in records[3].raw
     # keys stay the run's (0.4's derivation); bytes are the journal's from the migration on
     assert records[1].effect_key == AGENTPLANE_0_4.effect_key(
         0, "forward", 0, 1, "pay", args("o2", AMOUNT)
     )
     assert records[3].effect_key == AGENTPLANE_0_4.effect_key(
-        0, "forward", 1, 1, "mail", args("o2")
+        0, "forward", 1, 1, "mail", args("o2", AMOUNT)
     )
     for record in records:
         canon = canonical_bytes if record.body["v"] == 4 else canonical_bytes_v1

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
 from agentplane_journal.core.append import EFFECT_STARTED
 from agentplane_journal.core.ids import EffectKey
+from agentplane_journal.core.profile import profile_of_record
 from agentplane_journal.errors import (
     EffectFailedError,
     EffectInDoubtError,
@@ -141,10 +142,13 @@ class Effect(Generic[P, R]):
         recorded = ctx.history.positions.get(ordinal)
         if recorded is not None:
             descriptor = recorded.body.get("descriptor", {})
-            if (
-                descriptor.get("kind") != self.name
-                or _canonical_or_none(profile, descriptor.get("args")) != canonical
-            ):
+            # Compared as the record was written: a start written after the tenant migrated
+            # holds its arguments in the new canon (100.0 came back as 100), which the run's
+            # key profile would tell apart from the call it is.
+            written = profile_of_record(recorded.body) or profile
+            now = canonical if written is profile else _canonical_or_none(written, value)
+            args_then = _canonical_or_none(written, descriptor.get("args"))
+            if descriptor.get("kind") != self.name or args_then != now:
                 raise WorkflowDivergedError(
                     ctx.run,
                     ordinal,
