@@ -383,3 +383,24 @@ async def test_a_store_export_writes_these_bodies_and_verifies(
         assert check.feed(line)
     report = check.finish(cp)
     assert report.is_sound, report.findings
+
+
+@pytest.mark.parametrize("profile", [AGENTPLANE_0_4, AGENTPLANE_0_22], ids=["0.4", "0.22"])
+def test_the_fast_writer_agrees_with_the_exact_one(profile: WireProfile) -> None:
+    """json's C encoder writes most bodies; serde_json's layout (format_float) must agree
+    for every float it is given: doubles across the whole exponent range, both profiles."""
+    import random
+
+    from agentplane_journal.core import export_body
+
+    rng = random.Random(22)
+    floats = [rng.uniform(1, 10) * 10.0 ** rng.randint(-3, 300) for _ in range(400)]
+    floats += [-x for x in floats[:50]] + [2.0**53, 2.0**64, 1e-4, 1.5e-4, 0.1, 1 / 3]
+    ints = [rng.randint(-(2**63), 2**64 - 1) for _ in range(100)]
+    for chunk in range(0, len(floats), 40):
+        payload = {"input": {"f": floats[chunk : chunk + 40], "i": ints}}
+        raw = bytes(seal(profile, "RunAdmitted", payload).raw).decode()
+        out: list[str] = []
+        export_body._write(export_body._reordered(serde_value(raw)), out)
+        assert body_text(raw) == "".join(out)
+        assert serde_value(body_text(raw)) == serde_value(raw)

@@ -127,15 +127,6 @@ _U64_MAX = (1 << 64) - 1
 _I64_MIN = -(1 << 63)
 
 
-class _Num:
-    """A wire number token, kept as text until it is rendered the way serde_json holds it."""
-
-    __slots__ = ("token",)
-
-    def __init__(self, token: str) -> None:
-        self.token = token
-
-
 def _as_f64(token: str) -> float:
     f = float(token)
     if math.isinf(f):
@@ -144,13 +135,10 @@ def _as_f64(token: str) -> float:
 
 
 def _serde_number(token: str) -> int | float:
-    """The number ``serde_json::Value`` holds for a JSON number token: ``int`` for what it
-    keeps as ``u64``/``i64``, ``float`` for what it keeps as ``f64``."""
-    if "." in token or "e" in token or "E" in token:
-        return _as_f64(token)
+    """The number ``serde_json::Value`` holds for an integer token: ``int`` for what it keeps
+    as ``u64``/``i64``, ``float`` for what it keeps as ``f64`` (``-0``, and beyond them)."""
     v = int(token)
     if token.startswith("-"):
-        # serde_json parses `-0` as f64 -0.0, and what underflows i64 as f64.
         return -0.0 if v == 0 else (v if v >= _I64_MIN else _as_f64(token))
     return v if v <= _U64_MAX else _as_f64(token)
 
@@ -160,36 +148,47 @@ def _refuse_constant(name: str) -> Any:
 
 
 def serde_value(text: str | bytes) -> Any:
-    """``text`` parsed with serde_json's number semantics (see :func:`_serde_number`): what
-    the reference compares when it holds a ``body`` to its wire bytes as ``Value``\\ s."""
+    """``text`` parsed with serde_json's number semantics (an integer token beyond
+    ``u64``/below ``i64``, and ``-0``, is a ``float``; a number out of ``f64`` range is a
+    ``ValueError``): what the reference compares a ``body`` with its wire bytes as."""
     return json.loads(
-        text,
-        parse_int=_serde_number,
-        parse_float=_as_f64,
-        parse_constant=_refuse_constant,
+        text, parse_int=_serde_number, parse_float=_as_f64, parse_constant=_refuse_constant
     )
 
 
-def _tokens(text: str) -> Any:
-    return json.loads(text, parse_int=_Num, parse_float=_Num, parse_constant=_refuse_constant)
+def _ordered(obj: dict[str, Any], order: tuple[str, ...]) -> dict[str, Any]:
+    """``obj`` with ``order``'s members first, in that order, then the rest in wire order."""
+    out = {k: obj[k] for k in order if k in obj}
+    if len(out) != len(obj):
+        out.update((k, v) for k, v in obj.items() if k not in out)
+    return out
 
 
-def _dump_str(s: str) -> str:
-    return json.dumps(s, ensure_ascii=False)
+def _reordered(wire: dict[str, Any]) -> dict[str, Any]:
+    kind = wire.get("kind")
+    if not isinstance(kind, str):
+        return _ordered(wire, TOP_MEMBERS)
+    body = _ordered(wire, (*TOP_MEMBERS, "kind", *VARIANT_MEMBERS.get(kind, ())))
+    for key, value in body.items():
+        if not isinstance(value, dict):
+            continue
+        if (kind, key) in _BTREE_MAPS:
+            body[key] = {k: value[k] for k in sorted(value)}  # code point = UTF-8 byte order
+        elif (kind, key) in NESTED_MEMBERS:
+            body[key] = _ordered(value, NESTED_MEMBERS[(kind, key)])
+    return body
 
 
-def _write(value: Any, out: list[str], order: tuple[str, ...] | None = None) -> None:
-    if isinstance(value, _Num):
-        n = _serde_number(value.token)
-        out.append(format_float(n) if isinstance(n, float) else str(n))
-    elif isinstance(value, str):
-        out.append(_dump_str(value))
-    elif value is True:
-        out.append("true")
-    elif value is False:
-        out.append("false")
-    elif value is None:
-        out.append("null")
+def _write(value: Any, out: list[str]) -> None:
+    """serde_json's writer, for the exact path: floats in its layout (:func:`format_float`)."""
+    if isinstance(value, dict):
+        out.append("{")
+        for i, (key, item) in enumerate(value.items()):
+            out.append(',"' if i else '"')
+            out.append(json.dumps(key, ensure_ascii=False)[1:])
+            out.append(":")
+            _write(item, out)
+        out.append("}")
     elif isinstance(value, list):
         out.append("[")
         for i, item in enumerate(value):
@@ -197,33 +196,10 @@ def _write(value: Any, out: list[str], order: tuple[str, ...] | None = None) -> 
                 out.append(",")
             _write(item, out)
         out.append("]")
+    elif type(value) is float:
+        out.append(format_float(value))
     else:
-        keys = list(value) if order is None else _ordered(value, order)
-        _object(value, keys, out)
-
-
-def _ordered(obj: dict[str, Any], order: tuple[str, ...]) -> list[str]:
-    """``order``'s members present in ``obj``, then the rest in wire order."""
-    known = [k for k in order if k in obj]
-    return known + [k for k in obj if k not in order]
-
-
-def _object(obj: dict[str, Any], keys: list[str], out: list[str], kind: str | None = None) -> None:
-    out.append("{")
-    for i, key in enumerate(keys):
-        if i:
-            out.append(",")
-        out.append(_dump_str(key))
-        out.append(":")
-        value = obj[key]
-        if kind is not None and isinstance(value, dict):
-            if (kind, key) in _BTREE_MAPS:
-                _object(value, sorted(value), out)
-                continue
-            _write(value, out, NESTED_MEMBERS.get((kind, key)))
-        else:
-            _write(value, out)
-    out.append("}")
+        out.append(json.dumps(value, ensure_ascii=False))
 
 
 def body_text(raw: str) -> str:
@@ -232,14 +208,29 @@ def body_text(raw: str) -> str:
     ``ValueError`` when ``raw`` is not a JSON object or holds what serde_json cannot (a number
     out of ``f64`` range, a lone surrogate): 0.22 files such a run as unreadable.
     """
-    wire = _tokens(raw)
+    # Integers are parsed as serde_json holds them (beyond 64 bits, and `-0`, an f64);
+    # json's C encoder then writes every value as serde_json does, except a float below
+    # 1e-4, which repr writes `1e-05` where serde_json writes `0.00001` (and `1e-07` for
+    # `1e-7`): only a record holding one takes the slower, exact writer.
+    small: list[float] = []
+
+    def f64(token: str) -> float:
+        x = _as_f64(token)
+        if x and -1e-4 < x < 1e-4:
+            small.append(x)
+        return x
+
+    wire = json.loads(
+        raw, parse_int=_serde_number, parse_float=f64, parse_constant=_refuse_constant
+    )
     if not isinstance(wire, dict):
         raise ValueError("the wire bytes are not a JSON object")
-    kind = wire.get("kind")
-    variant = VARIANT_MEMBERS.get(kind, ()) if isinstance(kind, str) else ()
-    order = (*TOP_MEMBERS, "kind", *variant)
-    out: list[str] = []
-    _object(wire, _ordered(wire, order), out, kind if isinstance(kind, str) else None)
-    text = "".join(out)
+    body = _reordered(wire)
+    if small:
+        out: list[str] = []
+        _write(body, out)
+        text = "".join(out)
+    else:
+        text = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
     text.encode("utf-8")  # a lone surrogate: UnicodeEncodeError, a ValueError
     return text
