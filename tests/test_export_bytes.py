@@ -201,6 +201,9 @@ def test_every_kind_is_written_in_its_declaration_order(
     kind: str, payload: dict[str, Any], members: str
 ) -> None:
     assert body_of(AGENTPLANE_0_22, kind, payload) == f'{{{V1},"kind":"{kind}",{members}}}'
+    # The same members in an agentplane-0.4 journal: v 4, and 100.0 stays a double there.
+    in_0_4 = members.replace("100]", "100.0]").replace('"amount":100,', '"amount":100.0,')
+    assert body_of(AGENTPLANE_0_4, kind, payload) == f'{{{V4},"kind":"{kind}",{in_0_4}}}'
 
 
 def test_every_0_22_kind_has_a_golden_line() -> None:
