@@ -407,3 +407,22 @@ def test_the_fast_writer_agrees_with_the_exact_one(profile: WireProfile) -> None
         export_body._write(export_body._reordered(serde_value(raw)), out)
         assert body_text(raw) == "".join(out)
         assert serde_value(body_text(raw)) == serde_value(raw)
+
+
+def test_a_file_from_the_previous_writer_still_verifies() -> None:
+    """Files this package wrote before (``body`` = the wire text verbatim) equal their wire
+    as serde_json values, so verify-export still finds nothing wrong with their bodies."""
+    payload = {"input": {"f": [1e-6, 1e20, 100.0, -0.0], "i": [2**64 - 1, -(2**63)]}}
+    rec = seal(AGENTPLANE_0_22, "RunAdmitted", {**payload, "canon": 1})
+    raw = bytes(rec.raw).decode()
+    new = record_line(rec)
+    old = new.replace(new[new.index('"body":') : new.index(',"prev_hash"')], f'"body":{raw}')
+    assert old != new
+    cp = Checkpoint("agentplane", 0, Digest.from_hex(ZERO))
+    for line in (new, old):
+        check = ExportVerifier(None)
+        lines = [header_line(cp, 1), run_line(RunId.parse(R), None, None), line]
+        for x in [*lines, trailer_line(Trailer(1, 1, 1))]:
+            assert check.feed(x)
+        report = check.finish(None)
+        assert not any("readable body" in f for f in report.findings), report.findings
