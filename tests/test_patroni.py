@@ -15,7 +15,9 @@ the checkpoint reader and the audit are ``failover_ledger.py``'s, shared with
   nothing forks, every checkpoint saved before the crash is a prefix of the new leader's
   log, and every writer writes again on the same store object.
 * **switchover**: ``patronictl switchover`` moves the leader in mid-traffic (the old leader
-  shuts down cleanly and follows the new one); the same holds.
+  shuts down cleanly and follows the new one); the same holds. Once more with the stores on
+  one address, HAProxy's (``tests/haproxy.py``), which routes by Patroni's ``/primary``
+  health check and cuts the sessions it holds to a node that stops leading.
 
 Each is shown able to fail by a deliberately broken setting: a parameter, skipped unless
 ``AGENTPLANE_JOURNAL_TEST_PATRONI_RED=1``, that runs the same assertions and must go red. The
@@ -24,8 +26,8 @@ Patroni promotes the cut-off standby) loses the partition's acknowledged records
 switchover with a URL naming the old leader's host alone leaves every writer refused by the
 demoted leader, never resuming.
 
-Both share one synchronous cluster (its start is most of the cost): the switchover first,
-which leaves two healthy nodes, then the failover, which leaves one.
+All share one synchronous cluster (its start is most of the cost): the switchovers first,
+which leave two healthy nodes, then the failover, which leaves one.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from pathlib import Path
 
 import asyncpg
 import pytest
+from haproxy import HAProxy
 
 from agentplane_journal import SqlJournalStore
 from agentplane_journal.migrations.commands import upgrade
@@ -177,7 +180,9 @@ class Traffic:
         return problems, verify_all, consistency
 
 
-@pytest.mark.parametrize("hosts", ["every node", pytest.param("the leader only", marks=red)])
+@pytest.mark.parametrize(
+    "hosts", ["every node", "through HAProxy", pytest.param("the leader only", marks=red)]
+)
 async def test_a_patroni_switchover_in_mid_traffic_loses_nothing_and_writers_follow(
     hosts: str, patroni: PatroniCluster, tmp_path: Path
 ) -> None:
@@ -186,7 +191,14 @@ async def test_a_patroni_switchover_in_mid_traffic_loses_nothing_and_writers_fol
     old = cluster.leader()
     assert old is not None
     candidate = next(n for n in cluster.nodes if n is not old)
-    traffic = Traffic(cluster.url() if hosts == "every node" else _leader_only(cluster, old))
+    proxy = HAProxy(cluster, tmp_path) if hosts == "through HAProxy" else None
+    if proxy is not None:
+        url = proxy.url()  # one address; Patroni's /primary check picks the node
+    elif hosts == "every node":
+        url = cluster.url()
+    else:
+        url = _leader_only(cluster, old)
+    traffic = Traffic(url)
     try:
         await traffic.start()
         clock("traffic started")
@@ -212,6 +224,8 @@ async def test_a_patroni_switchover_in_mid_traffic_loses_nothing_and_writers_fol
         assert consistency.returncode == 0, consistency.stdout + consistency.stderr
     finally:
         await traffic.close()
+        if proxy is not None:
+            proxy.stop()
 
 
 @pytest.mark.parametrize("replication", ["synchronous", pytest.param("asynchronous", marks=red)])
