@@ -1,0 +1,121 @@
+"""Many runs' appends and seals in one transaction, each through the store's own checks.
+
+A restore (and a bench's seeding) writes tens of thousands of runs. One transaction per
+append and one per seal spends nearly all its time committing; this module writes a *batch
+of steps* — appends and seals of any number of runs, in the order given — in ONE unit of
+work, all or nothing. Nothing is bypassed: every append takes its run's mutex, fences and
+chains exactly as :meth:`SqlJournalStore.append
+<agentplane_journal.journal.store.SqlJournalStore.append>`'s general unit does (the same
+``_lock_run`` and ``_write_batch``: exactly-once, admissions, outcomes), and every seal
+takes its run's mutex, fences and reads the head as :meth:`~.SqlJournalStore.seal` does.
+
+The seals' leaves are entered into the log together, at the end, by the same
+:meth:`TenantLog.append <agentplane_journal.journal.log.TenantLog.append>` a live seal calls
+(it takes a list): in the order the seal steps were given, one leaf after another through
+the same tree builder, so the stored tree is the one the seals would have built one by one.
+Taking the log counter last keeps the store's lock order (run mutexes, then the counter)
+however many runs a batch holds.
+
+Within a batch a seal is final: an append after its own run's seal step is
+:class:`RunSealedError`, as it would be after a committed seal; a second seal of the run
+returns the first's head and adds no leaf (first seal wins).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from agentplane_journal.core.append import Append
+from agentplane_journal.core.checks import check_int, check_label, check_run
+from agentplane_journal.core.ids import Digest, RunId
+from agentplane_journal.core.record import Record
+from agentplane_journal.db.statements import digest
+from agentplane_journal.errors import RunSealedError
+from agentplane_journal.journal.log import SealedLeaf
+from agentplane_journal.journal.store import SqlJournalStore
+
+__all__ = ["AppendStep", "SealStep", "Step", "write_steps"]
+
+
+@dataclass(frozen=True, slots=True)
+class AppendStep:
+    """One run's records under ``epoch`` (one ``append``'s batch)."""
+
+    epoch: int
+    batch: Sequence[Append]
+
+
+@dataclass(frozen=True, slots=True)
+class SealStep:
+    """Seal ``run`` at its head as of this point of the batch (one ``seal``)."""
+
+    run: RunId
+    epoch: int
+    outcome: str
+
+
+Step = AppendStep | SealStep
+
+
+def _checked(steps: Sequence[Step], store: SqlJournalStore) -> list[tuple[Step, RunId | None]]:
+    """Argument checks before any statement: what ``append`` and ``seal`` check first."""
+    out: list[tuple[Step, RunId | None]] = []
+    for i, step in enumerate(steps):
+        if isinstance(step, AppendStep):
+            epoch = check_int(step.epoch, f"steps[{i}].epoch")
+            items, run = store._check_batch(step.batch)
+            out.append((AppendStep(epoch, items), run))
+        elif isinstance(step, SealStep):
+            run = check_run(step.run)
+            seal = SealStep(
+                run,
+                check_int(step.epoch, f"steps[{i}].epoch"),
+                check_label(step.outcome, f"steps[{i}].outcome"),
+            )
+            out.append((seal, run))
+        else:
+            raise TypeError(f"steps[{i}] must be an AppendStep or a SealStep")
+    return out
+
+
+async def write_steps(store: SqlJournalStore, steps: Sequence[Step]) -> list[list[Record] | Digest]:
+    """Write ``steps`` in order in one transaction; per step, the records an append wrote or
+    the head a seal froze. All or nothing: any refusal (fenced, sealed, duplicate effect or
+    admission, another profile) rolls the whole batch back and propagates as ``append`` or
+    ``seal`` would raise it."""
+    checked = _checked(steps, store)
+    if not checked:
+        return []
+    for _, run in checked:
+        store._refuse_own_wait(run)
+
+    async def unit(session: AsyncSession) -> list[list[Record] | Digest]:
+        results: list[list[Record] | Digest] = []
+        sealed: dict[RunId, tuple[str, Digest]] = {}
+        leaves: list[SealedLeaf] = []
+        for step, run in checked:
+            if run is None:  # an empty append
+                results.append([])
+                continue
+            state = await store._lock_run(session, run, step.epoch)
+            if isinstance(step, AppendStep):
+                if run in sealed:
+                    raise RunSealedError(run, sealed[run][0])
+                written = await store._write_batch(session, run, step.epoch, state, [*step.batch])
+                results.append(written)
+                continue
+            if state.sealed_head is not None:
+                results.append(digest(state.sealed_head, state.head_seq))
+            elif run in sealed:
+                results.append(sealed[run][1])
+            else:
+                sealed[run] = (step.outcome, state.head_hash)
+                leaves.append((str(run), bytes(state.head_hash), store._now(), step.outcome))
+                results.append(state.head_hash)
+        await store._log.append(session, leaves)
+        return results
+
+    return await store._unit(unit)
