@@ -24,20 +24,28 @@ returns the first's head and adds no leaf (first seal wins).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
+from sqlalchemy import and_, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from agentplane_journal.core.append import Append
 from agentplane_journal.core.checks import check_int, check_label, check_run
 from agentplane_journal.core.ids import Digest, RunId
 from agentplane_journal.core.record import Record
-from agentplane_journal.db.statements import digest
+from agentplane_journal.db import selfwait
+from agentplane_journal.db.models import Journal, RunLease, RunSeal
+from agentplane_journal.db.statements import RECORD_COLUMNS, digest, hot_statements
 from agentplane_journal.errors import RunSealedError
 from agentplane_journal.journal.log import SealedLeaf
-from agentplane_journal.journal.store import SqlJournalStore
+from agentplane_journal.journal.store import SqlJournalStore, _RunState, run_state_from
 
 __all__ = ["AppendStep", "SealStep", "Step", "write_steps"]
+
+_IN_LIST = 500
+"""Runs per statement when locking and reading many runs (far under any bound-parameter
+limit)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,18 +103,29 @@ async def write_steps(store: SqlJournalStore, steps: Sequence[Step]) -> list[lis
     async def unit(session: AsyncSession) -> list[list[Record] | Digest]:
         results: list[list[Record] | Digest] = []
         sealed: dict[RunId, tuple[str, Digest]] = {}
+        rows = await _lock_runs(store, session, [run for _, run in checked if run is not None])
+        held: dict[RunId, _RunState] = {}
         leaves: list[SealedLeaf] = []
         for step, run in checked:
             if run is None:  # an empty append
                 results.append([])
                 continue
-            state = await store._lock_run(session, run, step.epoch)
+            # The row was read under this transaction's mutex (and, on PostgreSQL, its lease
+            # row FOR UPDATE; on SQLite the write lock): the fence is judged for each step's
+            # epoch on it, and the head is what this transaction's own writes made it.
+            state = run_state_from(run, step.epoch, rows[run])
+            if run in held:
+                state = held[run]
             if isinstance(step, AppendStep):
                 if run in sealed:
                     raise RunSealedError(run, sealed[run][0])
                 written = await store._write_batch(session, run, step.epoch, state, [*step.batch])
+                if written:
+                    state = replace(state, head_seq=written[-1].seq, head_hash=written[-1].hash)
+                held[run] = state
                 results.append(written)
                 continue
+            held[run] = state
             if state.sealed_head is not None:
                 results.append(digest(state.sealed_head, state.head_seq))
             elif run in sealed:
@@ -119,3 +138,70 @@ async def write_steps(store: SqlJournalStore, steps: Sequence[Step]) -> list[lis
         return results
 
     return await store._unit(unit)
+
+
+async def _lock_runs(
+    store: SqlJournalStore, session: AsyncSession, runs: list[RunId]
+) -> dict[RunId, tuple[Any, ...]]:
+    """``_lock_run`` for many runs at once: each run's ``run_state`` row, read under its mutex.
+
+    The mutexes first, in run id order (so two batches take shared runs in one order), in one
+    executemany of the store's own mutex statement; then, in later statements (fresh
+    snapshots that see every earlier holder's commit), the lease rows ``FOR UPDATE``, the
+    seals and the head records of all of them: four round trips instead of two per run.
+    Each row has ``run_state``'s shape, for :func:`run_state_from` to judge.
+    """
+    tenant = store.tenant
+    ids = sorted({str(r) for r in runs})
+    by_id = {str(r): r for r in runs}
+    if not ids:
+        return {}
+    conn = await session.connection()
+    now = store._now()
+    mutex = hot_statements(store._dialect).run_mutex
+    for start in range(0, len(ids), _IN_LIST):
+        await conn.execute(
+            mutex,
+            [{"tenant": tenant, "run_id": i, "now": now} for i in ids[start : start + _IN_LIST]],
+        )
+    if conn.sync_connection is not None:  # so that this task never waits on them itself
+        for i in ids:
+            selfwait.hold(conn.sync_connection, tenant, i)
+    leases: dict[str, tuple[Any, Any]] = {}
+    seals: dict[str, tuple[Any, Any]] = {}
+    heads: dict[str, tuple[Any, ...]] = {}
+    for start in range(0, len(ids), _IN_LIST):
+        part = ids[start : start + _IN_LIST]
+        lease_stmt = (
+            select(RunLease.run_id, RunLease.epoch, RunLease.owner)
+            .where(RunLease.tenant == tenant, RunLease.run_id.in_(part))
+            .with_for_update()
+        )
+        for run_id, epoch, owner in (await conn.execute(lease_stmt)).all():
+            leases[run_id] = (epoch, owner)
+        seal_stmt = select(RunSeal.run_id, RunSeal.outcome, RunSeal.chain_head).where(
+            RunSeal.tenant == tenant, RunSeal.run_id.in_(part)
+        )
+        for run_id, outcome, head in (await conn.execute(seal_stmt)).all():
+            seals[run_id] = (outcome, head)
+        last = (
+            select(Journal.run_id, func.max(Journal.seq).label("seq"))
+            .where(Journal.tenant == tenant, Journal.run_id.in_(part))
+            .group_by(Journal.run_id)
+            .subquery()
+        )
+        head_stmt = select(*RECORD_COLUMNS).join(
+            last,
+            and_(
+                Journal.tenant == tenant,
+                Journal.run_id == last.c.run_id,
+                Journal.seq == last.c.seq,
+            ),
+        )
+        for row in (await conn.execute(head_stmt)).all():
+            heads[row[6]] = tuple(row)
+    empty = (None,) * len(RECORD_COLUMNS)
+    return {
+        by_id[i]: (*leases.get(i, (None, None)), *seals.get(i, (None, None)), *heads.get(i, empty))
+        for i in ids
+    }

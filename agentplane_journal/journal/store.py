@@ -95,6 +95,35 @@ class _RunState:
     head_hash: Digest
 
 
+def run_state_from(run: RunId, epoch: int, row: tuple[Any, ...]) -> _RunState:
+    """Fence ``epoch`` and read the run's state from its ``run_state`` row (lease epoch and
+    owner, seal outcome and head, then the head record's columns or NULLs), as read under
+    the run mutex. One place, for ``_lock_run`` and :mod:`~agentplane_journal.journal.bulk`."""
+    lease_epoch, lease_owner, sealed_outcome, sealed_head = row[:4]
+    if lease_epoch is not None:
+        lease_epoch = stored_int(lease_epoch, 0, "run_lease.epoch")
+        lease_owner = stored_text(lease_owner, 0, "run_lease.owner")
+        # A released lease fences every epoch until someone acquires it again.
+        refused = fenced(run, epoch, lease_epoch, lease_owner)
+        if refused is not None:
+            raise refused
+    if sealed_outcome is not None:
+        sealed_outcome = stored_text(sealed_outcome, 0, "run_seal.outcome")
+    if row[4] is None:
+        head_seq, head_hash = 0, Digest.ZERO
+    else:
+        # The head is re-hashed and checked against its columns in this transaction: a
+        # forged head is refused here, never chained onto or sealed into the log.
+        head = record_from_row(row[4:])
+        head_seq, head_hash = head.seq, head.hash
+    return _RunState(
+        sealed_outcome=sealed_outcome,
+        sealed_head=sealed_head,
+        head_seq=head_seq,
+        head_hash=head_hash,
+    )
+
+
 class SqlJournalStore(RunReads, AuditReads, RunControl, Admissions, Profiles, Cosignatures):
     """agentplane's journal store over SQLAlchemy's async engine (PostgreSQL or SQLite).
 
@@ -278,29 +307,7 @@ class SqlJournalStore(RunReads, AuditReads, RunControl, Admissions, Profiles, Co
         # A later statement than the lock, so a fresh snapshot that sees the previous
         # writer's commit; see ``_HotStatements.run_state``.
         row = (await conn.execute(statements.run_state, params)).one()
-        lease_epoch, lease_owner, sealed_outcome, sealed_head = row[:4]
-        if lease_epoch is not None:
-            lease_epoch = stored_int(lease_epoch, 0, "run_lease.epoch")
-            lease_owner = stored_text(lease_owner, 0, "run_lease.owner")
-            # A released lease fences every epoch until someone acquires it again.
-            refused = fenced(run, epoch, lease_epoch, lease_owner)
-            if refused is not None:
-                raise refused
-        if sealed_outcome is not None:
-            sealed_outcome = stored_text(sealed_outcome, 0, "run_seal.outcome")
-        if row[4] is None:
-            head_seq, head_hash = 0, Digest.ZERO
-        else:
-            # The head is re-hashed and checked against its columns in this transaction: a
-            # forged head is refused here, never chained onto or sealed into the log.
-            head = record_from_row(row[4:])
-            head_seq, head_hash = head.seq, head.hash
-        return _RunState(
-            sealed_outcome=sealed_outcome,
-            sealed_head=sealed_head,
-            head_seq=head_seq,
-            head_hash=head_hash,
-        )
+        return run_state_from(run, epoch, tuple(row))
 
     # -- appending ---------------------------------------------------------------------
 
