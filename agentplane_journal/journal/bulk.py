@@ -1,20 +1,25 @@
 """Many runs' appends and seals in one transaction, each through the store's own checks.
 
 A restore (and a bench's seeding) writes tens of thousands of runs. One transaction per
-append and one per seal spends nearly all its time committing; this module writes a *batch
-of steps* — appends and seals of any number of runs, in the order given — in ONE unit of
-work, all or nothing. Nothing is bypassed: every append takes its run's mutex, fences and
-chains exactly as :meth:`SqlJournalStore.append
-<agentplane_journal.journal.store.SqlJournalStore.append>`'s general unit does (the same
-``_lock_run`` and ``_write_batch``: exactly-once, admissions, outcomes), and every seal
-takes its run's mutex, fences and reads the head as :meth:`~.SqlJournalStore.seal` does.
+append and one per seal spends nearly all its time committing and in round trips (on
+SQLite, thread hops); this module writes a *batch of steps* — appends and seals of any
+number of runs, in the order given — in ONE unit of work, all or nothing, in a handful of
+statements per batch rather than several per run. Nothing is bypassed:
 
-The seals' leaves are entered into the log together, at the end, by the same
-:meth:`TenantLog.append <agentplane_journal.journal.log.TenantLog.append>` a live seal calls
-(it takes a list): in the order the seal steps were given, one leaf after another through
-the same tree builder, so the stored tree is the one the seals would have built one by one.
-Taking the log counter last keeps the store's lock order (run mutexes, then the counter)
-however many runs a batch holds.
+* the batch's runs are locked as ``_lock_run`` locks one (the store's mutex statement, then
+  in later statements the lease rows ``FOR UPDATE``, the seals and the re-hashed heads), and
+  every step is judged by the same :func:`~agentplane_journal.journal.store.run_state_from`
+  (the fence for that step's epoch, sealed or not, the head);
+* every append is checked and chained by the store's own ``_chain_rows`` onto the head the
+  batch's earlier steps left, its rows inserted with the others' by the store's INSERT
+  (exactly-once rows skipped and named, as ``append`` names them), then its admission claims
+  and outcome written by the store's ``_after_rows``;
+* the seals' leaves are entered into the log together, at the end, by the same
+  :meth:`TenantLog.append <agentplane_journal.journal.log.TenantLog.append>` a live seal
+  calls (it takes a list): in the order the seal steps were given, one leaf after another
+  through the same tree builder, so the stored tree is the one the seals would have built
+  one by one. The log counter is taken last, keeping the store's lock order (run mutexes,
+  then the counter) however many runs a batch holds.
 
 Within a batch a seal is final: an append after its own run's seal step is
 :class:`RunSealedError`, as it would be after a committed seal; a second seal of the run
@@ -23,23 +28,31 @@ returns the first's head and adds no leaf (first seal wins).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from sqlalchemy import and_, func, select
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from agentplane_journal.core.append import Append
 from agentplane_journal.core.checks import check_int, check_label, check_run
-from agentplane_journal.core.ids import Digest, RunId
+from agentplane_journal.core.ids import Digest, EffectKey, RunId
 from agentplane_journal.core.record import Record
 from agentplane_journal.db import selfwait
-from agentplane_journal.db.models import Journal, RunLease, RunSeal
+from agentplane_journal.db.dialect import Dialect
+from agentplane_journal.db.models import EFFECT_STARTED_PREDICATE, Journal, RunLease, RunSeal
 from agentplane_journal.db.statements import RECORD_COLUMNS, digest, hot_statements
-from agentplane_journal.errors import RunSealedError
+from agentplane_journal.errors import DuplicateEffectError, RunSealedError
 from agentplane_journal.journal.log import SealedLeaf
-from agentplane_journal.journal.store import SqlJournalStore, _RunState, run_state_from
+from agentplane_journal.journal.store import (
+    MAX_INSERT_ROWS,
+    SqlJournalStore,
+    _RunState,
+    run_state_from,
+)
 
 __all__ = ["AppendStep", "SealStep", "Step", "write_steps"]
 
@@ -106,6 +119,7 @@ async def write_steps(store: SqlJournalStore, steps: Sequence[Step]) -> list[lis
         rows = await _lock_runs(store, session, [run for _, run in checked if run is not None])
         held: dict[RunId, _RunState] = {}
         leaves: list[SealedLeaf] = []
+        pending = _Rows()
         for step, run in checked:
             if run is None:  # an empty append
                 results.append([])
@@ -119,8 +133,11 @@ async def write_steps(store: SqlJournalStore, steps: Sequence[Step]) -> list[lis
             if isinstance(step, AppendStep):
                 if run in sealed:
                     raise RunSealedError(run, sealed[run][0])
-                written = await store._write_batch(session, run, step.epoch, state, [*step.batch])
-                if written:
+                batch = [*step.batch]
+                chained = store._chain_rows(run, step.epoch, state, batch)
+                written = [] if chained is None else chained[0]
+                if chained is not None:
+                    pending.add(run, state.head_seq + 1, batch, chained)
                     state = replace(state, head_seq=written[-1].seq, head_hash=written[-1].hash)
                 held[run] = state
                 results.append(written)
@@ -134,10 +151,68 @@ async def write_steps(store: SqlJournalStore, steps: Sequence[Step]) -> list[lis
                 sealed[run] = (step.outcome, state.head_hash)
                 leaves.append((str(run), bytes(state.head_hash), store._now(), step.outcome))
                 results.append(state.head_hash)
+        await pending.write(store, session)
         await store._log.append(session, leaves)
         return results
 
     return await store._unit(unit)
+
+
+class _Rows:
+    """The batch's records, chained and checked (``_chain_rows``), inserted together: one
+    multi-row INSERT per :data:`~agentplane_journal.journal.store.MAX_INSERT_ROWS` rows
+    instead of one per append; then each append's admission claims and outcome, in order."""
+
+    def __init__(self) -> None:
+        self.rows: list[dict[str, Any]] = []
+        self.appends: list[tuple[RunId, int, list[Append], str | None, set[EffectKey]]] = []
+
+    def add(
+        self,
+        run: RunId,
+        seq: int,
+        batch: list[Append],
+        chained: tuple[list[Record], list[dict[str, Any]], str | None, set[EffectKey]],
+    ) -> None:
+        _, rows, conclusion, seen = chained
+        self.rows.extend(rows)
+        self.appends.append((run, seq, batch, conclusion, seen))
+
+    async def write(self, store: SqlJournalStore, session: AsyncSession) -> None:
+        conn = await session.connection()
+        insert = _insert_statement(store._dialect)
+        for start in range(0, len(self.rows), MAX_INSERT_ROWS):
+            chunk = self.rows[start : start + MAX_INSERT_ROWS]
+            try:
+                written = {(r, q) for r, q in (await conn.execute(insert, chunk)).all()}
+            except DBAPIError as exc:
+                # The statement holds several runs' rows; the first is named (in a restore,
+                # a collision means another writer is in the target: it is refused whole).
+                first = chunk[0]
+                seen = {k for _, _, _, _, keys in self.appends for k in keys}
+                run = RunId.parse(first["run_id"])
+                raise store._insert_refused(exc, run, first["seq"], seen) from exc
+            if len(written) != len(chunk):
+                # The exactly-once index skipped a row: its key had already started.
+                for row in chunk:
+                    if (row["run_id"], row["seq"]) not in written:
+                        raise DuplicateEffectError(EffectKey.from_hex(row["effect_key"]))
+        for run, _, batch, conclusion, _ in self.appends:
+            await store._after_rows(session, run, batch, conclusion)
+
+
+@functools.cache
+def _insert_statement(dialect: Dialect) -> Any:
+    """The store's records INSERT (``insert_records``: exactly-once rows skipped, never
+    raised), returning each row's run with its seq, as one statement holds several runs."""
+    return (
+        dialect.insert(Journal)
+        .on_conflict_do_nothing(
+            index_elements=[Journal.tenant, Journal.run_id, Journal.effect_key],
+            index_where=EFFECT_STARTED_PREDICATE,
+        )
+        .returning(Journal.run_id, Journal.seq)
+    )
 
 
 async def _lock_runs(

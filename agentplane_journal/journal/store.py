@@ -348,25 +348,10 @@ class SqlJournalStore(RunReads, AuditReads, RunControl, Admissions, Profiles, Co
         self, session: AsyncSession, run: RunId, epoch: int, state: _RunState, batch: list[Append]
     ) -> list[Record]:
         """Seal, sign and insert ``batch`` after the fence, under the run mutex."""
-        if state.sealed_outcome is not None:
-            raise RunSealedError(run, state.sealed_outcome)
-        if not batch:
+        chained = self._chain_rows(run, epoch, state, batch)
+        if chained is None:
             return []
-        seen: set[EffectKey] = set()
-        for item in batch:
-            if item.kind == EFFECT_STARTED and item.effect_key is not None:
-                if item.effect_key in seen:
-                    raise DuplicateEffectError(item.effect_key)
-                seen.add(item.effect_key)
-
-        tenant, run_id = self.tenant, str(run)
-        profile = self.profile
-        self._refuse_other_profile(batch, profile)
-        records, row_tuples, conclusion = chain_batch(
-            tenant, run_id, epoch, state.head_seq, state.head_hash, batch, self._signer, profile
-        )
-        rows = [dict(zip(COLUMNS, row, strict=True)) for row in row_tuples]
-
+        records, rows, conclusion, seen = chained
         insert = hot_statements(self._dialect).insert_records
         conn = await session.connection()
         for start in range(0, len(rows), MAX_INSERT_ROWS):
@@ -374,31 +359,74 @@ class SqlJournalStore(RunReads, AuditReads, RunControl, Admissions, Profiles, Co
             try:
                 written: Sequence[int] = (await conn.execute(insert, chunk)).scalars().all()
             except DBAPIError as exc:
-                what, name = journal_collision(self._dialect, exc) or (None, "")
-                if what is Collision.CHAIN_POSITION:
-                    # A record already holds one of these positions: another writer bypassed
-                    # the run mutex (raw SQL, or append_atomic's work inserting records).
-                    raise append_raced(run, state.head_seq + 1, name, exc) from exc
-                if what is Collision.EFFECT_STARTED and seen:
-                    # Not expected (the INSERT skips these rows); kept so that this index,
-                    # and only it, still maps to DuplicateEffectError if it ever raises (it
-                    # cannot without an EffectStarted key in the batch).
-                    raise DuplicateEffectError(next(iter(seen))) from exc
-                raise
+                raise self._insert_refused(exc, run, state.head_seq + 1, seen) from exc
             if len(written) != len(chunk):
                 # The exactly-once index skipped a row: its key had already started.
                 done = set(written)
                 for row in chunk:
                     if row["seq"] not in done:
                         raise DuplicateEffectError(EffectKey.from_hex(row["effect_key"]))
+        await self._after_rows(session, run, batch, conclusion)
+        return records
 
+    def _chain_rows(
+        self, run: RunId, epoch: int, state: _RunState, batch: list[Append]
+    ) -> tuple[list[Record], list[dict[str, Any]], str | None, set[EffectKey]] | None:
+        """The checks before any write, then ``batch`` sealed and signed onto the head: the
+        records, their rows, the conclusion (if a ``RunSealed``), the effect keys started.
+        ``None`` for an empty batch. No statement."""
+        if state.sealed_outcome is not None:
+            raise RunSealedError(run, state.sealed_outcome)
+        if not batch:
+            return None
+        seen: set[EffectKey] = set()
+        for item in batch:
+            if item.kind == EFFECT_STARTED and item.effect_key is not None:
+                if item.effect_key in seen:
+                    raise DuplicateEffectError(item.effect_key)
+                seen.add(item.effect_key)
+        profile = self.profile
+        self._refuse_other_profile(batch, profile)
+        records, row_tuples, conclusion = chain_batch(
+            self.tenant,
+            str(run),
+            epoch,
+            state.head_seq,
+            state.head_hash,
+            batch,
+            self._signer,
+            profile,
+        )
+        rows = [dict(zip(COLUMNS, row, strict=True)) for row in row_tuples]
+        return records, rows, conclusion, seen
+
+    def _insert_refused(
+        self, exc: DBAPIError, run: RunId, seq: int, seen: set[EffectKey]
+    ) -> BaseException:
+        """What the records' INSERT failing with ``exc`` means (``run``'s rows from ``seq``)."""
+        what, name = journal_collision(self._dialect, exc) or (None, "")
+        if what is Collision.CHAIN_POSITION:
+            # A record already holds one of these positions: another writer bypassed
+            # the run mutex (raw SQL, or append_atomic's work inserting records).
+            return append_raced(run, seq, name, exc)
+        if what is Collision.EFFECT_STARTED and seen:
+            # Not expected (the INSERT skips these rows); kept so that this index,
+            # and only it, still maps to DuplicateEffectError if it ever raises (it
+            # cannot without an EffectStarted key in the batch).
+            return DuplicateEffectError(next(iter(seen)))
+        return exc
+
+    async def _after_rows(
+        self, session: AsyncSession, run: RunId, batch: list[Append], conclusion: str | None
+    ) -> None:
+        """What an append writes once its records are in: admission claims, the outcome."""
         # A keyed RunAdmitted claims its key here, in this transaction (journal/admissions.py).
         await self._claim_admissions(session, run, batch)
         if conclusion is not None:
             d = self._dialect
             ordinal = await d.conclusion_ordinal(await session.connection())
             stmt = d.insert(RunOutcome).values(
-                tenant=tenant, run_id=run_id, outcome=conclusion, ordinal=ordinal
+                tenant=self.tenant, run_id=str(run), outcome=conclusion, ordinal=ordinal
             )
             await session.execute(
                 stmt.on_conflict_do_update(
@@ -406,7 +434,6 @@ class SqlJournalStore(RunReads, AuditReads, RunControl, Admissions, Profiles, Co
                     set_={"outcome": stmt.excluded.outcome, "ordinal": stmt.excluded.ordinal},
                 )
             )
-        return records
 
     async def append(
         self, epoch: int, batch: Sequence[Append], *, session: AsyncSession | None = None
