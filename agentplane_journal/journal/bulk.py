@@ -8,7 +8,7 @@ statements per batch rather than several per run. Nothing is bypassed:
 
 * the batch's runs are locked as ``_lock_run`` locks one (the store's mutex statement, then
   in later statements the lease rows ``FOR UPDATE``, the seals and the re-hashed heads), and
-  every step is judged by the same :func:`~agentplane_journal.journal.store.run_state_from`
+  every step is judged by the same :func:`~agentplane_journal.journal.run_state.run_state_from`
   (the fence for that step's epoch, sealed or not, the head);
 * every append is checked and chained by the store's own ``_chain_rows`` onto the head the
   batch's earlier steps left, its rows inserted with the others' by the store's INSERT
@@ -47,12 +47,8 @@ from agentplane_journal.db.models import EFFECT_STARTED_PREDICATE, Journal, RunL
 from agentplane_journal.db.statements import RECORD_COLUMNS, digest, hot_statements
 from agentplane_journal.errors import DuplicateEffectError, RunSealedError
 from agentplane_journal.journal.log import SealedLeaf
-from agentplane_journal.journal.store import (
-    MAX_INSERT_ROWS,
-    SqlJournalStore,
-    _RunState,
-    run_state_from,
-)
+from agentplane_journal.journal.run_state import RunState, run_state_from
+from agentplane_journal.journal.store import MAX_INSERT_ROWS, SqlJournalStore
 
 __all__ = ["AppendStep", "SealStep", "Step", "write_steps"]
 
@@ -117,7 +113,7 @@ async def write_steps(store: SqlJournalStore, steps: Sequence[Step]) -> list[lis
         results: list[list[Record] | Digest] = []
         sealed: dict[RunId, tuple[str, Digest]] = {}
         rows = await _lock_runs(store, session, [run for _, run in checked if run is not None])
-        held: dict[RunId, _RunState] = {}
+        held: dict[RunId, RunState] = {}
         leaves: list[SealedLeaf] = []
         pending = _Rows()
         for step, run in checked:

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import unicodedata
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy.exc import DBAPIError
@@ -41,7 +40,7 @@ from agentplane_journal.backends import dispatch
 from agentplane_journal.backends.head_cache import HeadCache
 from agentplane_journal.core.admission import claimed_keys
 from agentplane_journal.core.append import EFFECT_STARTED, RUN_SEALED, Append
-from agentplane_journal.core.batch import COLUMNS, chain_batch, fenced
+from agentplane_journal.core.batch import COLUMNS, chain_batch
 from agentplane_journal.core.checks import (
     check_int,
     check_key_id,
@@ -58,9 +57,6 @@ from agentplane_journal.db.models import RunOutcome
 from agentplane_journal.db.statements import (
     digest,
     hot_statements,
-    record_from_row,
-    stored_int,
-    stored_text,
 )
 from agentplane_journal.db.txcontrol import refusing_transaction_control
 from agentplane_journal.db.unit import Passthrough, Rollback, TransactionAnchor
@@ -77,51 +73,13 @@ from agentplane_journal.journal.leases import RunControl
 from agentplane_journal.journal.log import TenantLog
 from agentplane_journal.journal.profiles import Profiles
 from agentplane_journal.journal.reads import RunReads
+from agentplane_journal.journal.run_state import RunState, run_state_from
 
 __all__ = ["MAX_INSERT_ROWS", "SqlJournalStore"]
 
 #: Records per multi-row INSERT. Far under both backends' bound-parameter limits
 #: (12 parameters a row); a batch larger than this costs one more statement per chunk.
 MAX_INSERT_ROWS = 1000
-
-
-@dataclass(frozen=True, slots=True)
-class _RunState:
-    """What a run-changing transaction learns once it holds the run mutex."""
-
-    sealed_outcome: str | None
-    sealed_head: bytes | None
-    head_seq: int
-    head_hash: Digest
-
-
-def run_state_from(run: RunId, epoch: int, row: tuple[Any, ...]) -> _RunState:
-    """Fence ``epoch`` and read the run's state from its ``run_state`` row (lease epoch and
-    owner, seal outcome and head, then the head record's columns or NULLs), as read under
-    the run mutex. One place, for ``_lock_run`` and :mod:`~agentplane_journal.journal.bulk`."""
-    lease_epoch, lease_owner, sealed_outcome, sealed_head = row[:4]
-    if lease_epoch is not None:
-        lease_epoch = stored_int(lease_epoch, 0, "run_lease.epoch")
-        lease_owner = stored_text(lease_owner, 0, "run_lease.owner")
-        # A released lease fences every epoch until someone acquires it again.
-        refused = fenced(run, epoch, lease_epoch, lease_owner)
-        if refused is not None:
-            raise refused
-    if sealed_outcome is not None:
-        sealed_outcome = stored_text(sealed_outcome, 0, "run_seal.outcome")
-    if row[4] is None:
-        head_seq, head_hash = 0, Digest.ZERO
-    else:
-        # The head is re-hashed and checked against its columns in this transaction: a
-        # forged head is refused here, never chained onto or sealed into the log.
-        head = record_from_row(row[4:])
-        head_seq, head_hash = head.seq, head.hash
-    return _RunState(
-        sealed_outcome=sealed_outcome,
-        sealed_head=sealed_head,
-        head_seq=head_seq,
-        head_hash=head_hash,
-    )
 
 
 class SqlJournalStore(RunReads, AuditReads, RunControl, Admissions, Profiles, Cosignatures):
@@ -294,7 +252,7 @@ class SqlJournalStore(RunReads, AuditReads, RunControl, Admissions, Profiles, Co
 
     # -- the run mutex, the fence and the head ----------------------------------------
 
-    async def _lock_run(self, session: AsyncSession, run: RunId, epoch: int) -> _RunState:
+    async def _lock_run(self, session: AsyncSession, run: RunId, epoch: int) -> RunState:
         """Take the run mutex, then fence; return what the transaction needs to know."""
         params = {"tenant": self.tenant, "run_id": str(run), "now": self._now()}
         statements = hot_statements(self._dialect)
@@ -345,7 +303,7 @@ class SqlJournalStore(RunReads, AuditReads, RunControl, Admissions, Profiles, Co
                 raise ValueError(refused)
 
     async def _write_batch(
-        self, session: AsyncSession, run: RunId, epoch: int, state: _RunState, batch: list[Append]
+        self, session: AsyncSession, run: RunId, epoch: int, state: RunState, batch: list[Append]
     ) -> list[Record]:
         """Seal, sign and insert ``batch`` after the fence, under the run mutex."""
         chained = self._chain_rows(run, epoch, state, batch)
@@ -370,7 +328,7 @@ class SqlJournalStore(RunReads, AuditReads, RunControl, Admissions, Profiles, Co
         return records
 
     def _chain_rows(
-        self, run: RunId, epoch: int, state: _RunState, batch: list[Append]
+        self, run: RunId, epoch: int, state: RunState, batch: list[Append]
     ) -> tuple[list[Record], list[dict[str, Any]], str | None, set[EffectKey]] | None:
         """The checks before any write, then ``batch`` sealed and signed onto the head: the
         records, their rows, the conclusion (if a ``RunSealed``), the effect keys started.
