@@ -10,6 +10,9 @@ store and its own leased run, append one record per call for ``--seconds``; cont
 * ``direct``: the server's URL as is (asyncpg's statement caches on);
 * ``direct+option``: the same URL with ``?pgbouncer=true`` (no statement caches);
 * ``pgbouncer+option``: through the pooler, with the option;
+* ``pgbouncer+option, planned``: the same, but each append sending its statement itself, as
+  before revision ``0007_pooled_append`` (so parsed and planned for every append) instead of
+  calling its server-side function: the change's baseline, interleaved in the same run;
 * ``pgbouncer bare``: through the pooler without the option: how many calls fail, and as
   what (``PoolerError`` once statement names are unique per connection).
 
@@ -32,6 +35,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from agentplane_journal import Append, RunId, SqlJournalStore
+from agentplane_journal.backends.postgresql import sql as pgsql
 from agentplane_journal.migrations.commands import upgrade
 
 
@@ -94,14 +98,21 @@ async def main() -> None:
             "direct": cluster.url,
             "direct+option": cluster.url + "?pgbouncer=true",
             "pgbouncer+option": bouncer.url(cluster.url),
+            "pgbouncer+option, planned": bouncer.url(cluster.url),
             "pgbouncer bare": bouncer.url(cluster.url, pgbouncer=False),
         }
+        pooled = pgsql.pooled
         rates: dict[str, list[float]] = {name: [] for name in contenders}
         failures: dict[str, Counter[str]] = {name: Counter() for name in contenders}
         names = list(contenders)
         for r in range(args.rounds):
             for name in names[r % len(names) :] + names[: r % len(names)]:
-                rate, errors = await _round(contenders[name], args.writers, args.seconds)
+                if name.endswith(", planned"):
+                    pgsql.pooled = pgsql.sql  # type: ignore[assignment]
+                try:
+                    rate, errors = await _round(contenders[name], args.writers, args.seconds)
+                finally:
+                    pgsql.pooled = pooled  # type: ignore[assignment]
                 rates[name].append(rate)
                 failures[name] += errors
         code = Path(sys.modules["agentplane_journal"].__file__ or "?").parent.parent
@@ -111,7 +122,7 @@ async def main() -> None:
         for name in names:
             med = statistics.median(rates[name])
             print(
-                f"{name:<18} {med:8.0f}/s  ({min(rates[name]):.0f}-{max(rates[name]):.0f})"
+                f"{name:<27} {med:8.0f}/s  ({min(rates[name]):.0f}-{max(rates[name]):.0f})"
                 f"  x{med / base:.2f}  errors: {dict(failures[name]) or 'none'}"
             )
     finally:

@@ -95,6 +95,7 @@ SLOW_FILES = frozenset(
         "test_steps_crash.py",
         "test_steps_races.py",
         "test_steps_spans.py",
+        "test_steps_profiles.py",
         "test_testing_plugin.py",
         "test_pooler.py",
         "test_replica.py",

@@ -32,8 +32,10 @@ from agentplane_journal import (
     SqlJournalStore,
     ThreadBusyError,
     ThreadMovedError,
+    verify_chain,
 )
 from agentplane_journal.core.batch import COLUMNS, chain_batch
+from agentplane_journal.core.canon_v1 import canonical_bytes_v1
 from agentplane_journal.db.models import Journal
 
 try:
@@ -426,6 +428,48 @@ async def test_deleting_pruning_and_copying_are_records_and_the_chain_verifies(
     done = await app.aget_state(cfg("dst"))
     assert done.values["log"] == ["draft:t", "review:yes", "published"]
     await saver.aclose()
+
+
+async def test_a_saver_on_an_agentplane_022_tenant_writes_that_profile(
+    make_store: Callable[..., Any],
+) -> None:
+    """The saver's kinds are our own; a 0.22 tenant takes them at its record version, sealed
+    over its canonical bytes, and a cold reader (opened in the journal's own profile) gets
+    the same state back."""
+    saver = JournalSaver(await make_store(profile="agentplane-0.22"))
+    app = graph(saver)
+    await app.ainvoke({"topic": "p", "log": []}, cfg("p22"))
+    await app.ainvoke(Command(resume="yes"), cfg("p22"))
+    await saver.acopy_thread("p22", "p22-copy")
+    await saver.aprune(["p22"], strategy="keep_latest")
+    records = await saver.store.read(thread_run("p22"))
+    copied = await saver.store.read(thread_run("p22-copy"))
+    kinds = {r.kind for r in [*records, *copied]}
+    assert kinds == {
+        "LangGraphCheckpoint",
+        "LangGraphWrites",
+        "LangGraphDeleted",
+        "LangGraphCopied",
+    }
+    for record in [*records, *copied]:
+        assert record.body["v"] == 1
+        assert record.raw == canonical_bytes_v1(record.body, path="body")
+    head = await saver.averify_thread("p22")
+    assert head == verify_chain(records)
+    await saver.aclose()
+
+    reader = JournalSaver(await make_store())  # profile=None: the journal's own
+    latest = await reader.aget_tuple(cfg("p22"))
+    assert latest is not None and latest.checkpoint["channel_values"]["log"] == [
+        "draft:p",
+        "review:yes",
+        "published",
+    ]
+    assert len([t async for t in reader.alist(cfg("p22"))]) == 1  # pruned to the latest
+    done = await graph(reader).aget_state(cfg("p22-copy"))
+    assert done.values["log"] == ["draft:p", "review:yes", "published"]
+    assert await reader.averify_thread("p22-copy") == verify_chain(copied)
+    await reader.aclose()
 
 
 def test_a_program_without_an_event_loop_opens_the_saver_by_url(database_url: str) -> None:

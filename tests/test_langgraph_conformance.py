@@ -1,7 +1,9 @@
 """LangGraph's own conformance suite (``langgraph-checkpoint-conformance``) against
 :class:`~agentplane_journal.langgraph.JournalSaver`, on SQLite and PostgreSQL: every base
 capability and every extended one the saver implements (all of them: delete_for_runs,
-copy_thread, prune). Slow (a few seconds a dialect): listed in conftest's SLOW_FILES."""
+copy_thread, prune), and once more on SQLite with every tenant in ``agentplane-0.22`` (the
+store refuses a record in another profile, so the suite passing there means the saver wrote
+0.22's). Slow (a few seconds a dialect): listed in conftest's SLOW_FILES."""
 
 from __future__ import annotations
 
@@ -27,18 +29,34 @@ def _require(module: str) -> None:
 async def test_the_conformance_suite_passes_every_capability(
     make_store: Callable[..., Any],
 ) -> None:
+    await _conformance(await make_store(), None)
+
+
+async def test_the_conformance_suite_passes_on_agentplane_022_tenants(
+    sqlite_database: Callable[..., str],
+) -> None:
+    store = await SqlJournalStore.connect(sqlite_database())
+    try:
+        await _conformance(store, "agentplane-0.22")
+    finally:
+        await store.close()
+
+
+async def _conformance(store: SqlJournalStore, profile: str | None) -> None:
     _require("langgraph.checkpoint.conformance")
     from langgraph.checkpoint.conformance import checkpointer_test, validate
     from langgraph.checkpoint.conformance.capabilities import ALL_CAPABILITIES
 
     from agentplane_journal.langgraph import JournalSaver
 
-    store: SqlJournalStore = await make_store()
+    opened: list[SqlJournalStore] = []
 
     @checkpointer_test(name="JournalSaver")
     async def journal_saver() -> AsyncIterator[JournalSaver]:
         # One tenant per capability suite: list(None) and delete_for_runs walk a tenant.
-        saver = JournalSaver(store.for_tenant(f"lg{os.urandom(5).hex()}"))
+        tenant = store.for_tenant(f"lg{os.urandom(5).hex()}", profile=profile)
+        opened.append(tenant)
+        saver = JournalSaver(tenant)
         yield saver
         await saver.aclose()
 
@@ -50,3 +68,5 @@ async def test_the_conformance_suite_passes_every_capability(
     assert {name for name, r in report.results.items() if r.detected} == {
         c.value for c in ALL_CAPABILITIES
     }
+    if profile is not None:
+        assert opened and {(await t.wire_profile()).name for t in opened} == {profile}

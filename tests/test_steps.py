@@ -5,6 +5,9 @@ A crash is simulated in-process by a boundary hook raising :class:`Crash` (a
 ``BaseException``, so no handler of the layer sees it, as none would see SIGKILL); the
 subprocess crash test with SIGKILL is ``tests/test_steps_crash.py``. External side effects
 are counted in plain dicts outside the journal.
+
+Every case runs on a tenant in each wire profile (``agentplane-0.4``, ``agentplane-0.22``):
+the layer writes the tenant's records, so the protocol must hold in both byte formats.
 """
 
 from __future__ import annotations
@@ -14,8 +17,10 @@ from collections import Counter
 from typing import Any
 
 import pytest
+from sqlalchemy import text
 
 from agentplane_journal import (
+    CorruptRecordError,
     DidNotHappen,
     EffectFailedError,
     EffectInDoubtError,
@@ -35,6 +40,19 @@ from agentplane_journal import (
 from conftest import FakeClock
 
 TTL = 30
+PROFILES = ["agentplane-0.4", "agentplane-0.22"]
+
+
+@pytest.fixture(params=PROFILES)
+async def make_store(make_store: Any, request: pytest.FixtureRequest) -> Any:
+    """conftest's ``make_store``, every handle opened in this case's wire profile (the first
+    claims the empty tenant for it)."""
+
+    async def make(**kw: Any) -> Any:
+        kw.setdefault("profile", request.param)
+        return await make_store(**kw)
+
+    return make
 
 
 class Crash(BaseException):
@@ -535,3 +553,35 @@ async def test_a_workflow_whose_code_changed_is_stopped_before_calling(
     (resumed,) = (await alive.sweeper().drain()).resumed
     assert isinstance(resumed.error, WorkflowDivergedError)
     assert "'charge'" in str(resumed.error) and calls == []
+
+
+@pytest.mark.parametrize("path", ["index", "duplicate"])
+async def test_an_admission_row_pointed_at_another_run_is_refused_not_answered(
+    store: SqlJournalStore, monkeypatch: pytest.MonkeyPatch, path: str
+) -> None:
+    """run_admission is a side table: pointing one key at another key's run (write access,
+    no key) must not answer that run's outcome as this key's, whether the holder is found by
+    the index read before admitting or named by the refused admission
+    (``DuplicateAdmissionError``, the race in which the key was claimed in between)."""
+    steps = Steps(store, instance="w1", lease_ttl=TTL)
+    shop = Shop()
+    checkout = shop.build(steps)
+    alice = await checkout.start("order-alice", "alice", 100)
+    await checkout.start("order-bob", "bob", 1)
+    async with store.engine.begin() as conn:
+        await conn.execute(
+            text("UPDATE run_admission SET run_id = :r WHERE tenant = :t AND key = :k"),
+            {"r": str(alice.run_id), "t": store.tenant, "k": "order-bob"},
+        )
+    if path == "duplicate":  # the index read answered before the claim committed
+
+        async def not_yet(key: str) -> None:
+            return None
+
+        monkeypatch.setattr(store, "admitted_as", not_yet)
+    with pytest.raises(CorruptRecordError, match="does not begin with the admission"):
+        await checkout.start("order-bob", "bob", 1)
+    assert shop.charges == Counter({"alice": 1, "bob": 1})  # nothing ran again
+    # the key's own run is still answered as its own
+    again = await checkout.start("order-alice", "alice", 100)
+    assert isinstance(again, Finished) and again.run_id == alice.run_id

@@ -14,11 +14,13 @@ history, and its ``verify --checkpoint`` and ``restore`` read ours as their own:
 * the trailer ``{"kind":"agentplane.export.end","runs_requested","runs_exported",
   "records","cases","unreadable":[{"run","reason"}]}``; its *absence* says the file was cut.
 
-``raw`` is the record's exact hashed bytes as a JSON string; ``body`` is those same bytes
-inlined verbatim (so body-equals-wire holds by construction and a sealed payload is never
-re-serialised). One difference from agentplane's bytes is deliberate and harmless to every
-reader: agentplane re-serialises ``body`` in its struct's member order, we keep the wire's
-canonical order; both readers compare ``body`` with ``raw`` as JSON values, not as text.
+``raw`` is the record's exact hashed bytes as a JSON string; ``body`` is what agentplane
+writes there, ``serde_json::to_string`` of its ``RecordBody`` parsed from those bytes: the
+members in its structs' declaration order, numbers as serde_json renders them
+(:mod:`.export_body`, derived from the wire bytes alone, so body-equals-wire holds by
+construction and a sealed payload is never opened). ``attestation`` is serde's default
+spelling of ``Attestation { key_id, signature: Vec<u8> }``, an assumption: the reference does
+not hold that struct's definition (see docs/operations/backup.md).
 
 Pure code, no I/O: the writer (:mod:`agentplane_journal.journal.export`) and the verifier
 (:mod:`agentplane_journal.core.export_verify`) share these spellings.
@@ -32,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentplane_journal.core.checkpoint import Checkpoint
+from agentplane_journal.core.export_body import body_text
 from agentplane_journal.core.ids import Digest, RunId
 from agentplane_journal.core.record import Attestation, Record
 
@@ -154,18 +157,21 @@ def attestation_json(att: Attestation | None) -> dict[str, Any] | None:
 
 
 def record_line(record: Record) -> str:
-    """One record: ``body`` is the wire bytes inlined, ``raw`` the same bytes as a string.
+    """One record: ``body`` as agentplane 0.22 writes it (:func:`.export_body.body_text`,
+    from the wire bytes), ``raw`` the wire bytes themselves as a string.
 
-    ``ValueError`` when the bytes are not a UTF-8 JSON object (the run is then unreadable:
-    there is no other body to fall back on that the hash covers).
+    ``ValueError`` when the bytes are not a UTF-8 JSON object serde_json can hold (the run is
+    then unreadable: there is no other body to fall back on that the hash covers).
     """
     raw = bytes(record.raw)
     text = raw.decode("utf-8")  # UnicodeDecodeError is a ValueError
-    if not isinstance(json.loads(text), dict):
-        raise ValueError(f"record {record.seq}'s wire bytes are not a JSON object")
+    try:
+        body = body_text(text)
+    except ValueError as exc:
+        raise ValueError(f"record {record.seq}: {exc}") from None
     att = _dumps(attestation_json(record.attestation))
     return (
-        f'{{"seq":{record.seq},"body":{text},"prev_hash":"{record.prev_hash.hex()}",'
+        f'{{"seq":{record.seq},"body":{body},"prev_hash":"{record.prev_hash.hex()}",'
         f'"hash":"{record.hash.hex()}","attestation":{att},"raw":{_dumps(text)}}}'
     )
 

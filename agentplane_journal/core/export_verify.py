@@ -31,6 +31,7 @@ from typing import Any
 
 from agentplane_journal.core import merkle
 from agentplane_journal.core.checkpoint import Checkpoint
+from agentplane_journal.core.export_body import serde_value
 from agentplane_journal.core.export_lines import (
     CASE_BLOCK,
     FORMAT_VERSION,
@@ -48,6 +49,8 @@ from agentplane_journal.core.signing import DOMAIN_RECORD, Verifier, signing_has
 __all__ = ["ExportVerifier", "VerifyReport"]
 
 _RUN_SEALED = "RunSealed"
+_U64_MAX = (1 << 64) - 1
+_I64_MIN = -(1 << 63)
 
 
 @dataclass(slots=True)
@@ -99,11 +102,18 @@ class _RunPass:
 
 
 def _same(a: object, b: object) -> bool:
-    """JSON values equal as serde_json's ``Value`` compares them: ints and floats differ."""
+    """JSON values equal as serde_json's ``Value`` compares them: ints and floats differ,
+    and an integer beyond ``u64``/below ``i64`` is the ``f64`` serde_json parses it as (``b``
+    comes from :func:`.export_body.serde_value`, ``a`` from ``json.loads``)."""
     if isinstance(a, dict) and isinstance(b, dict):
         return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
     if isinstance(a, list) and isinstance(b, list):
         return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    if type(a) is int and not _I64_MIN <= a <= _U64_MAX:
+        try:
+            a = float(a)
+        except OverflowError:
+            return False
     return type(a) is type(b) and a == b
 
 
@@ -284,7 +294,7 @@ class ExportVerifier:
             return
         raw_bytes = raw.encode("utf-8", "surrogatepass")
         try:
-            wire = json.loads(raw)
+            wire = serde_value(raw)
         except ValueError:
             wire = None
         seq = wire.get("seq") if isinstance(wire, dict) else None

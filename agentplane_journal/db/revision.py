@@ -34,7 +34,7 @@ __all__ = [
 ]
 
 #: The revision this version of the package works against (the script directory's head).
-HEAD_REVISION = "0006_cosignatures"
+HEAD_REVISION = "0007_pooled_append"
 #: Every revision this version of the package ships, oldest first.
 KNOWN_REVISIONS = (
     "0001_journal_schema",
@@ -43,6 +43,7 @@ KNOWN_REVISIONS = (
     "0004_checks",
     "0005_wire_profile",
     "0006_cosignatures",
+    "0007_pooled_append",
 )
 #: The version table a host keeps when it runs our revisions from its own
 #: ``version_locations`` (our revision is then one of its heads).

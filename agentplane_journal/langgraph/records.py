@@ -16,6 +16,14 @@ Why the run id is derived from the thread id (a hash, not a lookup table): the s
 the journal's (no new table), and a reader finds a thread's run without a write. Every record
 also carries its ``thread``, checked on read, so a record moved into another thread's run is
 corrupt, not silently adopted.
+
+Why every builder takes the tenant's wire profile: the store accepts only records in the
+journal's profile (``v`` 4 in ``agentplane-0.4``, ``v`` 1 in ``agentplane-0.22``), and a
+kind of our own is accepted by either as long as its ``v`` is the journal's (only
+``RunAdmitted`` and ``EffectDone`` have members a profile requires, and these kinds journal
+no canon of their own: the record's bytes are sealed under the journal's rule). The payloads
+hold only text and integers, so the two rules write the same payload bytes; only ``v``
+differs.
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ from ulid import ULID
 
 from agentplane_journal.core.append import Append
 from agentplane_journal.core.ids import Digest, RunId
+from agentplane_journal.core.profile import AGENTPLANE_0_4, WireProfile
 from agentplane_journal.core.record import Record
 from agentplane_journal.errors import CorruptRecordError
 
@@ -94,6 +103,8 @@ def checkpoint_append(
     checkpoint: Typed,
     metadata: Typed,
     blobs: Sequence[tuple[str, str, Typed]],
+    *,
+    profile: WireProfile = AGENTPLANE_0_4,
 ) -> Append:
     """One ``put``: the checkpoint without its channel values, its metadata, and the blobs
     of the channels whose version this checkpoint moved (LangGraph's ``new_versions``)."""
@@ -107,7 +118,7 @@ def checkpoint_append(
     }
     if parent_id is not None:
         payload["parent"] = parent_id
-    return Append(run, CHECKPOINT, payload)
+    return profile.append(run, CHECKPOINT, payload)
 
 
 def writes_append(
@@ -118,9 +129,11 @@ def writes_append(
     task_id: str,
     task_path: str,
     writes: Sequence[tuple[int, str, Typed]],
+    *,
+    profile: WireProfile = AGENTPLANE_0_4,
 ) -> Append:
     """One ``put_writes``: a task's pending writes against one checkpoint."""
-    return Append(
+    return profile.append(
         run,
         WRITES,
         {
@@ -135,23 +148,35 @@ def writes_append(
 
 
 def deleted_append(
-    run: RunId, thread_id: str, why: str, checkpoints: Iterable[tuple[str, str]] | None = None
+    run: RunId,
+    thread_id: str,
+    why: str,
+    checkpoints: Iterable[tuple[str, str]] | None = None,
+    *,
+    profile: WireProfile = AGENTPLANE_0_4,
 ) -> Append:
     """A deletion, as a record: the whole thread (``checkpoints`` None) or the listed
     ``(ns, checkpoint_id)`` pairs and their writes. ``why`` names the LangGraph call."""
     payload: dict[str, Any] = {"thread": thread_id, "why": why}
     if checkpoints is not None:
         payload["checkpoints"] = [[ns, cid] for ns, cid in sorted(checkpoints)]
-    return Append(run, DELETED, payload)
+    return profile.append(run, DELETED, payload)
 
 
 def copied_appends(
-    run: RunId, thread_id: str, source: str, source_head: tuple[int, str], records: Sequence[Record]
+    run: RunId,
+    thread_id: str,
+    source: str,
+    source_head: tuple[int, str],
+    records: Sequence[Record],
+    *,
+    profile: WireProfile = AGENTPLANE_0_4,
 ) -> list[Append]:
     """``copy_thread``'s batch: a provenance record naming the source thread and the head it
-    was copied at, then the source's live records with ``thread`` rewritten."""
+    was copied at, then the source's live records with ``thread`` rewritten (in ``profile``,
+    whatever profile they were written in)."""
     out = [
-        Append(
+        profile.append(
             run,
             COPIED,
             {
@@ -166,7 +191,7 @@ def copied_appends(
         if record.kind in (CHECKPOINT, WRITES, DELETED):
             payload = _payload_of(record)
             payload["thread"] = thread_id
-            out.append(Append(run, record.kind, payload))
+            out.append(profile.append(run, record.kind, payload))
     return out
 
 

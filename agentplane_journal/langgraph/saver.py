@@ -483,6 +483,7 @@ class JournalSaver(BaseCheckpointSaver[int]):
             for channel, version in new_versions.items()
         ]
         configurable = config.get("configurable") or {}
+        profile = await store.wire_profile()
         append = checkpoint_append(
             thread_run(thread_id),
             thread_id,
@@ -492,6 +493,7 @@ class JournalSaver(BaseCheckpointSaver[int]):
             self.serde.dumps_typed(stripped),
             self.serde.dumps_typed(get_checkpoint_metadata(config, metadata)),
             blobs,
+            profile=profile,
         )
         await self._write(store, thread_id, [append])
         out: dict[str, Any] = {
@@ -519,11 +521,11 @@ class JournalSaver(BaseCheckpointSaver[int]):
             for idx, (channel, value) in enumerate(writes)
         ]
         run = thread_run(thread_id)
-        await self._write(
-            store,
-            thread_id,
-            [writes_append(run, thread_id, ns, checkpoint_id, task_id, task_path, items)],
+        profile = await store.wire_profile()
+        append = writes_append(
+            run, thread_id, ns, checkpoint_id, task_id, task_path, items, profile=profile
         )
+        await self._write(store, thread_id, [append])
 
     async def adelete_thread(self, thread_id: str) -> None:
         """Append a deletion of the whole thread (every namespace); a thread with nothing
@@ -534,7 +536,14 @@ class JournalSaver(BaseCheckpointSaver[int]):
             await self._write(
                 store,
                 thread_id,
-                [deleted_append(thread_run(thread_id), thread_id, "delete_thread")],
+                [
+                    deleted_append(
+                        thread_run(thread_id),
+                        thread_id,
+                        "delete_thread",
+                        profile=await store.wire_profile(),
+                    )
+                ],
             )
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
@@ -553,8 +562,10 @@ class JournalSaver(BaseCheckpointSaver[int]):
             ]
             if doomed:
                 found.append((view.thread_id, doomed))
+        profile = await store.wire_profile()
         for thread_id, doomed in found:
-            append = deleted_append(thread_run(thread_id), thread_id, "delete_for_runs", doomed)
+            run = thread_run(thread_id)
+            append = deleted_append(run, thread_id, "delete_for_runs", doomed, profile=profile)
             await self._write(store, thread_id, [append])
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
@@ -565,7 +576,12 @@ class JournalSaver(BaseCheckpointSaver[int]):
         if not view.live:
             return
         appends = copied_appends(
-            thread_run(target_thread_id), target_thread_id, source_thread_id, view.head, view.live
+            thread_run(target_thread_id),
+            target_thread_id,
+            source_thread_id,
+            view.head,
+            view.live,
+            profile=await store.wire_profile(),
         )
         await self._view(store, target_thread_id)  # the writer reads before it writes
         await self._write(store, target_thread_id, appends)
@@ -576,13 +592,14 @@ class JournalSaver(BaseCheckpointSaver[int]):
         if strategy not in ("keep_latest", "delete"):
             raise ValueError(f"unknown prune strategy {strategy!r}: 'keep_latest' or 'delete'")
         store = self._store(None)
+        profile = await store.wire_profile()
         for thread_id in thread_ids:
             view = await self._view(store, thread_id)
             if not view.checkpoints:
                 continue
             run = thread_run(thread_id)
             if strategy == "delete":
-                append = deleted_append(run, thread_id, "prune")
+                append = deleted_append(run, thread_id, "prune", profile=profile)
             else:
                 keep = {
                     (c.ns, c.id)
@@ -592,7 +609,7 @@ class JournalSaver(BaseCheckpointSaver[int]):
                 doomed = [key for key in view.checkpoints if key not in keep]
                 if not doomed:
                     continue
-                append = deleted_append(run, thread_id, "prune", doomed)
+                append = deleted_append(run, thread_id, "prune", doomed, profile=profile)
             await self._write(store, thread_id, [append])
 
     # -- beyond LangGraph's interface --------------------------------------------------

@@ -28,13 +28,14 @@ from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any, ParamSpec, TypeVar
 
-from agentplane_journal.core.append import Append
+from agentplane_journal.core.admission import RUN_ADMITTED
 from agentplane_journal.core.checks import check_label, check_ttl
 from agentplane_journal.core.ids import EffectKey, RunId
-from agentplane_journal.errors import StepError
+from agentplane_journal.errors import CorruptRecordError, StepError
 from agentplane_journal.journal.store import SqlJournalStore
-from agentplane_journal.steps.effect import STEP, Effect
+from agentplane_journal.steps.effect import Effect
 from agentplane_journal.steps.history import EFFECT_RECONCILED, RunHistory
+from agentplane_journal.steps.records import effect_record
 from agentplane_journal.steps.runner import Boundary, RunContext
 from agentplane_journal.steps.values import (
     DID_NOT_HAPPEN,
@@ -141,9 +142,28 @@ class Steps:
             leased_at=leased_at,
         )
 
-    async def admission_of(self, run: RunId) -> Admission[Any]:
-        """What an admission key already claimed for ``run`` answers: its outcome or in flight."""
-        history = RunHistory.of(await self.store.read(run))
+    async def admission_of(self, run: RunId, key: str | None = None) -> Admission[Any]:
+        """What admission key ``key`` already claimed for ``run`` answers: its outcome or in
+        flight.
+
+        ``run`` comes from the admission index (``run_admission``), a side table anyone with
+        write access can point at another run; the claim itself is the run's hashed first
+        record. So with ``key`` the run is this key's only if its first record (re-hashed as
+        it is read) is a ``RunAdmitted`` claiming ``key``: otherwise
+        :class:`CorruptRecordError`, and another run's outcome is never answered as this
+        key's.
+        """
+        records = await self.store.read(run)
+        if key is not None:
+            first = records[0] if records else None
+            if first is None or first.kind != RUN_ADMITTED or first.idempotency_key != key:
+                raise CorruptRecordError(
+                    first.seq if first is not None else 0,
+                    f"run {run} does not begin with the admission of {key!r}: the admission "
+                    "index points this key at another run (see `agentplane-journal verify "
+                    "--all` and `reindex-admissions`)",
+                )
+        history = RunHistory.of(records)
         if history.conclusion is None:
             return InFlight(run)
         return Finished(run, outcome_of(history.conclusion))
@@ -182,7 +202,7 @@ class Steps:
             history = RunHistory.of(await self.store.read(run))
             if effect_key not in history.in_doubt():
                 raise StepError(f"effect ek:{effect_key.hex()} of run {run} was settled meanwhile")
-            append = Append(run, EFFECT_RECONCILED, payload, step=STEP, effect_key=effect_key)
+            append = effect_record(self.store.profile, run, EFFECT_RECONCILED, payload, effect_key)
             await self.store.append(lease.epoch, [append])
         finally:
             await self.store.release_lease(run, lease.epoch)

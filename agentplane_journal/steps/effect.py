@@ -3,8 +3,9 @@
 ``@steps.effect("charge", reconcile=check_charge)`` turns ``charge`` into an
 :class:`Effect` with the same signature (``ParamSpec``), callable only inside a workflow.
 Each call is one effect at the next position of its run, and its key is agentplane's
-derivation (``EffectKey.derive``) over that position, the attempt, the effect's name and its
-canonical arguments: the same call of the same run gets the same key on every replay.
+derivation (``WireProfile.effect_key``) over that position, the attempt, the effect's name and
+its arguments' canonical bytes under the run's wire profile (the one its admission was written
+in, :mod:`.records`): the same call of the same run gets the same key on every replay.
 
 A call, as :meth:`Effect.__call__` runs it, asks the journal first
 (:meth:`RunHistory.verdict <agentplane_journal.steps.history.RunHistory.verdict>`):
@@ -29,9 +30,9 @@ import contextvars
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
-from agentplane_journal.core.append import EFFECT_STARTED, Append
-from agentplane_journal.core.canon import canonical_bytes
+from agentplane_journal.core.append import EFFECT_STARTED
 from agentplane_journal.core.ids import EffectKey
+from agentplane_journal.core.profile import profile_of_record
 from agentplane_journal.errors import (
     EffectFailedError,
     EffectInDoubtError,
@@ -47,6 +48,7 @@ from agentplane_journal.steps.history import (
     EFFECT_RECONCILED,
     Verdict,
 )
+from agentplane_journal.steps.records import STEP
 from agentplane_journal.steps.values import (
     DID_NOT_HAPPEN,
     IN_DOUBT,
@@ -59,9 +61,10 @@ from agentplane_journal.steps.values import (
 )
 
 if TYPE_CHECKING:
+    from agentplane_journal.core.profile import WireProfile
     from agentplane_journal.steps.runner import RunContext
 
-__all__ = ["Effect", "current_run"]
+__all__ = ["STEP", "Effect", "current_run"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -70,10 +73,6 @@ R = TypeVar("R")
 current_run: contextvars.ContextVar[RunContext | None] = contextvars.ContextVar(
     "agentplane_journal_steps_run", default=None
 )
-
-#: The step id of every effect this layer journals: one workflow is one agentplane step, and
-#: the effect's position in it is the ordinal.
-STEP = 0
 
 
 def arguments(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -128,8 +127,11 @@ class Effect(Generic[P, R]):
 
     async def _run(self, ctx: RunContext, args: tuple[Any, ...], kwargs: dict[str, Any]) -> R:
         value = arguments(args, kwargs)
+        profile = ctx.key_profile
         try:
-            canonical = canonical_bytes(value, path=f"{self.name}'s arguments")
+            canonical = profile.canonical_bytes(value, path=f"{self.name}'s arguments")
+            if ctx.profile is not profile:  # hashed in the run's, written in the journal's
+                ctx.profile.canonical_bytes(value, path=f"{self.name}'s arguments")
         except (TypeError, ValueError) as error:
             raise TypeError(
                 f"effect {self.name!r}'s arguments must be JSON values (they are journaled and "
@@ -140,10 +142,13 @@ class Effect(Generic[P, R]):
         recorded = ctx.history.positions.get(ordinal)
         if recorded is not None:
             descriptor = recorded.body.get("descriptor", {})
-            if (
-                descriptor.get("kind") != self.name
-                or canonical_bytes(descriptor.get("args")) != canonical
-            ):
+            # Compared as the record was written: a start written after the tenant migrated
+            # holds its arguments in the new canon (100.0 came back as 100), which the run's
+            # key profile would tell apart from the call it is.
+            written = profile_of_record(recorded.body) or profile
+            now = canonical if written is profile else _canonical_or_none(written, value)
+            args_then = _canonical_or_none(written, descriptor.get("args"))
+            if descriptor.get("kind") != self.name or args_then != now:
                 raise WorkflowDivergedError(
                     ctx.run,
                     ordinal,
@@ -153,7 +158,7 @@ class Effect(Generic[P, R]):
                 )
         attempt, performed = 1, 0
         while True:
-            key = EffectKey.derive(STEP, "forward", ordinal, attempt, self.name, canonical)
+            key = profile.effect_key(STEP, "forward", ordinal, attempt, self.name, value)
             known = ctx.history.verdict(key)
             verdict = known.verdict
             if verdict is Verdict.DONE:
@@ -221,35 +226,33 @@ class Effect(Generic[P, R]):
                     "backoff_ms": 0,
                     "ordinal": ordinal,
                 }
-                await ctx.append(
-                    [Append(ctx.run, EFFECT_STARTED, payload, step=STEP, effect_key=key)]
-                )
+                await ctx.append([ctx.effect_record(EFFECT_STARTED, payload, key)])
                 ctx.boundary("after_start")
             ctx.check_deadline()  # no await from here to the call: the fence's proof holds
             try:
                 output = await self.fn(*args, **kwargs)
             except SafeToRetry as error:
                 failed: dict[str, Any] = {"error": _said(error), "disposition": DID_NOT_HAPPEN}
-                (record,) = await ctx.append([_effect(ctx, EFFECT_FAILED, failed, key)])
+                (record,) = await ctx.append([ctx.effect_record(EFFECT_FAILED, failed, key)])
                 span.record(record)
                 return
             except Exception as error:
                 failed = {"error": _said(error), "disposition": IN_DOUBT}
                 if self.reconcile is None:
                     failed["permanent"] = True  # never retried blindly; the workflow decides
-                (record,) = await ctx.append([_effect(ctx, EFFECT_FAILED, failed, key)])
+                (record,) = await ctx.append([ctx.effect_record(EFFECT_FAILED, failed, key)])
                 span.record(record)
                 return
             ctx.boundary("after_call")
             try:
-                canonical_bytes(output, path=f"{self.name}'s result")
+                ctx.profile.canonical_bytes(output, path=f"{self.name}'s result")
             except (TypeError, ValueError) as error:
                 # It happened, and its answer cannot be journaled: landed, never retried.
                 failed = {"error": f"result is not JSON: {error}", "disposition": LANDED}
                 failed["permanent"] = True
-                await ctx.append([_effect(ctx, EFFECT_FAILED, failed, key)])
+                await ctx.append([ctx.effect_record(EFFECT_FAILED, failed, key)])
                 return
-            (record,) = await ctx.append([_effect(ctx, EFFECT_DONE, {"output": output}, key)])
+            (record,) = await ctx.append([ctx.effect_record(EFFECT_DONE, {"output": output}, key)])
             span.record(record)
             ctx.boundary("after_result")
 
@@ -290,7 +293,7 @@ class Effect(Generic[P, R]):
                 )
             if detail:
                 payload["detail"] = detail
-            (record,) = await ctx.append([_effect(ctx, EFFECT_RECONCILED, payload, key)])
+            (record,) = await ctx.append([ctx.effect_record(EFFECT_RECONCILED, payload, key)])
             span.record(record)
             span.set("agentplane.disposition", payload["disposition"])
         if payload["disposition"] == IN_DOUBT:
@@ -299,8 +302,13 @@ class Effect(Generic[P, R]):
             )
 
 
-def _effect(ctx: RunContext, kind: str, payload: dict[str, Any], key: EffectKey) -> Append:
-    return Append(ctx.run, kind, payload, step=STEP, effect_key=key)
+def _canonical_or_none(profile: WireProfile, value: object) -> bytes | None:
+    """A recorded call's arguments as ``profile`` hashes them; ``None`` if they are not JSON
+    it can write (then they are not the call being made now)."""
+    try:
+        return profile.canonical_bytes(value)
+    except (TypeError, ValueError):
+        return None
 
 
 def _said(error: BaseException) -> str:

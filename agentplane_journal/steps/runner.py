@@ -31,7 +31,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from agentplane_journal.core.append import RUN_SEALED, Append
-from agentplane_journal.core.ids import RunId
+from agentplane_journal.core.ids import EffectKey, RunId
+from agentplane_journal.core.profile import WireProfile
 from agentplane_journal.core.record import Record
 from agentplane_journal.errors import (
     FencedError,
@@ -43,6 +44,7 @@ from agentplane_journal.errors import (
 from agentplane_journal.journal.store import SqlJournalStore
 from agentplane_journal.steps import spans
 from agentplane_journal.steps.history import RUN_CANCELLED, RunHistory
+from agentplane_journal.steps.records import effect_record, key_profile, run_record
 from agentplane_journal.steps.values import CANCELLED
 
 __all__ = ["RunContext"]
@@ -136,12 +138,31 @@ class RunContext:
         if request is None:
             return
         await self.append(
-            [Append(self.run, RUN_CANCELLED, {"actor": request.actor, "reason": request.reason})]
+            [self.record(RUN_CANCELLED, {"actor": request.actor, "reason": request.reason})]
         )
         await self.conclude(CANCELLED, reason=f"cancelled by {request.actor}: {request.reason}")
         raise RunCancelledError(self.run, request.actor, request.reason)
 
     # -- writing ------------------------------------------------------------------------
+
+    @property
+    def profile(self) -> WireProfile:
+        """The journal's wire profile: every record of the run is written in it."""
+        return self.store.profile
+
+    @property
+    def key_profile(self) -> WireProfile:
+        """The profile the run's effect keys are derived under (its admission's; see
+        :mod:`~agentplane_journal.steps.records`)."""
+        return key_profile(self.history.admitted, self.store.profile)
+
+    def record(self, kind: str, payload: dict[str, Any]) -> Append:
+        """A run-level record of this run in the journal's profile."""
+        return run_record(self.profile, self.run, kind, payload)
+
+    def effect_record(self, kind: str, payload: dict[str, Any], key: EffectKey) -> Append:
+        """An effect's record of this run in the journal's profile."""
+        return effect_record(self.profile, self.run, kind, payload, key)
 
     async def append(self, batch: Sequence[Append]) -> list[Record]:
         self.check()
@@ -169,7 +190,7 @@ class RunContext:
                 payload["output"] = output
             if reason is not None:
                 payload["reason"] = reason
-            await self.append([Append(self.run, RUN_SEALED, payload)])
+            await self.append([self.record(RUN_SEALED, payload)])
         self.boundary("concluding")
         await self.seal_and_release(span)
 

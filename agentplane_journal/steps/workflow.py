@@ -9,6 +9,8 @@ Admission (agentplane 0.22.0's ``admit``): the run's lease is claimed first (so 
 from here on leaves a run the recovery queue lists), then ``RunAdmitted`` is appended with
 the key, which the store claims in the same transaction. A key already claimed answers
 :class:`Finished` (its recorded outcome) or :class:`InFlight` (its run id); nothing runs.
+The run the admission index names for the key is believed only if its first record, read
+and re-hashed, is a ``RunAdmitted`` claiming the key (:class:`CorruptRecordError` otherwise).
 
 Running (here, or resumed by a sweeper from the journal): the function is called with the
 admitted arguments; each effect replays what is recorded and performs what is not. A
@@ -22,8 +24,6 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
 from agentplane_journal.core.admission import IDEMPOTENCY_KEY, RUN_ADMITTED
-from agentplane_journal.core.append import Append
-from agentplane_journal.core.canon import canonical_bytes
 from agentplane_journal.core.ids import RunId
 from agentplane_journal.core.record import Record
 from agentplane_journal.errors import (
@@ -37,6 +37,7 @@ from agentplane_journal.errors import (
 from agentplane_journal.steps import spans
 from agentplane_journal.steps.effect import arguments, current_run
 from agentplane_journal.steps.history import RunHistory
+from agentplane_journal.steps.records import run_record
 from agentplane_journal.steps.runner import RunContext
 from agentplane_journal.steps.values import (
     FAILED,
@@ -89,9 +90,10 @@ class Workflow(Generic[P, R]):
         if key is not None:
             held = await store.admitted_as(key)
             if held is not None:
-                return await self.steps.admission_of(held)
+                return await self.steps.admission_of(held, key)
+        profile = await store.wire_profile()
         value = arguments(args, kwargs)
-        canonical_bytes(value, path=f"workflow {self.name!r}'s arguments")
+        profile.canonical_bytes(value, path=f"workflow {self.name!r}'s arguments")
         payload: dict[str, Any] = {"capability": self.name, "input": value}
         if key is not None:
             payload[IDEMPOTENCY_KEY] = key
@@ -100,10 +102,13 @@ class Workflow(Generic[P, R]):
             leased_at = self.steps.clock()
             lease = await store.acquire(run, self.steps.instance, self.steps.lease_ttl)
             try:
-                records = await store.append(lease.epoch, [Append(run, RUN_ADMITTED, payload)])
+                admitted = run_record(profile, run, RUN_ADMITTED, payload)
+                records = await store.append(lease.epoch, [admitted])
             except DuplicateAdmissionError as error:
                 await store.release_lease(run, lease.epoch)  # a run that never became real
-                return await self.steps.admission_of(error.run)
+                # The holder is named by the admission index: checked against its hashed
+                # RunAdmitted before its outcome is answered as this key's.
+                return await self.steps.admission_of(error.run, key)
             except FencedError:
                 # The lease lapsed before the admission committed and a sweeper took the
                 # empty run: it never became real and the key is unclaimed, so admit anew.
@@ -147,7 +152,7 @@ async def execute(
             if ctx.stopped is not None:  # the workflow caught a stop and returned anyway
                 raise ctx.stopped
             try:
-                canonical_bytes(result, path=f"workflow {name!r}'s result")
+                ctx.profile.canonical_bytes(result, path=f"workflow {name!r}'s result")
             except (TypeError, ValueError) as error:
                 await ctx.conclude(FAILED, reason=f"its result is not JSON: {error}", span=span)
                 raise TypeError(

@@ -47,12 +47,13 @@ def upgrade() -> None:
     )
 
 
-def downgrade() -> None:
+def refuse_lower() -> None:
+    """What a lower revision's downgrade refuses, refused before this step (and before any
+    later revision's): on SQLite the alembic command commits each revision by itself, so a
+    refusal there alone would leave this one done (the cosignatures dropped, and never to
+    be had again)."""
     from agentplane_journal.migrations.commands import refuse_dropping_records
 
-    # What a lower revision's downgrade refuses is refused before this step too: on SQLite
-    # the alembic command commits each revision by itself, so a refusal there alone would
-    # leave this one done (the cosignatures dropped, and never to be had again).
     refuse_dropping_records(op.get_context(), only_to_base=True)
     if not context.is_offline_mode():
         script = op.get_context().environment_context.script
@@ -62,4 +63,8 @@ def downgrade() -> None:
         if checks._below(checks.PREVIOUS_HEAD):  # to 0002 or lower: 0003's refusal, first
             previous = script.get_revision(checks.PREVIOUS_HEAD).module
             previous._refuse_dropping_parked(_schema())  # parked pushes would be due again
+
+
+def downgrade() -> None:
+    refuse_lower()
     op.drop_table("log_cosignature", schema=_schema())

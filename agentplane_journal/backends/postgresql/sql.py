@@ -56,6 +56,7 @@ __all__ = [
     "group_outcome",
     "one_args",
     "one_outcome",
+    "pooled",
     "sql",
 ]
 
@@ -173,11 +174,30 @@ FROM st ORDER BY st.i
 """
 
 
+#: The same statements as server-side functions (revision ``0007_pooled_append`` holds their
+#: bodies, equal to :data:`ONE` and :data:`MANY`): what runs behind a transaction pooler,
+#: where nothing the client prepares outlives its transaction but the server session keeps
+#: a function's plans, so only this call is parsed and planned per append.
+POOLED = {
+    ONE: "SELECT * FROM {s}agentplane_journal_append_one("
+    + ", ".join(f"${i}" for i in range(1, 16))
+    + ")",
+    MANY: "SELECT * FROM {s}agentplane_journal_append_many("
+    + ", ".join(f"${i}" for i in range(1, 17))
+    + ")",
+}
+
+
 @lru_cache(maxsize=64)
 def sql(statement: str, schema: str | None) -> str:
     """``statement`` with its tables in ``schema`` (quoted) if given."""
     prefix = "" if schema is None else '"' + schema.replace('"', '""') + '".'
     return statement.replace("{s}", prefix)
+
+
+def pooled(statement: str, schema: str | None) -> str:
+    """The call of ``statement``'s server-side function, its tables in ``schema``."""
+    return sql(POOLED[statement], schema)
 
 
 def _hexed(row: Sequence[Any]) -> tuple[Any, ...]:

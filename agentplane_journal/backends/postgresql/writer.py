@@ -28,8 +28,10 @@ is and does on PostgreSQL. Two costs go away:
 
 The statements are autocommitted: a connection lost with one in flight is
 :class:`CommitUnknownError` for every append it carried; an answered error surely rolled
-back. Behind a transaction pooler (no statement cache) each statement runs inside
-``BEGIN``/``COMMIT``, which keeps its two protocol exchanges on one server connection.
+back. Behind a transaction pooler (no statement cache) each statement runs as its
+server-side function (revision ``0007_pooled_append``: planned once per server connection,
+not per append) inside ``BEGIN``/``COMMIT``, which keeps its two protocol exchanges on one
+server connection.
 The :class:`~agentplane_journal.backends.head_cache.HeadCache` is filled here after a commit
 only, and dropped on any other answer.
 """
@@ -244,17 +246,18 @@ class Writer(GroupWriter[Request, Result]):
         return answer
 
     async def _fetch(self, driver: Any, statement: str, args: tuple[Any, ...]) -> list[Any]:
-        query = _pgsql.sql(statement, self._schema)
         # asyncpg ships no types: its fetch() answers a list of Records.
         rows: list[Any]
         if getattr(driver, "_stmt_cache_enabled", True):
-            rows = await driver.fetch(query, *args)
+            rows = await driver.fetch(_pgsql.sql(statement, self._schema), *args)
             return rows
-        # Behind a transaction pooler (no statement cache): asyncpg prepares and executes an
-        # uncached statement in two exchanges, and only an open transaction keeps both on
-        # one server connection.
+        # Behind a transaction pooler (no statement cache): the statement's server-side
+        # function, whose plan the server connection keeps (the statement itself would be
+        # planned afresh for every append). asyncpg prepares and executes an uncached
+        # statement in two exchanges, and only an open transaction keeps both on one
+        # server connection.
         async with driver.transaction():
-            rows = await driver.fetch(query, *args)
+            rows = await driver.fetch(_pgsql.pooled(statement, self._schema), *args)
             return rows
 
     async def _one(self, driver: Any, r: Request) -> Answer:

@@ -1,0 +1,236 @@
+"""An export record line's readable ``body``, as agentplane 0.22 writes it, from the wire bytes.
+
+agentplane 0.22's export parses each record's hashed bytes into its ``RecordBody`` struct and
+writes ``serde_json::to_string`` of that struct (``src/export.rs``). So its ``body`` is not the
+wire text: members come in the structs' *declaration* order (the wire is sorted by RFC 8785),
+and numbers are re-rendered by serde_json's writer. This module derives exactly that text from
+the wire bytes alone (never from a typed view that could disagree with them):
+
+* **Order.** ``seq, run, case, step, phase, epoch, v, effect_key`` (``RecordBody``), then the
+  flattened, internally tagged ``RecordKind``: ``kind`` first, then the variant's members in
+  declaration order (:data:`VARIANT_MEMBERS`, from ``src/journal/record.rs``). Nested structs
+  whose definition the reference holds are reordered too (:data:`NESTED_MEMBERS`:
+  ``AgentIdentity``, ``EffectDescriptor``, ``Recovery``, ``DeclaredOutput``);
+  ``BTreeMap<String, Label>`` members sort their keys by UTF-8 bytes (= code point).
+  ``serde_json::Value`` members (``input``, ``plan``, ``output``, ``args``) keep the wire's
+  order: agentplane's build enables serde_json's ``preserve_order`` (``src/keyring/envelope.rs``
+  says so), so a parsed ``Value`` re-serialises in the order it was read.
+* **Numbers**, as ``serde_json::Value`` holds them: an integer within ``i64``/``u64`` stays as
+  written; ``-0`` and an integer beyond ``u64``/below ``i64`` become an ``f64``; every
+  fraction/exponent is an ``f64``; an ``f64`` is written in serde_json 1.0.151's layout
+  (:func:`~.canon.format_float`: ``100.0``, ``1e+16``, ``1e-7``, ``-0.0``). A number serde_json
+  cannot hold (``1e400``) makes the record unreadable, as it does in 0.22.
+* **Strings**: ``"`` ``\\`` and C0 controls escaped (``\\n``, ``\\u001f``), everything else raw
+  UTF-8 (serde_json's escaping, which is ``json.dumps(ensure_ascii=False)``'s). A lone
+  surrogate (an unpaired ``\\ud800`` escape) is refused (``ValueError``): serde_json refuses it.
+
+What is deliberately *not* 0.22's behaviour, and only for wire bytes 0.22 never writes itself
+(so every record 0.22 could have written gets 0.22's exact bytes): a member 0.22 does not
+define (another kind, a 0.4-profile member) is kept, after the known ones, in wire order, where
+0.22 would drop it (or refuse the record); a member its writer would skip (``"phase":"forward"``,
+``null`` options, ``"permanent":false``, ``"correlation":[]``) is kept; strings are never
+re-spelled (a lowercase ULID or uppercase hex stays as stored). Each keeps ``body`` equal to the
+wire as a JSON value, which both verifiers demand. Structs the reference does not define
+(``Label``, ``Spend``, ``PolicyBundleIdentity``, ``Principal``, ...) keep the wire's order:
+unverifiable here (see docs/operations/backup.md).
+
+Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from agentplane_journal.core.canon import format_float
+
+__all__ = [
+    "NESTED_MEMBERS",
+    "TOP_MEMBERS",
+    "VARIANT_MEMBERS",
+    "body_text",
+    "serde_value",
+]
+
+TOP_MEMBERS: tuple[str, ...] = ("seq", "run", "case", "step", "phase", "epoch", "v", "effect_key")
+"""``RecordBody``'s members before the flattened kind, in declaration order."""
+
+VARIANT_MEMBERS: dict[str, tuple[str, ...]] = {
+    "RunAdmitted": (
+        "capability",
+        "governed_by",
+        "input",
+        "input_label",
+        "policy_bundle",
+        "canon",
+        "idempotency_key",
+    ),
+    "PlanFrozen": ("steps", "plan"),
+    "StepStarted": ("skill",),
+    "StepFinished": ("outcome",),
+    "CaseBound": ("case_kind", "opened", "correlation"),
+    "DeadlineRegistered": ("name", "resolved_at", "calendar_digest"),
+    "DeadlineTransition": ("name", "from", "to"),
+    "RunSuspended": ("reason",),
+    "Note": ("text",),
+    "EffectStarted": (
+        "descriptor",
+        "recovery",
+        "mutates",
+        "attempt",
+        "backoff_ms",
+        "outbound_label",
+    ),
+    "EffectDone": ("output", "source", "spend", "declared"),
+    "EffectFailed": ("error", "spend", "disposition", "permanent"),
+    "BudgetRefused": ("limit", "used"),
+    "BudgetReadmitted": ("limit",),
+    "IdentityBound": ("chain",),
+    "PolicyDenied": ("reason", "action", "resource"),
+    "GroupOpened": ("group", "resources"),
+    "GroupSettled": ("group", "outcome", "detail"),
+    "StepCompensated": ("compensation", "outcome"),
+    "EffectReconciled": ("disposition", "output", "spend", "detail", "declared"),
+    "Released": (
+        "releaser",
+        "release",
+        "label",
+        "field_labels",
+        "result_label",
+        "result_field_labels",
+        "value",
+    ),
+    "RunCancelled": ("actor", "reason"),
+    "RunSealed": ("outcome", "reason", "chain_head"),
+    "BreakGlass": ("actor", "roles", "reason"),
+    "Swept": ("subject", "action", "detail"),
+}
+"""agentplane 0.22's ``RecordKind`` variants and their members, in declaration order."""
+
+_AGENT_IDENTITY = ("name", "version", "digest", "publisher")
+_DECLARED_OUTPUT = ("trust", "sensitivity")
+
+NESTED_MEMBERS: dict[tuple[str, str], tuple[str, ...]] = {
+    ("RunAdmitted", "governed_by"): _AGENT_IDENTITY,
+    ("EffectStarted", "descriptor"): ("kind", "args"),
+    # Internally tagged by `mode`: the tag first, then `Idempotent`'s `key`.
+    ("EffectStarted", "recovery"): ("mode", "key"),
+    ("EffectDone", "declared"): _DECLARED_OUTPUT,
+    ("EffectReconciled", "declared"): _DECLARED_OUTPUT,
+}
+"""Typed struct members whose definition the reference holds: (kind, member) -> order."""
+
+_BTREE_MAPS = frozenset({("Released", "field_labels"), ("Released", "result_field_labels")})
+
+_U64_MAX = (1 << 64) - 1
+_I64_MIN = -(1 << 63)
+
+
+def _as_f64(token: str) -> float:
+    f = float(token)
+    if math.isinf(f):
+        raise ValueError(f"the number {token[:40]} is out of range for serde_json (f64)")
+    return f
+
+
+def _serde_number(token: str) -> int | float:
+    """The number ``serde_json::Value`` holds for an integer token: ``int`` for what it keeps
+    as ``u64``/``i64``, ``float`` for what it keeps as ``f64`` (``-0``, and beyond them)."""
+    v = int(token)
+    if token.startswith("-"):
+        return -0.0 if v == 0 else (v if v >= _I64_MIN else _as_f64(token))
+    return v if v <= _U64_MAX else _as_f64(token)
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def serde_value(text: str | bytes) -> Any:
+    """``text`` parsed with serde_json's number semantics (an integer token beyond
+    ``u64``/below ``i64``, and ``-0``, is a ``float``; a number out of ``f64`` range is a
+    ``ValueError``): what the reference compares a ``body`` with its wire bytes as."""
+    return json.loads(
+        text, parse_int=_serde_number, parse_float=_as_f64, parse_constant=_refuse_constant
+    )
+
+
+def _ordered(obj: dict[str, Any], order: tuple[str, ...]) -> dict[str, Any]:
+    """``obj`` with ``order``'s members first, in that order, then the rest in wire order."""
+    out = {k: obj[k] for k in order if k in obj}
+    if len(out) != len(obj):
+        out.update((k, v) for k, v in obj.items() if k not in out)
+    return out
+
+
+def _reordered(wire: dict[str, Any]) -> dict[str, Any]:
+    kind = wire.get("kind")
+    if not isinstance(kind, str):
+        return _ordered(wire, TOP_MEMBERS)
+    body = _ordered(wire, (*TOP_MEMBERS, "kind", *VARIANT_MEMBERS.get(kind, ())))
+    for key, value in body.items():
+        if not isinstance(value, dict):
+            continue
+        if (kind, key) in _BTREE_MAPS:
+            body[key] = {k: value[k] for k in sorted(value)}  # code point = UTF-8 byte order
+        elif (kind, key) in NESTED_MEMBERS:
+            body[key] = _ordered(value, NESTED_MEMBERS[(kind, key)])
+    return body
+
+
+def _write(value: Any, out: list[str]) -> None:
+    """serde_json's writer, for the exact path: floats in its layout (:func:`format_float`)."""
+    if isinstance(value, dict):
+        out.append("{")
+        for i, (key, item) in enumerate(value.items()):
+            out.append(',"' if i else '"')
+            out.append(json.dumps(key, ensure_ascii=False)[1:])
+            out.append(":")
+            _write(item, out)
+        out.append("}")
+    elif isinstance(value, list):
+        out.append("[")
+        for i, item in enumerate(value):
+            if i:
+                out.append(",")
+            _write(item, out)
+        out.append("]")
+    elif type(value) is float:
+        out.append(format_float(value))
+    else:
+        out.append(json.dumps(value, ensure_ascii=False))
+
+
+def body_text(raw: str) -> str:
+    """The ``body`` agentplane 0.22 writes for a record whose wire bytes are ``raw``.
+
+    ``ValueError`` when ``raw`` is not a JSON object or holds what serde_json cannot (a number
+    out of ``f64`` range, a lone surrogate): 0.22 files such a run as unreadable.
+    """
+    # Integers are parsed as serde_json holds them (beyond 64 bits, and `-0`, an f64);
+    # json's C encoder then writes every value as serde_json does, except a float below
+    # 1e-4, which repr writes `1e-05` where serde_json writes `0.00001` (and `1e-07` for
+    # `1e-7`): only a record holding one takes the slower, exact writer.
+    small: list[float] = []
+
+    def f64(token: str) -> float:
+        x = _as_f64(token)
+        if x and -1e-4 < x < 1e-4:
+            small.append(x)
+        return x
+
+    wire = json.loads(
+        raw, parse_int=_serde_number, parse_float=f64, parse_constant=_refuse_constant
+    )
+    if not isinstance(wire, dict):
+        raise ValueError("the wire bytes are not a JSON object")
+    body = _reordered(wire)
+    if small:
+        out: list[str] = []
+        _write(body, out)
+        text = "".join(out)
+    else:
+        text = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    text.encode("utf-8")  # a lone surrogate: UnicodeEncodeError, a ValueError
+    return text
