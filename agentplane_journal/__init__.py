@@ -106,7 +106,12 @@ if TYPE_CHECKING:
     )
     from agentplane_journal.journal.cosignatures import CosignatureRead
     from agentplane_journal.journal.export import write_export
-    from agentplane_journal.journal.restore import RestoreRefused, RestoreReport, restore_export
+    from agentplane_journal.journal.restore import (
+        RestoreIncomplete,
+        RestoreRefused,
+        RestoreReport,
+        restore_export,
+    )
     from agentplane_journal.journal.store import SqlJournalStore
     from agentplane_journal.migrations.commands import current_revision, upgrade
     from agentplane_journal.push.rows import PushListing, ReencryptReport, UnreadableRegistration
@@ -255,6 +260,7 @@ _EXPORTS = {
     "RestoreRefused": "journal.restore",
     "RestoreReport": "journal.restore",
     "restore_export": "journal.restore",
+    "RestoreIncomplete": "journal.restore",
 }
 
 __version__ = "0.1.0"
@@ -307,6 +313,7 @@ __all__ = [
     "Record",
     "RecordTooLargeError",
     "ReencryptReport",
+    "RestoreIncomplete",
     "RestoreRefused",
     "RestoreReport",
     "RunId",

@@ -103,6 +103,8 @@ SLOW_FILES = frozenset(
         "test_witness_aics.py",
         "test_wheel.py",
         "test_patroni.py",
+        "test_restore_batches.py",
+        "test_bulk_race.py",
     }
 )
 SLOW_TESTS = frozenset(

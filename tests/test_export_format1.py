@@ -33,6 +33,13 @@ from helpers import TRUSTED, key, note, started
 RUNS = 60
 
 
+@pytest.fixture(autouse=True)
+def _small_batches(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Restore batches of 500 records here, so the long run (a batch and a bit) stays
+    small; tests/test_restore_batches.py puts the boundaries everywhere."""
+    monkeypatch.setattr(restore_mod, "BATCH", 500)
+
+
 async def _seal(store: SqlJournalStore, run: RunId, epoch: int, outcome: str) -> None:
     head = await store.head(run)
     await store.append(

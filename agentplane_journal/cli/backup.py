@@ -23,7 +23,12 @@ from agentplane_journal.core.checkpoint import Checkpoint
 from agentplane_journal.core.export_verify import ExportVerifier, VerifyReport
 from agentplane_journal.core.signing import Ed25519Verifier
 from agentplane_journal.journal.export import write_export
-from agentplane_journal.journal.restore import RestoreRefused, RestoreReport, restore_export
+from agentplane_journal.journal.restore import (
+    RestoreIncomplete,
+    RestoreRefused,
+    RestoreReport,
+    restore_export,
+)
 from agentplane_journal.journal.store import SqlJournalStore
 from agentplane_journal.migrations.commands import upgrade
 
@@ -116,6 +121,8 @@ async def _restore(store: SqlJournalStore, path: Path) -> RestoreReport:
         return await restore_export(store, path)
     except RestoreRefused as exc:
         raise _Exit(2, f"restore refused, nothing written: {exc}") from None
+    except RestoreIncomplete as exc:
+        raise _Exit(1, f"restore FAILED: {exc}") from None
 
 
 async def cmd_restore(args: argparse.Namespace) -> int:

@@ -23,8 +23,8 @@ a restore rebuilds a history, it does not merge one.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
-from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,21 +42,41 @@ from agentplane_journal.core.export_lines import (
     parse_ulid_run,
 )
 from agentplane_journal.core.ids import RunId
+from agentplane_journal.journal.bulk import AppendStep, SealStep, Step, write_steps
 from agentplane_journal.journal.store import SqlJournalStore
 
-__all__ = ["BATCH", "WINDOW", "RestoreRefused", "RestoreReport", "restore_export"]
+__all__ = ["BATCH", "RestoreIncomplete", "RestoreRefused", "RestoreReport", "restore_export"]
 
-BATCH = 500
-"""Records per ``append`` (one transaction); an epoch change ends a batch early."""
-
-WINDOW = 16
-"""Runs whose appends may be in flight at once (each at most :data:`BATCH` records)."""
+BATCH = 2000
+"""Records per transaction (any number of runs' appends and seals; a batch may end inside a
+run). One batch is written while the next is read."""
 
 _FALLBACK_OUTCOME = "restored"
 
 
 class RestoreRefused(ValueError):
     """The export cannot be restored, or the target is not empty; nothing was written."""
+
+
+class RestoreIncomplete(RuntimeError):
+    """Writing failed part-way (the database refused a batch, or could not be reached).
+
+    Each batch is one transaction, so the target holds whole batches only: at least
+    ``records`` records and ``seals`` seals, the committed prefix of the file, and nothing
+    of the batch that failed. That prefix is a partial history shaped like a whole one, so
+    it is named, never left silent: the target is no longer empty (another restore into it
+    is refused) and must be dropped, or another tenant used, before restoring again.
+    """
+
+    def __init__(self, tenant: str, records: int, seals: int, cause: BaseException) -> None:
+        self.tenant, self.records, self.seals, self.cause = tenant, records, seals, cause
+        super().__init__(
+            f"the restore failed part-way ({type(cause).__name__}: {cause}); tenant "
+            f"{tenant!r} now holds a PARTIAL history — at least {records} record(s) and "
+            f"{seals} seal(s) committed, the batch that failed rolled back. Do not use it: "
+            "drop the database (or the tenant) and restore into a fresh one (`upgrade --url ...` "
+            "first) once the cause is fixed"
+        )
 
 
 @dataclass(slots=True)
@@ -132,12 +152,14 @@ class _Frame:
 
 
 def check_frame(path: Path) -> _Frame:
-    """Pass one: the header's format, a trailer, and replayable wire bytes on every record."""
+    """Pass one: the header's format, a trailer, and replayable wire bytes on every record
+    (each one's ``append`` can be built, under its own run's block)."""
     version: object = None
     checkpoint: Checkpoint | None = None
     canon: int | None = None
     complete = False
     signed = 0
+    run: RunId | None = None
     for number, value in _lines(path):
         if value is None:
             continue  # agentplane's parse skips what it cannot read; so does ours
@@ -147,10 +169,14 @@ def check_frame(path: Path) -> _Frame:
             c = value.get("canon")
             canon = c if type(c) is int else None
             checkpoint = parse_checkpoint(value.get("checkpoint"))
+        elif kind == RUN_BLOCK:
+            run = parse_ulid_run(value.get("run"))
         elif kind == TRAILER:
             complete = True
         elif kind is None:
-            _wire(value, number)
+            body = _wire(value, number)
+            if run is not None:
+                _replayable(body, run, number)
             if value.get("attestation") is not None:
                 signed += 1
     if version != FORMAT_VERSION:
@@ -200,79 +226,110 @@ async def _refuse_non_empty(store: SqlJournalStore) -> None:
 
 
 class _Replay:
-    """Appends a run's records in order and seals runs in log order.
+    """Gathers a batch of steps (each run's records in order, the seals in log order) and
+    writes it in one transaction (:func:`~agentplane_journal.journal.bulk.write_steps`).
 
-    A run of at most :data:`BATCH` records is appended by a task of its own, up to
-    :data:`WINDOW` runs at once (different runs are independent, and the store's group
-    commit lets concurrent appends share commits); a longer one is appended batch by batch as
-    it is read. A seal waits for its run's appends and for every lower log position.
+    A batch ends after :data:`BATCH` records, at a run's end or in its middle (a long run
+    continues in the next batch from its committed head), so memory is a batch whatever
+    the file's size. One batch is written while the next is read: at most two are held.
+    A seal is placed once every lower log position is placed; an export in log order (ours)
+    places each as its run ends.
     """
 
     def __init__(self, store: SqlJournalStore, report: RestoreReport) -> None:
         self.store, self.report = store, report
-        self.groups: list[tuple[int, list[Append], list[str]]] = []
-        self.held = 0  # records in self.groups
-        self.inflight: deque[asyncio.Task[None]] = deque()
+        self.steps: list[Step] = []
+        self.hashes: list[list[str]] = []  # per AppendStep, the hashes the export carries
+        self.group: tuple[int, list[Append], list[str]] | None = None
+        self.held = 0  # records in self.steps and self.group
+        self.epoch = 0  # the current run's last epoch
+        self.inflight: asyncio.Task[tuple[int, int]] | None = None
         self.next_index = 0
-        self.pending: dict[int, tuple[RunId, int, str, asyncio.Task[None] | None]] = {}
+        self.pending: dict[int, tuple[RunId, int, str]] = {}
+        self.committed = (0, 0)  # (records, seals) surely committed
 
-    async def _write(self, groups: list[tuple[int, list[Append], list[str]]]) -> None:
-        for epoch, batch, hashes in groups:
-            written = await self.store.append(epoch, batch)
-            self.report.records += len(written)
+    async def _write(self, steps: list[Step], hashes: list[list[str]]) -> tuple[int, int]:
+        results = await write_steps(self.store, steps)
+        records = seals = 0
+        appended = (r for r in results if isinstance(r, list))
+        for written, carried in zip(appended, hashes, strict=True):
+            records += len(written)
             self.report.differing += sum(
-                r.hash.hex() != h for r, h in zip(written, hashes, strict=False)
+                r.hash.hex() != h for r, h in zip(written, carried, strict=False)
             )
+        seals = sum(1 for step in steps if isinstance(step, SealStep))
+        self.report.records += records
+        return records, seals
+
+    def _end_group(self) -> None:
+        if self.group is not None and self.group[1]:
+            self.steps.append(AppendStep(self.group[0], self.group[1]))
+            self.hashes.append(self.group[2])
+        self.group = None
+
+    async def _flush(self) -> None:
+        """Send what is gathered as one transaction, after the previous one has committed."""
+        self._end_group()
+        steps, hashes, self.steps, self.hashes, self.held = self.steps, self.hashes, [], [], 0
+        await self._settle()
+        if steps:
+            self.inflight = asyncio.create_task(self._write(steps, hashes))
+
+    async def _settle(self) -> None:
+        if self.inflight is not None:
+            task, self.inflight = self.inflight, None
+            records, seals = await task
+            self.committed = (self.committed[0] + records, self.committed[1] + seals)
 
     async def record(self, epoch: int, append: Append, hash_hex: object) -> None:
-        last = self.groups[-1] if self.groups else None
-        if last is None or last[0] != epoch or len(last[1]) >= BATCH:
-            if self.held >= BATCH:  # a long run: what is held goes now, in order
-                groups, self.groups, self.held = self.groups, [], 0
-                await self._write(groups)
-            last = (epoch, [], [])
-            self.groups.append(last)
-        last[1].append(append)
-        last[2].append(hash_hex if isinstance(hash_hex, str) else "")
+        if self.group is None or self.group[0] != epoch:
+            self._end_group()
+            self.group = (epoch, [], [])
+        self.group[1].append(append)
+        self.group[2].append(hash_hex if isinstance(hash_hex, str) else "")
+        self.epoch = epoch
         self.held += 1
+        if self.held >= BATCH:  # mid-run or not: the run goes on in the next batch
+            await self._flush()
 
-    async def end_run(self, run: RunId, index: int | None, outcome: str | None) -> None:
-        groups, self.groups, self.held = self.groups, [], 0
-        if not groups:
-            return
-        task = asyncio.create_task(self._write(groups))
-        self.inflight.append(task)
-        if len(self.inflight) > WINDOW:
-            await self.inflight.popleft()
-        if index is not None:
-            self.pending[index] = (run, groups[-1][0], outcome or _FALLBACK_OUTCOME, task)
-            await self.drain(False)
+    async def end_run(
+        self, run: RunId, index: int | None, outcome: str | None, *, any_records: bool
+    ) -> None:
+        self._end_group()
+        if index is not None and any_records:
+            self.pending[index] = (run, self.epoch, outcome or _FALLBACK_OUTCOME)
+            self._place(False)
 
-    async def drain(self, everything: bool) -> None:
+    def _place(self, everything: bool) -> None:
         while self.next_index in self.pending or (everything and self.pending):
             at = self.next_index if self.next_index in self.pending else min(self.pending)
-            run, epoch, outcome, task = self.pending.pop(at)
-            if task is not None:
-                await task
-            await self.store.seal(run, epoch, outcome)
+            run, epoch, outcome = self.pending.pop(at)
+            self.steps.append(SealStep(run, epoch, outcome))
             self.next_index = at + 1
 
     async def finish(self) -> None:
-        while self.inflight:
-            await self.inflight.popleft()
-        await self.drain(True)
+        self._end_group()
+        self._place(True)
+        await self._flush()
+        await self._settle()
 
-    async def abandon(self) -> None:
-        for task in self.inflight:
-            task.cancel()
-        await asyncio.gather(*self.inflight, return_exceptions=True)
+    async def abandon(self, *, cancel: bool) -> None:
+        """After a failure: let the batch in flight end (so ``committed`` counts it if it
+        landed; its own failure is not the one reported), or cancel it."""
+        if self.inflight is None:
+            return
+        if cancel:
+            self.inflight.cancel()
+        with contextlib.suppress(BaseException):
+            await self._settle()
 
 
 async def restore_export(store: SqlJournalStore, path: Path) -> RestoreReport:
     """Replay the export at ``path`` into ``store``'s (empty) tenant; report the roots.
 
     :class:`RestoreRefused` (nothing written) for a file that cannot be restored or a target
-    that is not empty; a store error part-way propagates (restore into a fresh database).
+    that is not empty; :class:`RestoreIncomplete` for a failure once writing has begun
+    (what is committed stays, counted; restore into a fresh database).
     """
     frame = check_frame(path)
     await _refuse_non_empty(store)
@@ -285,8 +342,12 @@ async def restore_export(store: SqlJournalStore, path: Path) -> RestoreReport:
     replay = _Replay(store, report)
     try:
         await _replay(path, replay, report)
+    except Exception as exc:
+        await replay.abandon(cancel=False)
+        records, seals = replay.committed
+        raise RestoreIncomplete(store.tenant, records, seals, exc) from exc
     except BaseException:
-        await replay.abandon()
+        await replay.abandon(cancel=True)
         raise
     report.rebuilt = await store.checkpoint()
     _not_carried(report, frame)
@@ -297,14 +358,15 @@ async def _replay(path: Path, replay: _Replay, report: RestoreReport) -> None:
     run: RunId | None = None
     index: int | None = None
     outcome: str | None = None
+    records = 0
     for number, value in _lines(path):
         if value is None:
             continue
         kind = value.get("kind")
         if kind == RUN_BLOCK:
             if run is not None:
-                await replay.end_run(run, index, outcome)
-            run, outcome = parse_ulid_run(value.get("run")), None
+                await replay.end_run(run, index, outcome, any_records=records > 0)
+            run, outcome, records = parse_ulid_run(value.get("run")), None, 0
             i = value.get("index")
             index = i if type(i) is int and value.get("seal") is not None else None
             if run is not None:
@@ -313,17 +375,27 @@ async def _replay(path: Path, replay: _Replay, report: RestoreReport) -> None:
             body = _wire(value, number)
             if body.get("kind") == "RunSealed" and isinstance(body.get("outcome"), str):
                 outcome = body["outcome"]
-            try:
-                epoch, append = append_of(body)
-            except (TypeError, ValueError) as exc:
-                raise RestoreRefused(
-                    f"line {number}: the record cannot be replayed ({exc}); what was written "
-                    "before it stays — restore into a fresh database after fixing the file"
-                ) from None
+            epoch, append = _replayable(body, run, number)
+            records += 1
             await replay.record(epoch, append, value.get("hash"))
     if run is not None:
-        await replay.end_run(run, index, outcome)
+        await replay.end_run(run, index, outcome, any_records=records > 0)
     await replay.finish()
+
+
+def _replayable(body: dict[str, Any], run: RunId, number: int) -> tuple[int, Append]:
+    """:func:`append_of`, or :class:`RestoreRefused` naming the line (pass one finds every
+    such line before anything is written; pass two meets only lines pass one accepted)."""
+    try:
+        epoch, append = append_of(body)
+    except (TypeError, ValueError) as exc:
+        raise RestoreRefused(f"line {number}: the record cannot be replayed ({exc})") from None
+    if append.run != run:
+        raise RestoreRefused(
+            f"line {number}: a record of run {append.run} sits in run {run}'s block — "
+            "replaying it would mix two runs' chains; the file was edited or damaged"
+        )
+    return epoch, append
 
 
 def _not_carried(report: RestoreReport, frame: _Frame) -> None:

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import unicodedata
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy.exc import DBAPIError
@@ -41,7 +40,7 @@ from agentplane_journal.backends import dispatch
 from agentplane_journal.backends.head_cache import HeadCache
 from agentplane_journal.core.admission import claimed_keys
 from agentplane_journal.core.append import EFFECT_STARTED, RUN_SEALED, Append
-from agentplane_journal.core.batch import COLUMNS, chain_batch, fenced
+from agentplane_journal.core.batch import COLUMNS, chain_batch
 from agentplane_journal.core.checks import (
     check_int,
     check_key_id,
@@ -58,9 +57,6 @@ from agentplane_journal.db.models import RunOutcome
 from agentplane_journal.db.statements import (
     digest,
     hot_statements,
-    record_from_row,
-    stored_int,
-    stored_text,
 )
 from agentplane_journal.db.txcontrol import refusing_transaction_control
 from agentplane_journal.db.unit import Passthrough, Rollback, TransactionAnchor
@@ -77,22 +73,13 @@ from agentplane_journal.journal.leases import RunControl
 from agentplane_journal.journal.log import TenantLog
 from agentplane_journal.journal.profiles import Profiles
 from agentplane_journal.journal.reads import RunReads
+from agentplane_journal.journal.run_state import RunState, run_state_from
 
 __all__ = ["MAX_INSERT_ROWS", "SqlJournalStore"]
 
 #: Records per multi-row INSERT. Far under both backends' bound-parameter limits
 #: (12 parameters a row); a batch larger than this costs one more statement per chunk.
 MAX_INSERT_ROWS = 1000
-
-
-@dataclass(frozen=True, slots=True)
-class _RunState:
-    """What a run-changing transaction learns once it holds the run mutex."""
-
-    sealed_outcome: str | None
-    sealed_head: bytes | None
-    head_seq: int
-    head_hash: Digest
 
 
 class SqlJournalStore(RunReads, AuditReads, RunControl, Admissions, Profiles, Cosignatures):
@@ -265,7 +252,7 @@ class SqlJournalStore(RunReads, AuditReads, RunControl, Admissions, Profiles, Co
 
     # -- the run mutex, the fence and the head ----------------------------------------
 
-    async def _lock_run(self, session: AsyncSession, run: RunId, epoch: int) -> _RunState:
+    async def _lock_run(self, session: AsyncSession, run: RunId, epoch: int) -> RunState:
         """Take the run mutex, then fence; return what the transaction needs to know."""
         params = {"tenant": self.tenant, "run_id": str(run), "now": self._now()}
         statements = hot_statements(self._dialect)
@@ -278,29 +265,7 @@ class SqlJournalStore(RunReads, AuditReads, RunControl, Admissions, Profiles, Co
         # A later statement than the lock, so a fresh snapshot that sees the previous
         # writer's commit; see ``_HotStatements.run_state``.
         row = (await conn.execute(statements.run_state, params)).one()
-        lease_epoch, lease_owner, sealed_outcome, sealed_head = row[:4]
-        if lease_epoch is not None:
-            lease_epoch = stored_int(lease_epoch, 0, "run_lease.epoch")
-            lease_owner = stored_text(lease_owner, 0, "run_lease.owner")
-            # A released lease fences every epoch until someone acquires it again.
-            refused = fenced(run, epoch, lease_epoch, lease_owner)
-            if refused is not None:
-                raise refused
-        if sealed_outcome is not None:
-            sealed_outcome = stored_text(sealed_outcome, 0, "run_seal.outcome")
-        if row[4] is None:
-            head_seq, head_hash = 0, Digest.ZERO
-        else:
-            # The head is re-hashed and checked against its columns in this transaction: a
-            # forged head is refused here, never chained onto or sealed into the log.
-            head = record_from_row(row[4:])
-            head_seq, head_hash = head.seq, head.hash
-        return _RunState(
-            sealed_outcome=sealed_outcome,
-            sealed_head=sealed_head,
-            head_seq=head_seq,
-            head_hash=head_hash,
-        )
+        return run_state_from(run, epoch, tuple(row))
 
     # -- appending ---------------------------------------------------------------------
 
@@ -338,28 +303,13 @@ class SqlJournalStore(RunReads, AuditReads, RunControl, Admissions, Profiles, Co
                 raise ValueError(refused)
 
     async def _write_batch(
-        self, session: AsyncSession, run: RunId, epoch: int, state: _RunState, batch: list[Append]
+        self, session: AsyncSession, run: RunId, epoch: int, state: RunState, batch: list[Append]
     ) -> list[Record]:
         """Seal, sign and insert ``batch`` after the fence, under the run mutex."""
-        if state.sealed_outcome is not None:
-            raise RunSealedError(run, state.sealed_outcome)
-        if not batch:
+        chained = self._chain_rows(run, epoch, state, batch)
+        if chained is None:
             return []
-        seen: set[EffectKey] = set()
-        for item in batch:
-            if item.kind == EFFECT_STARTED and item.effect_key is not None:
-                if item.effect_key in seen:
-                    raise DuplicateEffectError(item.effect_key)
-                seen.add(item.effect_key)
-
-        tenant, run_id = self.tenant, str(run)
-        profile = self.profile
-        self._refuse_other_profile(batch, profile)
-        records, row_tuples, conclusion = chain_batch(
-            tenant, run_id, epoch, state.head_seq, state.head_hash, batch, self._signer, profile
-        )
-        rows = [dict(zip(COLUMNS, row, strict=True)) for row in row_tuples]
-
+        records, rows, conclusion, seen = chained
         insert = hot_statements(self._dialect).insert_records
         conn = await session.connection()
         for start in range(0, len(rows), MAX_INSERT_ROWS):
@@ -367,31 +317,74 @@ class SqlJournalStore(RunReads, AuditReads, RunControl, Admissions, Profiles, Co
             try:
                 written: Sequence[int] = (await conn.execute(insert, chunk)).scalars().all()
             except DBAPIError as exc:
-                what, name = journal_collision(self._dialect, exc) or (None, "")
-                if what is Collision.CHAIN_POSITION:
-                    # A record already holds one of these positions: another writer bypassed
-                    # the run mutex (raw SQL, or append_atomic's work inserting records).
-                    raise append_raced(run, state.head_seq + 1, name, exc) from exc
-                if what is Collision.EFFECT_STARTED and seen:
-                    # Not expected (the INSERT skips these rows); kept so that this index,
-                    # and only it, still maps to DuplicateEffectError if it ever raises (it
-                    # cannot without an EffectStarted key in the batch).
-                    raise DuplicateEffectError(next(iter(seen))) from exc
-                raise
+                raise self._insert_refused(exc, run, state.head_seq + 1, seen) from exc
             if len(written) != len(chunk):
                 # The exactly-once index skipped a row: its key had already started.
                 done = set(written)
                 for row in chunk:
                     if row["seq"] not in done:
                         raise DuplicateEffectError(EffectKey.from_hex(row["effect_key"]))
+        await self._after_rows(session, run, batch, conclusion)
+        return records
 
+    def _chain_rows(
+        self, run: RunId, epoch: int, state: RunState, batch: list[Append]
+    ) -> tuple[list[Record], list[dict[str, Any]], str | None, set[EffectKey]] | None:
+        """The checks before any write, then ``batch`` sealed and signed onto the head: the
+        records, their rows, the conclusion (if a ``RunSealed``), the effect keys started.
+        ``None`` for an empty batch. No statement."""
+        if state.sealed_outcome is not None:
+            raise RunSealedError(run, state.sealed_outcome)
+        if not batch:
+            return None
+        seen: set[EffectKey] = set()
+        for item in batch:
+            if item.kind == EFFECT_STARTED and item.effect_key is not None:
+                if item.effect_key in seen:
+                    raise DuplicateEffectError(item.effect_key)
+                seen.add(item.effect_key)
+        profile = self.profile
+        self._refuse_other_profile(batch, profile)
+        records, row_tuples, conclusion = chain_batch(
+            self.tenant,
+            str(run),
+            epoch,
+            state.head_seq,
+            state.head_hash,
+            batch,
+            self._signer,
+            profile,
+        )
+        rows = [dict(zip(COLUMNS, row, strict=True)) for row in row_tuples]
+        return records, rows, conclusion, seen
+
+    def _insert_refused(
+        self, exc: DBAPIError, run: RunId, seq: int, seen: set[EffectKey]
+    ) -> BaseException:
+        """What the records' INSERT failing with ``exc`` means (``run``'s rows from ``seq``)."""
+        what, name = journal_collision(self._dialect, exc) or (None, "")
+        if what is Collision.CHAIN_POSITION:
+            # A record already holds one of these positions: another writer bypassed
+            # the run mutex (raw SQL, or append_atomic's work inserting records).
+            return append_raced(run, seq, name, exc)
+        if what is Collision.EFFECT_STARTED and seen:
+            # Not expected (the INSERT skips these rows); kept so that this index,
+            # and only it, still maps to DuplicateEffectError if it ever raises (it
+            # cannot without an EffectStarted key in the batch).
+            return DuplicateEffectError(next(iter(seen)))
+        return exc
+
+    async def _after_rows(
+        self, session: AsyncSession, run: RunId, batch: list[Append], conclusion: str | None
+    ) -> None:
+        """What an append writes once its records are in: admission claims, the outcome."""
         # A keyed RunAdmitted claims its key here, in this transaction (journal/admissions.py).
         await self._claim_admissions(session, run, batch)
         if conclusion is not None:
             d = self._dialect
             ordinal = await d.conclusion_ordinal(await session.connection())
             stmt = d.insert(RunOutcome).values(
-                tenant=tenant, run_id=run_id, outcome=conclusion, ordinal=ordinal
+                tenant=self.tenant, run_id=str(run), outcome=conclusion, ordinal=ordinal
             )
             await session.execute(
                 stmt.on_conflict_do_update(
@@ -399,7 +392,6 @@ class SqlJournalStore(RunReads, AuditReads, RunControl, Admissions, Profiles, Co
                     set_={"outcome": stmt.excluded.outcome, "ordinal": stmt.excluded.ordinal},
                 )
             )
-        return records
 
     async def append(
         self, epoch: int, batch: Sequence[Append], *, session: AsyncSession | None = None
