@@ -95,6 +95,8 @@ async def make_022_database(url: str) -> None:
     await execute(
         url,
         *(f"DROP TABLE {t}" for t in [*ours, VERSION_TABLE]),
+        # 0007's append functions: 0.22.0's DDL has none
+        "DROP FUNCTION agentplane_journal_append_one, agentplane_journal_append_many",
         "ALTER TABLE journal DROP CONSTRAINT journal_epoch_check, "
         "ADD CONSTRAINT journal_epoch_check CHECK (epoch >= 1)",
         "ALTER TABLE run_seal DROP CONSTRAINT run_seal_log_index_check, "

@@ -15,7 +15,9 @@ waited for, the same locks in the same order, the same answer rows, the same err
 unique violation still names its constraint). ``#variable_conflict use_column``: a name in
 the statement is always a column, never the function's result columns. A test holds these
 texts equal to the live statements: changing those needs a new revision that replaces the
-functions. Additive (no table touched); nothing at all on SQLite.
+functions. Additive (no table touched); nothing at all on SQLite. ``CREATE OR REPLACE``: a
+database that holds the functions without this revision recorded (a partial restore of a
+dump, a version table dropped by hand) gets this definition, never an error.
 
 Revision ID: 0007_pooled_append
 Revises: 0006_cosignatures
@@ -173,7 +175,7 @@ def _prefix() -> str:
 def _function(name: str, signature: str, result: str, statement: str) -> str:
     prefix = _prefix()
     return (
-        f"CREATE FUNCTION {prefix}{name}({signature}) RETURNS TABLE ({result})\n"
+        f"CREATE OR REPLACE FUNCTION {prefix}{name}({signature}) RETURNS TABLE ({result})\n"
         "LANGUAGE plpgsql VOLATILE AS $agentplane_journal$\n"
         "#variable_conflict use_column\n"
         f"BEGIN\nRETURN QUERY {statement.replace('{s}', prefix).strip()};\nEND\n"
