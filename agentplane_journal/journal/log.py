@@ -388,19 +388,26 @@ class TenantLog:
         self, session: AsyncSession, run_ids: Sequence[str]
     ) -> dict[str, tuple[Any, int | None]]:
         """``run_id -> (sealed chain head column, leaf position or None)`` for sealed runs."""
-        rows = await session.execute(
-            select(RunSeal.run_id, RunSeal.chain_head, LogTree.idx)
-            .select_from(
-                RunSeal.__table__.outerjoin(
-                    LogTree,
-                    and_(
-                        LogTree.tenant == RunSeal.tenant,
-                        LogTree.run_id == RunSeal.run_id,
-                        LogTree.level == 0,
-                    ),
-                )
+        # The leaf by a correlated lookup on log_tree's (tenant, run_id) key, one probe per
+        # seal, rather than a join the planner may get wrong: just after a bulk load (a
+        # restore) PostgreSQL's statistics still say the tenant has a few dozen seals, and a
+        # join planned on that scanned the tenant's every leaf once per seal (60-250 ms a
+        # page at 20k runs, growing with the log).
+        leaf = (
+            select(LogTree.idx)
+            .where(
+                LogTree.tenant == RunSeal.tenant,
+                LogTree.run_id == RunSeal.run_id,
+                LogTree.level == 0,
             )
-            .where(RunSeal.tenant == self.tenant, RunSeal.run_id.in_(list(run_ids)))
+            .order_by(LogTree.idx)
+            .limit(1)  # unique by its key; a hostile duplicate is the audit's, never an error
+            .scalar_subquery()
+        )
+        rows = await session.execute(
+            select(RunSeal.run_id, RunSeal.chain_head, leaf).where(
+                RunSeal.tenant == self.tenant, RunSeal.run_id.in_(list(run_ids))
+            )
         )
         # A leaf index that is no integer (TEXT on SQLite) is no position: audit reports it.
         return {r: (h, i if type(i) is int else None) for r, h, i in rows}
