@@ -400,8 +400,10 @@ class TenantLog:
                 LogTree.run_id == RunSeal.run_id,
                 LogTree.level == 0,
             )
-            .order_by(LogTree.idx)
-            .limit(1)  # unique by its key; a hostile duplicate is the audit's, never an error
+            # Unique by its key; LIMIT keeps a hostile duplicate the audit's, never an
+            # error. No ORDER BY: ordered by idx, the primary key (tenant, level, idx) would
+            # tempt the planner into walking every leaf in order until this run's.
+            .limit(1)
             .scalar_subquery()
         )
         rows = await session.execute(
