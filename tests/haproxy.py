@@ -15,16 +15,14 @@ Tests call :func:`need_haproxy`: skipped on a machine without the package, a fai
 
 from __future__ import annotations
 
-import os
-import shutil
 import socket
 import subprocess
 import time
 from pathlib import Path
 
-import pytest
-
 from patroni import PatroniCluster
+from pgcluster import _free_port
+from pgtopology import need_binary
 
 CONFIG = """global
     maxconn 200
@@ -48,22 +46,7 @@ listen leader
 
 def need_haproxy() -> str:
     """The ``haproxy`` binary, or skip (locally) / fail (in CI) without it."""
-    found = shutil.which("haproxy") or next(
-        (p for p in ("/usr/sbin/haproxy", "/usr/bin/haproxy") if os.path.exists(p)), None
-    )
-    if found:
-        return found
-    message = "haproxy is not installed (Debian: apt-get install haproxy)"
-    if os.environ.get("CI"):
-        pytest.fail(f"{message}; CI must install it (.ci/run)")
-    pytest.skip(message)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+    return need_binary("haproxy")
 
 
 class HAProxy:

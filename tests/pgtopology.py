@@ -28,17 +28,23 @@ from sqlalchemy.engine import make_url
 from pgcluster import Cluster, _free_port
 
 
-def need_pgbouncer() -> str:
-    """The ``pgbouncer`` binary, or skip (locally) / fail (in CI) without it."""
-    found = shutil.which("pgbouncer") or next(
-        (p for p in ("/usr/sbin/pgbouncer", "/usr/bin/pgbouncer") if os.path.exists(p)), None
+def need_binary(name: str) -> str:
+    """Debian's ``name`` binary (its package has the same name), or skip (locally) / fail
+    (in CI, where ``.ci/run`` must install it) without it."""
+    found = shutil.which(name) or next(
+        (p for p in (f"/usr/sbin/{name}", f"/usr/bin/{name}") if os.path.exists(p)), None
     )
     if found:
         return found
-    message = "pgbouncer is not installed (Debian: apt-get install pgbouncer)"
+    message = f"{name} is not installed (Debian: apt-get install {name})"
     if os.environ.get("CI"):
         pytest.fail(f"{message}; CI must install it (.ci/run)")
     pytest.skip(message)
+
+
+def need_pgbouncer() -> str:
+    """The ``pgbouncer`` binary, or skip (locally) / fail (in CI) without it."""
+    return need_binary("pgbouncer")
 
 
 class PgBouncer:
