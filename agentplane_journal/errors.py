@@ -27,6 +27,8 @@ __all__ = [
     "CorruptLogError",
     "CorruptRecordError",
     "CorruptRegistrationError",
+    "DAMAGE",
+    "DamagedRunsError",
     "DuplicateAdmissionError",
     "DuplicateEffectError",
     "FencedError",
@@ -202,6 +204,31 @@ class CorruptLogError(StoreError):
         super().__init__(
             f"corrupt log at position {position}: {detail}; run `agentplane-journal verify "
             "--all` to see the damage and `agentplane-journal reindex-log` to rebuild the tree"
+        )
+
+
+#: The errors that mean "this run's stored data does not verify": a walk over many runs
+#: reports such a run (named, with its error) and goes on with the rest, where an
+#: operational error (the database unreachable, a statement refused) stops the walk.
+DAMAGE: tuple[type[StoreError], ...] = (CorruptRecordError, CorruptLogError)
+
+
+class DamagedRunsError(StoreError):
+    """A call over many runs did its work on every run that verified; these did not.
+
+    ``damaged`` pairs each run with the error its records gave (a ``CorruptRecordError`` or
+    ``CorruptLogError``). Raised *after* the rest was done, so one damaged run never blocks
+    the others; ``agentplane-journal verify RUN`` shows each one's damage.
+    """
+
+    def __init__(self, what: str, damaged: list[tuple[RunId, StoreError]]) -> None:
+        self.damaged = tuple(damaged)
+        named = "; ".join(f"{run}: {error}" for run, error in self.damaged[:5])
+        more = f" (and {len(self.damaged) - 5} more)" if len(self.damaged) > 5 else ""
+        super().__init__(
+            f"{what} was done for every run that verified, but {len(self.damaged)} run(s) "
+            f"did not and were left as they are: {named}{more}. Run `agentplane-journal "
+            "verify RUN` (with the tenant's `--tenant`) on each to see the damage"
         )
 
 

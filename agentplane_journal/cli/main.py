@@ -225,7 +225,9 @@ def build_parser() -> argparse.ArgumentParser:
         reads,
     )
     steps_cmd.add_argument(
-        "--state", choices=["in_flight", "in_doubt", "abandoned", "stopped"], help="only these"
+        "--state",
+        choices=["in_flight", "in_doubt", "abandoned", "stopped", "damaged"],
+        help="only these",
     )
     steps_cmd.add_argument(
         "--limit", type=_positive, default=100, help="among the N most recent runs (default 100)"

@@ -1,7 +1,8 @@
 """``agentplane-journal steps``: the durable-steps runs an operator must know about.
 
 Open runs of the tenant (admitted, not concluded) with their state: in flight, in doubt
-(which effect, which key), abandoned (a sweeper will resume it), stopped. See
+(which effect, which key), abandoned (a sweeper will resume it), stopped, damaged (its
+records do not verify: listed with the error, and the listing goes on). See
 :mod:`agentplane_journal.steps.status` for what each state means.
 """
 
@@ -30,6 +31,7 @@ async def cmd_steps(args: argparse.Namespace) -> int:
                     "epoch": r.epoch,
                     "records": r.records,
                     "in_doubt": [{"effect": n, "effect_key": k.hex()} for n, k in r.in_doubt],
+                    **({"error": r.error} if r.error else {}),
                 }
                 for r in runs
             ]
@@ -43,4 +45,6 @@ async def cmd_steps(args: argparse.Namespace) -> int:
         print(f"{r.run_id}  {r.state:<9}  {r.workflow}  {r.records} records{owner}")
         for name, key in r.in_doubt:
             print(f"    in doubt: {name} ek:{key.hex()}")
+        if r.error:
+            print(f"    does not verify: {r.error} (agentplane-journal verify {r.run_id})")
     return 0

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import logging
 import os
 import socket
 import threading
@@ -56,10 +57,13 @@ from agentplane_journal.core.ids import Digest, RunId
 from agentplane_journal.core.record import Record
 from agentplane_journal.core.signing import Verifier
 from agentplane_journal.errors import (
+    DAMAGE,
     CorruptRecordError,
+    DamagedRunsError,
     FencedError,
     LeaseHeldError,
     LeaseNotHeldError,
+    StoreError,
     ThreadBusyError,
     ThreadMovedError,
 )
@@ -82,6 +86,7 @@ T = TypeVar("T")
 _Key = tuple[str, RunId]
 #: Runs read per statement when ``list`` or ``delete_for_runs`` walks every thread.
 _SCAN_PAGE = 200
+_log = logging.getLogger(__name__)
 
 
 class JournalSaver(BaseCheckpointSaver[int]):
@@ -124,6 +129,9 @@ class JournalSaver(BaseCheckpointSaver[int]):
         self._verifier = verifier
         self._require = require_signature
         self._tenant = store.tenant
+        #: Runs the last tenant-wide ``list`` passed over because they did not verify, each
+        #: with its error (also logged as a warning as it is met).
+        self.damaged: list[tuple[RunId, StoreError]] = []
         self._owns_store = False
         try:
             self.loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
@@ -378,10 +386,15 @@ class JournalSaver(BaseCheckpointSaver[int]):
             pending_writes=pending,
         )
 
-    async def _threads(self, store: SqlJournalStore) -> AsyncIterator[ThreadView]:
+    async def _threads(
+        self, store: SqlJournalStore, damaged: list[tuple[RunId, StoreError]]
+    ) -> AsyncIterator[ThreadView]:
         """Every LangGraph thread of the store's tenant, verified (runs of other kinds are
         passed over). A walk over the tenant's runs: ``list`` without a thread and
-        ``delete_for_runs`` cost one read of every run."""
+        ``delete_for_runs`` cost one read of every run.
+
+        A run that does not verify is appended to ``damaged`` with its error (and logged)
+        and the walk goes on: one damaged thread never hides the others."""
         after: Any = None
         while True:
             runs = await store.audit_runs(after, _SCAN_PAGE)
@@ -392,13 +405,21 @@ class JournalSaver(BaseCheckpointSaver[int]):
             while ids:
                 got = await store.read_runs(ids)
                 for run, read in got.items():
-                    records = await self._walked(store, run, read)
-                    if not records or records[0].kind not in KINDS:
+                    try:
+                        records = await self._walked(store, run, read)
+                        if not records or records[0].kind not in KINDS:
+                            continue
+                        thread_id = records[0].body.get("thread")
+                        if not isinstance(thread_id, str) or thread_run(thread_id) != run:
+                            raise CorruptRecordError(
+                                1, "a LangGraph record in another thread's run"
+                            )
+                        view = ThreadView.replay(thread_id, records)
+                    except DAMAGE as error:
+                        _log.warning("LangGraph thread run %s passed over: %s", run, error)
+                        damaged.append((run, error))
                         continue
-                    thread_id = records[0].body.get("thread")
-                    if not isinstance(thread_id, str) or thread_run(thread_id) != run:
-                        raise CorruptRecordError(1, "a LangGraph record in another thread's run")
-                    yield ThreadView.replay(thread_id, records)
+                    yield view
                 ids = ids[len(got) :]
             if len(runs) < _SCAN_PAGE:
                 return
@@ -435,7 +456,8 @@ class JournalSaver(BaseCheckpointSaver[int]):
             tenant = configurable.get("tenant")
         else:
             store, ns, wanted, tenant = self._store(None), None, None, None
-            views = self._threads(store)
+            self.damaged = []
+            views = self._threads(store, self.damaged)
             single = []
         count = 0
 
@@ -554,7 +576,8 @@ class JournalSaver(BaseCheckpointSaver[int]):
             return
         store = self._store(None)
         found: list[tuple[str, list[tuple[str, str]]]] = []
-        async for view in self._threads(store):
+        damaged: list[tuple[RunId, StoreError]] = []
+        async for view in self._threads(store, damaged):
             doomed = [
                 key
                 for key, c in view.checkpoints.items()
@@ -567,6 +590,8 @@ class JournalSaver(BaseCheckpointSaver[int]):
             run = thread_run(thread_id)
             append = deleted_append(run, thread_id, "delete_for_runs", doomed, profile=profile)
             await self._write(store, thread_id, [append])
+        if damaged:
+            raise DamagedRunsError("delete_for_runs", damaged)
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Append the source's live records to the target, after a record naming the source

@@ -10,14 +10,20 @@ run is *open* while it has a ``RunAdmitted`` and no ``RunSealed``; it is then
 * ``in_flight``: leased live by ``owner`` (an effect shown in doubt there may just be
   running);
 * ``stopped``: unleased with nothing in doubt (its worker stopped; resume it).
+
+A run whose records do not verify is listed as ``damaged`` with the error in ``error``
+(``agentplane-journal verify RUN`` shows the damage), and the listing goes on: one damaged
+run never hides the others.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from agentplane_journal.core.batch import RELEASED_OWNER
 from agentplane_journal.core.ids import EffectKey, RunId
+from agentplane_journal.errors import DAMAGE
 from agentplane_journal.journal.store import SqlJournalStore
 from agentplane_journal.steps.history import RunHistory
 from agentplane_journal.steps.workflow import admitted_call
@@ -34,6 +40,7 @@ class RunStatus:
     epoch: int
     records: int
     in_doubt: tuple[tuple[str, EffectKey], ...]
+    error: str = ""
 
 
 async def open_runs(store: SqlJournalStore, limit: int = 100) -> list[RunStatus]:
@@ -41,22 +48,30 @@ async def open_runs(store: SqlJournalStore, limit: int = 100) -> list[RunStatus]
     abandoned = set(await store.abandoned_runs(limit))
     found: list[RunStatus] = []
     for run, _ in await store.recent_runs(None, limit):
-        records = await store.read(run)
-        history = RunHistory.of(records)
-        if history.admitted is None or history.conclusion is not None:
+        try:
+            records = await store.read(run)
+            history = RunHistory.of(records)
+            if history.admitted is None or history.conclusion is not None:
+                continue
+            name, _, _ = admitted_call(history.admitted)
+        except DAMAGE as error:
+            found.append(RunStatus(run, "damaged", "?", "", 0, 0, (), str(error)))
             continue
         lease = await store.lease_of(run)
         owner, epoch = (lease[0], lease[1]) if lease is not None else ("", 0)
-        doubt = tuple(
-            (str(history.effects[key][0].body.get("descriptor", {}).get("kind", "?")), key)
-            for key in history.in_doubt()
-        )
+        doubt = tuple((_kind(history.effects[key][0].body), key) for key in history.in_doubt())
         if run in abandoned:
             state = "abandoned"
         elif owner == RELEASED_OWNER or lease is None:
             state = "in_doubt" if doubt else "stopped"
         else:
             state = "in_flight"
-        name, _, _ = admitted_call(history.admitted)
         found.append(RunStatus(run, state, name, owner, epoch, len(records), doubt))
     return found
+
+
+def _kind(body: dict[str, Any]) -> str:
+    """The effect's kind from its ``EffectStarted`` descriptor, ``?`` if it names none."""
+    descriptor = body.get("descriptor")
+    kind = descriptor.get("kind") if isinstance(descriptor, dict) else None
+    return kind if isinstance(kind, str) else "?"

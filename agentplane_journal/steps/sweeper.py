@@ -9,6 +9,12 @@ reads the run again *under its lease* and resumes it: recorded effects replay, t
 doubt is reconciled, the rest run. Two sweepers never resume one run twice: the claim is
 one guarded statement, and a run found concluded after the claim is only sealed and
 released.
+
+A run whose records do not verify (an edit at rest, a broken chain) is *damaged*: the sweep
+reports it in :attr:`SweepReport.damaged` with its error and goes on with the runs behind
+it, leaving the damaged run as it found it (still in the queue, for a person: ``agentplane-
+journal verify RUN``). An operational error (the database unreachable) still stops the
+sweep: nothing was judged, so nothing is reported.
 """
 
 from __future__ import annotations
@@ -18,7 +24,9 @@ from typing import TYPE_CHECKING, Any
 
 from agentplane_journal.core.ids import RunId
 from agentplane_journal.errors import (
+    DAMAGE,
     LeaseHeldError,
+    StoreError,
     WorkflowNotRegisteredError,
 )
 from agentplane_journal.steps.history import RunHistory
@@ -48,13 +56,15 @@ class SweepReport:
     ``resumed``: runs it took over and ran on (each with its result or stop); ``concluded``:
     runs it only had to seal (a crash during their conclusion); ``emptied``: leases over runs
     that never got their ``RunAdmitted`` (released); ``skipped``: runs another instance took
-    first, or whose workflow is not registered here.
+    first, or whose workflow is not registered here; ``damaged``: runs whose records did not
+    verify, each with its error (left as they were, for a person).
     """
 
     resumed: list[Resumed] = field(default_factory=list)
     concluded: list[RunId] = field(default_factory=list)
     emptied: list[RunId] = field(default_factory=list)
     skipped: list[RunId] = field(default_factory=list)
+    damaged: list[tuple[RunId, StoreError]] = field(default_factory=list)
 
 
 class Sweeper:
@@ -78,7 +88,10 @@ class Sweeper:
                 return report
             for run in runs:
                 passed.add(run)
-                await self._sweep(run, report)
+                try:
+                    await self._sweep(run, report)
+                except DAMAGE as error:
+                    report.damaged.append((run, error))
 
     async def resume(self, run: RunId) -> Any:
         """Take ``run`` over (it must not be leased live) and run it on; its result."""

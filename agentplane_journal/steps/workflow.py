@@ -27,6 +27,7 @@ from agentplane_journal.core.admission import IDEMPOTENCY_KEY, RUN_ADMITTED
 from agentplane_journal.core.ids import RunId
 from agentplane_journal.core.record import Record
 from agentplane_journal.errors import (
+    CorruptRecordError,
     DuplicateAdmissionError,
     EffectInDoubtError,
     FencedError,
@@ -174,7 +175,17 @@ async def execute(
 
 
 def admitted_call(record: Record) -> tuple[str, tuple[Any, ...], dict[str, Any]]:
-    """The workflow name and arguments a ``RunAdmitted`` record carries."""
+    """The workflow name and arguments a ``RunAdmitted`` record carries.
+
+    A body of another shape (a run admitted by another writer, or rewritten at rest with
+    its chain) is :class:`CorruptRecordError` naming the record, never a crash."""
     body = record.body
     value = body.get("input") or {}
-    return str(body.get("capability")), tuple(value.get("args", ())), dict(value.get("kwargs", {}))
+    name = body.get("capability")
+    args = value.get("args", []) if isinstance(value, dict) else None
+    kwargs = value.get("kwargs", {}) if isinstance(value, dict) else None
+    if not isinstance(name, str) or not isinstance(args, list) or not isinstance(kwargs, dict):
+        raise CorruptRecordError(
+            record.seq, "RunAdmitted is not a durable-steps call (capability, input.args/kwargs)"
+        )
+    return name, tuple(args), dict(kwargs)
