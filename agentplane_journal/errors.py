@@ -523,7 +523,9 @@ class EffectInDoubtError(StepError):
             f"effect {effect!r} (ek:{effect_key.hex()}) of run {self.run} is in doubt: {detail}. "
             "It was not called again, since it may have landed. Give the effect a reconcile= "
             "function that asks the provider (landed / did not happen / still unknown), or find "
-            "out by hand, then resume the run (Steps.resume or a sweeper)"
+            "out by hand and record the decision with `await steps.settle(run, effect_key, "
+            "Landed(result) | DidNotHappen(), actor)`, then resume the run (Steps.resume or a "
+            "sweeper)"
         )
 
 
@@ -563,6 +565,31 @@ class RunLostError(StepError):
         super().__init__(
             f"this worker lost run {self.run} ({detail}) and stopped working on it; do not "
             "retry here: the run's new owner, or a sweeper once the lease lapses, resumes it"
+        )
+
+
+class JournalUnavailableError(StepError):
+    """The journal could not record a step of a run: a database hiccup, not the workflow's
+    failure.
+
+    A statement that journals the run (an effect's start or result, the cancellation check,
+    the conclusion, the seal) was refused or its commit was lost (``__cause__`` is the
+    store's :class:`BackendError` or :class:`CommitUnknownError`). The worker stopped there
+    and concluded nothing: the run stays open, its admission key answers ``InFlight``, and
+    once this worker's lease lapses a sweeper resumes it from its journal (an effect that may
+    have been called is reconciled, never called blindly again), or ``Steps.resume`` does.
+    ``stage`` names what could not be recorded.
+    """
+
+    def __init__(self, run: RunId, stage: str, cause: BaseException) -> None:
+        self.run = _run(run)
+        self.stage = stage
+        super().__init__(
+            f"the journal could not record {stage} of run {self.run} ({cause}); the worker "
+            "stopped and concluded nothing, since a database error is not the workflow's "
+            "failure. The run stays open: a sweeper resumes it once this worker's lease "
+            "lapses (`await steps.sweeper().drain()`), or `await steps.resume(run)` now that "
+            "the database answers; an effect that may have run is reconciled, not re-run"
         )
 
 

@@ -36,8 +36,6 @@ from agentplane_journal.core.profile import profile_of_record
 from agentplane_journal.errors import (
     EffectFailedError,
     EffectInDoubtError,
-    RunCancelledError,
-    RunLostError,
     StepError,
     WorkflowDivergedError,
 )
@@ -49,6 +47,7 @@ from agentplane_journal.steps.history import (
     Verdict,
 )
 from agentplane_journal.steps.records import STEP
+from agentplane_journal.steps.runner import STOPS
 from agentplane_journal.steps.values import (
     DID_NOT_HAPPEN,
     IN_DOUBT,
@@ -119,7 +118,7 @@ class Effect(Generic[P, R]):
         ctx._busy = True
         try:
             return await self._run(ctx, args, kwargs)
-        except (EffectInDoubtError, RunLostError, RunCancelledError, WorkflowDivergedError) as stop:
+        except STOPS as stop:
             ctx.stopped = stop
             raise
         finally:

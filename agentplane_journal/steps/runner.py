@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -35,11 +36,16 @@ from agentplane_journal.core.ids import EffectKey, RunId
 from agentplane_journal.core.profile import WireProfile
 from agentplane_journal.core.record import Record
 from agentplane_journal.errors import (
+    BackendError,
+    CommitUnknownError,
+    EffectInDoubtError,
     FencedError,
+    JournalUnavailableError,
     LeaseNotHeldError,
     RunCancelledError,
     RunLostError,
     RunSealedError,
+    WorkflowDivergedError,
 )
 from agentplane_journal.journal.store import SqlJournalStore
 from agentplane_journal.steps import spans
@@ -47,9 +53,27 @@ from agentplane_journal.steps.history import RUN_CANCELLED, RunHistory
 from agentplane_journal.steps.records import effect_record, key_profile, run_record
 from agentplane_journal.steps.values import CANCELLED
 
-__all__ = ["RunContext"]
+__all__ = ["HICCUPS", "STOPS", "RunContext"]
 
 Boundary = Callable[[str], None]
+
+#: What a database hiccup looks like from here: a statement refused and rolled back, or a
+#: commit whose fate is unknown. Either stops the worker with
+#: :class:`JournalUnavailableError`; neither is the workflow's failure.
+HICCUPS: tuple[type[Exception], ...] = (BackendError, CommitUnknownError)
+
+#: The stops: errors that end this worker's part in a run without concluding it (in doubt,
+#: lost, diverged, the journal unavailable) or after concluding it itself (cancelled).
+#: A workflow that catches one is stopped all the same; none is the workflow's failure.
+STOPS: tuple[type[Exception], ...] = (
+    EffectInDoubtError,
+    JournalUnavailableError,
+    RunCancelledError,
+    RunLostError,
+    WorkflowDivergedError,
+)
+
+log = logging.getLogger("agentplane_journal.steps")
 
 
 class RunContext:
@@ -134,7 +158,10 @@ class RunContext:
     async def check_cancel(self) -> None:
         """At a step boundary: act on a stop request, if one was recorded."""
         self.check()
-        request = await self.store.cancellation(self.run)
+        try:
+            request = await self.store.cancellation(self.run)
+        except HICCUPS as error:
+            raise self.unavailable("the cancellation check", error) from error
         if request is None:
             return
         await self.append(
@@ -174,8 +201,17 @@ class RunContext:
         except RunSealedError as error:
             self.lost = f"the run was sealed {error.args[0]}"
             raise RunLostError(self.run, self.lost) from error
+        except HICCUPS as error:
+            raise self.unavailable("its " + ", ".join(a.kind for a in batch), error) from error
         self.history.add(records)
         return records
+
+    def unavailable(self, stage: str, error: BaseException) -> JournalUnavailableError:
+        """The stop for a journal that could not record ``stage``: kept in :attr:`stopped`
+        so a workflow that catches it is stopped all the same, and never concluded."""
+        stop = JournalUnavailableError(self.run, stage, error)
+        self.stopped = stop
+        return stop
 
     async def conclude(
         self, outcome: str, *, output: Any = None, reason: str | None = None, span: Any = None
@@ -202,8 +238,13 @@ class RunContext:
         except FencedError as error:
             self.lost = "fenced while sealing"
             raise RunLostError(self.run, self.lost) from error
+        except HICCUPS as error:
+            raise self.unavailable("the seal", error) from error
         await self.stop_heartbeat()
-        await self.store.release_lease(self.run, self.epoch)
+        try:
+            await self.store.release_lease(self.run, self.epoch)
+        except HICCUPS as error:  # sealed: the lease lapses, and a sweeper finds it concluded
+            log.warning("run %s is sealed but its lease was not released: %s", self.run, error)
         if span is not None and span.recording:
             span.record(conclusion)
             inclusion = await self.store.inclusion_proof(self.run)

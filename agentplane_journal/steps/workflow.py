@@ -20,6 +20,7 @@ return concludes ``succeeded`` (the value in the ``RunSealed`` record), an excep
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
@@ -27,19 +28,19 @@ from agentplane_journal.core.admission import IDEMPOTENCY_KEY, RUN_ADMITTED
 from agentplane_journal.core.ids import RunId
 from agentplane_journal.core.record import Record
 from agentplane_journal.errors import (
+    CommitUnknownError,
     CorruptRecordError,
     DuplicateAdmissionError,
     EffectInDoubtError,
     FencedError,
-    RunCancelledError,
-    RunLostError,
+    JournalUnavailableError,
     WorkflowDivergedError,
 )
 from agentplane_journal.steps import spans
 from agentplane_journal.steps.effect import arguments, current_run
 from agentplane_journal.steps.history import RunHistory
 from agentplane_journal.steps.records import run_record
-from agentplane_journal.steps.runner import RunContext
+from agentplane_journal.steps.runner import HICCUPS, STOPS, RunContext
 from agentplane_journal.steps.values import (
     FAILED,
     SUCCEEDED,
@@ -116,6 +117,14 @@ class Workflow(Generic[P, R]):
                 if not tries_left:
                     raise
                 continue
+            except HICCUPS as error:
+                # Refused: nothing was admitted, the empty lease is released (or lapses). A
+                # lost commit may have admitted it: the lease is left to lapse, and a sweeper
+                # finds the run admitted (and resumes it) or empty (and releases it).
+                if not isinstance(error, CommitUnknownError):
+                    with contextlib.suppress(*HICCUPS):
+                        await store.release_lease(run, lease.epoch)
+                raise JournalUnavailableError(run, "its RunAdmitted", error) from error
             except BaseException:
                 await store.release_lease(run, lease.epoch)
                 raise
@@ -141,7 +150,7 @@ async def execute(
         try:
             try:
                 result = await fn(*args, **kwargs)
-            except (RunLostError, RunCancelledError, EffectInDoubtError, WorkflowDivergedError):
+            except STOPS:
                 raise
             except Exception as error:
                 if ctx.stopped is not None:  # the workflow turned a stop into its own error
