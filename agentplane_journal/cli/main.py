@@ -219,10 +219,40 @@ def build_parser() -> argparse.ArgumentParser:
     # -- durable steps (agentplane_journal.steps) --
     steps_cmd = add(
         "steps",
-        "list open durable-steps runs: in flight, in doubt, abandoned, stopped",
+        "list open durable-steps runs (in flight, in doubt, abandoned, stopped, damaged); "
+        "`steps settle RUN KEY`, `steps resume RUN`, `steps sweep` act on them",
         "cmd_steps",
         database,
         reads,
+    )
+    steps_cmd.add_argument(
+        "verb",
+        nargs="?",
+        choices=["settle", "resume", "sweep"],
+        help="settle RUN KEY: record a decision about an effect in doubt; resume RUN: run "
+        "it on now; sweep: resume every abandoned run (--forever: keep sweeping)",
+    )
+    steps_cmd.add_argument("operands", nargs="*", metavar="RUN [KEY]", help=argparse.SUPPRESS)
+    decision = steps_cmd.add_mutually_exclusive_group()
+    decision.add_argument(
+        "--landed", metavar="JSON", help="settle: the effect happened; its result, as JSON"
+    )
+    decision.add_argument(
+        "--did-not-happen", action="store_true", help="settle: the effect did not happen"
+    )
+    steps_cmd.add_argument("--actor", help="settle: who decided (journaled with the decision)")
+    steps_cmd.add_argument(
+        "--app",
+        metavar="MODULE:FUNCTION",
+        help="resume/sweep: a function taking a Steps that registers your workflows and "
+        "effects (the one your workers call)",
+    )
+    steps_cmd.add_argument(
+        "--instance", help="resume/sweep/settle: this worker's name in leases (default: cli@HOST)"
+    )
+    steps_cmd.add_argument("--forever", action="store_true", help="sweep: until SIGTERM/SIGINT")
+    steps_cmd.add_argument(
+        "--interval", type=float, default=5.0, help="sweep --forever: seconds between sweeps"
     )
     steps_cmd.add_argument(
         "--state",

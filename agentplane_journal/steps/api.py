@@ -23,10 +23,11 @@ key. Rename neither while runs are open.
 
 from __future__ import annotations
 
+import inspect
 import time
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar, overload
 
 from agentplane_journal.core.admission import RUN_ADMITTED
 from agentplane_journal.core.checks import check_label, check_ttl
@@ -89,6 +90,22 @@ class Steps:
         self.workflows: dict[str, Workflow[Any, Any]] = {}
         self.effects: dict[str, Effect[Any, Any]] = {}
 
+    # Two signatures so that an effect keeps its own under a type checker: with no
+    # ``reconcile`` there is nothing to infer P and R from but the decorated function.
+    @overload
+    def effect(
+        self, name: str, *, reconcile: None = None, attempts: int = 3
+    ) -> Callable[[Callable[P, Awaitable[R]]], Effect[P, R]]: ...
+
+    @overload
+    def effect(
+        self,
+        name: str,
+        *,
+        reconcile: Callable[P, Awaitable[Reconciliation[R]]],
+        attempts: int = 3,
+    ) -> Callable[[Callable[P, Awaitable[R]]], Effect[P, R]]: ...
+
     def effect(
         self,
         name: str,
@@ -100,13 +117,18 @@ class Steps:
 
         ``reconcile`` takes the effect's arguments and answers ``Landed(result)``,
         ``DidNotHappen()`` or ``Unknown(detail)``; ``attempts`` bounds the calls of one
-        effect that raised :class:`SafeToRetry`.
+        effect that raised :class:`SafeToRetry`. The effect (and ``reconcile``) must be an
+        ``async def``: a plain function is refused here, before it could run a side effect
+        the journal cannot order.
         """
         name = check_label(name, "effect name")
         if name in self.effects:
             raise ValueError(f"an effect named {name!r} is already registered")
+        if reconcile is not None:
+            _require_async(reconcile, f"effect {name!r}'s reconcile function")
 
         def register(fn: Callable[P, Awaitable[R]]) -> Effect[P, R]:
+            _require_async(fn, f"effect {name!r}")
             effect = Effect(name, fn, reconcile, attempts)
             self.effects[name] = effect
             return effect
@@ -120,6 +142,7 @@ class Steps:
             raise ValueError(f"a workflow named {name!r} is already registered")
 
         def register(fn: Callable[P, Awaitable[R]]) -> Workflow[P, R]:
+            _require_async(fn, f"workflow {name!r}")
             workflow = Workflow(self, name, fn)
             self.workflows[name] = workflow
             return workflow
@@ -226,3 +249,17 @@ class Steps:
         if workflow is None:
             raise WorkflowNotRegisteredError(run, name)
         return workflow
+
+
+def _require_async(fn: object, what: str) -> None:
+    """Refuse a plain function where a coroutine function is awaited: called, it would run
+    (and its side effect happen) before the layer could find it returned no awaitable."""
+    if not (
+        inspect.iscoroutinefunction(fn)
+        or (not inspect.isroutine(fn) and inspect.iscoroutinefunction(type(fn).__call__))
+    ):
+        raise TypeError(
+            f"{what} must be an async def (a coroutine function), not "
+            f"{type(fn).__name__} {getattr(fn, '__qualname__', fn)!r}: declare it with "
+            "`async def`, and run blocking code inside it with `await asyncio.to_thread(...)`"
+        )
