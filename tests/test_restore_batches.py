@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from test_export_format1 import build, export_to, lines_of, other_tenant, write_lines
+from test_restore_judged import rechain
 
 from agentplane_journal import RunId, SqlJournalStore
 from agentplane_journal.errors import (
@@ -65,16 +66,19 @@ async def test_a_batch_refused_part_way_is_reported_with_what_is_committed(
     path = tmp_path / "e.jsonl"
     await export_to(store, path)
     lines = lines_of(path)
-    # The last run in the file claims run 3's admission key: the file parses, every record
-    # can be built, and only the store, in a late batch, refuses it.
+    # The last run in the file (an open one, its chain recomputed over the edit) claims run
+    # 3's admission key: the file is sound, every record can be built, and only the store,
+    # in a late batch, refuses it.
     blocks = [i for i, x in enumerate(lines) if RUN_BLOCK in x]
     at = next(i for i in reversed(blocks) if json.loads(lines[i])["run"] != made["runs"][3].ulid)
+    assert "index" not in json.loads(lines[at])
     record = json.loads(lines[at + 1])
     body = json.loads(record["raw"])
     assert body["kind"] == "RunAdmitted"
     body["idempotency_key"] = "order-3"
     record["raw"] = json.dumps(body)
     lines[at + 1] = json.dumps(record)
+    rechain(lines, at, next((i for i in blocks if i > at), len(lines) - 1))
     write_lines(path, lines)
     monkeypatch.setattr(restore_mod, "BATCH", 4)
     target = other_tenant(store)
