@@ -108,20 +108,36 @@ def _damaged(lines: list[str], damage: str) -> list[str]:
         record["raw"] = "[" * 100_000 + "]" * 100_000
         lines[end - 1] = _dumps(record)
         return lines
-    if damage in ("record of version 7", "RunAdmitted v1 without canon"):
+    if damage in ("record of version 7", "RunAdmitted v1 without canon", "a second claim"):
         start, end, _ = open_[-1]
-        at = start + 1 if damage.startswith("RunAdmitted") else end - 1
+        at = end - 1 if damage == "record of version 7" else start + 1
         record = json.loads(lines[at])
         body = json.loads(record["raw"])
-        if damage.startswith("RunAdmitted"):
-            assert body["kind"] == "RunAdmitted"
-            body["v"] = 1
-        else:
+        if damage == "record of version 7":
             body["v"] = 7
+        else:
+            assert body["kind"] == "RunAdmitted"
+            body["v" if damage.startswith("RunAdmitted") else "idempotency_key"] = (
+                1 if damage.startswith("RunAdmitted") else "order-3"
+            )
         record["raw"] = _dumps(body)
         lines[at] = _dumps(record)
         rechain(lines, start, end)
         return lines
+    if damage in ("an effect started twice", "a RunSealed outcome that is no label"):
+        start, end, _ = open_[-1]
+        bodies = [json.loads(json.loads(x)["raw"]) for x in lines[start + 1 : end]]
+        if damage == "an effect started twice":
+            body = next(b for b in bodies if b["kind"] == "EffectStarted")
+        else:
+            envelope = ("run", "case", "step", "phase", "epoch", "v")
+            body = {k: bodies[-1][k] for k in envelope if k in bodies[-1]}
+            body.update(kind="RunSealed", outcome="   ")
+        body["seq"] = bodies[-1]["seq"] + 1
+        added = {"seq": body["seq"], "raw": _dumps(body), "attestation": None}
+        lines.insert(end, _dumps(added))
+        rechain(lines, start, end + 1)
+        return fix_trailer(lines)
     raise AssertionError(damage)
 
 
@@ -153,12 +169,22 @@ async def test_a_file_restore_would_misread_is_unsound_and_refused_with_nothing_
     assert await _empty(target), damage
 
 
-@pytest.mark.parametrize("damage", ["record of version 7", "RunAdmitted v1 without canon"])
-async def test_a_record_no_profile_of_the_target_can_hold_is_refused_before_writing(
+REFUSED_LATE = {
+    "record of version 7": "v=7",
+    "RunAdmitted v1 without canon": "must carry 'canon'",
+    "a second claim": "claims admission key 'order-3'",
+    "an effect started twice": "a second time",
+    "a RunSealed outcome that is no label": "outcome must not be empty",
+}
+
+
+@pytest.mark.parametrize("damage", list(REFUSED_LATE))
+async def test_a_record_the_store_would_refuse_part_way_is_refused_before_writing(
     store: SqlJournalStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, damage: str
 ) -> None:
     """The chain is recomputed over the edit (an open run), so the file verifies: only the
-    record's version says it cannot be written, and pass one reads every one."""
+    record's version, or what append and the store's indexes check, says it cannot be
+    written, and pass one looks at every record for it."""
     await build(store, 12, long=False)
     path = tmp_path / "e.jsonl"
     cp, _ = await export_to(store, path)
@@ -166,7 +192,7 @@ async def test_a_record_no_profile_of_the_target_can_hold_is_refused_before_writ
     assert verify_lines(edited, cp).is_sound
     monkeypatch.setattr(restore_mod, "BATCH", 3)
     target = other_tenant(store)
-    with pytest.raises(RestoreRefused, match=r"v=7|must carry 'canon'"):
+    with pytest.raises(RestoreRefused, match=REFUSED_LATE[damage]):
         await restore_export(target, write_lines(tmp_path / "edited.jsonl", edited))
     assert await _empty(target)
 

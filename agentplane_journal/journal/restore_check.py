@@ -14,11 +14,15 @@ must know is judged beside it, also before any write:
   writable in the wire profile its version names (``v=4``: ``agentplane-0.4``, ``v=1``:
   ``agentplane-0.22``, through :meth:`WireProfile.refusal`, the check ``append`` makes);
   another version is refused (no profile this build writes holds it);
+* what ``append`` and the store's indexes would refuse part-way is found here instead: a
+  ``RunSealed`` outcome that is not a label, an effect started twice in a run (the
+  exactly-once index), an admission key two runs claim (one holder per key; memory: the
+  keys);
 * a run sealed in the header's log must carry records: the export declared it unreadable
   (its source is damaged), and the log cannot be rebuilt without its leaf.
 
-What is left to fail after writing is what only the target can say (its database refusing,
-an admission key another run claimed): :class:`~agentplane_journal.journal.restore.
+What is left to fail after writing is what only the target can say (its database refusing or
+going away, another writer's lease on a run): :class:`~agentplane_journal.journal.restore.
 RestoreIncomplete`, named as PARTIAL.
 """
 
@@ -27,8 +31,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentplane_journal.core.append import Append
+from agentplane_journal.core.admission import claimed_keys
+from agentplane_journal.core.append import EFFECT_STARTED, RUN_SEALED, Append
 from agentplane_journal.core.checkpoint import Checkpoint
+from agentplane_journal.core.checks import check_label
 from agentplane_journal.core.export_lines import (
     FORMAT_VERSION,
     HEADER,
@@ -38,7 +44,7 @@ from agentplane_journal.core.export_lines import (
 )
 from agentplane_journal.core.export_read import run_block
 from agentplane_journal.core.export_verify import ExportVerifier
-from agentplane_journal.core.ids import RunId
+from agentplane_journal.core.ids import EffectKey, RunId
 from agentplane_journal.core.profile import PROFILES, WireProfile, profile_of_record
 
 __all__ = ["Frame", "Judge", "RestoreRefused"]
@@ -80,6 +86,8 @@ class Judge:
         self._sealed_empty: list[RunId] = []
         self._signed = self._dropped = 0
         self._profiles: set[WireProfile] = set()
+        self._started: set[EffectKey] = set()  # the current run's
+        self._claims: dict[str, RunId] = {}
 
     def line(self, number: int, value: dict[str, Any] | str) -> RunId | None:
         """Take line ``number`` as :func:`~.export_read.read_line` read it; the run whose
@@ -124,6 +132,33 @@ class Judge:
         if refused is not None:
             raise RestoreRefused(f"line {number}: {refused}")
         self._profiles.add(profile)
+        try:
+            self._indexed(append)
+        except (TypeError, ValueError) as exc:
+            raise RestoreRefused(
+                f"line {number}: {exc} — the store would refuse it part-way through the restore"
+            ) from None
+
+    def _indexed(self, append: Append) -> None:
+        """What ``append`` checks (an outcome label) and its indexes refuse (a second start
+        of an effect in a run, a key another run claimed), as a ``ValueError``."""
+        if append.kind == RUN_SEALED:
+            check_label(append.payload.get("outcome"), "the RunSealed record's outcome")
+        elif append.kind == EFFECT_STARTED and append.effect_key is not None:
+            if append.effect_key in self._started:
+                raise ValueError(
+                    f"run {append.run} starts effect {append.effect_key.hex()} a second time "
+                    "(the exactly-once index holds one start per effect and run)"
+                )
+            self._started.add(append.effect_key)
+        for key in claimed_keys([append]):
+            holder = self._claims.setdefault(key, append.run)
+            if holder != append.run:
+                raise ValueError(
+                    f"run {append.run} claims admission key {key!r}, which run {holder} "
+                    "claimed earlier in this file (a key has one holder; a claim the source "
+                    "retired with forget_admissions cannot be replayed)"
+                )
 
     def _close_block(self) -> None:
         if self._run is not None and not self._records:
@@ -132,6 +167,7 @@ class Judge:
             else:
                 self._dropped += 1
         self._run, self._sealed, self._records = None, False, 0
+        self._started = set()
 
     def finish(self) -> Frame:
         """Refuse what cannot be restored as the file says; otherwise the :class:`Frame`."""
