@@ -124,6 +124,13 @@ def _damaged(lines: list[str], damage: str) -> list[str]:
         lines[at] = _dumps(record)
         rechain(lines, start, end)
         return lines
+    if damage == "wire bytes spaced":
+        start, end, _ = open_[-1]
+        record = json.loads(lines[end - 1])
+        record["raw"] = record["raw"].replace(",", ", ")  # the same JSON value, other bytes
+        lines[end - 1] = _dumps(record)
+        rechain(lines, start, end)
+        return lines
     if damage in ("an effect started twice", "a RunSealed outcome that is no label"):
         start, end, _ = open_[-1]
         bodies = [json.loads(json.loads(x)["raw"]) for x in lines[start + 1 : end]]
@@ -153,7 +160,11 @@ DAMAGES = [
 
 @pytest.mark.parametrize("damage", DAMAGES)
 async def test_a_file_restore_would_misread_is_unsound_and_refused_with_nothing_written(
-    store: SqlJournalStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, damage: str
+    store: SqlJournalStore,
+    database_url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    damage: str,
 ) -> None:
     await build(store, 12, long=False)
     path = tmp_path / "e.jsonl"
@@ -164,8 +175,15 @@ async def test_a_file_restore_would_misread_is_unsound_and_refused_with_nothing_
         assert not report.is_sound, (damage, report.to_json())
     monkeypatch.setattr(restore_mod, "BATCH", 3)  # anything written would be committed
     target = other_tenant(store)
+    file = write_lines(tmp_path / "edited.jsonl", edited)
     with pytest.raises(RestoreRefused):
-        await restore_export(target, write_lines(tmp_path / "edited.jsonl", edited))
+        await restore_export(target, file)
+    assert await _empty(target), damage
+    # The commands say the same: FAILED (exit 1), and refused with nothing written (exit 2).
+    verified = await _cli("verify-export", str(file))
+    assert verified.returncode == 1 and verified.stdout.startswith("FAILED"), verified.stdout
+    restored = await _cli("restore", str(file), "--url", database_url, "--tenant", target.tenant)
+    assert restored.returncode == 2 and "nothing written" in restored.stderr, restored.stderr
     assert await _empty(target), damage
 
 
@@ -175,6 +193,7 @@ REFUSED_LATE = {
     "a second claim": "claims admission key 'order-3'",
     "an effect started twice": "a second time",
     "a RunSealed outcome that is no label": "outcome must not be empty",
+    "wire bytes spaced": "not the bytes wire profile agentplane-0.4 writes",
 }
 
 

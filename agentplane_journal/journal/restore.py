@@ -90,9 +90,14 @@ class RestoreReport:
 
     @property
     def is_faithful(self) -> bool:
-        """Equal root at equal size: every record of every run, in log order, rebuilt to the
-        same commitment (the origin is the target store's name, compared apart)."""
-        return self.expected.size == self.rebuilt.size and self.expected.root == self.rebuilt.root
+        """Equal root at equal size, and every record rebuilt to the hash the file carries:
+        the log's commitment covers only sealed runs, so an open run's records count too (the
+        origin is the target store's name, compared apart)."""
+        return (
+            self.expected.size == self.rebuilt.size
+            and self.expected.root == self.rebuilt.root
+            and not self.differing
+        )
 
     def to_json(self) -> dict[str, Any]:
         def cp(c: Checkpoint) -> dict[str, Any]:
@@ -151,7 +156,8 @@ def check_frame(path: Path) -> Frame:
                 body = _wire(value, number)
             except RecursionError:
                 raise RestoreRefused(f"line {number}: the wire bytes nest too deep") from None
-            judge.record(number, body, _replayable(body, run, number)[1])
+            epoch, append = _replayable(body, run, number)
+            judge.record(number, value["raw"], body, epoch, append)
     return judge.finish()
 
 

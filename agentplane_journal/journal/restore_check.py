@@ -14,6 +14,9 @@ must know is judged beside it, also before any write:
   writable in the wire profile its version names (``v=4``: ``agentplane-0.4``, ``v=1``:
   ``agentplane-0.22``, through :meth:`WireProfile.refusal`, the check ``append`` makes);
   another version is refused (no profile this build writes holds it);
+* the profile writes the record's bytes again exactly (``Record.seal`` as ``append`` calls
+  it): a record whose bytes it would write otherwise, although sound in the file (the hash
+  covers the bytes as they are), would be restored as another record;
 * what ``append`` and the store's indexes would refuse part-way is found here instead: a
   ``RunSealed`` outcome that is not a label, an effect started twice in a run (the
   exactly-once index), an admission key two runs claim (one holder per key; memory: the
@@ -44,8 +47,10 @@ from agentplane_journal.core.export_lines import (
 )
 from agentplane_journal.core.export_read import run_block
 from agentplane_journal.core.export_verify import ExportVerifier
-from agentplane_journal.core.ids import EffectKey, RunId
+from agentplane_journal.core.ids import Digest, EffectKey, RunId
 from agentplane_journal.core.profile import PROFILES, WireProfile, profile_of_record
+from agentplane_journal.core.record import Record
+from agentplane_journal.errors import RecordTooLargeError
 
 __all__ = ["Frame", "Judge", "RestoreRefused"]
 
@@ -118,9 +123,12 @@ class Judge:
             return self._run
         return None
 
-    def record(self, number: int, body: dict[str, Any], append: Append) -> None:
-        """A record line's wire bytes (``body``) and the append that re-creates them: the
-        wire profile its version names must be able to write it."""
+    def record(
+        self, number: int, raw: str, body: dict[str, Any], epoch: int, append: Append
+    ) -> None:
+        """A record line's wire bytes (``raw``, parsed: ``body``) and the ``(epoch, append)``
+        that re-creates them: the wire profile its version names must write them again,
+        byte for byte, and nothing the store checks may refuse them."""
         profile = profile_of_record(body)
         if profile is None:
             known = ", ".join(f"v={p.record_version} ({p.name})" for p in PROFILES)
@@ -134,10 +142,23 @@ class Judge:
         self._profiles.add(profile)
         try:
             self._indexed(append)
-        except (TypeError, ValueError) as exc:
+            again = Record.seal(
+                append.body(body.get("seq"), epoch),  # type: ignore[arg-type]
+                Digest.ZERO,
+                canon=profile.canonicalize,
+            ).raw
+        except (TypeError, ValueError, RecordTooLargeError) as exc:
             raise RestoreRefused(
                 f"line {number}: {exc} — the store would refuse it part-way through the restore"
             ) from None
+        if again != raw.encode("utf-8", "surrogatepass"):
+            # Sound as a file (the hash is over these bytes), yet append would write other
+            # bytes under another hash: the restored run would not be the file's.
+            raise RestoreRefused(
+                f"line {number}: the record's wire bytes are not the bytes wire profile "
+                f"{profile.name} writes for it, so replaying it would write another record "
+                "(another hash) than the file holds"
+            )
 
     def _indexed(self, append: Append) -> None:
         """What ``append`` checks (an outcome label) and its indexes refuse (a second start
