@@ -134,8 +134,8 @@ class Judge:
             known = ", ".join(f"v={p.record_version} ({p.name})" for p in PROFILES)
             raise RestoreRefused(
                 f"line {number}: a record of version v={repr(body.get('v'))[:40]}, which no wire "
-                "profile "
-                f"this build writes holds ({known}) — it cannot be restored as its bytes say"
+                f"profile this build writes holds ({known}) — it cannot be restored as its "
+                "bytes say"
             )
         refused = profile.refusal(append)
         if refused is not None:
