@@ -104,6 +104,7 @@ SLOW_FILES = frozenset(
         "test_wheel.py",
         "test_patroni.py",
         "test_restore_batches.py",
+        "test_restore_judged.py",
         "test_bulk_race.py",
     }
 )

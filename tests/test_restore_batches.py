@@ -18,7 +18,6 @@ from test_export_format1 import build, export_to, lines_of, other_tenant, write_
 
 from agentplane_journal import RunId, SqlJournalStore
 from agentplane_journal.errors import (
-    DuplicateAdmissionError,
     DuplicateEffectError,
     FencedError,
     RunSealedError,
@@ -61,27 +60,23 @@ async def test_batch_boundaries_anywhere_restore_the_same_root_and_file(
 async def test_a_batch_refused_part_way_is_reported_with_what_is_committed(
     store: SqlJournalStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    made = await build(store, 12, long=False)
+    await build(store, 12, long=False)
     path = tmp_path / "e.jsonl"
     await export_to(store, path)
     lines = lines_of(path)
-    # The last run in the file claims run 3's admission key: the file parses, every record
-    # can be built, and only the store, in a late batch, refuses it.
+    # Another writer in the target: a lease on the last run in the file, taken and released
+    # (which fences every epoch). The target holds no record or seal, so it is empty; the
+    # file is sound; only the store, in a late batch, refuses the run's records.
     blocks = [i for i, x in enumerate(lines) if RUN_BLOCK in x]
-    at = next(i for i in reversed(blocks) if json.loads(lines[i])["run"] != made["runs"][3].ulid)
-    record = json.loads(lines[at + 1])
-    body = json.loads(record["raw"])
-    assert body["kind"] == "RunAdmitted"
-    body["idempotency_key"] = "order-3"
-    record["raw"] = json.dumps(body)
-    lines[at + 1] = json.dumps(record)
-    write_lines(path, lines)
-    monkeypatch.setattr(restore_mod, "BATCH", 4)
+    last = RunId.parse(json.loads(lines[blocks[-1]])["run"])
     target = other_tenant(store)
+    lease = await target.acquire(last, "another writer", 60)
+    await target.release_lease(last, lease.epoch)
+    monkeypatch.setattr(restore_mod, "BATCH", 4)
     with pytest.raises(RestoreIncomplete, match="PARTIAL history") as caught:
         await restore_export(target, path)
     failed = caught.value
-    assert isinstance(failed.cause, DuplicateAdmissionError)
+    assert isinstance(failed.cause, FencedError)
     # What it says is committed is what the target holds: whole batches, nothing of the
     # refused one (its run's records are absent).
     assert failed.records > 0

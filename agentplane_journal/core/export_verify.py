@@ -14,17 +14,21 @@ The rules are agentplane 0.22's ``export::verify``, restated:
   named, not left to surface as a root mismatch) and the root of the **outside** checkpoint;
 * the file is framed (a trailer) and the trailer's counts hold; an empty block is tampering
   unless the trailer declares the run unreadable;
+* every line is read as a restore reads it (:mod:`.export_read`): an unreadable line stops
+  the pass with a finding, a run's second block is a finding (each block alone verifies,
+  and a restore would replay both), and so is a block neither open nor sealed (an ``index``
+  beside a malformed ``seal``);
 * what could not be checked is listed as such (signatures with no key, deletion with no
   outside checkpoint, the case layer this package does not hold, a foreign canon rule).
 
 Pure: feed it lines (:meth:`ExportVerifier.feed`), then :meth:`ExportVerifier.finish`.
-Memory is a run's records (for the signature check) plus 40 bytes per sealed run.
+Memory is a run's records (for the signature check), a leaf per sealed run and a run id per
+run (to name a repeated block).
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,6 +47,7 @@ from agentplane_journal.core.export_lines import (
     parse_digest,
     parse_ulid_run,
 )
+from agentplane_journal.core.export_read import read_line, run_block
 from agentplane_journal.core.ids import Digest, RunId
 from agentplane_journal.core.signing import DOMAIN_RECORD, Verifier, signing_hash
 
@@ -161,6 +166,7 @@ class ExportVerifier:
         self._stamped: set[str] = set()
         self._carried: set[str] = set()
         self._stopped = False
+        self._runs: set[str] = set()  # every block's run, to name a repeated one
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -168,24 +174,19 @@ class ExportVerifier:
         """Read one line; ``False`` once the file is unreadable from here on (stop feeding)."""
         if self._stopped:
             return False
-        if isinstance(line, bytes):
-            try:
-                line = line.decode("utf-8")
-            except UnicodeDecodeError:
-                line = ""
-                self._stop("a line is not UTF-8, so the export is unreadable from there on")
-                return False
-        if not line.strip():
+        return self.feed_read(read_line(line))
+
+    def feed_read(self, value: dict[str, Any] | str | None) -> bool:
+        """Take one line as :func:`~.export_read.read_line` read it (a restore reads each line
+        once for itself and for this pass); ``False`` as :meth:`feed`."""
+        if self._stopped:
+            return False
+        if value is None:
             return True
-        try:
-            value = json.loads(line)
-        except ValueError:
-            self._stop("a line is not valid JSON, so the export is unreadable from there on")
+        if isinstance(value, str):
+            self._stop(value)
             return False
-        kind = value.get("kind") if isinstance(value, dict) else None
-        if not isinstance(value, dict):
-            self._stop("a line is not a JSON object, so the export is unreadable from there on")
-            return False
+        kind = value.get("kind")
         if kind == HEADER:
             self._header_seen = True
             self._read_header(value)
@@ -246,19 +247,26 @@ class ExportVerifier:
             self.report.findings.append("a case block's deadlines are malformed")
 
     def _open_run(self, value: dict[str, Any]) -> None:
-        run = parse_ulid_run(value.get("run"))
-        if run is None:
+        block = run_block(value)
+        if isinstance(block, str):
             self._pass = None
-            self.report.findings.append(
-                f"a run block names {value.get('run')!r}, which is not a run id; its records "
-                "belong to no run"
-            )
+            self.report.findings.append(block)
             return
-        seal = parse_digest(value.get("seal"))
-        self._pass = _RunPass(run, seal)
-        index = value.get("index")
-        if type(index) is int and seal is not None:
-            self._leaves.append((index, seal))
+        self._pass = _RunPass(block.run, block.seal)
+        if block.problem is not None:
+            self.report.findings.append(block.problem)
+            self._pass.clean = False
+        if block.run.ulid in self._runs:
+            # Each run is exported once: a second block would be replayed as more records
+            # of the run (or onto its seal), and each block alone verifies.
+            self.report.findings.append(
+                f"run {block.run}: a second block for this run — an export writes each run "
+                "once, so its records were repeated (a restore would write them twice)"
+            )
+            self._pass.clean = False
+        self._runs.add(block.run.ulid)
+        if block.index is not None and block.seal is not None:
+            self._leaves.append((block.index, block.seal))
 
     def _read_trailer(self, value: dict[str, Any]) -> None:
         self.report.complete = True
@@ -295,7 +303,7 @@ class ExportVerifier:
         raw_bytes = raw.encode("utf-8", "surrogatepass")
         try:
             wire = serde_value(raw)
-        except ValueError:
+        except (ValueError, RecursionError):  # nested deeper than a record can be
             wire = None
         seq = wire.get("seq") if isinstance(wire, dict) else None
         if not isinstance(wire, dict) or type(seq) is not int:

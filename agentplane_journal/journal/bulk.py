@@ -40,6 +40,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from agentplane_journal.core.append import Append
 from agentplane_journal.core.checks import check_int, check_label, check_run
 from agentplane_journal.core.ids import Digest, EffectKey, RunId
+from agentplane_journal.core.profile import WireProfile, profile_named
 from agentplane_journal.core.record import Record
 from agentplane_journal.db import selfwait
 from agentplane_journal.db.dialect import Dialect
@@ -59,10 +60,16 @@ limit)."""
 
 @dataclass(frozen=True, slots=True)
 class AppendStep:
-    """One run's records under ``epoch`` (one ``append``'s batch)."""
+    """One run's records under ``epoch`` (one ``append``'s batch), in wire ``profile``.
+
+    ``profile`` ``None`` is the tenant's, as for ``append``. A restore names the profile each
+    record was written in: a migrated tenant holds records of both, and each must be sealed
+    to its own bytes again (checked by that profile's :meth:`WireProfile.refusal`).
+    """
 
     epoch: int
     batch: Sequence[Append]
+    profile: WireProfile | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +91,8 @@ def _checked(steps: Sequence[Step], store: SqlJournalStore) -> list[tuple[Step, 
         if isinstance(step, AppendStep):
             epoch = check_int(step.epoch, f"steps[{i}].epoch")
             items, run = store._check_batch(step.batch)
-            out.append((AppendStep(epoch, items), run))
+            profile = None if step.profile is None else profile_named(step.profile)
+            out.append((AppendStep(epoch, items, profile), run))
         elif isinstance(step, SealStep):
             run = check_run(step.run)
             seal = SealStep(
@@ -130,7 +138,7 @@ async def write_steps(store: SqlJournalStore, steps: Sequence[Step]) -> list[lis
                 if run in sealed:
                     raise RunSealedError(run, sealed[run][0])
                 batch = [*step.batch]
-                chained = store._chain_rows(run, step.epoch, state, batch)
+                chained = store._chain_rows(run, step.epoch, state, batch, step.profile)
                 written = [] if chained is None else chained[0]
                 if chained is not None:
                     pending.add(run, state.head_seq + 1, batch, chained)

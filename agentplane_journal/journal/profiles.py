@@ -151,14 +151,39 @@ class Profiles(Repository):
         """
         target = profile_named(profile)
         await super()._ready()
+        return await self._write_profile(target, None, read_previous=True)
+
+    async def restore_profile(
+        self, profile: WireProfile | str, previous: WireProfile | str | None
+    ) -> None:
+        """Record ``profile`` for this tenant, which a restore is about to fill (it is empty):
+        ``previous`` is the other profile the restored records are in (a migrated tenant's
+        file holds both), ``None`` when every record is in ``profile``.
+
+        An export carries no migration row, only its records: the one the target records is
+        what they show. Nothing is written when the tenant already says as much (a restore
+        in the default profile of records all in it leaves no row, as before profiles).
+        """
+        target = profile_named(profile)
+        left = None if previous is None else profile_named(previous)
+        if left is None and await self.wire_profile() is target:
+            return
+        await self._write_profile(target, left, read_previous=False)
+
+    async def _write_profile(
+        self, target: WireProfile, previous: WireProfile | None, *, read_previous: bool
+    ) -> WireProfile:
+        """Upsert this tenant's row: ``target``, and ``previous`` (or, ``read_previous``, the
+        recorded one, the default's if none); the handle switches at once. Returns the
+        ``previous`` written (the default profile for ``None``)."""
         d = self._dialect
 
-        async def work(conn: AsyncConnection) -> WireProfile:
-            previous = await self._recorded(conn) or DEFAULT_PROFILE
+        async def work(conn: AsyncConnection) -> WireProfile | None:
+            left = (await self._recorded(conn) or DEFAULT_PROFILE) if read_previous else previous
             stmt = d.insert(JournalProfile).values(
                 tenant=self.tenant,
                 profile=target.name,
-                previous=previous.name,
+                previous=None if left is None else left.name,
                 changed_at=self._now(),
             )
             await conn.execute(
@@ -171,14 +196,14 @@ class Profiles(Repository):
                     },
                 )
             )
-            return previous
+            return left
 
         try:
             async with self._bind.connect() as conn:
                 conn = await conn.execution_options(**{WRITE_TRANSACTION: True})
                 async with conn.begin():
-                    previous = await work(conn)
+                    left = await work(conn)
         except DBAPIError as exc:
             raise BackendError(f"cannot record the wire profile: {describe(exc)}") from exc
         self._requested_profile = self._profile = target
-        return previous
+        return left or DEFAULT_PROFILE

@@ -14,10 +14,17 @@ rather than similar ones (agentplane 0.22's ``export::from_jsonl``):
   place yet (a run id, an epoch and an outcome each) until the gap before them is filled.
 
 Two passes over the file, so that a file that cannot be restored is refused before anything
-is written: the first checks the frame (header, format version, trailer) and that every
-record line carries wire bytes that parse; the second replays. Memory is a batch of records
-(:data:`BATCH`), whatever the file's size. The target must be empty (no record, no seal):
-a restore rebuilds a history, it does not merge one.
+is written: the first (:mod:`~agentplane_journal.journal.restore_check`) judges it as
+``verify-export`` does and checks that every record can be replayed and written in its own
+wire profile; the second replays. Both read each line and run block alike
+(:mod:`~agentplane_journal.core.export_read`). Memory is a batch of records (:data:`BATCH`),
+whatever the file's size. The target must be empty (no record, no seal): a restore rebuilds
+a history, it does not merge one.
+
+A tenant's records may be in both wire profiles (migrated, or written by two handles in the
+window ``profiles.py`` describes). Each record is replayed in the profile its version names,
+so its bytes come back; the target records the header's profile, and as the one it left
+the other profile the file's records are in (:meth:`Profiles.restore_profile`).
 """
 
 from __future__ import annotations
@@ -32,17 +39,12 @@ from typing import Any
 
 from agentplane_journal.core.append import RESERVED_MEMBERS, Append
 from agentplane_journal.core.checkpoint import Checkpoint
-from agentplane_journal.core.export_lines import (
-    FORMAT_VERSION,
-    HEADER,
-    PROFILE_BY_CANON,
-    RUN_BLOCK,
-    TRAILER,
-    parse_checkpoint,
-    parse_ulid_run,
-)
+from agentplane_journal.core.export_lines import PROFILE_BY_CANON, RUN_BLOCK
+from agentplane_journal.core.export_read import RunBlock, read_line, run_block
 from agentplane_journal.core.ids import RunId
+from agentplane_journal.core.profile import WireProfile, profile_named, profile_of_record
 from agentplane_journal.journal.bulk import AppendStep, SealStep, Step, write_steps
+from agentplane_journal.journal.restore_check import Frame, Judge, RestoreRefused
 from agentplane_journal.journal.store import SqlJournalStore
 
 __all__ = ["BATCH", "RestoreIncomplete", "RestoreRefused", "RestoreReport", "restore_export"]
@@ -52,10 +54,6 @@ BATCH = 2000
 run). One batch is written while the next is read."""
 
 _FALLBACK_OUTCOME = "restored"
-
-
-class RestoreRefused(ValueError):
-    """The export cannot be restored, or the target is not empty; nothing was written."""
 
 
 class RestoreIncomplete(RuntimeError):
@@ -92,9 +90,14 @@ class RestoreReport:
 
     @property
     def is_faithful(self) -> bool:
-        """Equal root at equal size: every record of every run, in log order, rebuilt to the
-        same commitment (the origin is the target store's name, compared apart)."""
-        return self.expected.size == self.rebuilt.size and self.expected.root == self.rebuilt.root
+        """Equal root at equal size, and every record rebuilt to the hash the file carries:
+        the log's commitment covers only sealed runs, so an open run's records count too (the
+        origin is the target store's name, compared apart)."""
+        return (
+            self.expected.size == self.rebuilt.size
+            and self.expected.root == self.rebuilt.root
+            and not self.differing
+        )
 
     def to_json(self) -> dict[str, Any]:
         def cp(c: Checkpoint) -> dict[str, Any]:
@@ -111,17 +114,14 @@ class RestoreReport:
         }
 
 
-def _lines(path: Path) -> Iterator[tuple[int, dict[str, Any] | None]]:
-    with path.open("r", encoding="utf-8", newline="\n") as f:
+def _lines(path: Path) -> Iterator[tuple[int, dict[str, Any] | str]]:
+    """Each non-blank line as :func:`~.export_read.read_line` reads it (a sentence for an
+    unreadable one), with its number."""
+    with path.open("rb") as f:
         for number, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                value = json.loads(line)
-            except ValueError:
-                yield number, None
-                continue
-            yield number, value if isinstance(value, dict) else None
+            value = read_line(line.removesuffix(b"\n"))
+            if value is not None:
+                yield number, value
 
 
 def _wire(value: dict[str, Any], number: int) -> dict[str, Any]:
@@ -144,56 +144,21 @@ def _wire(value: dict[str, Any], number: int) -> dict[str, Any]:
     return body
 
 
-@dataclass(slots=True)
-class _Frame:
-    checkpoint: Checkpoint
-    canon: int | None
-    signed: int = 0
-
-
-def check_frame(path: Path) -> _Frame:
-    """Pass one: the header's format, a trailer, and replayable wire bytes on every record
-    (each one's ``append`` can be built, under its own run's block)."""
-    version: object = None
-    checkpoint: Checkpoint | None = None
-    canon: int | None = None
-    complete = False
-    signed = 0
-    run: RunId | None = None
+def check_frame(path: Path) -> Frame:
+    """Pass one (:mod:`~agentplane_journal.journal.restore_check`): every line judged as
+    ``verify-export`` judges it, and every record's ``append`` built, under its own run's
+    block, and checked against the wire profile its version names."""
+    judge = Judge()
     for number, value in _lines(path):
-        if value is None:
-            continue  # agentplane's parse skips what it cannot read; so does ours
-        kind = value.get("kind")
-        if kind == HEADER:
-            version = value.get("version")
-            c = value.get("canon")
-            canon = c if type(c) is int else None
-            checkpoint = parse_checkpoint(value.get("checkpoint"))
-        elif kind == RUN_BLOCK:
-            run = parse_ulid_run(value.get("run"))
-        elif kind == TRAILER:
-            complete = True
-        elif kind is None:
-            body = _wire(value, number)
-            if run is not None:
-                _replayable(body, run, number)
-            if value.get("attestation") is not None:
-                signed += 1
-    if version != FORMAT_VERSION:
-        raise RestoreRefused(
-            f"the export claims format version {version!r} and this build reads "
-            f"{FORMAT_VERSION} — restoring a format this build cannot fully parse would "
-            "rebuild an unknowable subset and call it a history"
-        )
-    if not complete:
-        raise RestoreRefused(
-            "the export has no trailer, so it was cut short — every line in it is a valid "
-            "prefix, and restoring a prefix would rebuild a partial history shaped exactly "
-            "like a whole one. Re-take the export"
-        )
-    if checkpoint is None:
-        raise RestoreRefused("the export's header carries no readable checkpoint")
-    return _Frame(checkpoint, canon, signed)
+        run = judge.line(number, value)
+        if run is not None and isinstance(value, dict):
+            try:
+                body = _wire(value, number)
+            except RecursionError:
+                raise RestoreRefused(f"line {number}: the wire bytes nest too deep") from None
+            epoch, append = _replayable(body, run, number)
+            judge.record(number, value["raw"], body, epoch, append)
+    return judge.finish()
 
 
 def append_of(body: dict[str, Any]) -> tuple[int, Append]:
@@ -240,7 +205,7 @@ class _Replay:
         self.store, self.report = store, report
         self.steps: list[Step] = []
         self.hashes: list[list[str]] = []  # per AppendStep, the hashes the export carries
-        self.group: tuple[int, list[Append], list[str]] | None = None
+        self.group: tuple[int, WireProfile | None, list[Append], list[str]] | None = None
         self.held = 0  # records in self.steps and self.group
         self.epoch = 0  # the current run's last epoch
         self.inflight: asyncio.Task[tuple[int, int]] | None = None
@@ -262,9 +227,9 @@ class _Replay:
         return records, seals
 
     def _end_group(self) -> None:
-        if self.group is not None and self.group[1]:
-            self.steps.append(AppendStep(self.group[0], self.group[1]))
-            self.hashes.append(self.group[2])
+        if self.group is not None and self.group[2]:
+            self.steps.append(AppendStep(self.group[0], self.group[2], self.group[1]))
+            self.hashes.append(self.group[3])
         self.group = None
 
     async def _flush(self) -> None:
@@ -281,12 +246,15 @@ class _Replay:
             records, seals = await task
             self.committed = (self.committed[0] + records, self.committed[1] + seals)
 
-    async def record(self, epoch: int, append: Append, hash_hex: object) -> None:
-        if self.group is None or self.group[0] != epoch:
+    async def record(
+        self, epoch: int, append: Append, hash_hex: object, profile: WireProfile | None
+    ) -> None:
+        """One record, appended with the run's others of its epoch and wire profile."""
+        if self.group is None or self.group[:2] != (epoch, profile):
             self._end_group()
-            self.group = (epoch, [], [])
-        self.group[1].append(append)
-        self.group[2].append(hash_hex if isinstance(hash_hex, str) else "")
+            self.group = (epoch, profile, [], [])
+        self.group[2].append(append)
+        self.group[3].append(hash_hex if isinstance(hash_hex, str) else "")
         self.epoch = epoch
         self.held += 1
         if self.held >= BATCH:  # mid-run or not: the run goes on in the next batch
@@ -333,11 +301,12 @@ async def restore_export(store: SqlJournalStore, path: Path) -> RestoreReport:
     """
     frame = check_frame(path)
     await _refuse_non_empty(store)
-    # The records are replayed through append, which re-seals each body in the tenant's wire
-    # profile: the empty target takes the export's, so the bytes (and the root) come back.
-    wanted = PROFILE_BY_CANON.get(frame.canon) if frame.canon is not None else None
-    if wanted is not None and (await store.wire_profile()).name != wanted:
-        await store.migrate_profile(wanted)
+    # The records are replayed through append, which re-seals each body in the wire profile
+    # its version names: the bytes (and the root) come back, whichever profiles they are in.
+    # The empty target records the export's profile, and the other one its records are in.
+    wanted = _target_profile(frame, await store.wire_profile())
+    left = sorted(p.name for p in frame.profiles if p is not wanted)
+    await store.restore_profile(wanted, profile_named(left[0]) if left else None)
     report = RestoreReport(expected=frame.checkpoint, rebuilt=frame.checkpoint)
     replay = _Replay(store, report)
     try:
@@ -354,21 +323,30 @@ async def restore_export(store: SqlJournalStore, path: Path) -> RestoreReport:
     return report
 
 
+def _target_profile(frame: Frame, current: WireProfile) -> WireProfile:
+    """The header's profile (its ``canon``); for a ``canon`` this build does not name, the
+    one profile the records are in, else the target's own."""
+    named = PROFILE_BY_CANON.get(frame.canon) if frame.canon is not None else None
+    if named is not None:
+        return profile_named(named)
+    return next(iter(frame.profiles)) if len(frame.profiles) == 1 else current
+
+
 async def _replay(path: Path, replay: _Replay, report: RestoreReport) -> None:
     run: RunId | None = None
     index: int | None = None
     outcome: str | None = None
     records = 0
     for number, value in _lines(path):
-        if value is None:
-            continue
+        if isinstance(value, str):  # pass one read it: the file changed since
+            raise RestoreRefused(f"line {number}: {value}")
         kind = value.get("kind")
         if kind == RUN_BLOCK:
             if run is not None:
                 await replay.end_run(run, index, outcome, any_records=records > 0)
-            run, outcome, records = parse_ulid_run(value.get("run")), None, 0
-            i = value.get("index")
-            index = i if type(i) is int and value.get("seal") is not None else None
+            block = run_block(value)
+            run, index = (block.run, block.index) if isinstance(block, RunBlock) else (None, None)
+            outcome, records = None, 0
             if run is not None:
                 report.runs += 1
         elif kind is None and run is not None:
@@ -377,7 +355,7 @@ async def _replay(path: Path, replay: _Replay, report: RestoreReport) -> None:
                 outcome = body["outcome"]
             epoch, append = _replayable(body, run, number)
             records += 1
-            await replay.record(epoch, append, value.get("hash"))
+            await replay.record(epoch, append, value.get("hash"), profile_of_record(body))
     if run is not None:
         await replay.end_run(run, index, outcome, any_records=records > 0)
     await replay.finish()
@@ -398,7 +376,7 @@ def _replayable(body: dict[str, Any], run: RunId, number: int) -> tuple[int, App
     return epoch, append
 
 
-def _not_carried(report: RestoreReport, frame: _Frame) -> None:
+def _not_carried(report: RestoreReport, frame: Frame) -> None:
     notes = report.not_carried
     if report.rebuilt.origin != report.expected.origin:
         notes.append(
@@ -410,6 +388,12 @@ def _not_carried(report: RestoreReport, frame: _Frame) -> None:
             f"{report.differing} record(s) rebuilt to a different hash than the export carries "
             "— the target store writes another wire profile than the export's, or the file "
             "was edited"
+        )
+    if frame.dropped:
+        notes.append(
+            f"{frame.dropped} open run(s) the export declared unreadable — the file carries "
+            "none of their records, so the target holds none (`verify --all` on the source "
+            "names the damage)"
         )
     if frame.signed:
         notes.append(

@@ -328,11 +328,17 @@ class SqlJournalStore(RunReads, AuditReads, RunControl, Admissions, Profiles, Co
         return records
 
     def _chain_rows(
-        self, run: RunId, epoch: int, state: RunState, batch: list[Append]
+        self,
+        run: RunId,
+        epoch: int,
+        state: RunState,
+        batch: list[Append],
+        profile: WireProfile | None = None,
     ) -> tuple[list[Record], list[dict[str, Any]], str | None, set[EffectKey]] | None:
         """The checks before any write, then ``batch`` sealed and signed onto the head: the
         records, their rows, the conclusion (if a ``RunSealed``), the effect keys started.
-        ``None`` for an empty batch. No statement."""
+        ``None`` for an empty batch. No statement. ``profile``: the journal's unless a
+        restore names the one the records were written in (journal/bulk.py)."""
         if state.sealed_outcome is not None:
             raise RunSealedError(run, state.sealed_outcome)
         if not batch:
@@ -343,7 +349,7 @@ class SqlJournalStore(RunReads, AuditReads, RunControl, Admissions, Profiles, Co
                 if item.effect_key in seen:
                     raise DuplicateEffectError(item.effect_key)
                 seen.add(item.effect_key)
-        profile = self.profile
+        profile = profile or self.profile
         self._refuse_other_profile(batch, profile)
         records, row_tuples, conclusion = chain_batch(
             self.tenant,

@@ -1,0 +1,228 @@
+"""Pass one of a restore: the file judged as ``verify-export`` judges it, before any write.
+
+A restore used to read the file its own way: it skipped an unreadable line (a record line
+cut in half restored its run short), replayed a run's repeated block (its records twice, or
+after its seal), sealed an open block that carried an ``index`` beside a malformed ``seal``,
+and met a record its target could not hold only when writing it. Each ended in a history
+other than the file's called FAITHFUL, or in a failure after writing. So pass one is
+:class:`~agentplane_journal.core.export_verify.ExportVerifier` itself, fed every line as
+both passes read it (:mod:`~agentplane_journal.core.export_read`), against the header's own
+checkpoint: a file it would not call SOUND is refused, nothing written. What only a restore
+must know is judged beside it, also before any write:
+
+* every record is replayable (:func:`~agentplane_journal.journal.restore.append_of`) and
+  writable in the wire profile its version names (``v=4``: ``agentplane-0.4``, ``v=1``:
+  ``agentplane-0.22``, through :meth:`WireProfile.refusal`, the check ``append`` makes);
+  another version is refused (no profile this build writes holds it);
+* the profile writes the record's bytes again exactly (``Record.seal`` as ``append`` calls
+  it): a record whose bytes it would write otherwise, although sound in the file (the hash
+  covers the bytes as they are), would be restored as another record;
+* what ``append`` and the store's indexes would refuse part-way is found here instead: a
+  ``RunSealed`` outcome that is not a label, an effect started twice in a run (the
+  exactly-once index), an admission key two runs claim (one holder per key; memory: the
+  keys);
+* a run sealed in the header's log must carry records: the export declared it unreadable
+  (its source is damaged), and the log cannot be rebuilt without its leaf.
+
+What is left to fail after writing is what only the target can say (its database refusing or
+going away, another writer's lease on a run): :class:`~agentplane_journal.journal.restore.
+RestoreIncomplete`, named as PARTIAL.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentplane_journal.core.admission import claimed_keys
+from agentplane_journal.core.append import EFFECT_STARTED, RUN_SEALED, Append
+from agentplane_journal.core.checkpoint import Checkpoint
+from agentplane_journal.core.checks import check_label
+from agentplane_journal.core.export_lines import (
+    FORMAT_VERSION,
+    HEADER,
+    RUN_BLOCK,
+    TRAILER,
+    parse_checkpoint,
+)
+from agentplane_journal.core.export_read import run_block
+from agentplane_journal.core.export_verify import ExportVerifier
+from agentplane_journal.core.ids import Digest, EffectKey, RunId
+from agentplane_journal.core.profile import PROFILES, WireProfile, profile_of_record
+from agentplane_journal.core.record import Record
+from agentplane_journal.errors import RecordTooLargeError
+
+__all__ = ["Frame", "Judge", "RestoreRefused"]
+
+_SHOWN = 5
+"""Findings quoted in a refusal (the rest are counted; ``verify-export`` lists them all)."""
+
+
+class RestoreRefused(ValueError):
+    """The export cannot be restored, or the target is not empty; nothing was written."""
+
+
+@dataclass(slots=True)
+class Frame:
+    """What pass one learnt that pass two and the report need."""
+
+    checkpoint: Checkpoint
+    canon: int | None
+    signed: int = 0
+    profiles: set[WireProfile] = field(default_factory=set)
+    """The wire profiles the file's records are in (both, for a migrated tenant)."""
+    dropped: int = 0
+    """Open runs the export declared unreadable: nothing of them to restore."""
+
+
+class Judge:
+    """Pass one's state: fed every line (:meth:`line`) and every record's replayable form
+    (:meth:`record`), then :meth:`finish` refuses or returns the :class:`Frame`."""
+
+    def __init__(self) -> None:
+        self._verifier = ExportVerifier(None)
+        self._version: object = None
+        self._checkpoint: Checkpoint | None = None
+        self._canon: int | None = None
+        self._complete = False
+        self._run: RunId | None = None
+        self._sealed = False
+        self._records = 0
+        self._sealed_empty: list[RunId] = []
+        self._signed = self._dropped = 0
+        self._profiles: set[WireProfile] = set()
+        self._started: set[EffectKey] = set()  # the current run's
+        self._claims: dict[str, RunId] = {}
+
+    def line(self, number: int, value: dict[str, Any] | str) -> RunId | None:
+        """Take line ``number`` as :func:`~.export_read.read_line` read it; the run whose
+        block a record line sits in (``None``: none, which the verifier names)."""
+        self._verifier.feed_read(value)
+        if isinstance(value, str):
+            raise RestoreRefused(
+                f"line {number}: {value} — a restore that skipped it would rebuild the run "
+                "without what the line held (a record line cut short restores its run short)"
+            )
+        kind = value.get("kind")
+        if kind == HEADER:
+            self._version = value.get("version")
+            c = value.get("canon")
+            self._canon = c if type(c) is int else None
+            self._checkpoint = parse_checkpoint(value.get("checkpoint"))
+        elif kind == RUN_BLOCK:
+            self._close_block()
+            block = run_block(value)
+            self._run = None if isinstance(block, str) else block.run
+            self._sealed = not isinstance(block, str) and block.index is not None
+        elif kind == TRAILER:
+            self._complete = True
+        elif kind is None:
+            self._records += 1
+            if value.get("attestation") is not None:
+                self._signed += 1
+            return self._run
+        return None
+
+    def record(
+        self, number: int, raw: str, body: dict[str, Any], epoch: int, append: Append
+    ) -> None:
+        """A record line's wire bytes (``raw``, parsed: ``body``) and the ``(epoch, append)``
+        that re-creates them: the wire profile its version names must write them again,
+        byte for byte, and nothing the store checks may refuse them."""
+        profile = profile_of_record(body)
+        if profile is None:
+            known = ", ".join(f"v={p.record_version} ({p.name})" for p in PROFILES)
+            raise RestoreRefused(
+                f"line {number}: a record of version v={repr(body.get('v'))[:40]}, which no wire "
+                f"profile this build writes holds ({known}) — it cannot be restored as its "
+                "bytes say"
+            )
+        refused = profile.refusal(append)
+        if refused is not None:
+            raise RestoreRefused(f"line {number}: {refused}")
+        self._profiles.add(profile)
+        try:
+            self._indexed(append)
+            again = Record.seal(
+                append.body(body.get("seq"), epoch),  # type: ignore[arg-type]
+                Digest.ZERO,
+                canon=profile.canonicalize,
+            ).raw
+        except (TypeError, ValueError, RecordTooLargeError) as exc:
+            raise RestoreRefused(
+                f"line {number}: {exc} — the store would refuse it part-way through the restore"
+            ) from None
+        if again != raw.encode("utf-8", "surrogatepass"):
+            # Sound as a file (the hash is over these bytes), yet append would write other
+            # bytes under another hash: the restored run would not be the file's.
+            raise RestoreRefused(
+                f"line {number}: the record's wire bytes are not the bytes wire profile "
+                f"{profile.name} writes for it, so replaying it would write another record "
+                "(another hash) than the file holds"
+            )
+
+    def _indexed(self, append: Append) -> None:
+        """What ``append`` checks (an outcome label) and its indexes refuse (a second start
+        of an effect in a run, a key another run claimed), as a ``ValueError``."""
+        if append.kind == RUN_SEALED:
+            check_label(append.payload.get("outcome"), "the RunSealed record's outcome")
+        elif append.kind == EFFECT_STARTED and append.effect_key is not None:
+            if append.effect_key in self._started:
+                raise ValueError(
+                    f"run {append.run} starts effect {append.effect_key.hex()} a second time "
+                    "(the exactly-once index holds one start per effect and run)"
+                )
+            self._started.add(append.effect_key)
+        for key in claimed_keys([append]):
+            holder = self._claims.setdefault(key, append.run)
+            if holder != append.run:
+                raise ValueError(
+                    f"run {append.run} claims admission key {key!r}, which run {holder} "
+                    "claimed earlier in this file (a key has one holder; a claim the source "
+                    "retired with forget_admissions cannot be replayed)"
+                )
+
+    def _close_block(self) -> None:
+        if self._run is not None and not self._records:
+            if self._sealed:
+                self._sealed_empty.append(self._run)
+            else:
+                self._dropped += 1
+        self._run, self._sealed, self._records = None, False, 0
+        self._started = set()
+
+    def finish(self) -> Frame:
+        """Refuse what cannot be restored as the file says; otherwise the :class:`Frame`."""
+        self._close_block()
+        if self._version != FORMAT_VERSION:
+            raise RestoreRefused(
+                f"the export claims format version {self._version!r} and this build reads "
+                f"{FORMAT_VERSION} — restoring a format this build cannot fully parse would "
+                "rebuild an unknowable subset and call it a history"
+            )
+        if not self._complete:
+            raise RestoreRefused(
+                "the export has no trailer, so it was cut short — every line in it is a valid "
+                "prefix, and restoring a prefix would rebuild a partial history shaped exactly "
+                "like a whole one. Re-take the export"
+            )
+        if self._checkpoint is None:
+            raise RestoreRefused("the export's header carries no readable checkpoint")
+        findings = self._verifier.finish(None).findings
+        if findings:
+            more = f" (and {len(findings) - _SHOWN} more)" if len(findings) > _SHOWN else ""
+            raise RestoreRefused(
+                "the file is not sound, so what a restore rebuilt would not be the history it "
+                "commits to (`verify-export` lists every finding): "
+                + "; ".join(findings[:_SHOWN])
+                + more
+            )
+        if self._sealed_empty:
+            runs = ", ".join(str(r) for r in self._sealed_empty[:_SHOWN])
+            raise RestoreRefused(
+                f"{len(self._sealed_empty)} run(s) sealed in the export's log carry no records "
+                f"({runs}): the export declares them unreadable, and the log cannot be rebuilt "
+                "without them. Repair them in the source (`verify --all` names the damage) and "
+                "export again"
+            )
+        return Frame(self._checkpoint, self._canon, self._signed, self._profiles, self._dropped)
