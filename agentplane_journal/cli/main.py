@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import copy
 import importlib
 import os
 import sys
@@ -98,8 +99,9 @@ _COMMANDS = {
     "cmd_receipt": "witness",
     "cmd_verify_receipt": "witness",
     "cmd_verify_export": "backup",
-    "cmd_restore": "backup",
-    "cmd_drill": "backup",
+    "cmd_tenants": "backup",
+    "cmd_restore": "restore",
+    "cmd_drill": "restore",
 }
 
 Handler = Callable[[argparse.Namespace], Coroutine[Any, Any, int]]
@@ -342,7 +344,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     consistency.add_argument("old_note", metavar="OLD_NOTE", help="the saved note (text, or @file)")
     export = add(
-        "export", "write a run or every run as verifiable JSON lines", "cmd_export", database
+        "export",
+        "write a run or every run as verifiable JSON lines (without --tenant: every tenant, "
+        "into a backup directory)",
+        "cmd_export",
+        database,
     )
     export.add_argument("run", metavar="RUN", nargs="?", help="run id (or --all)")
     export.add_argument("--all", action="store_true", help="export every run of the tenant")
@@ -449,19 +455,41 @@ def _add_backup_commands(
         help="agentplane: agentplane 0.22's export format 1 (default; verify-export and "
         "restore read it); journal: this package's agentplane-journal-export/1 lines",
     )
-    export.add_argument("--output", "-o", metavar="PATH", help="write here instead of stdout")
+    export.add_argument(
+        "--output",
+        "-o",
+        metavar="PATH",
+        help="write here instead of stdout; without --tenant (every tenant), a new or empty "
+        "directory: one format-1 file per tenant and manifest.json",
+    )
+    every = (
+        "(default: every tenant of the database; --format journal and a single RUN: "
+        f"{DEFAULT_TENANT!r})"
+    )
+    _every_tenant(export, f"only this tenant, as one file {every}")
+    add(
+        "tenants",
+        "list the database's tenants: wire profile, runs, records and log size",
+        "cmd_tenants",
+        database,
+        reads,
+    )
     verify_export = add(
         "verify-export",
         "verify an export file (format 1) against a checkpoint from outside it",
         "cmd_verify_export",
         signed,
     )
-    verify_export.add_argument("file", metavar="FILE", help="the export (JSON lines)")
+    verify_export.add_argument(
+        "file", metavar="PATH", help="the export (JSON lines), or a backup directory"
+    )
     verify_export.add_argument(
         "--checkpoint",
         metavar="NOTE",
+        action="append",
         help="the checkpoint note the export must be a copy of (text, or @file); without it "
-        "deletion is reported as not checked",
+        "deletion is reported as not checked. For a backup directory, repeat it, one per "
+        "tenant's log (matched by the note's origin)",
     )
     verify_export.add_argument(
         "--trust",
@@ -479,7 +507,14 @@ def _add_backup_commands(
         database,
         reads,
     )
-    restore.add_argument("file", metavar="FILE", help="the export (JSON lines)")
+    restore.add_argument(
+        "file", metavar="PATH", help="the export (JSON lines), or a backup directory"
+    )
+    _every_tenant(
+        restore,
+        "restore a file into this tenant (default: 'default'); from a backup directory, only "
+        "this tenant (default: every tenant, each into the tenant of its name)",
+    )
     drill = add(
         "drill",
         "export, verify, restore into a scratch database and compare roots (a backup check)",
@@ -487,12 +522,29 @@ def _add_backup_commands(
         database,
         reads,
     )
+    _every_tenant(drill, "drill only this tenant (default: every tenant of the database)")
     drill.add_argument(
         "--scratch-url",
         metavar="URL",
-        help="an empty, migrated-or-migratable database to restore into (default: a "
-        "temporary SQLite file, removed afterwards)",
+        help="where to restore: a PostgreSQL database (the drill makes a new schema in it "
+        "and drops it afterwards) or a SQLite file path that does not exist (made and "
+        "deleted); default: a temporary SQLite file",
     )
+
+
+def _every_tenant(sub: argparse.ArgumentParser, help_text: str) -> None:
+    """Make ``sub``'s ``--tenant`` optional with no default: the command then covers every
+    tenant (a backup of the whole database), and ``--tenant`` names one."""
+    # The parent parsers' actions are shared by every subcommand: this one gets a copy.
+    shared = sub._option_string_actions["--tenant"]
+    own = copy.copy(shared)
+    own.default, own.help = None, help_text
+    sub._actions[sub._actions.index(shared)] = own
+    for group in sub._action_groups:
+        if shared in group._group_actions:
+            group._group_actions[group._group_actions.index(shared)] = own
+    for option in shared.option_strings:
+        sub._option_string_actions[option] = own
 
 
 def main(argv: Sequence[str] | None = None) -> int:

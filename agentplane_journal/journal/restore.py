@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -236,8 +236,13 @@ class _Replay:
     places each as its run ends.
     """
 
-    def __init__(self, store: SqlJournalStore, report: RestoreReport) -> None:
-        self.store, self.report = store, report
+    def __init__(
+        self,
+        store: SqlJournalStore,
+        report: RestoreReport,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> None:
+        self.store, self.report, self.progress = store, report, progress
         self.steps: list[Step] = []
         self.hashes: list[list[str]] = []  # per AppendStep, the hashes the export carries
         self.group: tuple[int, list[Append], list[str]] | None = None
@@ -280,6 +285,8 @@ class _Replay:
             task, self.inflight = self.inflight, None
             records, seals = await task
             self.committed = (self.committed[0] + records, self.committed[1] + seals)
+            if self.progress is not None:
+                self.progress(self.report.runs, self.committed[0])
 
     async def record(self, epoch: int, append: Append, hash_hex: object) -> None:
         if self.group is None or self.group[0] != epoch:
@@ -324,8 +331,12 @@ class _Replay:
             await self._settle()
 
 
-async def restore_export(store: SqlJournalStore, path: Path) -> RestoreReport:
+async def restore_export(
+    store: SqlJournalStore, path: Path, progress: Callable[[int, int], None] | None = None
+) -> RestoreReport:
     """Replay the export at ``path`` into ``store``'s (empty) tenant; report the roots.
+
+    ``progress`` is told ``(runs read, records committed)`` after each batch commits.
 
     :class:`RestoreRefused` (nothing written) for a file that cannot be restored or a target
     that is not empty; :class:`RestoreIncomplete` for a failure once writing has begun
@@ -339,7 +350,7 @@ async def restore_export(store: SqlJournalStore, path: Path) -> RestoreReport:
     if wanted is not None and (await store.wire_profile()).name != wanted:
         await store.migrate_profile(wanted)
     report = RestoreReport(expected=frame.checkpoint, rebuilt=frame.checkpoint)
-    replay = _Replay(store, report)
+    replay = _Replay(store, report, progress)
     try:
         await _replay(path, replay, report)
     except Exception as exc:
