@@ -31,13 +31,16 @@ class Meter:
         self._start = time.monotonic()
         self._last = 0.0
         self._drawn = False
+        self._what: str | None = None
 
     def show(self, what: str, runs: int, records: int, *, force: bool = False) -> None:
-        """Redraw the line (throttled unless ``force``): ``exporting 'acme': 1200 run(s),
-        3600 record(s), 2400 records/s``."""
+        """Redraw the line (throttled unless ``force`` or ``what`` changed): ``exporting
+        'acme': 1,200 run(s), 3,600 record(s), 2,400 records/s`` (the rate is ``what``'s)."""
         if not self.enabled:
             return
         now = time.monotonic()
+        if what != self._what:  # the next tenant: drawn at once, its own rate
+            self._what, self._start, force = what, now, True
         if not force and now - self._last < INTERVAL:
             return
         self._last = now
