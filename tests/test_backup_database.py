@@ -25,6 +25,7 @@ import pytest
 
 from agentplane_journal import RunId, SqlJournalStore
 from agentplane_journal.cli.main import main
+from agentplane_journal.core.backup_manifest import ManifestError, parse_manifest
 from agentplane_journal.core.checkpoint import Checkpoint
 from agentplane_journal.migrations.scratch import DRILL_APPLICATION_ID, leftover_schemas
 
@@ -269,3 +270,39 @@ def test_drill_runs_three_times_in_a_row_and_never_touches_what_it_did_not_make(
     reused = cli("drill", "--url", source, "--scratch-url", f"sqlite:///{left}")
     assert reused.returncode == 0, reused.stdout + reused.stderr
     assert not left.exists()
+
+
+def test_a_hostile_manifest_is_refused_with_the_reason() -> None:
+    good = {
+        "tenant": "acme",
+        "file": "0001-acme.jsonl",
+        "profile": "agentplane-0.4",
+        "origin": "agentplane/acme",
+        "size": 1,
+        "root": "00" * 32,
+        "runs": 1,
+        "records": 1,
+        "unreadable": 0,
+        "bytes": 10,
+        "sha256": "ab" * 32,
+    }
+
+    def manifest(*members: dict[str, Any], **top: Any) -> str:
+        value = {"kind": "agentplane-journal.backup", "version": 1, "tenants": list(members)}
+        return json.dumps({**value, **top})
+
+    assert parse_manifest(manifest(good)).members[0].tenant == "acme"
+    for text, reason in (
+        (manifest({**good, "file": "../escape.jsonl"}), "not a plain name"),
+        (manifest({**good, "file": "manifest.json"}), "not a plain name"),
+        (manifest({**good, "tenant": "a/b"}), "not a tenant name"),
+        (manifest({**good, "tenant": " acme"}), "not a tenant name"),
+        (manifest(good, {**good, "file": "other.jsonl"}), "listed twice"),
+        (manifest({**good, "sha256": "AB" * 32}), "64 lowercase hex"),
+        (manifest({**good, "size": -1}), "whole number"),
+        (manifest({**good, "runs": True}), "whole number"),
+        (manifest(good, version=2), "version 2"),
+        ("{", "not JSON"),
+    ):
+        with pytest.raises(ManifestError, match=reason):
+            parse_manifest(text)

@@ -13,7 +13,8 @@ its header. A database holds many tenants, so a backup of it is a **directory**:
   was damaged or replaced, and one the manifest names but the directory lacks was lost.
 
 The manifest is to be read as hostile input: a member's ``file`` must be a plain name inside
-the directory (no separator, no ``..``), each tenant appears once. Pure code: reading and
+the directory (no separator, no ``..``), each tenant appears once and is a name the store
+accepts (so a restore never stops half-way on a name). Pure code: reading and
 writing the files is :mod:`agentplane_journal.journal.backup`'s.
 """
 
@@ -23,6 +24,8 @@ import json
 import re
 from dataclasses import dataclass, field
 from typing import Any
+
+from agentplane_journal.core.ids import validate_tenant
 
 __all__ = [
     "MANIFEST",
@@ -135,6 +138,12 @@ def parse_manifest(text: str) -> Manifest:
         if not isinstance(item, dict):
             raise ManifestError(f"{where} is not an object")
         tenant = _field(item, "tenant", str, where)
+        try:
+            valid = validate_tenant(tenant) == tenant
+        except ValueError:
+            valid = False
+        if not valid:
+            raise ManifestError(f"{where}: {tenant!r} is not a tenant name this store accepts")
         file = _field(item, "file", str, where)
         if not file or "/" in file or "\\" in file or file in (".", "..") or file == MANIFEST:
             raise ManifestError(f"{where}: file {file!r} is not a plain name in the backup")
