@@ -306,3 +306,46 @@ def test_a_hostile_manifest_is_refused_with_the_reason() -> None:
     ):
         with pytest.raises(ManifestError, match=reason):
             parse_manifest(text)
+
+
+async def _hostile_tenant_rows(url: str) -> None:
+    """A wire-profile row under a name the store refuses; on SQLite also one that is not
+    text at all (it sorts after every text value there)."""
+    from sqlalchemy import text
+
+    from agentplane_journal.db.engine import create_engine
+
+    engine = create_engine(url)
+    insert = (
+        "INSERT INTO journal_profile (tenant, profile, changed_at) VALUES ({}, 'agentplane-0.4', 0)"
+    )
+    try:
+        async with engine.begin() as conn:
+            await conn.execute(text(insert.format("'a/b'")))
+            if url.startswith("sqlite"):
+                await conn.execute(text(insert.format("X'00ff'")))
+    finally:
+        await engine.dispose()
+
+
+def test_a_hostile_tenant_row_is_named_and_every_other_tenant_still_covered(
+    fresh: Callable[..., str], tmp_path: Path, cli: Callable[..., Result]
+) -> None:
+    source = fresh()
+    asyncio.run(_two_tenants(source))
+    asyncio.run(_hostile_tenant_rows(source))
+    listed = cli("tenants", "--url", source, "--json")
+    assert listed.returncode == 1 and "INVALID tenant 'a/b'" in listed.stderr
+    assert {t["tenant"] for t in json.loads(listed.stdout)} == set(TENANTS)
+    if source.startswith("sqlite"):
+        assert "INVALID tenant b'\\x00\\xff'" in listed.stderr
+    backup = tmp_path / "backup"
+    exported = cli("export", "--all", "--url", source, "-o", str(backup))
+    assert exported.returncode == 1 and "INVALID tenant 'a/b'" in exported.stderr
+    manifest = json.loads((backup / "manifest.json").read_text())
+    assert {m["tenant"] for m in manifest["tenants"]} == set(TENANTS)
+    drill = cli("drill", "--url", source, "--json")
+    assert drill.returncode == 1 and "Traceback" not in drill.stderr
+    report = json.loads(drill.stdout)
+    assert not report["ok"] and "'a/b'" in report["invalid_tenants"]
+    assert all(t["ok"] for t in report["tenants"])

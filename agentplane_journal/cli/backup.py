@@ -44,6 +44,7 @@ __all__ = [
     "cmd_verify_export",
     "open_database",
     "print_verify",
+    "report_invalid",
     "verify_file",
 ]
 
@@ -72,24 +73,37 @@ async def open_database(args: argparse.Namespace) -> AsyncIterator[SqlJournalSto
 async def cmd_tenants(args: argparse.Namespace) -> int:
     """``tenants``: every tenant with its wire profile, runs, records and log size."""
     async with open_database(args) as store:
+        found = await list_tenants(store)
         rows = []
-        for name in await list_tenants(store):
+        for name in found.names:
             rows.append(
                 await tenant_size(store if name == store.tenant else store.for_tenant(name))
             )
+    report_invalid(found.invalid)
+    code = 1 if found.invalid else 0
     if args.json:
         fmt.print_json([r.to_json() for r in rows])
-        return 0
+        return code
     if not rows:
         print("no tenants: the database holds no records, seals or wire profiles")
-        return 0
+        return code
     width = max(len(r.tenant) for r in rows)
     print(f"{'TENANT':<{width}}  {'PROFILE':<15}  {'RUNS':>9}  {'RECORDS':>10}  {'LOG SIZE':>9}")
     for r in rows:
         print(
             f"{r.tenant:<{width}}  {r.profile:<15}  {r.runs:>9}  {r.records:>10}  {r.log_size:>9}"
         )
-    return 0
+    return code
+
+
+def report_invalid(invalid: list[str]) -> None:
+    """Name, on stderr, each stored tenant value that is no tenant name (exit 1 follows)."""
+    for value in invalid:
+        print(
+            f"{PROG}: INVALID tenant {value}: rows are stored under a value that is not a tenant "
+            "name (a table was edited); it is not covered",
+            file=sys.stderr,
+        )
 
 
 # -- export ------------------------------------------------------------------------------
@@ -137,12 +151,12 @@ async def _export_database(args: argparse.Namespace, out_path: str | None) -> in
         )
     meter = Meter("exporting")
     async with open_database(args) as store:
-        tenants = await list_tenants(store)
+        found = await list_tenants(store)
         try:
             exported = await export_database(
                 store,
                 directory,
-                tenants,
+                found.names,
                 lambda t, n, r: meter.show(f"{t!r}", n, r),
             )
         except BackupProblem as exc:
@@ -160,7 +174,8 @@ async def _export_database(args: argparse.Namespace, out_path: str | None) -> in
             unreadable += 1
             print(f"{PROG}: UNREADABLE {m.tenant!r} {item.run}: {item.reason}", file=sys.stderr)
     print(f"exported {len(exported)} tenant(s) into {directory}")
-    return 1 if unreadable else 0
+    report_invalid(found.invalid)
+    return 1 if unreadable or found.invalid else 0
 
 
 # -- verify-export -------------------------------------------------------------------------

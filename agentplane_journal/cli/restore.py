@@ -19,7 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from agentplane_journal.cli import format as fmt
-from agentplane_journal.cli.backup import open_database, print_verify, verify_file
+from agentplane_journal.cli.backup import (
+    open_database,
+    print_verify,
+    report_invalid,
+    verify_file,
+)
 from agentplane_journal.cli.base import _Exit
 from agentplane_journal.cli.progress import Meter
 from agentplane_journal.core.backup_manifest import Member
@@ -71,7 +76,7 @@ async def _restore_one(
 
 async def _refuse_occupied(store: SqlJournalStore, members: list[Member]) -> None:
     """Before anything is written: every tenant the backup restores must be empty."""
-    present = set(await list_tenants(store))
+    present = set((await list_tenants(store)).names)
     busy = []
     for m in members:
         if m.tenant in present:
@@ -169,7 +174,9 @@ async def cmd_drill(args: argparse.Namespace) -> int:
         backup = Path(work) / "backup"
         meter = Meter("exporting", quiet=quiet)
         async with open_database(args) as store:
-            tenants = [args.tenant] if args.tenant else await list_tenants(store)
+            found = await list_tenants(store)
+            tenants = [args.tenant] if args.tenant else found.names
+            invalid = [] if args.tenant else found.invalid
             try:
                 exported = await export_database(
                     store, backup, tenants, lambda t, n, r: meter.show(repr(t), n, r)
@@ -210,8 +217,9 @@ async def cmd_drill(args: argparse.Namespace) -> int:
             raise _Exit(2, f"drill not run: {exc}") from None
     for c, (_, report) in zip(checked, done, strict=True):
         c.restore = report
-    ok = all(c.ok for c in checked)
-    _print_drill(args.json, ok, checked, size, shown, leftovers)
+    ok = all(c.ok for c in checked) and not invalid
+    _print_drill(args.json, ok, checked, size, shown, leftovers, invalid)
+    report_invalid(invalid)
     return 0 if ok else 1
 
 
@@ -222,6 +230,7 @@ def _print_drill(
     size: int,
     scratch: str,
     leftovers: list[str],
+    invalid: list[str],
 ) -> None:
     runs = sum(c.member.runs for c in checked)
     records = sum(c.member.records for c in checked)
@@ -246,6 +255,7 @@ def _print_drill(
                 "scratch": scratch,
                 "scratch_removed": True,
                 "leftover_scratch_schemas": leftovers,
+                "invalid_tenants": invalid,
                 "tenants": tenants,
             }
         )

@@ -16,10 +16,11 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from agentplane_journal.core.ids import validate_tenant
 from agentplane_journal.db.models import Journal, JournalProfile, RunSeal
 from agentplane_journal.journal.store import SqlJournalStore
 
-__all__ = ["TenantSize", "list_tenants", "tenant_size"]
+__all__ = ["TenantSize", "Tenants", "list_tenants", "tenant_size"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,25 +45,47 @@ class TenantSize:
         }
 
 
-async def list_tenants(store: SqlJournalStore) -> list[str]:
-    """Every tenant with a record, a seal or a recorded wire profile, sorted."""
+@dataclass(frozen=True, slots=True)
+class Tenants:
+    """The tenants found: ``names`` a store can open, and ``invalid``, stored values that are
+    no tenant name (an edited row: text the store refuses, or not text at all), shown as
+    ``repr`` so a backup can name what it could not cover instead of stopping there."""
+
+    names: list[str]
+    invalid: list[str]
+
+
+async def list_tenants(store: SqlJournalStore) -> Tenants:
+    """Every tenant with a record, a seal or a recorded wire profile, sorted.
+
+    The walk starts at ``>= ''``: every text value, and (SQLite) never a number, which sorts
+    before text; a value that is not text ends the walk of its table and is named invalid.
+    """
     found: set[str] = set()
+    invalid: set[str] = set()
     for column in (Journal.tenant, RunSeal.tenant, JournalProfile.tenant):
-        last: str | None = None
+        last = ""
+        stmt_op = column >= last
         while True:
-            stmt = select(func.min(column))
-            if last is not None:
-                stmt = stmt.where(column > last)
+            stmt = select(func.min(column)).where(stmt_op)
 
             async def unit(session: AsyncSession, stmt: Any = stmt) -> object:
                 return (await session.execute(stmt)).scalar()
 
             value = await store._unit(unit, read_only=True)
-            if not isinstance(value, str):
+            if value is None:
                 break
-            found.add(value)
+            if not isinstance(value, str):
+                invalid.add(repr(value))
+                break
+            try:
+                valid = validate_tenant(value) == value
+            except ValueError:
+                valid = False
+            (found if valid else invalid).add(value if valid else repr(value))
             last = value
-    return sorted(found)
+            stmt_op = column > last
+    return Tenants(sorted(found), sorted(invalid))
 
 
 async def tenant_size(store: SqlJournalStore) -> TenantSize:
