@@ -27,7 +27,12 @@ from agentplane_journal import RunId, SqlJournalStore
 from agentplane_journal.cli.main import main
 from agentplane_journal.core.backup_manifest import ManifestError, parse_manifest
 from agentplane_journal.core.checkpoint import Checkpoint
-from agentplane_journal.migrations.scratch import DRILL_APPLICATION_ID, leftover_schemas
+from agentplane_journal.migrations.scratch import (
+    DRILL_APPLICATION_ID,
+    SCHEMA_COMMENT,
+    SCHEMA_PREFIX,
+    leftover_schemas,
+)
 
 from conftest import DIALECTS
 
@@ -222,6 +227,20 @@ def test_a_backup_that_is_not_whole_is_found_or_refused(
     assert gone.returncode == 2 and "manifest.json" in gone.stderr
 
 
+async def _killed_drill_schema(url: str, name: str) -> None:
+    from sqlalchemy import text
+
+    from agentplane_journal.db.engine import create_engine
+
+    engine = create_engine(url)
+    try:
+        async with engine.begin() as conn:
+            await conn.execute(text(f"CREATE SCHEMA {name}"))
+            await conn.execute(text(f"COMMENT ON SCHEMA {name} IS '{SCHEMA_COMMENT}'"))
+    finally:
+        await engine.dispose()
+
+
 def _digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
@@ -251,6 +270,14 @@ def test_drill_runs_three_times_in_a_row_and_never_touches_what_it_did_not_make(
     same = cli("drill", "--url", source, "--scratch-url", source)
     assert same.returncode == 2 and "being backed up" in same.stderr
     if postgres:
+        # What a drill killed outright leaves: named in the next drill's report, not dropped
+        # (a concurrent drill's schema looks the same).
+        asyncio.run(_killed_drill_schema(scratch, SCHEMA_PREFIX + "deadbeef0000"))
+        named = cli("drill", "--url", source, "--scratch-url", scratch, "--json")
+        assert named.returncode == 0, named.stderr
+        left = json.loads(named.stdout)["leftover_scratch_schemas"]
+        assert left == [SCHEMA_PREFIX + "deadbeef0000"]
+        assert asyncio.run(leftover_schemas(scratch)) == left
         return
     # A SQLite scratch file the drill did not make (a journal): refused, left as it was.
     other = sqlite_database_copy = Path(source.split("///", 1)[1])

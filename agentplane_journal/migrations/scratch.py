@@ -38,6 +38,7 @@ from agentplane_journal.migrations.commands import upgrade
 
 __all__ = [
     "DRILL_APPLICATION_ID",
+    "SCHEMA_COMMENT",
     "SCHEMA_PREFIX",
     "Scratch",
     "ScratchRefused",
@@ -47,7 +48,7 @@ __all__ = [
 
 DRILL_APPLICATION_ID = 0x61706A64  # "apjd": a scratch file a drill made
 SCHEMA_PREFIX = "agentplane_drill_"
-_COMMENT = "agentplane-journal drill scratch: dropped when the drill ends"
+SCHEMA_COMMENT = "agentplane-journal drill scratch: dropped when the drill ends"
 _SIDECARS = ("-wal", "-shm", "-journal")
 
 
@@ -154,7 +155,7 @@ async def _schema(url: str) -> AsyncIterator[str]:
     try:
         async with engine.begin() as conn:
             await conn.execute(CreateSchema(name))  # fails if it exists: never reused
-            await conn.execute(text(f"COMMENT ON SCHEMA {name} IS '{_COMMENT}'"))
+            await conn.execute(text(f"COMMENT ON SCHEMA {name} IS '{SCHEMA_COMMENT}'"))
         try:
             yield name
         finally:
@@ -170,7 +171,7 @@ async def leftover_schemas(url: str) -> list[str]:
     stmt = text(
         "SELECT n.nspname FROM pg_namespace n WHERE n.nspname LIKE :prefix "
         "AND obj_description(n.oid, 'pg_namespace') = :comment ORDER BY 1"
-    ).bindparams(bindparam("prefix", SCHEMA_PREFIX + "%"), bindparam("comment", _COMMENT))
+    ).bindparams(bindparam("prefix", SCHEMA_PREFIX + "%"), bindparam("comment", SCHEMA_COMMENT))
     try:
         async with engine.connect() as conn:
             return [str(r) for r in (await conn.execute(stmt)).scalars()]
