@@ -65,7 +65,7 @@ def test_export_verify_restore_and_drill(
     url = sqlite_database()
     asyncio.run(_build(url, 8))
     export = tmp_path / "e.jsonl"
-    done = cli("export", "--all", "--url", url, "--output", str(export))
+    done = cli("export", "--all", "--tenant", "default", "--url", url, "--output", str(export))
     assert done.returncode == 0, done.stderr
     header = json.loads(export.read_text().splitlines()[0])
     cp = Checkpoint.from_note(cli("checkpoint", "--url", url).stdout)
@@ -104,10 +104,10 @@ def test_export_verify_restore_and_drill(
 
     drill = cli("drill", "--url", url, "--json")
     assert drill.returncode == 0, drill.stdout + drill.stderr
-    assert json.loads(drill.stdout)["restore"]["faithful"]
-    # The drill into a scratch database that is not empty: it says so and fails.
+    assert json.loads(drill.stdout)["tenants"][0]["restore"]["faithful"]
+    # The drill into a scratch file it did not make (a journal): it says so and runs nothing.
     busy = cli("drill", "--url", url, "--scratch-url", target)
-    assert busy.returncode == 2 and "not empty" in busy.stderr
+    assert busy.returncode == 2 and "not made by a drill" in busy.stderr
     # Today's format stays behind --format journal.
     legacy = cli("export", "--all", "--format", "journal", "--url", url)
     assert json.loads(legacy.stdout.splitlines()[0])["format"] == "agentplane-journal-export/1"

@@ -68,6 +68,7 @@ COMMANDS = (
     "verify-export",
     "restore",
     "drill",
+    "tenants",
 )
 SIGNER = Ed25519Signer("test-key", bytes(range(32)))
 TRUST = f"test-key={SIGNER.public_key.hex()}"

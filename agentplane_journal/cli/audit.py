@@ -40,7 +40,7 @@ from agentplane_journal.cli.db import _all_runs, _existing, _not_a_run, _store
 from agentplane_journal.cli.log import _audit_log
 from agentplane_journal.core.chain import RunCheck
 from agentplane_journal.core.checkpoint import Inclusion
-from agentplane_journal.core.ids import Digest, RunId
+from agentplane_journal.core.ids import DEFAULT_TENANT, Digest, RunId
 from agentplane_journal.core.signing import Ed25519Verifier
 from agentplane_journal.db.statements import digest
 from agentplane_journal.errors import CorruptRecordError
@@ -219,6 +219,8 @@ async def cmd_export(args: argparse.Namespace) -> int:
         return await cmd_export_v1(args)
     if getattr(args, "output", None):
         raise _Exit(2, "--output is for --format agentplane; redirect stdout for this format")
+    if args.tenant is None:  # this format is one tenant's: 'default' unless named
+        args.tenant = DEFAULT_TENANT
     async with _store(args) as store:
         runs: list[RunId | str] = (
             await _all_runs(store) if args.all else [await _existing(store, args.run)]

@@ -37,6 +37,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
 from agentplane_journal import __version__
+from agentplane_journal.cli.backup_args import add_backup_commands
 from agentplane_journal.cli.base import PROG, _Exit, _fail
 from agentplane_journal.core.ids import DEFAULT_TENANT
 
@@ -98,8 +99,9 @@ _COMMANDS = {
     "cmd_receipt": "witness",
     "cmd_verify_receipt": "witness",
     "cmd_verify_export": "backup",
-    "cmd_restore": "backup",
-    "cmd_drill": "backup",
+    "cmd_tenants": "backup",
+    "cmd_restore": "restore",
+    "cmd_drill": "restore",
 }
 
 Handler = Callable[[argparse.Namespace], Coroutine[Any, Any, int]]
@@ -374,7 +376,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     consistency.add_argument("old_note", metavar="OLD_NOTE", help="the saved note (text, or @file)")
     export = add(
-        "export", "write a run or every run as verifiable JSON lines", "cmd_export", database
+        "export",
+        "write a run or every run as verifiable JSON lines (without --tenant: every tenant, "
+        "into a backup directory)",
+        "cmd_export",
+        database,
     )
     export.add_argument("run", metavar="RUN", nargs="?", help="run id (or --all)")
     export.add_argument("--all", action="store_true", help="export every run of the tenant")
@@ -462,69 +468,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     verify_receipt.add_argument("--run", metavar="RUN", help="fail unless it is this run's")
     verify_receipt.add_argument("--json", action="store_true", help="print JSON instead of text")
-    _add_backup_commands(add, database, reads, signed, export)
+    add_backup_commands(add, database, reads, signed, export, _trust)
     return parser
-
-
-def _add_backup_commands(
-    add: Callable[..., Any],
-    database: argparse.ArgumentParser,
-    reads: argparse.ArgumentParser,
-    signed: argparse.ArgumentParser,
-    export: argparse.ArgumentParser,
-) -> None:
-    """Export format 1 (agentplane 0.22's), its verifier, restore and the drill."""
-    export.add_argument(
-        "--format",
-        choices=("agentplane", "journal"),
-        default="agentplane",
-        help="agentplane: agentplane 0.22's export format 1 (default; verify-export and "
-        "restore read it); journal: this package's agentplane-journal-export/1 lines",
-    )
-    export.add_argument("--output", "-o", metavar="PATH", help="write here instead of stdout")
-    verify_export = add(
-        "verify-export",
-        "verify an export file (format 1) against a checkpoint from outside it",
-        "cmd_verify_export",
-        signed,
-    )
-    verify_export.add_argument("file", metavar="FILE", help="the export (JSON lines)")
-    verify_export.add_argument(
-        "--checkpoint",
-        metavar="NOTE",
-        help="the checkpoint note the export must be a copy of (text, or @file); without it "
-        "deletion is reported as not checked",
-    )
-    verify_export.add_argument(
-        "--trust",
-        metavar="KEY_ID=PUBLIC_KEY_HEX",
-        type=_trust,
-        action="append",
-        default=[],
-        help="check record signatures against this Ed25519 signer (repeatable)",
-    )
-    verify_export.add_argument("--json", action="store_true", help="print JSON instead of text")
-    restore = add(
-        "restore",
-        "replay an export (format 1) into an empty database and compare roots",
-        "cmd_restore",
-        database,
-        reads,
-    )
-    restore.add_argument("file", metavar="FILE", help="the export (JSON lines)")
-    drill = add(
-        "drill",
-        "export, verify, restore into a scratch database and compare roots (a backup check)",
-        "cmd_drill",
-        database,
-        reads,
-    )
-    drill.add_argument(
-        "--scratch-url",
-        metavar="URL",
-        help="an empty, migrated-or-migratable database to restore into (default: a "
-        "temporary SQLite file, removed afterwards)",
-    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

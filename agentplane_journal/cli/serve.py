@@ -8,9 +8,11 @@ uvicorn); without it the command says so and exits 2. The app itself is
 from __future__ import annotations
 
 import argparse
+import socket
+import sys
 
 from agentplane_journal.cli import notes as notes
-from agentplane_journal.cli.base import _Exit
+from agentplane_journal.cli.base import PROG, _Exit
 from agentplane_journal.cli.db import _store
 from agentplane_journal.core.note import NoteSigner
 
@@ -21,6 +23,7 @@ async def cmd_serve(args: argparse.Namespace) -> int:
     try:
         import uvicorn
 
+        from agentplane_journal.web.access_log import AccessLog
         from agentplane_journal.web.app import make_app
     except ImportError as exc:
         raise _Exit(
@@ -44,7 +47,30 @@ async def cmd_serve(args: argparse.Namespace) -> int:
             return keys[name]
 
         signer_for(store.origin)  # a bad key file fails now, not at the first request
-        app = make_app(store, signer_for)
-        config = uvicorn.Config(app, host=args.host, port=args.port, log_level="warning")
-        await uvicorn.Server(config).serve()
+        app = AccessLog(make_app(store, signer_for))
+        config = uvicorn.Config(
+            app, host=args.host, port=args.port, log_level="warning", access_log=False
+        )
+
+        class Server(uvicorn.Server):
+            async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+                await super().startup(sockets)
+                if self.started:  # bound: say where (the real port, even for --port 0)
+                    _say_address(self)
+
+        await Server(config).serve()
     return 0
+
+
+def _say_address(server: object) -> None:
+    """One line per listening socket: ``agentplane-journal: serving on http://HOST:PORT/``."""
+    for listener in getattr(server, "servers", []):
+        for sock in listener.sockets:
+            host, port = sock.getsockname()[:2]
+            shown = f"[{host}]" if ":" in host else host
+            print(
+                f"{PROG}: serving on http://{shown}:{port}/ (each request logged below; "
+                "Ctrl-C stops)",
+                file=sys.stderr,
+                flush=True,
+            )

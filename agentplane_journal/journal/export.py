@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import TextIO
 
 from sqlalchemy import select
@@ -42,7 +42,7 @@ from agentplane_journal.errors import CorruptRecordError
 from agentplane_journal.journal.audits import RunRead
 from agentplane_journal.journal.store import SqlJournalStore
 
-__all__ = ["RUN_PAGE", "export_runs", "store_canon", "write_export"]
+__all__ = ["RUN_PAGE", "Progress", "export_runs", "store_canon", "write_export"]
 
 RUN_PAGE = 200
 """Runs listed (and their records read, at most ``PAGE_BYTES`` of them) per transaction."""
@@ -127,8 +127,15 @@ def _canonical(value: object) -> RunId | None:
     return run if str(run) == value else None
 
 
+Progress = Callable[[int, int], None]
+"""Told ``(runs, records)`` written so far, after each run (the command line's meter)."""
+
+
 async def write_export(
-    store: SqlJournalStore, out: TextIO, runs: Sequence[RunId] | None = None
+    store: SqlJournalStore,
+    out: TextIO,
+    runs: Sequence[RunId] | None = None,
+    progress: Progress | None = None,
 ) -> tuple[Checkpoint, Trailer]:
     """Write the tenant's export (or just ``runs``) to ``out``; return its header's
     checkpoint and its trailer. Raises only for a failure to read the log or to write."""
@@ -153,6 +160,8 @@ async def write_export(
                 if in_cp and not in_log_phase:
                     continue  # written in log order already
                 await _write_run(store, out, run, read, in_cp, trailer)
+                if progress is not None:
+                    progress(trailer.runs_requested, trailer.records)
             pending = [r for r in pending if r not in reads]
     out.write(trailer_line(trailer) + "\n")
     out.flush()

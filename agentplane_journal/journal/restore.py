@@ -32,7 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -201,8 +201,13 @@ class _Replay:
     places each as its run ends.
     """
 
-    def __init__(self, store: SqlJournalStore, report: RestoreReport) -> None:
-        self.store, self.report = store, report
+    def __init__(
+        self,
+        store: SqlJournalStore,
+        report: RestoreReport,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> None:
+        self.store, self.report, self.progress = store, report, progress
         self.steps: list[Step] = []
         self.hashes: list[list[str]] = []  # per AppendStep, the hashes the export carries
         self.group: tuple[int, WireProfile | None, list[Append], list[str]] | None = None
@@ -245,6 +250,8 @@ class _Replay:
             task, self.inflight = self.inflight, None
             records, seals = await task
             self.committed = (self.committed[0] + records, self.committed[1] + seals)
+            if self.progress is not None:
+                self.progress(self.report.runs, self.committed[0])
 
     async def record(
         self, epoch: int, append: Append, hash_hex: object, profile: WireProfile | None
@@ -292,8 +299,12 @@ class _Replay:
             await self._settle()
 
 
-async def restore_export(store: SqlJournalStore, path: Path) -> RestoreReport:
+async def restore_export(
+    store: SqlJournalStore, path: Path, progress: Callable[[int, int], None] | None = None
+) -> RestoreReport:
     """Replay the export at ``path`` into ``store``'s (empty) tenant; report the roots.
+
+    ``progress`` is told ``(runs read, records committed)`` after each batch commits.
 
     :class:`RestoreRefused` (nothing written) for a file that cannot be restored or a target
     that is not empty; :class:`RestoreIncomplete` for a failure once writing has begun
@@ -308,7 +319,7 @@ async def restore_export(store: SqlJournalStore, path: Path) -> RestoreReport:
     left = sorted(p.name for p in frame.profiles if p is not wanted)
     await store.restore_profile(wanted, profile_named(left[0]) if left else None)
     report = RestoreReport(expected=frame.checkpoint, rebuilt=frame.checkpoint)
-    replay = _Replay(store, report)
+    replay = _Replay(store, report, progress)
     try:
         await _replay(path, replay, report)
     except Exception as exc:
