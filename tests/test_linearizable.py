@@ -47,6 +47,13 @@ pytestmark = [pytest.mark.postgres, pytest.mark.race]
 STORES = 8
 RUNS = 12
 SECONDS = 3.0
+#: The race is sized by what it reached, not by the clock, so a loaded machine slows it but
+#: never leaves it too little to judge: owners take their first lease only after this many
+#: epoch-0 records committed, and sealers seal only after this many leased ones did (each
+#: wait capped by CAP seconds, after which the guard below says what was missing).
+ZERO_WANTED = 30
+LEASED_WANTED = 10
+CAP = 120.0
 
 
 @dataclass
@@ -60,6 +67,23 @@ class History:
     sealed: dict[RunId, list[int]] = field(default_factory=dict)
     epochs: dict[RunId, int] = field(default_factory=dict)  # the newest epoch handed out
     unexpected: list[BaseException] = field(default_factory=list)
+    committed: dict[bool, int] = field(default_factory=lambda: {False: 0, True: 0})
+    wanted: dict[bool, tuple[int, asyncio.Event]] = field(default_factory=dict)
+
+    def commit(self, leased: bool) -> None:
+        self.committed[leased] += 1
+        if leased in self.wanted and self.committed[leased] >= self.wanted[leased][0]:
+            self.wanted[leased][1].set()
+
+    async def reached(self, leased: bool, count: int) -> None:
+        """Until ``count`` records (leased or epoch-0) committed, or CAP seconds."""
+        if self.committed[leased] >= count:
+            return
+        event = self.wanted.setdefault(leased, (count, asyncio.Event()))[1]
+        try:
+            await asyncio.wait_for(event.wait(), CAP)
+        except TimeoutError:
+            pass
 
     async def after(
         self, store: SqlJournalStore, run: RunId, into: dict[RunId, list[Any]], epoch: int | None
@@ -90,6 +114,7 @@ async def appender(
                 await store.append_atomic(run, epoch, work)
             else:
                 await store.append(epoch, [note(run, text)])
+            h.commit(epoch > 0)
         except (FencedError, RunSealedError):
             await asyncio.sleep(0)
         except Exception as exc:
@@ -100,6 +125,7 @@ async def owner(
     store: SqlJournalStore, run: RunId, h: History, clock: FakeClock, stop: Any, name: str
 ) -> None:
     rng = random.Random(name)
+    await h.reached(False, ZERO_WANTED)  # epoch-0 records poured in first, then
     await asyncio.sleep(rng.random() * SECONDS * 0.6)  # first acquires all along the race
     held: int | None = None  # the epoch this owner holds
     while not stop.is_set():
@@ -131,6 +157,7 @@ async def owner(
 
 async def sealer(store: SqlJournalStore, run: RunId, h: History, clock: FakeClock) -> None:
     await asyncio.sleep(SECONDS * 0.8)
+    await h.reached(True, LEASED_WANTED)
     for _ in range(500):
         try:
             lease = await store.acquire(run, "sealer", 60)
@@ -199,13 +226,15 @@ async def test_every_committed_record_respects_every_acknowledged_lease_change_a
             for j in range(2):
                 s = stores[(i + j + 4) % STORES]
                 tasks.append(owner(s, run, h, clock, stop, f"owner-{i}-{j}"))
-            tasks.append(sealer(stores[(i + 6) % STORES], run, h, clock))
+        sealers = [sealer(stores[(i + 6) % STORES], run, h, clock) for i, run in enumerate(runs)]
 
         async def stopper() -> None:
-            await asyncio.sleep(SECONDS)
+            # Until every run is sealed (the last acknowledgement the race judges), and at
+            # least SECONDS: the race ends by what happened, not by the clock alone.
+            await asyncio.gather(asyncio.gather(*sealers), asyncio.sleep(SECONDS))
             stop.set()
 
-        await asyncio.wait_for(asyncio.gather(*tasks, stopper()), SECONDS + 60)
+        await asyncio.wait_for(asyncio.gather(*tasks, stopper()), 2 * CAP + 120)
         assert not h.unexpected, h.unexpected[:3]
         records = {run: await stores[0].read(run) for run in runs}
         for run in runs:
