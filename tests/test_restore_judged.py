@@ -355,4 +355,6 @@ async def test_drill_passes_on_a_migrated_tenant(store: SqlJournalStore, databas
     drill = await _cli("drill", "--url", database_url, "--tenant", store.tenant, "--json")
     assert drill.returncode == 0, drill.stdout + drill.stderr
     report = json.loads(drill.stdout)
-    assert report["ok"] and report["restore"]["faithful"] and report["verify"]["sound"]
+    (tenant,) = report["tenants"]
+    assert report["ok"] and tenant["tenant"] == store.tenant
+    assert tenant["restore"]["faithful"] and tenant["verify"]["sound"]
