@@ -358,3 +358,29 @@ async def test_drill_passes_on_a_migrated_tenant(store: SqlJournalStore, databas
     (tenant,) = report["tenants"]
     assert report["ok"] and tenant["tenant"] == store.tenant
     assert tenant["restore"]["faithful"] and tenant["verify"]["sound"]
+
+
+async def test_drill_on_a_tenant_holding_a_damaged_sealed_run_fails_not_refuses(
+    store: SqlJournalStore, database_url: str
+) -> None:
+    """The export names the damaged sealed run unreadable, and restore refuses such a file:
+    for a drill that is the backup path failing (1, DRILL FAILED), never "not run" (2)."""
+    from sqlalchemy import text
+
+    from helpers import note
+
+    run = RunId.generate()
+    lease = await store.acquire(run, "w", 30)
+    await store.append(lease.epoch, [note(run, "kept"), note(run, "edited")])
+    await store.seal(run, lease.epoch, "done")
+    where = "WHERE tenant = :t AND run_id = :r AND seq = 2"
+    params = {"t": store.tenant, "r": str(run)}
+    async with store.engine.begin() as conn:
+        raw = (await conn.execute(text(f"SELECT raw FROM journal {where}"), params)).scalar_one()
+        edited = bytes(raw).replace(b"edited", b"Edited")
+        await conn.execute(
+            text(f"UPDATE journal SET raw = :raw {where}"), {**params, "raw": edited}
+        )
+    drill = await _cli("drill", "--url", database_url, "--tenant", store.tenant)
+    assert drill.returncode == 1, drill.stdout + drill.stderr
+    assert "DRILL FAILED" in drill.stdout + drill.stderr and "Traceback" not in drill.stderr

@@ -206,6 +206,10 @@ async def cmd_drill(args: argparse.Namespace) -> int:
                     done = await restore_backup(
                         scratch_store, backup, None, Meter("restoring", quiet=quiet)
                     )
+                except _Exit as exc:
+                    # The scratch target was made for this drill, so a refusal is about the
+                    # backup it just wrote: the backup path does not work (1), not "not run".
+                    raise _Exit(1, f"DRILL FAILED: {exc.message}") from None
                 finally:
                     await scratch_store.close()
                 if scratch.schema is not None:
