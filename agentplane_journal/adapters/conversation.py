@@ -47,7 +47,22 @@ from agentplane_journal.errors import (
     StoreError,
 )
 
-__all__ = ["ConversationRun", "Change"]
+__all__ = ["ConversationRun", "Change", "setup_store"]
+
+
+async def setup_store(store: JournalStore) -> None:
+    """The adapters' ``setup()``: migrate a SQL store's database to this package's schema.
+
+    Safe when every worker calls it at start-up (the migration takes a lock; the later ones
+    find the schema at head and do nothing). A store with no database schema (an in-memory
+    one) needs nothing.
+    """
+    from agentplane_journal.journal.store import SqlJournalStore
+    from agentplane_journal.migrations.commands import upgrade
+
+    if isinstance(store, SqlJournalStore):
+        await upgrade(store.engine, schema=store.schema)
+
 
 #: What a change computes from the run's verified records: the appends to write (none: the
 #: change writes nothing) and the value the caller gets back.

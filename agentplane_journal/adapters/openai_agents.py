@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, cast
 
-from agentplane_journal.adapters.conversation import ConversationRun
+from agentplane_journal.adapters.conversation import ConversationRun, setup_store
 from agentplane_journal.contracts import JournalStore
 from agentplane_journal.core.append import Append
 from agentplane_journal.core.ids import Digest, RunId
@@ -103,6 +103,11 @@ class JournalSession:
             require_signature=require_signature,
             owner_prefix="openai-agents-session",
         )
+
+    async def setup(self) -> None:
+        """Migrate the store's database to this package's schema (safe from every worker at
+        once; see :func:`~agentplane_journal.adapters.conversation.setup_store`)."""
+        await setup_store(self.conversation.store)
 
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
         """The session's items, oldest first; with ``limit``, only the newest ``limit``."""

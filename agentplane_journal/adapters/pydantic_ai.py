@@ -31,7 +31,7 @@ from pydantic_ai.conversation_store import (
 )
 from pydantic_ai.messages import ModelMessagesTypeAdapter
 
-from agentplane_journal.adapters.conversation import ConversationRun
+from agentplane_journal.adapters.conversation import ConversationRun, setup_store
 from agentplane_journal.contracts import JournalStore
 from agentplane_journal.core.admission import IDEMPOTENCY_KEY, RUN_ADMITTED
 from agentplane_journal.core.append import Append
@@ -124,6 +124,11 @@ class JournalConversationStore(ConversationStore):
             "require_signature": require_signature,
         }
         self._entries: dict[str, ConversationEntry] = {}
+
+    async def setup(self) -> None:
+        """Migrate the store's database to this package's schema (safe from every worker at
+        once; see :func:`~agentplane_journal.adapters.conversation.setup_store`)."""
+        await setup_store(self.store)
 
     def conversation(self, conversation_id: str) -> ConversationRun:
         """The run behind ``conversation_id`` (to seal it, or to find its run id)."""

@@ -169,6 +169,8 @@ class Repository:
         url: str,
         engine_options: dict[str, Any] | None,
         read_url: str | None = None,
+        *,
+        check_at_open: bool = True,
         **kw: Any,
     ) -> Self:
         engine = open_engine(url, engine_options)
@@ -179,7 +181,8 @@ class Repository:
             store = cls(engine, **kw)
             store._shared.owns_engine = True
             store._shared.owns_read_engine = read_engine is not None
-            await store._ready()
+            if check_at_open:
+                await store._ready()
         except BaseException:
             await engine.dispose()
             if read_engine is not None:

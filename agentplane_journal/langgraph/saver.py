@@ -60,6 +60,7 @@ from agentplane_journal.errors import (
     FencedError,
     LeaseHeldError,
     LeaseNotHeldError,
+    SchemaOutOfDateError,
     ThreadBusyError,
     ThreadMovedError,
 )
@@ -144,9 +145,17 @@ class JournalSaver(BaseCheckpointSaver[int]):
     async def from_url(cls, url: str, **options: Any) -> AsyncIterator[JournalSaver]:
         """``async with JournalSaver.from_url(url) as saver``: a store of its own, closed
         (leases released, engine disposed) on exit. ``store_options`` go to
-        :meth:`SqlJournalStore.connect` (``tenant``, ``signer``, ...); the rest to the saver."""
+        :meth:`SqlJournalStore.connect` (``tenant``, ``signer``, ...); the rest to the saver.
+        A database not migrated yet is opened all the same, for :meth:`setup` to migrate."""
         store_options = options.pop("store_options", None) or {}
-        store = await SqlJournalStore.connect(url, **store_options)
+        try:
+            store = await SqlJournalStore.connect(url, **store_options)
+        except SchemaOutOfDateError as exc:
+            if exc.newer or exc.elsewhere:
+                raise
+            # Not migrated yet: LangGraph's idiom is `await saver.setup()` next, so the
+            # schema is checked at the first statement instead (setup() migrates first).
+            store = await SqlJournalStore.connect(url, **store_options, check_at_open=False)
         try:
             saver = cls(store, **options)
         except BaseException:
@@ -189,6 +198,15 @@ class JournalSaver(BaseCheckpointSaver[int]):
             loop.call_soon_threadsafe(loop.stop)
             thread.join()
             loop.close()
+
+    async def setup(self) -> None:
+        """Migrate the store's database to this package's schema, as LangGraph's own savers'
+        ``setup()`` creates their tables: safe when every worker calls it at start-up (the
+        migration takes a lock; the later ones find the schema at head and do nothing).
+        The same as ``await upgrade(url, schema=...)`` (see docs/operations/deployment.md)."""
+        from agentplane_journal.migrations.commands import upgrade
+
+        await upgrade(self.store.engine, schema=self.store.schema)
 
     def for_tenant(self, tenant: str) -> JournalSaver:
         """A handle whose default tenant is ``tenant`` (the calls without a config, such as
