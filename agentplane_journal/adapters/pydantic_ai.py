@@ -22,14 +22,20 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from pydantic import TypeAdapter, ValidationError
-from pydantic_ai.conversation_store import (
-    ConversationConflict,
-    ConversationEntry,
-    ConversationRecord,
-    ConversationStore,
-)
-from pydantic_ai.messages import ModelMessagesTypeAdapter
+try:
+    from pydantic import TypeAdapter, ValidationError
+    from pydantic_ai.conversation_store import (
+        ConversationConflict,
+        ConversationEntry,
+        ConversationRecord,
+        ConversationStore,
+    )
+    from pydantic_ai.messages import ModelMessagesTypeAdapter
+except ImportError as exc:  # the extra is not installed: say which one
+    raise ImportError(
+        "agentplane_journal.adapters.pydantic_ai needs Pydantic AI: "
+        'pip install "agentplane_journal[pydantic-ai]"'
+    ) from exc
 
 from agentplane_journal.adapters.conversation import ConversationRun, setup_store
 from agentplane_journal.contracts import JournalStore
