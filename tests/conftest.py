@@ -83,6 +83,7 @@ SLOW_FILES = frozenset(
         "test_docs.py",
         "test_export_format1.py",
         "test_extras.py",
+        "test_advice.py",
         "test_host_alembic.py",
         "test_host_app.py",
         "test_langgraph.py",

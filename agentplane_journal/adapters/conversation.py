@@ -45,6 +45,8 @@ from agentplane_journal.errors import (
     DuplicateAdmissionError,
     LeaseHeldError,
     StoreError,
+    command,
+    database_of,
 )
 
 __all__ = ["ConversationRun", "Change", "setup_store"]
@@ -145,8 +147,9 @@ class ConversationRun:
             raise CorruptRecordError(
                 first.seq if first is not None else 0,
                 f"run {run} does not begin with the admission of {self.key!r}: the admission "
-                "index points this conversation at another run (see `agentplane-journal "
-                "verify --all` and `reindex-admissions`)",
+                "index points this conversation at another run (see "
+                f"{command('verify --all', database_of(self.store))} and "
+                f"{command('reindex-admissions', database_of(self.store))})",
             )
         return records
 
