@@ -51,6 +51,7 @@ PG_FILES = frozenset(
         "test_pgbouncer.py",
         "test_patroni.py",
         "test_pooler.py",
+        "test_libpq_urls.py",
     }
 )
 

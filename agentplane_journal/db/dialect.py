@@ -46,6 +46,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 
 from agentplane_journal.db import pgnames, selfwait
+from agentplane_journal.db.libpq import libpq_options
 from agentplane_journal.db.models import JournalCounter, RunOutcome, run_conclusion_ordinal
 
 __all__ = [
@@ -209,6 +210,11 @@ class Dialect(Protocol):
     #: Loggers besides SQLAlchemy's that may print statement parameters (push secrets).
     driver_loggers: tuple[str, ...]
 
+    def connect_options(self, url: URL) -> tuple[URL, dict[str, Any]]:
+        """``url`` without the query parameters its driver does not take as keywords, and the
+        ``connect_args`` that carry them instead (PostgreSQL: libpq's, :mod:`.libpq`).
+        ``ValueError`` names a parameter whose value is wrong."""
+
     def begin_migration(
         self, connection: Connection, *, join: bool
     ) -> AbstractContextManager[None]:
@@ -280,6 +286,9 @@ class PostgresDialect:
 
     def stored_as(self, column: Any, *storage: str) -> ColumnElement[bool]:
         return true()  # the declared column type is the stored type
+
+    def connect_options(self, url: URL) -> tuple[URL, dict[str, Any]]:
+        return libpq_options(url)
 
     @contextmanager
     def begin_migration(self, connection: Connection, *, join: bool) -> Iterator[None]:
@@ -447,6 +456,9 @@ class SqliteDialect:
 
     def stored_as(self, column: Any, *storage: str) -> ColumnElement[bool]:
         return func.typeof(column).in_(storage)
+
+    def connect_options(self, url: URL) -> tuple[URL, dict[str, Any]]:
+        return url, {}  # the URL's query is pysqlite's own (uri=true, mode=ro, ...)
 
     @contextmanager
     def begin_migration(self, connection: Connection, *, join: bool) -> Iterator[None]:

@@ -179,7 +179,13 @@ def create_engine(url: str | URL, **options: Any) -> AsyncEngine:
     keys win).
     """
     parsed, implied = split_url(async_url(url))
-    connect_args = {**implied.pop("connect_args", {}), **options.pop("connect_args", {})}
+    # libpq's query parameters (?sslmode=require, ...) become the driver's connect_args.
+    parsed, libpq = dialect_for(parsed).connect_options(parsed)
+    connect_args = {
+        **implied.pop("connect_args", {}),
+        **libpq,
+        **options.pop("connect_args", {}),
+    }
     if connect_args:
         options["connect_args"] = connect_args
     engine = create_async_engine(parsed, **{**implied, **options})
