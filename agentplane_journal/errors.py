@@ -460,16 +460,22 @@ class ThreadBusyError(StoreError):
     thread's history (langchain-ai/langgraph#8796); the journal keeps one writer.
     """
 
-    def __init__(self, thread_id: str, owner: str, epoch: int, remaining_secs: int) -> None:
+    def __init__(
+        self, thread_id: str, owner: str, epoch: int, remaining_secs: int, *, waited: float = 0
+    ) -> None:
         self.thread_id = thread_id
         self.owner = owner
         self.epoch = epoch
         self.remaining_secs = remaining_secs
+        #: How long this write waited for the thread (the saver's ``wait``).
+        self.waited = waited
+        after = f" after waiting {waited:g}s" if waited else ""
         super().__init__(
             f"LangGraph thread {thread_id!r} is being written by another saver ({owner!r}, "
-            f"lease epoch {epoch}, {remaining_secs}s left): refused, nothing written, so its "
-            "history stays one line. Retry when that saver closes (it releases the thread) "
-            "or its lease lapses, or run this graph on another thread_id"
+            f"lease epoch {epoch}, {remaining_secs}s left): refused{after}, nothing written, "
+            "so its history stays one line. Retry when that saver releases the thread "
+            "(saver.arelease(thread_id) at the end of each request, or closing it) or its "
+            "lease lapses; JournalSaver(..., wait=SECONDS) waits for it"
         )
 
 
