@@ -18,10 +18,14 @@ and retry" (never a ``DuplicateEffectError``, which is exactly-once holding).
 
 from __future__ import annotations
 
+import shlex
+from dataclasses import dataclass
+
 from agentplane_journal.core.ids import EffectKey, RunId
 
 __all__ = [
     "AppendConflictError",
+    "Database",
     "BackendError",
     "CommitUnknownError",
     "CorruptLogError",
@@ -47,6 +51,44 @@ __all__ = [
 def _run(run: RunId | str) -> RunId:
     """The run as a :class:`RunId`; text (``run_<ULID>``) is parsed, for callers that had it."""
     return RunId.parse(run)
+
+
+@dataclass(frozen=True)
+class Database:
+    """The database an error's advice is about, as the command line names it.
+
+    ``url`` is the URL the application used, its password replaced by ``***`` (``masked``
+    says so) and a SQLite file's path made absolute, so the advice works from any directory;
+    ``schema`` and ``tenant`` (``None``: the defaults) become ``--schema`` and ``--tenant``.
+    """
+
+    url: str
+    masked: bool = False
+    schema: str | None = None
+    tenant: str | None = None
+
+    def command(self, words: str, *, tenant: bool = True) -> str:
+        """```agentplane-journal WORDS --url '...'``` and the options, ready to paste."""
+        line = f"agentplane-journal {words} --url {shlex.quote(self.url)}"
+        if self.schema is not None:
+            line += f" --schema {shlex.quote(self.schema)}"
+        if tenant and self.tenant not in (None, "default"):
+            line += f" --tenant {shlex.quote(str(self.tenant))}"
+        note = " (with the password in place of ***)" if self.masked else ""
+        return f"`{line}`{note}"
+
+
+def command(words: str, database: Database | None, *, tenant: bool = True) -> str:
+    """Advice naming a command: for ``database`` when known, else with a placeholder."""
+    if database is None:
+        return f"`agentplane-journal {words} --url URL` (URL: the database's)"
+    return database.command(words, tenant=tenant)
+
+
+def database_of(store: object) -> Database | None:
+    """A store's :class:`Database` for advice (a SQL store's ``database``), else ``None``."""
+    found = getattr(store, "database", None)
+    return found if isinstance(found, Database) else None
 
 
 class StoreError(Exception):
@@ -198,13 +240,21 @@ class CorruptLogError(StoreError):
     the stored tree from the seals.
     """
 
-    def __init__(self, position: int, detail: str) -> None:
+    def __init__(self, position: int, detail: str, database: Database | None = None) -> None:
         self.position = position
         self.detail = detail
+        self.database = database
         super().__init__(
-            f"corrupt log at position {position}: {detail}; run `agentplane-journal verify "
-            "--all` to see the damage and `agentplane-journal reindex-log` to rebuild the tree"
+            f"corrupt log at position {position}: {detail}; run "
+            f"{command('verify --all', database)} to see the damage and "
+            f"{command('reindex-log', database)} to rebuild the tree"
         )
+
+    def naming(self, database: Database) -> CorruptLogError:
+        """This error, its advice naming ``database`` (the store that met it knows it)."""
+        if self.database is not None:
+            return self
+        return CorruptLogError(self.position, self.detail, database)
 
 
 #: The errors that mean "this run's stored data does not verify": a walk over many runs
@@ -257,12 +307,15 @@ class SchemaOutOfDateError(StoreError):
         *,
         newer: bool = False,
         elsewhere: list[str] | None = None,
+        database: Database | None = None,
     ) -> None:
         self.current = current
         self.expected = expected
         self.newer = newer
         #: Other PostgreSQL schemas that hold a journal (a forgotten ``schema=``).
         self.elsewhere = list(elsewhere or [])
+        #: The database the store was opened on, for the advice (``None``: not known).
+        self.database = database
         if self.elsewhere:
             names = ", ".join(self.elsewhere)
             message = (
@@ -281,10 +334,23 @@ class SchemaOutOfDateError(StoreError):
             where = "has never been migrated" if current is None else f"is at revision {current}"
             message = (
                 f"the database {where}, but this version of agentplane_journal needs "
-                f"revision {expected}; run `agentplane-journal upgrade` (or `alembic upgrade "
-                "head`) first"
+                f"revision {expected}; migrate it first: {command('upgrade', database)}, or "
+                "`await upgrade(url)` at start-up (a host that runs our migrations in its own "
+                "Alembic environment: `alembic upgrade head`)"
             )
         super().__init__(message)
+
+    def naming(self, database: Database) -> SchemaOutOfDateError:
+        """This error, its advice naming ``database`` (the store that met it knows it)."""
+        if self.database is not None:
+            return self
+        return SchemaOutOfDateError(
+            self.current,
+            self.expected,
+            newer=self.newer,
+            elsewhere=self.elsewhere,
+            database=database,
+        )
 
 
 class SchemaConflictError(StoreError):
@@ -421,16 +487,22 @@ class ThreadBusyError(StoreError):
     thread's history (langchain-ai/langgraph#8796); the journal keeps one writer.
     """
 
-    def __init__(self, thread_id: str, owner: str, epoch: int, remaining_secs: int) -> None:
+    def __init__(
+        self, thread_id: str, owner: str, epoch: int, remaining_secs: int, *, waited: float = 0
+    ) -> None:
         self.thread_id = thread_id
         self.owner = owner
         self.epoch = epoch
         self.remaining_secs = remaining_secs
+        #: How long this write waited for the thread (the saver's ``wait``).
+        self.waited = waited
+        after = f" after waiting {waited:g}s" if waited else ""
         super().__init__(
             f"LangGraph thread {thread_id!r} is being written by another saver ({owner!r}, "
-            f"lease epoch {epoch}, {remaining_secs}s left): refused, nothing written, so its "
-            "history stays one line. Retry when that saver closes (it releases the thread) "
-            "or its lease lapses, or run this graph on another thread_id"
+            f"lease epoch {epoch}, {remaining_secs}s left): refused{after}, nothing written, "
+            "so its history stays one line. Retry when that saver releases the thread "
+            "(saver.arelease(thread_id) at the end of each request, or closing it) or its "
+            "lease lapses; JournalSaver(..., wait=SECONDS) waits for it"
         )
 
 
@@ -464,17 +536,32 @@ class WireProfileError(StoreError):
     ``SqlJournalStore.migrate_profile`` (``agentplane-journal migrate-profile``).
     """
 
-    def __init__(self, tenant: str, recorded: str, requested: str, detail: str = "") -> None:
+    def __init__(
+        self,
+        tenant: str,
+        recorded: str,
+        requested: str,
+        detail: str = "",
+        database: Database | None = None,
+    ) -> None:
         self.tenant = tenant
         self.recorded = recorded
         self.requested = requested
+        self.detail = detail
+        self.database = database
         super().__init__(
             f"tenant {tenant!r}'s journal is in wire profile {recorded}, but the store was "
             f"opened with profile {requested}{detail}; nothing was written. Open it with "
             f"profile={recorded!r} (or profile=None, the journal's own), or migrate it "
             f"explicitly: `await store.migrate_profile({requested!r})` "
-            f"(agentplane-journal migrate-profile {requested})"
+            f"({command(f'migrate-profile {requested}', database)})"
         )
+
+    def naming(self, database: Database) -> WireProfileError:
+        """This error, its advice naming ``database`` (the store that met it knows it)."""
+        if self.database is not None:
+            return self
+        return WireProfileError(self.tenant, self.recorded, self.requested, self.detail, database)
 
 
 class PoolerError(BackendError):

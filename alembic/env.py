@@ -28,6 +28,7 @@ from sqlalchemy import pool
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from agentplane_journal.db.dialect import dialect_for
 from agentplane_journal.db.engine import async_url, create_engine
 from agentplane_journal.db.models import VERSION_TABLE, metadata
 from agentplane_journal.migrations.commands import DROP_RECORDS_OPTION, SCHEMA_OPTION, prepare
@@ -69,13 +70,19 @@ def _configure(**kwargs: object) -> None:
 
 def _run_sync(connection: Connection) -> None:
     _configure(connection=connection)
-    if "connection" not in config.attributes:
-        # Run by the alembic CLI itself (migrate.upgrade_connection has done this already):
-        # refuse a newer database or a colliding table before creating anything.
-        fn = context.get_context().environment_context.context_opts.get("fn")
+    if "connection" in config.attributes:
+        # migrate.upgrade_connection: checked, and in its transaction under the lock.
+        with context.begin_transaction():
+            context.run_migrations()
+        return
+    # Run by the alembic CLI itself: under the migration lock (several processes may
+    # migrate one database at once), refuse a newer database or a colliding table before
+    # creating anything.
+    fn = context.get_context().environment_context.context_opts.get("fn")
+    with dialect_for(connection, any_driver=True).begin_migration(connection, join=False):
         prepare(connection, SCHEMA, upgrading=getattr(fn, "__name__", None) == "upgrade")
-    with context.begin_transaction():
-        context.run_migrations()
+        with context.begin_transaction():
+            context.run_migrations()
 
 
 async def _run_async(engine: AsyncEngine, dispose: bool) -> None:

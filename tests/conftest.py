@@ -51,6 +51,7 @@ PG_FILES = frozenset(
         "test_pgbouncer.py",
         "test_patroni.py",
         "test_pooler.py",
+        "test_libpq_urls.py",
     }
 )
 
@@ -82,6 +83,8 @@ SLOW_FILES = frozenset(
         "test_cli_log.py",
         "test_docs.py",
         "test_export_format1.py",
+        "test_extras.py",
+        "test_advice.py",
         "test_host_alembic.py",
         "test_host_app.py",
         "test_langgraph.py",
@@ -110,6 +113,7 @@ SLOW_FILES = frozenset(
 )
 SLOW_TESTS = frozenset(
     {
+        "test_eight_processes_upgrading_one_fresh_database_at_once_all_succeed",
         "test_verify_and_export_all_hold_a_page_not_a_run_of_large_records",
         "test_a_sample_of_logs_up_to_10000_answers_as_the_pure_functions",
         "test_audit_names_the_first_position_where_the_stored_tree_lies_and_reindex_repairs",

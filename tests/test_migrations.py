@@ -390,7 +390,7 @@ async def test_a_database_newer_than_the_package_is_told_to_upgrade_the_package(
     assert (err.current, err.expected, err.newer) == (NEWER, HEAD_REVISION, True)
     assert NEWER in str(err) and HEAD_REVISION in str(err)
     assert "upgrade the package" in str(err)
-    assert "run `agentplane-journal upgrade`" not in str(err)
+    assert "`agentplane-journal upgrade" not in str(err)
 
     # Upgrading the database cannot help, and says so the same way (not "Can't locate").
     with pytest.raises(SchemaOutOfDateError, match="upgrade the package"):
@@ -413,7 +413,7 @@ def test_a_database_at_an_older_revision_is_told_to_run_upgrade() -> None:
     err = SchemaOutOfDateError(older[0], HEAD_REVISION)
     assert not err.newer
     assert f"is at revision {older[0]}" in str(err) and HEAD_REVISION in str(err)
-    assert "run `agentplane-journal upgrade`" in str(err)
+    assert "`agentplane-journal upgrade --url URL` (URL: the database's)" in str(err)
     assert "alembic upgrade head" in str(err)
 
 

@@ -45,9 +45,26 @@ from agentplane_journal.errors import (
     DuplicateAdmissionError,
     LeaseHeldError,
     StoreError,
+    command,
+    database_of,
 )
 
-__all__ = ["ConversationRun", "Change"]
+__all__ = ["ConversationRun", "Change", "setup_store"]
+
+
+async def setup_store(store: JournalStore) -> None:
+    """The adapters' ``setup()``: migrate a SQL store's database to this package's schema.
+
+    Safe when every worker calls it at start-up (the migration takes a lock; the later ones
+    find the schema at head and do nothing). A store with no database schema (an in-memory
+    one) needs nothing.
+    """
+    from agentplane_journal.journal.store import SqlJournalStore
+    from agentplane_journal.migrations.commands import upgrade
+
+    if isinstance(store, SqlJournalStore):
+        await upgrade(store.engine, schema=store.schema)
+
 
 #: What a change computes from the run's verified records: the appends to write (none: the
 #: change writes nothing) and the value the caller gets back.
@@ -130,8 +147,9 @@ class ConversationRun:
             raise CorruptRecordError(
                 first.seq if first is not None else 0,
                 f"run {run} does not begin with the admission of {self.key!r}: the admission "
-                "index points this conversation at another run (see `agentplane-journal "
-                "verify --all` and `reindex-admissions`)",
+                "index points this conversation at another run (see "
+                f"{command('verify --all', database_of(self.store))} and "
+                f"{command('reindex-admissions', database_of(self.store))})",
             )
         return records
 

@@ -9,23 +9,40 @@ record; ``get_items`` replays them over the verified records. So the history an 
 any point, and who removed what, stays provable, and a conversation can be sealed into the
 tenant's Merkle log (:meth:`JournalSession.seal`) when it ends.
 
-The SDK's types are imported only for type checkers: this module needs no import of
-``agents`` at run time, and the core install stays free of it (the ``openai-agents`` extra
-installs the SDK).
+The SDK's types are imported only for type checkers: this module does not import ``agents``
+at run time (it only checks that it is installed, and says which extra to install if not),
+and the core install stays free of it (the ``openai-agents`` extra installs the SDK).
 """
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, cast
 
-from agentplane_journal.adapters.conversation import ConversationRun
+from agentplane_journal.adapters.conversation import ConversationRun, setup_store
 from agentplane_journal.contracts import JournalStore
 from agentplane_journal.core.append import Append
 from agentplane_journal.core.ids import Digest, RunId
 from agentplane_journal.core.record import Record
 from agentplane_journal.core.signing import Verifier
 from agentplane_journal.errors import CorruptRecordError
+
+
+def _sdk_installed() -> bool:
+    try:
+        return importlib.util.find_spec("agents") is not None
+    except (ImportError, ValueError):  # a finder that refuses it, a broken stub
+        return False
+
+
+if not _sdk_installed():
+    # Asked without importing it (a second of start-up): a session nobody can hand to
+    # Runner.run is a mistake to report now, naming the extra, not at the first run.
+    raise ImportError(
+        "agentplane_journal.adapters.openai_agents needs the OpenAI Agents SDK: "
+        'pip install "agentplane_journal[openai-agents]"'
+    )
 
 if TYPE_CHECKING:
     from agents.items import TResponseInputItem
@@ -103,6 +120,11 @@ class JournalSession:
             require_signature=require_signature,
             owner_prefix="openai-agents-session",
         )
+
+    async def setup(self) -> None:
+        """Migrate the store's database to this package's schema (safe from every worker at
+        once; see :func:`~agentplane_journal.adapters.conversation.setup_store`)."""
+        await setup_store(self.conversation.store)
 
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
         """The session's items, oldest first; with ``limit``, only the newest ``limit``."""

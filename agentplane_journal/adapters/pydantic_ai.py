@@ -22,16 +22,22 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from pydantic import TypeAdapter, ValidationError
-from pydantic_ai.conversation_store import (
-    ConversationConflict,
-    ConversationEntry,
-    ConversationRecord,
-    ConversationStore,
-)
-from pydantic_ai.messages import ModelMessagesTypeAdapter
+try:
+    from pydantic import TypeAdapter, ValidationError
+    from pydantic_ai.conversation_store import (
+        ConversationConflict,
+        ConversationEntry,
+        ConversationRecord,
+        ConversationStore,
+    )
+    from pydantic_ai.messages import ModelMessagesTypeAdapter
+except ImportError as exc:  # the extra is not installed: say which one
+    raise ImportError(
+        "agentplane_journal.adapters.pydantic_ai needs Pydantic AI: "
+        'pip install "agentplane_journal[pydantic-ai]"'
+    ) from exc
 
-from agentplane_journal.adapters.conversation import ConversationRun
+from agentplane_journal.adapters.conversation import ConversationRun, setup_store
 from agentplane_journal.contracts import JournalStore
 from agentplane_journal.core.admission import IDEMPOTENCY_KEY, RUN_ADMITTED
 from agentplane_journal.core.append import Append
@@ -124,6 +130,11 @@ class JournalConversationStore(ConversationStore):
             "require_signature": require_signature,
         }
         self._entries: dict[str, ConversationEntry] = {}
+
+    async def setup(self) -> None:
+        """Migrate the store's database to this package's schema (safe from every worker at
+        once; see :func:`~agentplane_journal.adapters.conversation.setup_store`)."""
+        await setup_store(self.store)
 
     def conversation(self, conversation_id: str) -> ConversationRun:
         """The run behind ``conversation_id`` (to seal it, or to find its run id)."""

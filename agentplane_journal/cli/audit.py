@@ -191,7 +191,7 @@ async def cmd_verify(args: argparse.Namespace) -> int:
     else:
         fmt.print_verify_summary(results, store.tenant, signatures, single=not args.all)
         if log is not None:
-            print(fmt.log_audit_line(log))
+            print(fmt.log_audit_line(log, store.database))
         if admissions is not None:
             print(admissions_line(admissions))
         if bounds is not None:

@@ -9,6 +9,7 @@ the command line has parsed (it imports the store, hence SQLAlchemy).
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -21,7 +22,7 @@ from agentplane_journal.cli.base import PROG, _Exit, _redact, _Target
 from agentplane_journal.cli.demo import DemoRefused, run_demo
 from agentplane_journal.core.ids import RunId
 from agentplane_journal.db.dialect import dialect_for
-from agentplane_journal.db.engine import async_url
+from agentplane_journal.db.engine import async_url, shown_url
 from agentplane_journal.errors import CorruptRecordError
 from agentplane_journal.journal.store import SqlJournalStore
 from agentplane_journal.migrations.commands import current_revision, upgrade, upgrade_sql
@@ -42,7 +43,7 @@ def _target(raw: str, *, must_exist: bool) -> _Target:
             raise _Exit(
                 2,
                 f"no database file at {path.resolve()}; create one with `{PROG} upgrade "
-                f"--url {shown}`, or try `{PROG} demo`",
+                f"--url {shlex.quote(shown_url(url)[0])}`, or try `{PROG} demo`",
             )
     return _Target(url.render_as_string(hide_password=False), shown, url.password)
 

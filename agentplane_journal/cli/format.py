@@ -21,6 +21,7 @@ from agentplane_journal.core.checkpoint import Checkpoint, Inclusion
 from agentplane_journal.core.ids import Digest, RunId
 from agentplane_journal.core.record import Record
 from agentplane_journal.core.values import Cancellation
+from agentplane_journal.errors import Database, command
 
 __all__ = [
     "EXPORT_FORMAT",
@@ -245,20 +246,19 @@ def log_failure_line(log: dict[str, Any]) -> str:
     return f"FAILED log position {log['position']}: {log['error']}"
 
 
-def log_audit_line(log: dict[str, Any]) -> str:
+def log_audit_line(log: dict[str, Any], database: Database | None = None) -> str:
+    """The log audit's line; its advice names ``database`` (the one just verified)."""
     if log["ok"]:
         return f"log: {log['leaves']} leaves, stored tree matches the seals"
     kept = log.get("unrepairable") or 0
+    reindex = command("reindex-log", database)
     if kept:
         return (
             f"log: stored tree FAILED from position {log['position']}; {kept} seal(s) "
-            "disagree with their runs' records, which `agentplane-journal reindex-log` cannot "
-            "repair (it rebuilds the rest)"
+            f"disagree with their runs' records, which {reindex} cannot repair (it rebuilds "
+            "the rest)"
         )
-    return (
-        f"log: stored tree FAILED from position {log['position']} "
-        "(rebuild it with `agentplane-journal reindex-log`)"
-    )
+    return f"log: stored tree FAILED from position {log['position']} (rebuild it with {reindex})"
 
 
 def bounds_lines(bounds: list[dict[str, Any]]) -> list[str]:

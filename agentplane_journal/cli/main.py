@@ -194,6 +194,12 @@ def build_parser() -> argparse.ArgumentParser:
         "upgrade", "migrate the database to this version's schema", "cmd_upgrade", database
     )
     upgrade_cmd.add_argument(
+        "url_given",
+        nargs="?",
+        metavar="URL",
+        help="the database URL, as --url (either may name it)",
+    )
+    upgrade_cmd.add_argument(
         "--sql",
         action="store_true",
         help="print the DDL for an empty database (of --url's dialect) instead of running it",
@@ -480,6 +486,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.subparser.error("give one RUN, or --all")
     if getattr(args, "require_signature", False) and not args.trust:
         args.subparser.error("--require-signature needs --trust KEY_ID=PUBLIC_KEY_HEX")
+    if given := getattr(args, "url_given", None):
+        if args.url not in (None, given):
+            args.subparser.error("give the URL once: as URL or as --url")
+        args.url = given
     target = None
     try:
         if args.handler == "cmd_demo":

@@ -22,7 +22,8 @@ name (``tests/test_layout.py`` holds the package to that).
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any, Protocol
 
 from sqlalchemy import (
@@ -39,15 +40,17 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import postgresql as pg
 from sqlalchemy.dialects import sqlite
-from sqlalchemy.engine import URL, Engine
+from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.engine import Dialect as SqlalchemyDialect
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 
 from agentplane_journal.db import pgnames, selfwait
+from agentplane_journal.db.libpq import libpq_options
 from agentplane_journal.db.models import JournalCounter, RunOutcome, run_conclusion_ordinal
 
 __all__ = [
+    "MIGRATION_LOCK_KEY",
     "READ_ONLY",
     "WRITE_TRANSACTION",
     "Dialect",
@@ -71,6 +74,11 @@ READ_ONLY = "agentplane_journal_read_only"
 #: ``async_sessionmaker(engine.execution_options(**{WRITE_TRANSACTION: True}))``. Ignored on
 #: PostgreSQL.
 WRITE_TRANSACTION = "agentplane_journal_write"
+
+#: The key of the PostgreSQL advisory lock every migration of the journal's schema holds
+#: (``pg_advisory_xact_lock``, for the migration's transaction): "apj_migr" in ASCII. A
+#: host's own advisory locks must not use it.
+MIGRATION_LOCK_KEY = 0x61706A5F6D696772
 
 #: How long a SQLite writer waits for another process's write lock before giving up.
 SQLITE_BUSY_TIMEOUT_MS = 30_000
@@ -202,6 +210,19 @@ class Dialect(Protocol):
     #: Loggers besides SQLAlchemy's that may print statement parameters (push secrets).
     driver_loggers: tuple[str, ...]
 
+    def connect_options(self, url: URL) -> tuple[URL, dict[str, Any]]:
+        """``url`` without the query parameters its driver does not take as keywords, and the
+        ``connect_args`` that carry them instead (PostgreSQL: libpq's, :mod:`.libpq`).
+        ``ValueError`` names a parameter whose value is wrong."""
+
+    def begin_migration(
+        self, connection: Connection, *, join: bool
+    ) -> AbstractContextManager[None]:
+        """The migration's transaction on ``connection``, holding the database's migration
+        lock from its first statement to its end, so that processes migrating one database
+        at once take turns and the later ones find it at head. ``join``: the caller holds
+        the transaction (and commits it); only the lock is taken."""
+
 
 def _driver(exc: DBAPIError) -> Any:
     return getattr(exc, "driver_exception", None) or getattr(exc, "orig", None)
@@ -265,6 +286,24 @@ class PostgresDialect:
 
     def stored_as(self, column: Any, *storage: str) -> ColumnElement[bool]:
         return true()  # the declared column type is the stored type
+
+    def connect_options(self, url: URL) -> tuple[URL, dict[str, Any]]:
+        return libpq_options(url)
+
+    @contextmanager
+    def begin_migration(self, connection: Connection, *, join: bool) -> Iterator[None]:
+        # Transaction-scoped, so it is released by the migration's COMMIT (or ROLLBACK)
+        # and never outlives it on a pooled server connection (PgBouncer's transaction
+        # pooling hands the next transaction elsewhere). The migrations run in this one
+        # transaction (PostgreSQL's DDL is transactional), so the lock covers all of them.
+        lock = select(func.pg_advisory_xact_lock(MIGRATION_LOCK_KEY))
+        if join:
+            connection.execute(lock)
+            yield
+            return
+        with connection.begin():
+            connection.execute(lock)
+            yield
 
     def configure(self, engine: AsyncEngine) -> None:
         # The store's guarantees come from row locks and constraints, which hold at
@@ -417,6 +456,40 @@ class SqliteDialect:
 
     def stored_as(self, column: Any, *storage: str) -> ColumnElement[bool]:
         return func.typeof(column).in_(storage)
+
+    def connect_options(self, url: URL) -> tuple[URL, dict[str, Any]]:
+        return url, {}  # the URL's query is pysqlite's own (uri=true, mode=ro, ...)
+
+    @contextmanager
+    def begin_migration(self, connection: Connection, *, join: bool) -> Iterator[None]:
+        # SQLite's write lock is the migration lock: BEGIN IMMEDIATE takes it before the
+        # migration reads the version table, and COMMIT releases it, so a second process
+        # waits (busy_timeout) and then reads the revision the first one wrote.
+        if join:
+            yield  # the caller's transaction; it may already have read, so it cannot lock now
+            return
+        if is_configured(connection.engine):
+            # Our begin listener issues BEGIN IMMEDIATE for a write transaction.
+            saved = connection.get_execution_options()
+            connection.execution_options(**{WRITE_TRANSACTION: True, READ_ONLY: False})
+            try:
+                with connection.begin():
+                    yield
+            finally:
+                connection.execution_options(
+                    **{
+                        WRITE_TRANSACTION: saved.get(WRITE_TRANSACTION, False),
+                        READ_ONLY: saved.get(READ_ONLY, False),
+                    }
+                )
+            return
+        with connection.begin():
+            # The driver's own transaction handling (a host's engine): it begins lazily, at
+            # the first write, so begin here, unless it already has.
+            driver = connection.connection.driver_connection
+            if not getattr(driver, "in_transaction", True):
+                connection.exec_driver_sql("BEGIN IMMEDIATE")
+            yield
 
     def configure(self, engine: AsyncEngine) -> None:
         sync_engine = _unproxied(engine.sync_engine)

@@ -23,6 +23,7 @@ builds its own engine passes the same dict as ``connect_args``.
 
 from __future__ import annotations
 
+import os
 import uuid
 from typing import Any
 
@@ -31,11 +32,14 @@ from sqlalchemy.exc import ArgumentError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from agentplane_journal.db.dialect import Dialect, dialect_for
+from agentplane_journal.errors import Database
 
 __all__ = [
     "PGBOUNCER_OPTION",
     "async_url",
     "create_engine",
+    "database_named",
+    "shown_url",
     "open_engine",
     "pgbouncer_connect_args",
     "split_url",
@@ -133,6 +137,38 @@ def split_url(url: str | URL) -> tuple[URL, dict[str, Any]]:
     return parsed, {"connect_args": pgbouncer_connect_args()}
 
 
+# On an engine made here: the URL as the caller gave it (with its options, which the engine's
+# own URL no longer carries), for advice that names the database.
+_GIVEN_URL = "_agentplane_journal_given_url"
+
+
+def shown_url(url: str | URL) -> tuple[str, bool]:
+    """``url`` as advice may print it, and whether anything was masked: the password (in
+    the authority or a ``?password=`` option) replaced by ``***``, and a SQLite file's path
+    made absolute, so that a command naming it works from any directory."""
+    parsed = make_url(url) if isinstance(url, str) else url
+    masked = bool(parsed.password)
+    if "password" in parsed.query:
+        parsed = parsed.update_query_dict({"password": "***"})
+        masked = True
+    try:
+        path = dialect_for(parsed).database_file(parsed)
+    except ValueError:
+        path = None
+    if path is not None and not os.path.isabs(path):
+        parsed = parsed.set(database=os.path.abspath(path))
+    return parsed.render_as_string(hide_password=True), masked
+
+
+def database_named(
+    engine: AsyncEngine, schema: str | None = None, tenant: str | None = None
+) -> Database:
+    """The database ``engine`` reaches, for an error's advice (:class:`Database`)."""
+    given = getattr(engine.sync_engine, _GIVEN_URL, None)
+    url, masked = shown_url(given if given is not None else engine.url)
+    return Database(url, masked, schema, tenant)
+
+
 def create_engine(url: str | URL, **options: Any) -> AsyncEngine:
     """``create_async_engine`` that understands ``?pgbouncer=true`` (see the module docs).
 
@@ -143,10 +179,17 @@ def create_engine(url: str | URL, **options: Any) -> AsyncEngine:
     keys win).
     """
     parsed, implied = split_url(async_url(url))
-    connect_args = {**implied.pop("connect_args", {}), **options.pop("connect_args", {})}
+    # libpq's query parameters (?sslmode=require, ...) become the driver's connect_args.
+    parsed, libpq = dialect_for(parsed).connect_options(parsed)
+    connect_args = {
+        **implied.pop("connect_args", {}),
+        **libpq,
+        **options.pop("connect_args", {}),
+    }
     if connect_args:
         options["connect_args"] = connect_args
     engine = create_async_engine(parsed, **{**implied, **options})
+    setattr(engine.sync_engine, _GIVEN_URL, url)
     # Statement names unique to each connection, whether or not the URL asks for the pooler.
     dialect_for(engine).name_statements(engine)
     return engine
@@ -166,6 +209,8 @@ def open_engine(url: str, options: dict[str, Any] | None) -> AsyncEngine:
     opts.update(dialect_for(target).engine_options)  # PostgreSQL: a pool sized for appends
     opts.update(options or {})
     try:
-        return create_engine(target, **opts)
+        engine = create_engine(target, **opts)
     except Exception as exc:  # a malformed URL the parser let through
         raise ValueError(f"cannot open a {target.drivername}:// database: {exc}") from exc
+    setattr(engine.sync_engine, _GIVEN_URL, url)  # as given: with its options
+    return engine

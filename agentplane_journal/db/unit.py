@@ -42,7 +42,7 @@ from agentplane_journal.db.dialect import (
     database_key,
     dialect_for,
 )
-from agentplane_journal.db.engine import open_engine
+from agentplane_journal.db.engine import database_named, open_engine
 from agentplane_journal.db.replication import ReplicationState, replication, wait_received
 from agentplane_journal.db.revision import (
     HEAD_REVISION,
@@ -53,6 +53,8 @@ from agentplane_journal.db.revision import (
 from agentplane_journal.errors import (
     BackendError,
     CommitUnknownError,
+    CorruptLogError,
+    Database,
     PoolerError,
     SchemaOutOfDateError,
     StoreError,
@@ -169,6 +171,8 @@ class Repository:
         url: str,
         engine_options: dict[str, Any] | None,
         read_url: str | None = None,
+        *,
+        check_at_open: bool = True,
         **kw: Any,
     ) -> Self:
         engine = open_engine(url, engine_options)
@@ -179,7 +183,8 @@ class Repository:
             store = cls(engine, **kw)
             store._shared.owns_engine = True
             store._shared.owns_read_engine = read_engine is not None
-            await store._ready()
+            if check_at_open:
+                await store._ready()
         except BaseException:
             await engine.dispose()
             if read_engine is not None:
@@ -229,6 +234,12 @@ class Repository:
     def _now(self) -> int:
         return math.floor(self._clock())
 
+    @property
+    def database(self) -> Database:
+        """This store's database as an error's advice names it in a command (``--url``
+        with the password masked, ``--schema``, ``--tenant``): :class:`Database`."""
+        return database_named(self._shared.engine, self._shared.schema, self.tenant)
+
     async def _ready(self) -> None:
         """Check the schema revision once, before the first statement."""
         shared = self._shared
@@ -241,11 +252,13 @@ class Repository:
             # One stat, once per store: not worth a thread hop.
             if path is not None and not os.path.exists(path):  # noqa: ASYNC240
                 # Connecting would create an empty file: refuse without touching disk.
-                raise SchemaOutOfDateError(None, HEAD_REVISION)
+                raise SchemaOutOfDateError(None, HEAD_REVISION, database=self.database)
             try:
                 async with self._bind.connect() as conn:
                     conn = await conn.execution_options(**{READ_ONLY: True})
                     await check_revision(conn, schema=shared.schema)
+            except SchemaOutOfDateError as exc:
+                raise exc.naming(self.database) from None
             except DBAPIError as exc:
                 if shared.dialect.pooler_misrouted(exc):
                     raise PoolerError(describe(exc)) from exc
@@ -480,6 +493,8 @@ class Repository:
         await _quiet_rollback(undo)
         if isinstance(exc, Passthrough):
             raise exc.error from None
+        if isinstance(exc, CorruptLogError):  # its advice: commands naming this database
+            raise exc.naming(self.database) from None
         if committing and isinstance(exc, Exception) and self._dialect.commit_in_doubt(exc):
             raise CommitUnknownError(describe(exc)) from exc
         if isinstance(exc, DBAPIError):

@@ -264,8 +264,8 @@ class TenantLog:
             raise CorruptLogError(
                 0,
                 f"the log counter or a seal's log_index is out of range (the next position "
-                f"would be {last!r}); `agentplane-journal reindex-log` renumbers the seals "
-                "in their order and resets it",
+                f"would be {last!r}); reindex-log renumbers the seals in their order and "
+                "resets it",
             )
         indexes = list(range(last - len(leaves) + 1, last + 1))
         snap = await self._snapshot(session, "frontier")

@@ -78,7 +78,10 @@ class Profiles(Repository):
     async def _ready(self) -> None:
         await super()._ready()
         if self._profile is None:
-            self._profile = await self._check_profile()
+            try:
+                self._profile = await self._check_profile()
+            except WireProfileError as exc:  # its advice names this database
+                raise exc.naming(self.database) from None
 
     async def _check_profile(self) -> WireProfile:
         requested = self._requested_profile

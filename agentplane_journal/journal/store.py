@@ -194,6 +194,7 @@ class SqlJournalStore(RunReads, AuditReads, RunControl, Admissions, Profiles, Co
         group_commit: bool = True,
         profile: WireProfile | str | None = None,
         read_your_writes: bool = True,
+        check_at_open: bool = True,
     ) -> SqlJournalStore:
         """Open a store from a URL (``postgresql://…`` or ``sqlite:///…``; async drivers).
 
@@ -205,7 +206,9 @@ class SqlJournalStore(RunReads, AuditReads, RunControl, Admissions, Profiles, Co
         ``read_your_writes=False`` is for pure audit readers that accept the replica's lag.
         ``schema``: the PostgreSQL schema the tables were migrated into (``upgrade(url,
         schema=...)``); none means the default schema. ``profile``: the wire profile, checked
-        against the tenant's here (see the class).
+        against the tenant's here (see the class). ``check_at_open=False``: the revision and
+        the profile are checked before the first statement instead, for a caller that migrates
+        through the store's engine first (``JournalSaver.setup()``).
         """
         return await cls._open(
             url,
@@ -219,6 +222,7 @@ class SqlJournalStore(RunReads, AuditReads, RunControl, Admissions, Profiles, Co
             group_commit=group_commit,
             profile=profile,
             read_your_writes=read_your_writes,
+            check_at_open=check_at_open,
         )
 
     def for_tenant(self, name: str, *, profile: WireProfile | str | None = None) -> SqlJournalStore:

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 try:
     import langgraph.checkpoint.base  # noqa: F401  (the extra, or a clear error now)
-except ImportError as exc:  # pragma: no cover - the extra is installed where tests run
+except ImportError as exc:  # tests/test_extras.py imports it with LangGraph hidden
     raise ImportError(
-        "agentplane_journal.langgraph needs LangGraph: pip install 'agentplane_journal[langgraph]'"
+        'agentplane_journal.langgraph needs LangGraph: pip install "agentplane_journal[langgraph]"'
     ) from exc
 
 from agentplane_journal.langgraph.records import thread_run

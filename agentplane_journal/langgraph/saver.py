@@ -56,6 +56,7 @@ from agentplane_journal.core.chain import RunCheck
 from agentplane_journal.core.ids import Digest, RunId
 from agentplane_journal.core.record import Record
 from agentplane_journal.core.signing import Verifier
+from agentplane_journal.core.values import Lease
 from agentplane_journal.errors import (
     DAMAGE,
     CorruptRecordError,
@@ -63,6 +64,7 @@ from agentplane_journal.errors import (
     FencedError,
     LeaseHeldError,
     LeaseNotHeldError,
+    SchemaOutOfDateError,
     StoreError,
     ThreadBusyError,
     ThreadMovedError,
@@ -97,7 +99,10 @@ class JournalSaver(BaseCheckpointSaver[int]):
     last write (renewed as it writes; released by :meth:`aclose`). ``verifier`` and
     ``require_signature``: check record signatures on every read (the store needs a signer
     to make them). ``owner``: the lease holder's name (host, pid and a random suffix by
-    default, so two savers in one process are two writers too).
+    default, so two savers in one process are two writers too). ``wait``: seconds a write
+    waits, with backoff, for a thread another saver holds before :class:`ThreadBusyError`
+    (default 0: refused at once; a web app whose workers take turns on a thread passes a
+    few seconds, and releases the thread at the end of each request with :meth:`arelease`).
     """
 
     def __init__(
@@ -110,6 +115,7 @@ class JournalSaver(BaseCheckpointSaver[int]):
         verifier: Verifier | None = None,
         require_signature: bool = False,
         cache_threads: int = 256,
+        wait: float = 0.0,
     ) -> None:
         super().__init__(serde=serde)
         if not isinstance(store, SqlJournalStore):
@@ -120,6 +126,9 @@ class JournalSaver(BaseCheckpointSaver[int]):
             raise ValueError("require_signature needs a verifier that trusts the signers' keys")
         if isinstance(cache_threads, bool) or not isinstance(cache_threads, int):
             raise TypeError("cache_threads must be an int (0: no cache)")
+        if isinstance(wait, bool) or not isinstance(wait, int | float) or not wait >= 0:
+            raise ValueError("wait must be a number of seconds, at least 0")
+        self.wait = float(wait)
         self.cache_threads = max(0, cache_threads)
         self.store = store
         self.lease_ttl = lease_ttl
@@ -152,9 +161,17 @@ class JournalSaver(BaseCheckpointSaver[int]):
     async def from_url(cls, url: str, **options: Any) -> AsyncIterator[JournalSaver]:
         """``async with JournalSaver.from_url(url) as saver``: a store of its own, closed
         (leases released, engine disposed) on exit. ``store_options`` go to
-        :meth:`SqlJournalStore.connect` (``tenant``, ``signer``, ...); the rest to the saver."""
+        :meth:`SqlJournalStore.connect` (``tenant``, ``signer``, ...); the rest to the saver.
+        A database not migrated yet is opened all the same, for :meth:`setup` to migrate."""
         store_options = options.pop("store_options", None) or {}
-        store = await SqlJournalStore.connect(url, **store_options)
+        try:
+            store = await SqlJournalStore.connect(url, **store_options)
+        except SchemaOutOfDateError as exc:
+            if exc.newer or exc.elsewhere:
+                raise
+            # Not migrated yet: LangGraph's idiom is `await saver.setup()` next, so the
+            # schema is checked at the first statement instead (setup() migrates first).
+            store = await SqlJournalStore.connect(url, **store_options, check_at_open=False)
         try:
             saver = cls(store, **options)
         except BaseException:
@@ -197,6 +214,15 @@ class JournalSaver(BaseCheckpointSaver[int]):
             loop.call_soon_threadsafe(loop.stop)
             thread.join()
             loop.close()
+
+    async def setup(self) -> None:
+        """Migrate the store's database to this package's schema, as LangGraph's own savers'
+        ``setup()`` creates their tables: safe when every worker calls it at start-up (the
+        migration takes a lock; the later ones find the schema at head and do nothing).
+        The same as ``await upgrade(url, schema=...)`` (see docs/operations/deployment.md)."""
+        from agentplane_journal.migrations.commands import upgrade
+
+        await upgrade(self.store.engine, schema=self.store.schema)
 
     def for_tenant(self, tenant: str) -> JournalSaver:
         """A handle whose default tenant is ``tenant`` (the calls without a config, such as
@@ -323,10 +349,7 @@ class JournalSaver(BaseCheckpointSaver[int]):
                 return epoch
             except LeaseNotHeldError:
                 del self._leases[key]  # lapsed or taken over: claim it again, checked below
-        try:
-            lease = await store.acquire(run, self.owner, self.lease_ttl)
-        except LeaseHeldError as exc:
-            raise ThreadBusyError(thread_id, exc.owner, exc.epoch, exc.remaining_secs) from exc
+        lease = await self._acquire(store, thread_id, run)
         seen = self._seen.get(key)
         if seen is not None:
             head = await store.head(run)
@@ -336,6 +359,23 @@ class JournalSaver(BaseCheckpointSaver[int]):
                 raise ThreadMovedError(thread_id, seen, head.seq)
         self._leases[key] = (lease.epoch, now + self.lease_ttl / 2)
         return lease.epoch
+
+    async def _acquire(self, store: SqlJournalStore, thread_id: str, run: RunId) -> Lease:
+        """Take the thread's lease, waiting with backoff up to ``wait`` seconds while another
+        saver holds it (as the session adapters wait for a conversation's claim)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.wait
+        pause = 0.005
+        while True:
+            try:
+                return await store.acquire(run, self.owner, self.lease_ttl)
+            except LeaseHeldError as exc:
+                if loop.time() + pause > deadline:
+                    raise ThreadBusyError(
+                        thread_id, exc.owner, exc.epoch, exc.remaining_secs, waited=self.wait
+                    ) from exc
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, 0.25)
 
     async def _write(self, store: SqlJournalStore, thread_id: str, appends: list[Any]) -> None:
         run = thread_run(thread_id)

@@ -33,7 +33,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.schema import CreateSchema
 
-from agentplane_journal.db.dialect import dialect_for, dialect_named
+from agentplane_journal.db.dialect import configure_engine, dialect_for, dialect_named
 from agentplane_journal.db.engine import create_engine
 from agentplane_journal.db.models import LATER_COLUMNS, metadata
 from agentplane_journal.db.revision import (
@@ -229,12 +229,12 @@ def _migrate_connection(
             "context.configure(...) and before context.begin_transaction(); if you hold "
             "the transaction and will commit it yourself, pass join_transaction=True"
         )
-    with _host_alembic_preserved():
-        if join:
-            _run_command(connection, revision, schema, up=up, drop_records=drop_records)
-        else:
-            with connection.begin():
-                _run_command(connection, revision, schema, up=up, drop_records=drop_records)
+    # One transaction under the database's migration lock (Dialect.begin_migration), so
+    # that workers migrating one database at start-up take turns: the first migrates, the
+    # others then read its revision and find nothing to do.
+    lock = dialect_for(connection, any_driver=True).begin_migration(connection, join=join)
+    with _host_alembic_preserved(), lock:
+        _run_command(connection, revision, schema, up=up, drop_records=drop_records)
 
 
 def _run_command(
@@ -318,7 +318,9 @@ async def _with_connection(
 ) -> _T:
     engine = url_or_engine
     if isinstance(url_or_engine, str):
-        engine = create_engine(url_or_engine, poolclass=pool.NullPool)
+        # Configured as a store's engine: on SQLite a write transaction waits its turn
+        # (busy_timeout) behind another process's migration instead of failing.
+        engine = configure_engine(create_engine(url_or_engine, poolclass=pool.NullPool))
     if not isinstance(engine, AsyncEngine):
         raise TypeError(
             f"expected a database URL or an AsyncEngine, got {type(url_or_engine).__name__}"

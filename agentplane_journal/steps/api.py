@@ -32,7 +32,7 @@ from typing import Any, ParamSpec, TypeVar, overload
 from agentplane_journal.core.admission import RUN_ADMITTED
 from agentplane_journal.core.checks import check_label, check_ttl
 from agentplane_journal.core.ids import EffectKey, RunId
-from agentplane_journal.errors import CorruptRecordError, StepError
+from agentplane_journal.errors import CorruptRecordError, StepError, command, database_of
 from agentplane_journal.journal.store import SqlJournalStore
 from agentplane_journal.steps.effect import Effect
 from agentplane_journal.steps.history import EFFECT_RECONCILED, RunHistory
@@ -183,8 +183,9 @@ class Steps:
                 raise CorruptRecordError(
                     first.seq if first is not None else 0,
                     f"run {run} does not begin with the admission of {key!r}: the admission "
-                    "index points this key at another run (see `agentplane-journal verify "
-                    "--all` and `reindex-admissions`)",
+                    "index points this key at another run (see "
+                    f"{command('verify --all', database_of(self.store))} and "
+                    f"{command('reindex-admissions', database_of(self.store))})",
                 )
         history = RunHistory.of(records)
         if history.conclusion is None:
@@ -210,7 +211,7 @@ class Steps:
         if effect_key not in history.in_doubt():
             raise StepError(
                 f"effect ek:{effect_key.hex()} of run {run} is not in doubt; nothing to settle "
-                "(see agentplane-journal steps for what is)"
+                f"(see {command('steps', database_of(self.store))} for what is)"
             )
         if isinstance(answer, Landed):
             payload: dict[str, Any] = {"disposition": LANDED, "output": answer.result}
