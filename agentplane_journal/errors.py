@@ -610,9 +610,11 @@ class EffectInDoubtError(StepError):
             f"effect {effect!r} (ek:{effect_key.hex()}) of run {self.run} is in doubt: {detail}. "
             "It was not called again, since it may have landed. Give the effect a reconcile= "
             "function that asks the provider (landed / did not happen / still unknown), or find "
-            "out by hand and record the decision with `await steps.settle(run, effect_key, "
-            "Landed(result) | DidNotHappen(), actor)`, then resume the run (Steps.resume or a "
-            "sweeper)"
+            "out by hand and record the decision: `agentplane-journal steps settle "
+            f"{self.run} {effect_key.hex()} --landed JSON | --did-not-happen --actor NAME` "
+            "(or `await steps.settle(run, effect_key, Landed(result) | DidNotHappen(), "
+            "actor)`), then resume the run (`agentplane-journal steps resume RUN --app "
+            "MODULE:FUNCTION`, Steps.resume or a sweeper)"
         )
 
 

@@ -92,10 +92,11 @@ async def test_settle_then_resume_from_the_command_line(
     # Without a reconcile function the sweep stops it in doubt, and the error names settle.
     code = await asyncio.to_thread(main, ["steps", "sweep", "--app", "shopapp:register", *common])
     out = capsys.readouterr().out
-    assert code == 1 and f"{run}  stopped" in out and "steps.settle" in out
+    assert code == 1 and f"{run}  stopped" in out
     (status,) = [r for r in await open_runs(store) if r.run_id == run]
     assert status.state == "in_doubt"
     ((_, key),) = status.in_doubt
+    assert f"agentplane-journal steps settle {run} {key.hex()} --landed JSON" in out
 
     bad = await asyncio.to_thread(main, ["steps", "settle", str(run), key.hex(), *common])
     assert bad == 2 and "--actor" in capsys.readouterr().err
@@ -275,3 +276,28 @@ def test_effects_keep_their_signatures_under_mypy_strict(tmp_path: Path) -> None
         cwd=tmp_path,
     )
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+async def test_a_workflow_that_raises_is_concluded_failed_and_sealed_for_good(
+    make_store: Any,
+) -> None:
+    """The decision documented beside agentplane 0.22's (which leaves it open): the run is
+    sealed ``failed`` with the exception as its reason, and its key answers that outcome
+    without running the workflow again."""
+    store: SqlJournalStore = await make_store()
+    steps = Steps(store, instance="w1")
+    runs: list[str] = []
+
+    @steps.workflow("refund")
+    async def refund(order: str) -> str:
+        runs.append(order)
+        raise ValueError(f"order {order} was never paid")
+
+    with pytest.raises(ValueError, match="never paid"):
+        await refund.start("refund-1", "o1")
+    run = await store.admitted_as("refund-1")
+    assert run is not None and await store.inclusion_proof(run) is not None  # sealed
+    again = await refund.start("refund-1", "o1")
+    assert isinstance(again, Finished) and again.outcome.status == "failed"
+    assert again.outcome.reason == "ValueError: order o1 was never paid"
+    assert runs == ["o1"]
