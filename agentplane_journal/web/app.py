@@ -34,16 +34,11 @@ from starlette.routing import Route
 from agentplane_journal.core.checkpoint import Checkpoint, Inclusion
 from agentplane_journal.core.ids import RunId, validate_tenant
 from agentplane_journal.core.note import NoteSigner
-from agentplane_journal.core.tiles import TILE_HEIGHT, TILE_WIDTH, parse_tile_path
+from agentplane_journal.core.tiles import TILE_WIDTH, parse_tile_path
 from agentplane_journal.errors import CorruptLogError, CorruptRecordError, StoreError
+from agentplane_journal.journal.served import ServedLog
 from agentplane_journal.journal.store import SqlJournalStore
-from agentplane_journal.journal.tiles import (
-    cosignature_lines,
-    entry_bundles,
-    hash_tiles,
-    log_tenants,
-    recent_seals,
-)
+from agentplane_journal.journal.tiles import cosignature_lines, log_tenants, recent_seals
 from agentplane_journal.web import page
 
 __all__ = ["FULL_TILE_CACHE", "PARTIAL_TILE_CACHE", "make_app"]
@@ -71,6 +66,19 @@ def make_app(store: SqlJournalStore, signer_for: SignerFor) -> Starlette:
             return None  # one spelling per log
         return store if name == store.tenant else store.for_tenant(name)
 
+    served: dict[str, ServedLog] = {}
+
+    def served_log(log: SqlJournalStore) -> ServedLog:
+        """The tenant's verified view of its log, kept across requests (bounded)."""
+        if log.tenant not in served:
+            if len(served) >= 4096:
+                served.clear()
+            served[log.tenant] = ServedLog(log)
+        return served[log.tenant]
+
+    def damaged(exc: CorruptLogError) -> Response:
+        return PlainTextResponse(f"the stored log is damaged: {exc}\n", status_code=500)
+
     def not_found(what: str) -> Response:
         return PlainTextResponse(f"not found: {what}\n", status_code=404)
 
@@ -82,7 +90,10 @@ def make_app(store: SqlJournalStore, signer_for: SignerFor) -> Starlette:
         log = tenant_store(request)
         if log is None:
             return not_found("tenant")
-        cp = await log.checkpoint()
+        try:
+            cp = await served_log(log).checkpoint()
+        except CorruptLogError as exc:
+            return damaged(exc)
         return PlainTextResponse(
             await signed(log, cp),
             media_type="text/plain; charset=utf-8",
@@ -95,17 +106,12 @@ def make_app(store: SqlJournalStore, signer_for: SignerFor) -> Starlette:
         if log is None or parsed is None:
             return not_found("tile path")
         t = parsed.tile
-        size = (await log.checkpoint()).size
-        count = size >> (TILE_HEIGHT * t.level)
-        if t.first_node + t.width > count:
-            return not_found("this tile is not in the log yet")
         try:
-            if parsed.entries:
-                data = (await entry_bundles(log, [t]))[0]
-            else:
-                data = (await hash_tiles(log, [t]))[0]
+            data = await served_log(log).tile(t, parsed.entries)
         except CorruptLogError as exc:
-            return PlainTextResponse(f"the stored log is damaged: {exc}\n", status_code=500)
+            return damaged(exc)
+        if data is None:
+            return not_found("this tile is not in the log yet")
         return Response(
             data,
             media_type="application/octet-stream",
@@ -122,22 +128,31 @@ def make_app(store: SqlJournalStore, signer_for: SignerFor) -> Starlette:
         log = tenant_store(request)
         if log is None:
             return not_found("tenant")
-        cp = await log.checkpoint()
         signer = signer_for(log.origin)
-        view = page.TenantView(
-            tenant=log.tenant,
-            origin=log.origin,
-            size=cp.size,
-            root_hex=cp.root.hex(),
-            note=await signed(log, cp),
-            verifier_key=signer.verifier_key,
-            cosignatures=await cosignature_lines(log, cp.to_note()),
-        )
+        try:
+            cp = await served_log(log).checkpoint()
+        except CorruptLogError as exc:
+            view = page.TenantView(log.tenant, log.origin, None, "", "", signer.verifier_key, [])
+            view.log_detail = str(exc)
+        else:
+            view = page.TenantView(
+                tenant=log.tenant,
+                origin=log.origin,
+                size=cp.size,
+                root_hex=cp.root.hex(),
+                note=await signed(log, cp),
+                verifier_key=signer.verifier_key,
+                cosignatures=await cosignature_lines(log, cp.to_note()),
+            )
         for run_id, head, position, outcome in await recent_seals(log, RECENT_RUNS):
             head_hex = head.hex() if isinstance(head, bytes) else repr(head)
             ok, detail = await _verify_run(log, run_id, head)
             view.runs.append(page.RunRow(run_id, position, head_hex, outcome, ok, detail))
-        return HTMLResponse(page.tenant_page(view), headers={"Cache-Control": "no-cache"})
+        return HTMLResponse(
+            page.tenant_page(view),
+            status_code=200 if view.size is not None else 500,
+            headers={"Cache-Control": "no-cache"},
+        )
 
     async def run_view(request: Request) -> Response:
         log = tenant_store(request)
@@ -174,7 +189,7 @@ def make_app(store: SqlJournalStore, signer_for: SignerFor) -> Starlette:
         if unreadable is not None:
             view.chain_ok, view.chain_detail = False, unreadable
         try:
-            cp, inc = await _inclusion(log, run)
+            cp, inc = await _inclusion(log, served_log(log), run)
         except (StoreError, ValueError, TypeError) as exc:
             view.proof_ok, view.proof_detail = False, f"no proof: {exc}"
         else:
@@ -226,9 +241,12 @@ async def _verify_run(log: SqlJournalStore, run_id: object, head: object) -> tup
     return True, f"head {verified.hex()}"
 
 
-async def _inclusion(log: SqlJournalStore, run: RunId) -> tuple[Checkpoint, Inclusion | None]:
+async def _inclusion(
+    log: SqlJournalStore, served: ServedLog, run: RunId
+) -> tuple[Checkpoint, Inclusion | None]:
+    """A run's inclusion proof in the verified checkpoint (never in an unchecked root)."""
     for _ in range(_RETRIES):
-        cp = await log.checkpoint()
+        cp = await served.checkpoint()
         inc = await log.inclusion_proof(run)
         if inc is None or inc.size == cp.size:
             return cp, inc

@@ -87,12 +87,13 @@ class RunRow:
 class TenantView:
     tenant: str
     origin: str
-    size: int
+    size: int | None  # None: the stored tree disagrees with the seals (``log_detail``)
     root_hex: str
     note: str
     verifier_key: str
     cosignatures: list[str]
     runs: list[RunRow] = field(default_factory=list)
+    log_detail: str = ""
 
 
 def tenant_page(view: TenantView) -> str:
@@ -110,12 +111,23 @@ def tenant_page(view: TenantView) -> str:
         f"<td>{_status(r.ok, r.detail)}</td></tr>"
         for r in view.runs
     )
+    if view.size is None:
+        checkpoint = (
+            f'<p id="log">{_status(False, view.log_detail)}</p>'
+            "<p>No checkpoint is signed and no tile is served while the stored tree "
+            "disagrees with the sealed runs.</p>"
+        )
+    else:
+        checkpoint = (
+            f'<p id="log">{_status(True, "the root was re-derived from the sealed heads")}</p>'
+            f'<p>size <b id="size">{view.size}</b>, root '
+            f'<code id="root">{esc(view.root_hex)}</code></p>'
+            f'<pre id="note">{esc(view.note)}</pre>'
+        )
     body = (
         f"<h1>Log {esc(view.origin)}</h1>"
         f'<p><a href="/">all logs</a> · tiles: <a href="/{t}/checkpoint">checkpoint</a></p>'
-        f'<h2>Latest checkpoint</h2><p>size <b id="size">{view.size}</b>, root '
-        f'<code id="root">{esc(view.root_hex)}</code></p>'
-        f'<pre id="note">{esc(view.note)}</pre>'
+        f"<h2>Latest checkpoint</h2>{checkpoint}"
         f"<p>Log key: <code>{esc(view.verifier_key)}</code></p>"
         f"<h2>Witnesses</h2>{witnesses}"
         f"<h2>Recent sealed runs</h2>"
