@@ -24,12 +24,11 @@ Memory is a run's records (for the signature check) plus 40 bytes per sealed run
 from __future__ import annotations
 
 import hashlib
-import json
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentplane_journal.core import merkle
+from agentplane_journal.core import jsonload, merkle
 from agentplane_journal.core.checkpoint import Checkpoint
 from agentplane_journal.core.export_body import serde_value
 from agentplane_journal.core.export_lines import (
@@ -178,7 +177,7 @@ class ExportVerifier:
         if not line.strip():
             return True
         try:
-            value = json.loads(line)
+            value = jsonload.loads(line)
         except ValueError:
             self._stop("a line is not valid JSON, so the export is unreadable from there on")
             return False

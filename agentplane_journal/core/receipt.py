@@ -30,6 +30,7 @@ import base64
 import json
 from dataclasses import dataclass
 
+from agentplane_journal.core import jsonload
 from agentplane_journal.core.b64 import b64decode_canonical
 from agentplane_journal.core.checkpoint import Checkpoint
 from agentplane_journal.core.cosignature import Cosignature
@@ -88,7 +89,7 @@ def parse_receipt(text: str | bytes) -> Receipt:
     if len(lines) < 3 or not lines[1].startswith("extra "):
         raise ValueError("no 'extra' line: this receipt format carries the run and its head")
     try:
-        extra = json.loads(b64decode_canonical(lines[1][6:]).decode("utf-8"))
+        extra = jsonload.loads(b64decode_canonical(lines[1][6:]).decode("utf-8"))
     except (ValueError, UnicodeDecodeError) as exc:
         raise ValueError(f"the extra line is not base64 of JSON: {exc}") from None
     if not isinstance(extra, dict) or set(extra) != {"head", "run"}:

@@ -24,12 +24,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agentplane_journal.core import jsonload
 from agentplane_journal.core.append import RESERVED_MEMBERS, Append
 from agentplane_journal.core.checkpoint import Checkpoint
 from agentplane_journal.core.export_lines import (
@@ -117,7 +117,7 @@ def _lines(path: Path) -> Iterator[tuple[int, dict[str, Any] | None]]:
             if not line.strip():
                 continue
             try:
-                value = json.loads(line)
+                value = jsonload.loads(line)
             except ValueError:
                 yield number, None
                 continue
@@ -133,7 +133,7 @@ def _wire(value: dict[str, Any], number: int) -> dict[str, Any]:
             "the chain hashed, so the file is refused instead of guessed at"
         )
     try:
-        body = json.loads(raw)
+        body = jsonload.loads(raw)
     except ValueError as exc:
         body = exc
     if not isinstance(body, dict):
