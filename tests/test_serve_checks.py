@@ -1,10 +1,15 @@
-"""``serve`` publishes only what it verified: a damaged stored tree is never signed or served.
+"""``serve`` publishes only what it verified, only to whom it may, and never crashes on a URL.
 
 The app runs in-process (httpx over ASGI, on the store's own event loop) on both dialects.
-Each damage is one row edited around the store, as an attacker with write access to the
-database (and no key) would: the last leaf deleted (a rollback), a node of the checkpoint's
-frontier edited (a root no sealed heads produce), a leaf in the middle edited (a tile that
-would not verify). Before and after the server has seen the intact log.
+
+* Damage: one row edited around the store, as an attacker with write access to the
+  database (and no key) would: the last leaf deleted (a rollback), a node of the
+  checkpoint's frontier edited (a root no sealed heads produce), a leaf in the middle
+  edited (a tile that would not verify); before and after the server saw the intact log.
+* Privacy: the tenant list, a tenant's runs and a run's records only to a reader token of
+  that tenant; tiles, checkpoints and proofs to anyone.
+* Hostile URLs: a 5,000-digit tile index, tenant names that are no plain path segment or
+  no tenant at all.
 """
 
 from __future__ import annotations
@@ -18,9 +23,13 @@ from sqlalchemy import text
 from test_log import bulk_seal
 from test_tiles import SEED, sealed_leaves
 
-from agentplane_journal import SqlJournalStore
+from agentplane_journal import Append, RunId, SqlJournalStore
 from agentplane_journal.core.note import NoteSigner
 from agentplane_journal.web.app import make_app
+from agentplane_journal.web.readers import parse_readers
+
+TOKEN_A = "reader-of-a-" + "x" * 20
+TOKEN_ALL = "operator-" + "y" * 20
 
 Client = Callable[[], Any]
 
@@ -30,8 +39,8 @@ async def client(store: SqlJournalStore) -> AsyncIterator[Client]:
     """``client()`` -> a fresh app (nothing verified yet) over ``store``, as an httpx client."""
     opened: list[httpx.AsyncClient] = []
 
-    def make() -> httpx.AsyncClient:
-        app = make_app(store, lambda origin: NoteSigner(origin, SEED))
+    def make(readers: str = "") -> httpx.AsyncClient:
+        app = make_app(store, lambda origin: NoteSigner(origin, SEED), parse_readers(readers))
         c = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test")
         opened.append(c)
         return c
@@ -80,8 +89,7 @@ async def test_an_intact_log_is_served_as_it_grows(store: SqlJournalStore, clien
     """Verification is incremental: every new size is checked and served, tiles included."""
     c = client()
     t = store.tenant
-    r = await c.get(f"/{t}/checkpoint")
-    assert r.status_code == 200 and r.text.startswith(f"{store.origin}\n0\n")
+    assert (await c.get(f"/{t}/checkpoint")).status_code == 404  # no run yet: no such log
     for n in (1, 255, 300):
         await bulk_seal(store, sealed_leaves(n - (await store.checkpoint()).size))
         r = await c.get(f"/{t}/checkpoint")
@@ -92,3 +100,76 @@ async def test_an_intact_log_is_served_as_it_grows(store: SqlJournalStore, clien
     assert (await c.get(f"/{t}/tile/1/000.p/1")).status_code == 200
     page = await c.get(f"/{t}/")
     assert page.status_code == 200 and 'data-status="verified"' in page.text
+
+
+async def _run(store: SqlJournalStore, text: str) -> RunId:
+    run = RunId.generate()
+    await store.append(0, [Append(run, "Note", {"text": text})])
+    await store.seal(run, 0, "succeeded")
+    return run
+
+
+async def test_content_is_private_proofs_are_public(store: SqlJournalStore, client: Client) -> None:
+    other = store.for_tenant("tenant-b")
+    run_a = await _run(store, "SECRET-A")
+    run_b = await _run(other, "SECRET-B")
+    t = store.tenant
+    readers = f"{t} {TOKEN_A}\n# the operator\n* {TOKEN_ALL}\n"
+    anon, reader, operator = client(readers), client(readers), client(readers)
+    reader.headers["Authorization"] = f"Bearer {TOKEN_A}"
+    operator.auth = httpx.BasicAuth("anyone", TOKEN_ALL)  # what a browser sends
+
+    # Anyone: the tiles, the checkpoint, the proof; not the list, the runs, the records.
+    assert (await anon.get(f"/{t}/checkpoint")).status_code == 200
+    assert (await anon.get(f"/{t}/tile/entries/000.p/1")).status_code == 200
+    front = await anon.get("/")
+    assert front.status_code == 200 and "tenant-b" not in front.text and t not in front.text
+    assert (await anon.get("/signin")).status_code == 401
+    tenant = await anon.get(f"/{t}/")
+    assert tenant.status_code == 200 and str(run_a) not in tenant.text
+    assert "The runs are private" in tenant.text
+    run = await anon.get(f"/{t}/run/{run_a}")
+    assert run.status_code == 200 and "SECRET-A" not in run.text
+    assert "The records are private" in run.text
+    assert 'data-status="verified"' in run.text.split('id="proof"', 1)[1].split("</p>", 1)[0]
+    wrong = client(readers)
+    wrong.headers["Authorization"] = "Bearer " + "z" * 30
+    assert "SECRET-A" not in (await wrong.get(f"/{t}/run/{run_a}")).text
+
+    # A reader of tenant a: its runs and records, never tenant b's, nor b in the list.
+    page = await reader.get(f"/{t}/run/{run_a}")
+    assert "SECRET-A" in page.text and page.headers["cache-control"] == "private, no-store"
+    assert str(run_a) in (await reader.get(f"/{t}/")).text
+    assert "SECRET-B" not in (await reader.get(f"/tenant-b/run/{run_b}")).text
+    front = await reader.get("/")
+    assert t in front.text and "tenant-b" not in front.text
+    assert (await reader.get("/signin")).status_code == 303
+
+    # The operator (every tenant), by HTTP Basic.
+    front = await operator.get("/")
+    assert "tenant-b" in front.text and f'href="/{t}/"' in front.text
+    assert "SECRET-B" in (await operator.get(f"/tenant-b/run/{run_b}")).text
+
+
+async def test_hostile_urls_are_answers_not_tracebacks(
+    store: SqlJournalStore, client: Client
+) -> None:
+    await _run(store, "x")
+    odd = await _run(store.for_tenant("a?b#c%d"), "y")
+    await _run(store.for_tenant("\\evil.example"), "z")
+    t = store.tenant
+    c = client(f"* {TOKEN_ALL}")
+    c.headers["Authorization"] = f"Bearer {TOKEN_ALL}"
+    assert (await c.get(f"/{t}/tile/0/" + "1" * 5000)).status_code == 404
+    assert (await c.get(f"/{t}/tile/0/" + "x001/" * 2000 + "000")).status_code == 404
+    assert (await c.get(f"/{t}/tile/entries/" + "9" * 4301)).status_code == 404
+    assert (await c.get(f"/{t}/?before=" + "9" * 5000)).status_code == 200
+    assert (await c.get("/no-such-tenant/")).status_code == 404
+    assert (await c.get("/no-such-tenant/checkpoint")).status_code == 404
+    assert (await c.get(f"/no-such-tenant/run/{odd}")).status_code == 404
+    assert (await c.get("/%5Cevil.example/")).status_code == 404  # no plain path segment
+    front = (await c.get("/")).text
+    assert 'href="/\\' not in front and 'href="/%5Cevil.example/"' in front
+    assert 'href="/a%3Fb%23c%25d/"' in front
+    page = await c.get("/a%3Fb%23c%25d/")
+    assert page.status_code == 200 and f'href="/a%3Fb%23c%25d/run/{odd}"' in page.text

@@ -395,6 +395,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--host", default="127.0.0.1", help="address (default: %(default)s)")
     serve.add_argument("--port", type=int, default=8080, help="port (default: %(default)s)")
+    serve.add_argument(
+        "--reader-token-file",
+        metavar="PATH",
+        help="'TENANT TOKEN' lines ('*' for every tenant): who may read tenants' runs and "
+        "records on the audit page (default: nobody; tiles and checkpoints are public)",
+    )
     witness = add(
         "witness",
         "sign the checkpoint, ask the policy's witnesses to cosign it, store the "

@@ -50,10 +50,12 @@ from agentplane_journal.journal.tiles import read_entries, read_hashes
 if TYPE_CHECKING:
     from agentplane_journal.journal.store import SqlJournalStore
 
-__all__ = ["RECHECK_AFTER_DAMAGE", "ServedLog"]
+__all__ = ["FAILING_RUNS_KEPT", "RECHECK_AFTER_DAMAGE", "ServedLog"]
 
 #: Seconds a found damage is answered as it is before the whole log is re-derived again.
 RECHECK_AFTER_DAMAGE = 30.0
+#: Runs remembered as seen failing (the front page names them), per tenant.
+FAILING_RUNS_KEPT = 100
 _RETRIES = 5
 
 
@@ -106,10 +108,20 @@ class ServedLog:
         self._root: Digest = EMPTY_ROOT
         self.damage: CorruptLogError | None = None
         self._damaged_at = 0.0
+        self.failing_runs: dict[str, str] = {}
 
     @staticmethod
     def _fresh() -> _PageState:
         return {"builder": tree.TreeBuilder(), "after": None, "at": 0, "limit": None, "kept": 0}
+
+    def saw_run(self, run: str, ok: bool, detail: str) -> tuple[bool, str]:
+        """Remember a run's verdict from a page (the failing ones, bounded, for the front
+        page); returns it."""
+        if ok:
+            self.failing_runs.pop(run, None)
+        elif run in self.failing_runs or len(self.failing_runs) < FAILING_RUNS_KEPT:
+            self.failing_runs[run] = detail
+        return ok, detail
 
     @property
     def verified_size(self) -> int:
