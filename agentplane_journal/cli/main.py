@@ -434,7 +434,12 @@ def build_parser() -> argparse.ArgumentParser:
     verify_receipt.add_argument(
         "--policy", metavar="POLICY", required=True, help="a c2sp.org/tlog-policy file"
     )
-    verify_receipt.add_argument("--run", metavar="RUN", help="fail unless it is this run's")
+    verify_receipt.add_argument(
+        "--run",
+        metavar="RUN",
+        help="fail if it names another run (that it names RUN stays its claim: the run id "
+        "is not in the log's leaf)",
+    )
     verify_receipt.add_argument("--json", action="store_true", help="print JSON instead of text")
     _add_backup_commands(add, database, reads, signed, export)
     return parser

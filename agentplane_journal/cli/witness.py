@@ -181,11 +181,15 @@ async def cmd_verify_receipt(args: argparse.Namespace) -> int:
             {
                 "ok": report.ok,
                 "run": None if report.receipt is None else report.receipt.run,
+                "run_proven": False,  # the run id is the receipt's claim (see "claims")
                 "checks": [{"ok": ok, "check": text} for ok, text in report.checks],
+                "claims": list(report.claims),
                 "cosigned_by": list(report.cosigned_by),
             }
         )
     else:
         for ok, text in report.checks:
             print(f"{'ok    ' if ok else 'FAILED'} {text}")
+        for text in report.claims:
+            print(f"claim  {text}")
     return 0 if report.ok else 1
