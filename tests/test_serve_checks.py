@@ -14,7 +14,12 @@ The app runs in-process (httpx over ASGI, on the store's own event loop) on both
 
 from __future__ import annotations
 
+import asyncio
+import os
+import shutil
+import subprocess
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -22,6 +27,7 @@ import pytest
 from sqlalchemy import text
 from test_log import bulk_seal
 from test_tiles import SEED, sealed_leaves
+from test_tiles_serve import CHROMIUM_FLAGS
 
 from agentplane_journal import Append, RunId, SqlJournalStore
 from agentplane_journal.core.note import NoteSigner
@@ -173,3 +179,119 @@ async def test_hostile_urls_are_answers_not_tracebacks(
     assert 'href="/a%3Fb%23c%25d/"' in front
     page = await c.get("/a%3Fb%23c%25d/")
     assert page.status_code == 200 and f'href="/a%3Fb%23c%25d/run/{odd}"' in page.text
+
+
+async def test_the_runs_page_back_with_times_and_the_front_page_names_failures(
+    store: SqlJournalStore, client: Client
+) -> None:
+    runs = [await _run(store, f"note {i}") for i in range(55)]
+    t = store.tenant
+    # A reader of this tenant alone: PostgreSQL's tenants of other tests share the database.
+    c = client(f"{t} {TOKEN_A}")
+    c.headers["Authorization"] = f"Bearer {TOKEN_A}"
+    first = (await c.get(f"/{t}/")).text
+    assert str(runs[-1]) in first and str(runs[5]) in first and str(runs[4]) not in first
+    assert first.count('data-status="verified"') >= 50 and "(UTC)" in first
+    older = first.split('id="older" href="', 1)[1].split('"', 1)[0]
+    assert older == f"/{t}/?before=5"
+    second = (await c.get(older)).text
+    assert all(str(r) in second for r in runs[:5]) and str(runs[5]) not in second
+    assert 'id="older"' not in second and "newest runs" in second
+    year = str(__import__("datetime").datetime.now(__import__("datetime").UTC).year)
+    assert f"<td>{year}-" in second  # the time each run was sealed
+
+    front = (await c.get("/")).text
+    assert 'data-status="verified"' in front.split('id="failing"', 1)[1].split("</p>", 1)[0]
+    # A record edited after its seal: the page that shows the run says so, and from then
+    # on the front page names the run.
+    async with store.engine.begin() as conn:
+        raw = (
+            await conn.execute(
+                text("SELECT raw FROM journal WHERE tenant=:t AND run_id=:r AND seq=1"),
+                {"t": t, "r": str(runs[2])},
+            )
+        ).scalar_one()
+        await conn.execute(
+            text("UPDATE journal SET raw=:raw WHERE tenant=:t AND run_id=:r AND seq=1"),
+            {"raw": bytes(raw).replace(b"note 2", b"note X"), "t": t, "r": str(runs[2])},
+        )
+    assert 'data-status="failing"' in (await c.get(older)).text
+    front = await c.get("/")
+    alert = front.text.split('id="failing"', 1)[1].split("</div>", 1)[0]
+    assert "FAILING" in alert and str(runs[2]) in alert and "seq 1" in alert
+    # The stored tree damaged: the front page names the log's checkpoint as failing.
+    async with store.engine.begin() as conn:
+        await conn.execute(
+            text("DELETE FROM log_tree WHERE tenant=:t AND level=0 AND idx=54"), {"t": t}
+        )
+    alert = (await c.get("/")).text.split('id="failing"', 1)[1].split("</div>", 1)[0]
+    assert f'href="/{t}/"' in alert and "corrupt log at position" in alert, alert
+
+
+WIDTH_PROBE = (
+    "<script>document.body.setAttribute('data-width',"
+    " String(document.documentElement.scrollWidth))</script>"
+)
+
+
+def _chromium(args: list[str], profile: Path) -> str:
+    binary = shutil.which("chromium")
+    if binary is None:
+        if os.environ.get("CI"):
+            pytest.fail("CI must run the audit page's layout test: chromium is not installed")
+        pytest.skip("chromium is not installed")
+    done = subprocess.run(
+        [binary, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--window-size=1280,800", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
+
+
+# The layout is the same on both dialects (the pages' reads are tested on both): one run.
+@pytest.mark.parametrize("dialect", ["sqlite"])
+async def test_the_audit_pages_fit_a_1280_pixel_window(
+    store: SqlJournalStore, client: Client, tmp_path: Path
+) -> None:
+    long_tenant = store.for_tenant("t" * 64)
+    wide = "W" * 3000  # one unbroken word: the widest thing a record can hold
+    run = RunId.generate()
+    await long_tenant.append(0, [Append(run, "Note", {"text": wide, "more": {"k" * 200: wide}})])
+    await long_tenant.seal(run, 0, "o" * 60)
+    for i in range(3):
+        await _run(long_tenant, f"{i}")
+    async with store.engine.begin() as conn:
+        await conn.execute(
+            text(
+                "INSERT INTO run_seal (tenant, run_id, chain_head, log_index, sealed_at, outcome)"
+                " VALUES (:t, :r, :h, 999, 1, :o)"
+            ),
+            {"t": long_tenant.tenant, "r": "R" * 500, "h": b"abc", "o": "O" * 500},
+        )
+    c = client(f"* {TOKEN_ALL}")
+    c.headers["Authorization"] = f"Bearer {TOKEN_ALL}"
+    base = "/" + "t" * 64
+    pages = {"front": "/", "tenant": base + "/", "run": f"{base}/run/{run}"}
+    for name, path in pages.items():
+        body = (await c.get(path)).text
+        assert wide[:100] in body or name != "run"
+        page_file = tmp_path / f"{name}.html"
+        page_file.write_text(body.replace("</body>", WIDTH_PROBE + "</body>"))
+        dom = await asyncio.to_thread(
+            _chromium, ["--dump-dom", page_file.as_uri()], tmp_path / f"p-{name}"
+        )
+        width = int(dom.split('data-width="', 1)[1].split('"', 1)[0])
+        assert width <= 1280, (name, width)
+    shot = tmp_path / "tenant.png"
+    await asyncio.to_thread(
+        _chromium,
+        [f"--screenshot={shot}", (tmp_path / "tenant.html").as_uri()],
+        tmp_path / "p-shot",
+    )
+    png = shot.read_bytes()
+    if os.environ.get("KEEP_SHOT"):
+        shutil.copy(shot, os.environ["KEEP_SHOT"])
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    assert int.from_bytes(png[16:20], "big") == 1280  # the IHDR width: the window's

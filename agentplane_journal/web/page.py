@@ -36,7 +36,7 @@ __all__ = [
 
 _STYLE = (
     "*{box-sizing:border-box}"
-    "body{font-family:system-ui,sans-serif;margin:1.5em;max-width:78em}"
+    "body{font-family:system-ui,sans-serif;margin:1.5em;max-width:78em;overflow-wrap:anywhere}"
     "pre{background:#f4f4f4;padding:.6em;white-space:pre-wrap;overflow-wrap:anywhere}"
     "code{overflow-wrap:anywhere}"
     "table{border-collapse:collapse;width:100%;table-layout:fixed}"
