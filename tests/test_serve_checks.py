@@ -56,10 +56,19 @@ async def client(store: SqlJournalStore) -> AsyncIterator[Client]:
         await c.aclose()
 
 
-DAMAGE = {
-    "deleted last leaf": "DELETE FROM log_tree WHERE tenant=:t AND level=0 AND idx=301",
-    "edited interior node": "UPDATE log_tree SET hash=:h WHERE tenant=:t AND level=8 AND idx=0",
-    "edited leaf": "UPDATE log_tree SET hash=:h WHERE tenant=:t AND level=0 AND idx=5",
+DAMAGE = {  # the edit, and the tile holding the damaged row
+    "deleted last leaf": (
+        "DELETE FROM log_tree WHERE tenant=:t AND level=0 AND idx=301",
+        "tile/0/001.p/46",
+    ),
+    "edited interior node": (
+        "UPDATE log_tree SET hash=:h WHERE tenant=:t AND level=8 AND idx=0",
+        "tile/1/000.p/1",
+    ),
+    "edited leaf": (
+        "UPDATE log_tree SET hash=:h WHERE tenant=:t AND level=0 AND idx=5",
+        "tile/0/000",
+    ),
 }
 
 
@@ -75,11 +84,13 @@ async def test_a_damaged_tree_is_never_signed_nor_served(
     assert (await warm.get(f"/{t}/tile/0/000")).status_code == 200
     assert (await warm.get(f"/{t}/tile/entries/000")).status_code == 200
 
+    edit, damaged_tile = DAMAGE[damage]
+    assert (await warm.get(f"/{t}/{damaged_tile}")).status_code == 200
     async with store.engine.begin() as conn:
-        await conn.execute(text(DAMAGE[damage]), {"t": t, "h": b"\x07" * 32})
+        await conn.execute(text(edit), {"t": t, "h": b"\x07" * 32})
 
     for c in (warm, client()):  # the server that saw the intact log, and a fresh one
-        tile = await c.get(f"/{t}/tile/0/000")
+        tile = await c.get(f"/{t}/{damaged_tile}")
         assert tile.status_code == 500 and "damaged" in tile.text, tile.status_code
         cp = await c.get(f"/{t}/checkpoint")
         assert cp.status_code == 500 and "damaged" in cp.text, cp.text

@@ -109,6 +109,7 @@ class ServedLog:
         self.damage: CorruptLogError | None = None
         self._damaged_at = 0.0
         self.failing_runs: dict[str, str] = {}
+        self._verified: Checkpoint | None = None  # the last checkpoint verified
 
     @staticmethod
     def _fresh() -> _PageState:
@@ -133,6 +134,7 @@ class ServedLog:
         after :data:`RECHECK_AFTER_DAMAGE`, re-derives the whole log."""
         self.damage = CorruptLogError(position, detail)
         self._damaged_at = self._clock()
+        self._verified = None
         self._state, self._root = self._fresh(), EMPTY_ROOT
         return self.damage
 
@@ -147,7 +149,7 @@ class ServedLog:
                 cp = await self._advance()
             except CorruptLogError as exc:
                 raise self._fail(exc.position, exc.detail) from None
-            self.damage = None
+            self.damage, self._verified = None, cp
             return cp
 
     async def _advance(self) -> Checkpoint:
@@ -232,7 +234,16 @@ class ServedLog:
     async def tile(self, t: Tile, entries: bool) -> bytes | None:
         """A hash tile or entry bundle, checked against the verified root; ``None`` if the
         verified log does not hold it yet; ``CorruptLogError`` if its rows are damaged."""
-        cp = await self.checkpoint()
+        cp = self._verified
+        if (
+            cp is None
+            or self.damage is not None
+            or t.first_node + t.width > cp.size >> t.node_level
+        ):
+            # Beyond what is verified (or nothing is): check the log as it is now first.
+            # Within it, the verified root stays the root of that prefix however the log
+            # grows, so a tile is checked against it without re-reading the log's ends.
+            cp = await self.checkpoint()
         if t.first_node + t.width > cp.size >> t.node_level:
             return None
         lo, hi = t.first_node, t.first_node + t.width
