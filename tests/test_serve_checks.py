@@ -161,6 +161,9 @@ async def test_content_is_private_proofs_are_public(store: SqlJournalStore, clie
     front = await reader.get("/")
     assert t in front.text and "tenant-b" not in front.text
     assert (await reader.get("/signin")).status_code == 303
+    for target, where in (("/x/", "/x/"), ("//evil.example/", "/"), ("/\\evil.example/", "/")):
+        moved = await reader.get("/signin", params={"next": target})
+        assert moved.status_code == 303 and moved.headers["location"] == where, target
 
     # The operator (every tenant), by HTTP Basic.
     front = await operator.get("/")

@@ -110,6 +110,7 @@ class ServedLog:
         self._damaged_at = 0.0
         self.failing_runs: dict[str, str] = {}
         self._verified: Checkpoint | None = None  # the last checkpoint verified
+        self._generation = 0  # how many damages were found (one found mid-check stands)
 
     @staticmethod
     def _fresh() -> _PageState:
@@ -134,6 +135,7 @@ class ServedLog:
         after :data:`RECHECK_AFTER_DAMAGE`, re-derives the whole log."""
         self.damage = CorruptLogError(position, detail)
         self._damaged_at = self._clock()
+        self._generation += 1
         self._verified = None
         self._state, self._root = self._fresh(), EMPTY_ROOT
         return self.damage
@@ -145,10 +147,13 @@ class ServedLog:
             if self.damage is not None:
                 if self._clock() - self._damaged_at < RECHECK_AFTER_DAMAGE:
                     raise self.damage
+            generation = self._generation
             try:
                 cp = await self._advance()
             except CorruptLogError as exc:
                 raise self._fail(exc.position, exc.detail) from None
+            if generation != self._generation and self.damage is not None:
+                raise self.damage  # a tile found damage meanwhile: it stands
             self.damage, self._verified = None, cp
             return cp
 
