@@ -32,6 +32,7 @@ from agentplane_journal import Append, RunId, SqlJournalStore
 from agentplane_journal.web import page
 
 ROOT = Path(__file__).resolve().parent.parent
+READER_TOKEN = "test-reader-token-0123456789"
 CHROMIUM_FLAGS = [
     "--headless",
     "--no-sandbox",
@@ -59,9 +60,13 @@ def _free_port() -> int:
         return port
 
 
-def get(url: str) -> tuple[int, dict[str, str], bytes]:
+def get(url: str, reader: bool = False) -> tuple[int, dict[str, str], bytes]:
+    """GET ``url``; as a reader of every tenant with ``reader``."""
+    request = urllib.request.Request(url)
+    if reader:
+        request.add_header("Authorization", f"Bearer {READER_TOKEN}")
     try:
-        with urllib.request.urlopen(url, timeout=30) as response:
+        with urllib.request.urlopen(request, timeout=30) as response:
             return response.status, dict(response.headers), response.read()
     except urllib.error.HTTPError as error:
         return error.code, dict(error.headers), error.read()
@@ -74,6 +79,9 @@ def serve(database_url: str, tmp_path: Path) -> Iterator[object]:
     key = tmp_path / "log.key"
     key.write_bytes(SEED)
     key.chmod(0o600)
+    readers = tmp_path / "readers"
+    readers.write_text(f"* {READER_TOKEN}\n")
+    readers.chmod(0o600)
     started: list[subprocess.Popen[bytes]] = []
 
     def start(tenant: str) -> str:
@@ -92,6 +100,8 @@ def serve(database_url: str, tmp_path: Path) -> Iterator[object]:
                 str(key),
                 "--port",
                 str(port),
+                "--reader-token-file",
+                str(readers),
             ],
             env={**os.environ, "PYTHONPATH": str(ROOT)},
             stdout=subprocess.PIPE,
@@ -141,6 +151,14 @@ async def make_runs(store: SqlJournalStore) -> tuple[RunId, RunId]:
             {"raw": edited, "t": store.tenant, "r": str(bad)},
         )
     return good, bad
+
+
+def reader_page(url: str, path: Path) -> str:
+    """The page at ``url`` as a reader is served it, saved to ``path``: its file URL."""
+    status, _, body = get(url, reader=True)
+    assert status in (200, 500) and b"<html" in body  # 500: a page saying FAILING
+    path.write_bytes(body)
+    return path.as_uri()
 
 
 def chromium_dom(url: str, profile: Path) -> str:
@@ -212,8 +230,17 @@ async def test_audit_page_in_chromium(
             {"t": store.tenant, "h": b"abc"},
         )
     base = serve(store.tenant)  # type: ignore[operator]
-    dom = chromium_dom(f"{base}/{store.tenant}/", tmp_path / "profile1")
-    assert f"Log {store.origin}" in dom and 'id="size">5<' in dom
+    # Anyone: the public page (checkpoint and status), loaded from the server.
+    dom = chromium_dom(f"{base}/{store.tenant}/", tmp_path / "profile0")
+    assert "The runs are private" in dom and str(good) not in dom
+    # A reader (the runs and records are private): headless Chromium sends no HTTP Basic
+    # credentials, so the page a reader is served is saved and loaded as it is (it loads
+    # nothing from elsewhere).
+    dom = chromium_dom(reader_page(f"{base}/{store.tenant}/", tmp_path / "t.html"), tmp_path / "p1")
+    assert f"Log {store.origin}" in dom
+    # A seal no leaf is of: the log disagrees with its seals, so nothing is signed for it.
+    log_status = dom.split('id="log"', 1)[1].split("</p>", 1)[0]
+    assert 'data-status="failing"' in log_status and "the last sealed run is" in log_status
     assert "<script>x" not in dom and "&lt;script&gt;x&lt;/script&gt;" in dom
     assert "<img" not in dom and "is not a run id" in dom
     assert 'data-status="failing"' in dom  # the edited run
@@ -222,12 +249,13 @@ async def test_audit_page_in_chromium(
     assert any(str(good) in r and 'data-status="verified"' in r for r in rows), rows
     assert "No witness cosignatures" in dom
 
-    dom = chromium_dom(f"{base}/{store.tenant}/run/{good}", tmp_path / "profile2")
+    run_page = reader_page(f"{base}/{store.tenant}/run/{good}", tmp_path / "r.html")
+    dom = chromium_dom(run_page, tmp_path / "p2")
     proof = dom.split('id="proof"', 1)[1].split("</p>", 1)[0]
-    assert 'data-status="verified"' in proof and "leaf 0 of the checkpoint of 5" in proof
+    assert 'data-status="failing"' in proof and "the last sealed run is" in proof
     assert "&lt;b&gt;second&lt;/b&gt;" in dom  # a record's body is shown, never interpreted
     # The edited run's own page (plain HTTP: the browser already showed the page loads).
-    status, _, body = get(f"{base}/{store.tenant}/run/{bad}")
+    status, _, body = get(f"{base}/{store.tenant}/run/{bad}", reader=True)
     chain = body.decode().split('id="chain"', 1)[1].split("</p>", 1)[0]
     assert status == 200 and 'data-status="failing"' in chain and "seq 2" in chain
     assert get(f"{base}/{store.tenant}/run/{RunId.generate()}")[0] == 404
@@ -245,8 +273,13 @@ def test_hostile_values_are_escaped() -> None:
             note=hostile,
             verifier_key="k",
             cosignatures=[hostile],
-            runs=[page.RunRow(hostile, hostile, hostile, hostile, False, hostile)],
+            runs=[page.RunRow(hostile, hostile, hostile, hostile, False, hostile, hostile)],
+            private=False,
         )
     )
     assert "<script>" not in html and "&lt;script&gt;" in html
     assert 'data-status="failing"' in html
+    # A name in a link is one percent-encoded path segment: never a link off the site.
+    front = page.index_page([page.LogRow("\\evil.example", None, hostile, {hostile: hostile})])
+    assert 'href="/%5Cevil.example/"' in front and "<script>" not in front
+    assert "/run/%3Cscript%3Ealert%281%29%3C%2Fscript%3E%3F" in front

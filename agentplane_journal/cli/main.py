@@ -439,6 +439,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--host", default="127.0.0.1", help="address (default: %(default)s)")
     serve.add_argument("--port", type=int, default=8080, help="port (default: %(default)s)")
+    serve.add_argument(
+        "--reader-token-file",
+        metavar="PATH",
+        help="'TENANT TOKEN' lines ('*' for every tenant): who may read tenants' runs and "
+        "records on the audit page (default: nobody; tiles and checkpoints are public)",
+    )
     witness = add(
         "witness",
         "sign the checkpoint, ask the policy's witnesses to cosign it, store the "
@@ -472,7 +478,12 @@ def build_parser() -> argparse.ArgumentParser:
     verify_receipt.add_argument(
         "--policy", metavar="POLICY", required=True, help="a c2sp.org/tlog-policy file"
     )
-    verify_receipt.add_argument("--run", metavar="RUN", help="fail unless it is this run's")
+    verify_receipt.add_argument(
+        "--run",
+        metavar="RUN",
+        help="fail if it names another run (that it names RUN stays its claim: the run id "
+        "is not in the log's leaf)",
+    )
     verify_receipt.add_argument("--json", action="store_true", help="print JSON instead of text")
     add_backup_commands(add, database, reads, signed, export, _trust)
     return parser

@@ -8,15 +8,41 @@ uvicorn); without it the command says so and exits 2. The app itself is
 from __future__ import annotations
 
 import argparse
+import os
 import socket
+import stat
 import sys
+from pathlib import Path
 
 from agentplane_journal.cli import notes as notes
 from agentplane_journal.cli.base import PROG, _Exit
 from agentplane_journal.cli.db import _store
 from agentplane_journal.core.note import NoteSigner
+from agentplane_journal.web.readers import Readers, parse_readers
 
 __all__ = ["cmd_serve"]
+
+
+def _readers(path: str | None) -> Readers:
+    """The reader tokens of ``--reader-token-file`` (none without it)."""
+    if path is None:
+        return Readers()
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+        mode = os.stat(path).st_mode
+    except (OSError, UnicodeDecodeError) as exc:
+        raise _Exit(2, f"cannot read the reader token file {path}: {exc}") from None
+    try:
+        readers = parse_readers(text)
+    except ValueError as exc:
+        raise _Exit(2, f"the reader token file {path}: {exc}") from None
+    if mode & (stat.S_IRWXG | stat.S_IRWXO):
+        print(
+            f"agentplane-journal: warning: the reader token file {path} is readable by other "
+            "users; chmod 600 it",
+            file=sys.stderr,
+        )
+    return readers
 
 
 async def cmd_serve(args: argparse.Namespace) -> int:
@@ -43,11 +69,15 @@ async def cmd_serve(args: argparse.Namespace) -> int:
                 try:
                     keys[name] = notes.load_signer(args.sign_key_file, name)
                 except notes.NoteProblem as exc:
-                    raise _Exit(exc.code, exc.message) from None
+                    # A tenant whose origin is no key name: that log is not served (404).
+                    raise ValueError(exc.message) from None
             return keys[name]
 
-        signer_for(store.origin)  # a bad key file fails now, not at the first request
-        app = AccessLog(make_app(store, signer_for))
+        try:
+            signer_for(store.origin)  # a bad key file fails now, not at the first request
+        except ValueError as exc:
+            raise _Exit(2, str(exc)) from None
+        app = AccessLog(make_app(store, signer_for, _readers(args.reader_token_file)))
         config = uvicorn.Config(
             app, host=args.host, port=args.port, log_level="warning", access_log=False
         )

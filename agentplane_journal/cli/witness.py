@@ -21,6 +21,7 @@ from agentplane_journal.core.checkpoint import Checkpoint
 from agentplane_journal.core.note import NoteSigner
 from agentplane_journal.core.policy import Policy, parse_policy
 from agentplane_journal.core.receipt import Receipt, verify_receipt
+from agentplane_journal.errors import CorruptLogError
 from agentplane_journal.journal.store import SqlJournalStore
 
 __all__ = ["cmd_receipt", "cmd_verify_receipt", "cmd_witness"]
@@ -125,7 +126,17 @@ async def _receipt(
     for size in await store.cosigned_sizes():
         if size <= inc.index:
             break
-        cp, _ = await store.checkpoint_at(size)
+        if size > inc.size:
+            findings.append(
+                f"cosignature rows at size {size}: beyond this log's {inc.size} leaves, so "
+                "none of them can verify"
+            )
+            continue
+        try:
+            cp, _ = await store.checkpoint_at(size)
+        except (ValueError, CorruptLogError) as exc:
+            findings.append(f"cosignature rows at size {size}: {exc}")
+            continue
         read = await store.read_cosignatures(cp)
         findings += read.findings
         if read.lines:
@@ -170,11 +181,15 @@ async def cmd_verify_receipt(args: argparse.Namespace) -> int:
             {
                 "ok": report.ok,
                 "run": None if report.receipt is None else report.receipt.run,
+                "run_proven": False,  # the run id is the receipt's claim (see "claims")
                 "checks": [{"ok": ok, "check": text} for ok, text in report.checks],
+                "claims": list(report.claims),
                 "cosigned_by": list(report.cosigned_by),
             }
         )
     else:
         for ok, text in report.checks:
             print(f"{'ok    ' if ok else 'FAILED'} {text}")
+        for text in report.claims:
+            print(f"claim  {text}")
     return 0 if report.ok else 1

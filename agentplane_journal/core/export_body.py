@@ -43,6 +43,7 @@ import json
 import math
 from typing import Any
 
+from agentplane_journal.core import jsonload
 from agentplane_journal.core.canon import format_float
 
 __all__ = [
@@ -151,7 +152,7 @@ def serde_value(text: str | bytes) -> Any:
     """``text`` parsed with serde_json's number semantics (an integer token beyond
     ``u64``/below ``i64``, and ``-0``, is a ``float``; a number out of ``f64`` range is a
     ``ValueError``): what the reference compares a ``body`` with its wire bytes as."""
-    return json.loads(
+    return jsonload.loads(
         text, parse_int=_serde_number, parse_float=_as_f64, parse_constant=_refuse_constant
     )
 
@@ -220,7 +221,7 @@ def body_text(raw: str) -> str:
             small.append(x)
         return x
 
-    wire = json.loads(
+    wire = jsonload.loads(
         raw, parse_int=_serde_number, parse_float=f64, parse_constant=_refuse_constant
     )
     if not isinstance(wire, dict):

@@ -17,10 +17,10 @@ Pure: no I/O.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
+from agentplane_journal.core import jsonload
 from agentplane_journal.core.export_lines import parse_digest, parse_ulid_run
 from agentplane_journal.core.ids import Digest, RunId
 
@@ -41,8 +41,10 @@ def read_line(line: str | bytes) -> dict[str, Any] | str | None:
     if not line.strip():
         return None
     try:
-        value = json.loads(line)
-    except (ValueError, RecursionError):  # RecursionError: nested too deep to be a line
+        value = jsonload.loads(line)
+    except jsonload.JsonTooDeep as exc:
+        return f"a line is {exc}, so the export is unreadable from there on"
+    except ValueError:
         return "a line is not valid JSON, so the export is unreadable from there on"
     if not isinstance(value, dict):
         return "a line is not a JSON object, so the export is unreadable from there on"

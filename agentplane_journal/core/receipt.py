@@ -30,6 +30,7 @@ import base64
 import json
 from dataclasses import dataclass
 
+from agentplane_journal.core import jsonload
 from agentplane_journal.core.b64 import b64decode_canonical
 from agentplane_journal.core.checkpoint import Checkpoint
 from agentplane_journal.core.cosignature import Cosignature
@@ -88,7 +89,7 @@ def parse_receipt(text: str | bytes) -> Receipt:
     if len(lines) < 3 or not lines[1].startswith("extra "):
         raise ValueError("no 'extra' line: this receipt format carries the run and its head")
     try:
-        extra = json.loads(b64decode_canonical(lines[1][6:]).decode("utf-8"))
+        extra = jsonload.loads(b64decode_canonical(lines[1][6:]).decode("utf-8"))
     except (ValueError, UnicodeDecodeError) as exc:
         raise ValueError(f"the extra line is not base64 of JSON: {exc}") from None
     if not isinstance(extra, dict) or set(extra) != {"head", "run"}:
@@ -117,6 +118,13 @@ def parse_receipt(text: str | bytes) -> Receipt:
     return Receipt(run, head, index, tuple(proof), note)
 
 
+_RUN_CLAIM = (
+    "the receipt names run {run}, unproven: the run id is in its unauthenticated extra "
+    "line, not in the log's leaf; the run's records prove it (`agentplane-journal verify "
+    "{run}`, or its export, whose chain must end at the sealed head above)"
+)
+
+
 @dataclass(frozen=True, slots=True)
 class ReceiptReport:
     """Each check's verdict; ``ok`` only if all passed. ``cosigned_by``: policy names."""
@@ -125,6 +133,8 @@ class ReceiptReport:
     receipt: Receipt | None
     checkpoint: Checkpoint | None
     cosigned_by: tuple[str, ...]
+    claims: tuple[str, ...] = ()
+    """What the receipt says and nothing in it proves (the run id), said as such."""
 
     @property
     def ok(self) -> bool:
@@ -140,18 +150,23 @@ def _cosignatures(note: str) -> list[str]:
 def verify_receipt(text: str | bytes, policy: Policy, run: str | None = None) -> ReceiptReport:
     """Check a receipt offline against ``policy``: log signature, witness quorum, inclusion.
 
-    ``run``: the run the caller expects (else the receipt's own is reported). Never raises
-    for a hostile file: a malformed receipt or note, a hostile cosignature line, a wrong
-    proof all come back as failed checks.
+    ``run``: the run the caller expects. The receipt cannot prove it (the run id is not in
+    the leaf), so a receipt naming another run is a failed check, and one naming ``run`` is
+    a *claim* (:attr:`ReceiptReport.claims`), never a passed check. Never raises for a
+    hostile file: a malformed receipt or note, a hostile cosignature line, a wrong proof all
+    come back as failed checks.
     """
     checks: list[tuple[bool, str]] = []
     try:
         receipt = parse_receipt(text)
     except ValueError as exc:
         return ReceiptReport(((False, f"the receipt is well formed ({exc})"),), None, None, ())
-    checks.append((True, f"the receipt is well formed (run {receipt.run}, leaf {receipt.index})"))
-    if run is not None:
-        checks.append((receipt.run == run, f"the receipt is for run {run}"))
+    checks.append((True, f"the receipt is well formed (leaf {receipt.index})"))
+    claims: list[str] = []
+    if run is not None and receipt.run != run:
+        checks.append((False, f"the receipt names run {run} (it names {receipt.run})"))
+    elif run is not None:
+        claims.append(_RUN_CLAIM.format(run=run))
     if not policy.logs:
         checks.append((False, "the policy names a log key (it lists no 'log' line)"))
         return ReceiptReport(tuple(checks), receipt, None, ())
@@ -212,4 +227,4 @@ def verify_receipt(text: str | bytes, policy: Policy, run: str | None = None) ->
             f"the sealed head {receipt.head.hex()[:16]}… is leaf {receipt.index} of the checkpoint",
         )
     )
-    return ReceiptReport(tuple(checks), receipt, checkpoint, names)
+    return ReceiptReport(tuple(checks), receipt, checkpoint, names, tuple(claims))

@@ -156,6 +156,10 @@ class TilePath:
 _INDEX = re.compile(r"(?:x\d{3}/)*\d{3}")
 _LEVEL = re.compile(r"0|[1-9]\d?")
 _WIDTH = re.compile(r"[1-9]\d{0,2}")
+# A log of at most 2**63 leaves has tile indexes below 2**55 (17 digits, six groups of
+# three); seven groups is ample, and anything longer is no tile of any log.
+_MAX_INDEX_TEXT = 7 * 4 - 1
+_MAX_INDEX = 1 << 55
 
 
 def parse_tile_path(path: str) -> TilePath | None:
@@ -170,9 +174,11 @@ def parse_tile_path(path: str) -> TilePath | None:
         if not _WIDTH.fullmatch(w) or not 1 <= int(w) < TILE_WIDTH:
             return None
         width = int(w)
-    if not _INDEX.fullmatch(rest):
-        return None
+    if len(rest) > _MAX_INDEX_TEXT or not _INDEX.fullmatch(rest):
+        return None  # bounded before int(): 4,300 digits would be a ValueError there
     index = int(rest.replace("x", "").replace("/", ""))
+    if index >= _MAX_INDEX:
+        return None
     if head == "entries":
         return TilePath(True, Tile(0, index, width))
     if not _LEVEL.fullmatch(head) or int(head) > MAX_TILE_LEVEL:

@@ -40,6 +40,8 @@ __all__ = [
     "proof_from_nodes",
     "range_nodes",
     "root_from_nodes",
+    "root_with",
+    "sibling_nodes",
 ]
 
 MAX_LEVEL = 62
@@ -193,3 +195,50 @@ class TreeBuilder:
 
     def frontier_hashes(self) -> Iterator[tuple[Node, bytes]]:
         yield from self._frontier.items()
+
+
+def sibling_nodes(size: int, level: int, lo: int, hi: int) -> list[Node]:
+    """The stored nodes that, with the nodes ``(level, lo..hi-1)``, make the root of the
+    tree of ``size`` leaves: at most ~2 log2 n, the proof of that range.
+
+    How a tile is checked against a verified root (``serve``): hash the tile's nodes up
+    with these and compare. ``hi << level`` must not exceed ``size``.
+    """
+    if not 0 <= lo < hi or hi << level > size:
+        raise ValueError(f"nodes ({level}, {lo}..{hi - 1}) are not within {size} leaves")
+    first, end = lo << level, hi << level
+    out: list[Node] = []
+    todo = list(reversed(frontier(size)))
+    while todo:
+        lev, idx = node = todo.pop()
+        if (idx + 1) << lev <= first or idx << lev >= end:
+            out.append(node)
+        elif lev > level:
+            todo += [(lev - 1, 2 * idx + 1), (lev - 1, 2 * idx)]
+    return out
+
+
+def root_with(
+    size: int, level: int, lo: int, given: list[bytes], hashes: Mapping[Node, bytes]
+) -> bytes:
+    """The root of the tree of ``size`` leaves from the nodes ``(level, lo + i) = given[i]``
+    and the stored :func:`sibling_nodes` around them in ``hashes``; every node above the
+    given ones is computed, never read."""
+    known = {(level, lo + i): h for i, h in enumerate(given)}
+    first, end = lo << level, (lo + len(given)) << level
+
+    def node_hash(node: Node) -> bytes:
+        lev, idx = node
+        if (idx + 1) << lev <= first or idx << lev >= end:
+            if node not in hashes:
+                raise MissingNodeError(node)
+            return hashes[node]
+        if lev == level:
+            return known[node]
+        return raw_node(node_hash((lev - 1, 2 * idx)), node_hash((lev - 1, 2 * idx + 1)))
+
+    pieces = [node_hash(n) for n in frontier(size)]
+    acc = pieces[-1]
+    for piece in reversed(pieces[:-1]):
+        acc = raw_node(piece, acc)
+    return acc

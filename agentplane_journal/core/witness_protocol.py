@@ -8,9 +8,10 @@ c2sp.org/tlog-witness:
 * **200**: one or more signature lines; the ones from the witness's key must verify over
   the checkpoint, else the answer is :class:`WitnessUnavailableError` (a witness whose
   signature does not verify has said nothing).
-* **409** ``text/x.tlog.size``: *stale*, not forked. The body is the witness's size, and a
-  409 whose body is not a size is an unavailable witness, never a fork (a blank body or an
-  HTML error page from a proxy must not page anyone about integrity).
+* **409** ``text/x.tlog.size``: *stale*, not forked. The body is the witness's size (a
+  uint64, as C2SP says), and a 409 whose body is not one is an unavailable witness, never
+  a fork (a blank body, ``-1``, ``2**64`` or an HTML error page from a proxy must not page
+  anyone about integrity).
 * **422**: the consistency proof does not verify against what the witness holds, or the
   same size with another root: *forked* (:class:`WitnessForkedError`).
 * **400**: only a fork-class answer when the request itself shows why (old size above the
@@ -33,10 +34,23 @@ from agentplane_journal.errors import (
     WitnessUnavailableError,
 )
 
-__all__ = ["MAX_PROOF_LINES", "add_checkpoint_body", "read_answer"]
+__all__ = [
+    "MAX_ANSWER_BYTES",
+    "MAX_PROOF_LINES",
+    "UINT64_MAX",
+    "add_checkpoint_body",
+    "read_answer",
+]
 
 MAX_PROOF_LINES = 63
 """The most consistency proof lines a client may send."""
+
+MAX_ANSWER_BYTES = 64 * 1024
+"""The largest answer body read from a witness: a cosignature line is ~150 bytes, a size
+20 digits; anything near this is not an answer, and is not read on."""
+
+UINT64_MAX = (1 << 64) - 1
+"""C2SP sizes are uint64: a decimal, no sign, no leading zero, at most this."""
 
 _SIZE_TYPE = "text/x.tlog.size"
 
@@ -53,8 +67,12 @@ def add_checkpoint_body(old_size: int, proof: Sequence[Digest], signed_note: str
 
 
 def _size(text: str) -> int | None:
+    """A C2SP uint64 size (the body of a 409), or ``None`` for anything else: a sign, a
+    leading zero, non-ASCII digits, or a value of 2**64 or more (bounded before ``int()``)."""
     text = text.strip()
     if not text or not text.isascii() or not text.isdigit() or (len(text) > 1 and text[0] == "0"):
+        return None
+    if len(text) > len(str(UINT64_MAX)) or int(text) > UINT64_MAX:
         return None
     return int(text)
 

@@ -13,9 +13,9 @@ A base of :class:`~agentplane_journal.journal.store.SqlJournalStore`. What it ho
   only what verified: that is what ``serve`` appends to a served checkpoint and what
   ``receipt`` puts in a proof; a reader still checks them against *its* policy.
 * **The witness's size is remembered by its cosignatures.** The largest size a key
-  cosigned for this tenant is the ``old`` size the next add-checkpoint sends; no second
-  table. A witness moved on by someone else answers 409 with its size, and the client
-  retries from there.
+  cosigned for this tenant, among the rows that verify, is the ``old`` size the next
+  add-checkpoint sends; no second table. A witness moved on by someone else answers 409
+  with its size, and the client retries from there.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import func, select, union_all
+from sqlalchemy import select, union_all
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from agentplane_journal.core import tree
@@ -34,8 +34,11 @@ from agentplane_journal.core.merkle import EMPTY_ROOT
 from agentplane_journal.db.models import LogCosignature, LogTree
 from agentplane_journal.db.unit import Repository
 from agentplane_journal.errors import CorruptLogError
+from agentplane_journal.journal.log_audit import MAX_LOG_INDEX
 
 __all__ = ["CosignatureRead", "Cosignatures"]
+
+_SIZES_TRIED = 64  # stored rows of one witness tried, newest first, for its size
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,21 +203,46 @@ class Cosignatures(Repository):
 
     async def witness_size(self, key: CosignerKey) -> int:
         """The largest size ``key`` cosigned for this tenant (0 if none): the ``old`` size of
-        the next add-checkpoint to that witness. Read on the primary."""
+        the next add-checkpoint to that witness. Read on the primary.
 
-        async def unit(session: AsyncSession) -> object:
-            return (
-                await session.execute(
-                    select(func.max(LogCosignature.tree_size)).where(
-                        LogCosignature.tenant == self.tenant,
-                        LogCosignature.cosigner == key.name,
-                        LogCosignature.key_id == key.key_hash,
-                    )
+        Only a row that verifies counts (against the checkpoint of this log at its size, with
+        its own key): a garbage row, at a size beyond the log or with a line that never
+        verified, would otherwise make the round report a fork without asking the witness.
+        The newest :data:`_SIZES_TRIED` rows are tried; if none verifies, 0 (the witness
+        answers 409 with its size, and the round resends from there).
+        """
+
+        async def unit(session: AsyncSession) -> list[tuple[object, ...]]:
+            rows = await session.execute(
+                select(
+                    LogCosignature.tree_size,
+                    LogCosignature.cosigner,
+                    LogCosignature.key_id,
+                    LogCosignature.root,
+                    LogCosignature.vkey,
+                    LogCosignature.cosigned_at,
+                    LogCosignature.line,
                 )
-            ).scalar()
+                .where(
+                    LogCosignature.tenant == self.tenant,
+                    LogCosignature.cosigner == key.name,
+                    LogCosignature.key_id == key.key_hash,
+                )
+                .order_by(LogCosignature.tree_size.desc())
+                .limit(_SIZES_TRIED)
+            )
+            return [tuple(r) for r in rows]
 
-        size = await self._unit(unit, read_only=True, primary=True)
-        return size if type(size) is int and size >= 0 else 0
+        for size, *row in await self._unit(unit, read_only=True, primary=True):
+            if type(size) is not int or not 0 < size <= MAX_LOG_INDEX + 1:
+                continue
+            try:
+                checkpoint, _ = await self.checkpoint_at(size)
+            except (ValueError, CorruptLogError):
+                continue  # beyond this log, or its tree is damaged: not a size it holds
+            if not isinstance(_check_row(checkpoint, tuple(row)), str):
+                return size
+        return 0
 
     async def checkpoint_at(self, size: int, old_size: int = 0) -> tuple[Checkpoint, list[Digest]]:
         """The checkpoint of this log at a past ``size`` and the consistency proof to it from
@@ -227,6 +255,8 @@ class Cosignatures(Repository):
         """
         if not 0 <= old_size <= size:
             raise ValueError(f"old size {old_size} is not within 0..{size}")
+        if size > MAX_LOG_INDEX + 1:
+            raise ValueError(f"this log has fewer than {size} leaves (no log holds that many)")
         if size == 0:
             return Checkpoint(self.origin, 0, EMPTY_ROOT), []
         ranges = tree.consistency_ranges(old_size, size) if 0 < old_size < size else []
@@ -261,4 +291,8 @@ class Cosignatures(Repository):
             )
             return list(rows.scalars())
 
-        return [s for s in await self._unit(unit, read_only=True) if type(s) is int and s >= 0]
+        return [
+            s
+            for s in await self._unit(unit, read_only=True)
+            if type(s) is int and 0 <= s <= MAX_LOG_INDEX + 1
+        ]

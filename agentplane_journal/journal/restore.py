@@ -31,12 +31,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agentplane_journal.core import jsonload
 from agentplane_journal.core.append import RESERVED_MEMBERS, Append
 from agentplane_journal.core.checkpoint import Checkpoint
 from agentplane_journal.core.export_lines import PROFILE_BY_CANON, RUN_BLOCK
@@ -133,7 +133,7 @@ def _wire(value: dict[str, Any], number: int) -> dict[str, Any]:
             "the chain hashed, so the file is refused instead of guessed at"
         )
     try:
-        body = json.loads(raw)
+        body = jsonload.loads(raw)
     except ValueError as exc:
         body = exc
     if not isinstance(body, dict):

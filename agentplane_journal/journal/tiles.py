@@ -16,13 +16,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import and_, select
+from sqlalchemy import and_, exists, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from agentplane_journal.core.checkpoint import Checkpoint
 from agentplane_journal.core.merkle import raw_leaf
 from agentplane_journal.core.tiles import TILE_WIDTH, Tile, encode_bundle
-from agentplane_journal.db.models import LogTree, RunSeal
+from agentplane_journal.db.models import Journal, LogTree, RunSeal
 from agentplane_journal.errors import CorruptLogError
 
 if TYPE_CHECKING:
@@ -32,6 +32,7 @@ __all__ = [
     "cosignature_lines",
     "entry_bundles",
     "hash_tiles",
+    "log_exists",
     "log_tenants",
     "read_entries",
     "read_hashes",
@@ -168,19 +169,47 @@ async def cosignature_lines(store: SqlJournalStore, note_body: str) -> list[str]
 
 
 async def recent_seals(
-    store: SqlJournalStore, limit: int, *, session: AsyncSession | None = None
-) -> list[tuple[object, object, object, object]]:
-    """The last ``limit`` seals of the log, newest first: ``(run_id, chain_head, log_index,
-    outcome)`` *as stored* (the audit page shows a hostile row as failing, never crashes)."""
+    store: SqlJournalStore,
+    limit: int,
+    *,
+    before: int | None = None,
+    session: AsyncSession | None = None,
+) -> list[tuple[object, ...]]:
+    """Up to ``limit`` seals of the log, newest first, those with a ``log_index`` below
+    ``before`` (a page of the audit page's list): ``(run_id, chain_head, log_index,
+    outcome, sealed_at)`` *as stored* (the audit page shows a hostile row as failing, never
+    crashes)."""
     stmt = (
-        select(RunSeal.run_id, RunSeal.chain_head, RunSeal.log_index, RunSeal.outcome)
+        select(
+            RunSeal.run_id,
+            RunSeal.chain_head,
+            RunSeal.log_index,
+            RunSeal.outcome,
+            RunSeal.sealed_at,
+        )
         .where(RunSeal.tenant == store.tenant)
         .order_by(RunSeal.log_index.desc())
         .limit(limit)
     )
+    if before is not None:
+        stmt = stmt.where(RunSeal.log_index < before)
 
-    async def unit(session: AsyncSession) -> list[tuple[object, object, object, object]]:
-        return [tuple(row) for row in await session.execute(stmt)]  # type: ignore[misc]
+    async def unit(session: AsyncSession) -> list[tuple[object, ...]]:
+        return [tuple(row) for row in await session.execute(stmt)]
+
+    return await store._unit(unit, read_only=True, session=session)
+
+
+async def log_exists(store: SqlJournalStore, *, session: AsyncSession | None = None) -> bool:
+    """Whether the tenant has any run (a record or a seal): a page for one that has none
+    is a 404, so a made-up name renders nothing (two primary-key probes)."""
+    stmt = select(
+        exists().where(Journal.tenant == store.tenant),
+        exists().where(RunSeal.tenant == store.tenant),
+    )
+
+    async def unit(session: AsyncSession) -> bool:
+        return any((await session.execute(stmt)).one())
 
     return await store._unit(unit, read_only=True, session=session)
 

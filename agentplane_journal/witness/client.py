@@ -28,13 +28,19 @@ from agentplane_journal.core.checkpoint import Checkpoint
 from agentplane_journal.core.cosignature import Cosignature
 from agentplane_journal.core.ids import Digest
 from agentplane_journal.core.policy import Policy, PolicyWitness
-from agentplane_journal.core.witness_protocol import add_checkpoint_body, read_answer
+from agentplane_journal.core.witness_protocol import (
+    MAX_ANSWER_BYTES,
+    add_checkpoint_body,
+    read_answer,
+)
 from agentplane_journal.errors import (
+    StoreError,
     WitnessError,
     WitnessForkedError,
     WitnessStaleError,
     WitnessUnavailableError,
 )
+from agentplane_journal.journal.log_audit import MAX_LOG_INDEX
 
 if TYPE_CHECKING:
     from agentplane_journal.core.note import NoteSigner
@@ -66,17 +72,26 @@ class HttpWitness:
         self, checkpoint: Checkpoint, signed_note: str, old_size: int, proof: Sequence[Digest]
     ) -> Cosignature:
         """POST add-checkpoint; the verified cosignature, or the :class:`WitnessError` the
-        answer amounts to (:func:`~agentplane_journal.core.witness_protocol.read_answer`)."""
+        answer amounts to (:func:`~agentplane_journal.core.witness_protocol.read_answer`).
+
+        The whole exchange (connecting, sending, every byte of the answer) has one deadline,
+        ``timeout`` seconds: a witness trickling a byte every half second is cut off there,
+        not kept for ever by a per-read timeout. The answer is read raw (no content coding)
+        up to :data:`~agentplane_journal.core.witness_protocol.MAX_ANSWER_BYTES`; a longer
+        one is not read on.
+        """
         httpx = _httpx()
         body = add_checkpoint_body(old_size, proof, signed_note)
         try:
-            response = await self._client.post(
-                self.url,
-                content=body,
-                headers={"Content-Type": "text/plain; charset=utf-8"},
-                timeout=self._timeout,
+            status, content_type, content = await asyncio.wait_for(
+                self._exchange(body), self._timeout
             )
-            content = await response.aread()
+        except TimeoutError:
+            raise WitnessUnavailableError(
+                self.witness.name,
+                f"no complete answer from {self.url} within {self._timeout:g} s "
+                "(the deadline of the whole request; --timeout)",
+            ) from None
         except httpx.HTTPError as exc:
             raise WitnessUnavailableError(
                 self.witness.name, f"cannot reach {self.url}: {exc!s} ({type(exc).__name__})"
@@ -86,16 +101,39 @@ class HttpWitness:
             self.witness.key,
             checkpoint,
             old_size,
-            response.status_code,
-            response.headers.get("content-type"),
+            status,
+            content_type,
             content,
         )
+
+    async def _exchange(self, body: bytes) -> tuple[int, str | None, bytes]:
+        """The answer's status, content type and body (raw, bounded)."""
+        headers = {"Content-Type": "text/plain; charset=utf-8", "Accept-Encoding": "identity"}
+        async with self._client.stream(
+            "POST", self.url, content=body, headers=headers, timeout=self._timeout
+        ) as response:
+            coding = response.headers.get("content-encoding", "identity").strip().lower()
+            if coding not in ("", "identity"):
+                raise WitnessUnavailableError(
+                    self.witness.name, f"it answered in content coding {coding!r}, not asked for"
+                )
+            content = bytearray()
+            async for chunk in response.aiter_bytes():  # identity: the raw bytes
+                content += chunk
+                if len(content) > MAX_ANSWER_BYTES:
+                    raise WitnessUnavailableError(
+                        self.witness.name,
+                        f"its answer is larger than {MAX_ANSWER_BYTES} bytes, which no "
+                        "add-checkpoint answer is; it was not read on",
+                    )
+            return response.status_code, response.headers.get("content-type"), bytes(content)
 
 
 @dataclass(frozen=True, slots=True)
 class WitnessOutcome:
-    """What one witness said: ``cosigned``, ``forked``, ``stale``, ``unavailable`` or
-    ``no-url`` (the policy gives no submission URL, so it was not asked)."""
+    """What one witness said: ``cosigned``, ``forked``, ``stale``, ``unavailable``,
+    ``no-url`` (the policy gives no submission URL, so it was not asked) or ``error`` (the
+    database failed while asking it: nothing is known about the witness)."""
 
     witness: str
     status: str
@@ -149,6 +187,17 @@ async def _ahead(store: SqlJournalStore, name: str, size: int, checkpoint: Check
 async def _ask(
     store: SqlJournalStore, http: HttpWitness, checkpoint: Checkpoint, note: str
 ) -> WitnessOutcome:
+    """One witness's outcome; whatever goes wrong asking it is its outcome alone, reported
+    beside the others' answers (a database error is ``error``, never ``forked``)."""
+    try:
+        return await _ask_once(store, http, checkpoint, note)
+    except StoreError as exc:
+        return WitnessOutcome(http.witness.name, "error", f"the database: {exc}")
+
+
+async def _ask_once(
+    store: SqlJournalStore, http: HttpWitness, checkpoint: Checkpoint, note: str
+) -> WitnessOutcome:
     name = http.witness.name
     old = await store.witness_size(http.witness.key)
     for attempt in range(2):
@@ -159,6 +208,13 @@ async def _ask(
             cosig = await http.add_checkpoint(checkpoint, note, old, proof)
         except WitnessStaleError as stale:
             size = stale.witness_size
+            if size > MAX_LOG_INDEX + 1:
+                return WitnessOutcome(
+                    name,
+                    "unavailable",
+                    f"it answered 409 with size {size}, more leaves than any log this journal "
+                    "can hold: a protocol error, not a view of this log",
+                )
             if attempt == 0 and size != old and size <= checkpoint.size:
                 old = size  # routine: someone moved it on; send from there
                 continue
