@@ -26,7 +26,7 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar, overload
 
 from agentplane_journal.core.admission import RUN_ADMITTED
 from agentplane_journal.core.checks import check_label, check_ttl
@@ -88,6 +88,23 @@ class Steps:
         self._boundary = _boundary
         self.workflows: dict[str, Workflow[Any, Any]] = {}
         self.effects: dict[str, Effect[Any, Any]] = {}
+
+    # Two signatures, because without a reconcile function nothing at the call binds P and R:
+    # in one signature mypy solved them there, as Never, refusing every decorated function.
+    # Alone in the return type they stay the decorated function's.
+    @overload
+    def effect(
+        self, name: str, *, reconcile: None = None, attempts: int = 3
+    ) -> Callable[[Callable[P, Awaitable[R]]], Effect[P, R]]: ...
+
+    @overload
+    def effect(
+        self,
+        name: str,
+        *,
+        reconcile: Callable[P, Awaitable[Reconciliation[R]]],
+        attempts: int = 3,
+    ) -> Callable[[Callable[P, Awaitable[R]]], Effect[P, R]]: ...
 
     def effect(
         self,
