@@ -10,6 +10,7 @@ python blocks are whole programs, and they pass ``mypy --strict`` as a reader's 
 from __future__ import annotations
 
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -153,3 +154,12 @@ def test_the_runnable_python_blocks_pass_mypy_strict(tmp_path: Path) -> None:
         timeout=600,
     )
     assert result.returncode == 0, f"{names}\n{result.stdout}{result.stderr}"
+
+
+def test_no_page_quotes_a_test_count() -> None:
+    """Counts and suite times drift (the docs once gave three); the suite counts itself
+    (``pytest --collect-only -q``), so no page quotes one."""
+    count = re.compile(r"\b\d[\d,]* (?:tests|passed)\b")
+    for page in (*PAGES, ROOT / "CONTRIBUTING.md"):
+        found = count.findall(page.read_text(encoding="utf-8"))
+        assert not found, f"{page}: {found}"
