@@ -131,8 +131,15 @@ def test_the_runnable_block_runs_twice_in_one_fresh_directory(
         assert first.startswith("agentplane\n1\n") and second.startswith("agentplane\n2\n")
 
 
-def test_the_runnable_python_blocks_pass_mypy_strict(tmp_path: Path) -> None:
-    """Each runnable python block as a module of its own, under ``mypy --strict``."""
+def test_the_runnable_python_blocks_pass_mypy_strict(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """Each runnable python block as a module of its own, under ``mypy --strict``.
+
+    mypy's cache is kept in pytest's cache directory: checking the frameworks the examples
+    import (LangGraph, Pydantic AI, the Agents SDK) is most of the cost, and they do not
+    change between runs."""
+    cache = request.config.cache.mkdir("mypy-doc-examples") if request.config.cache else None
     names: dict[str, str] = {}
     for n, block in enumerate(b for b in RUNNABLE if b.lang == "python"):
         name = f"example_{n}.py"
@@ -141,7 +148,7 @@ def test_the_runnable_python_blocks_pass_mypy_strict(tmp_path: Path) -> None:
     (tmp_path / "agentplane_journal").symlink_to(ROOT / "agentplane_journal")
     (tmp_path / "mypy.ini").write_text(
         "[mypy]\nstrict = True\nwarn_unused_ignores = True\nfollow_imports = silent\n"
-        "python_version = 3.11\ncache_dir = .mypy_cache\n"
+        f"python_version = 3.11\ncache_dir = {cache or '.mypy_cache'}\n"
         "[mypy-asyncpg.*]\nignore_missing_imports = True\n"
     )
     env = {k: v for k, v in os.environ.items() if k not in ("MYPYPATH", "PYTHONPATH")}
