@@ -84,18 +84,21 @@ async def test_the_readme_host_example_runs_as_written(tmp_path: Path, url: str)
     assert "orders" in await table_names(url)
 
     env = {**os.environ, "DATABASE_URL": url}  # an async URL, as create_async_engine needs
-    result = await asyncio.to_thread(
-        subprocess.run,
-        [sys.executable, "-m", "shop.app"],
-        cwd=root,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert result.returncode == 0, result.stderr
-    assert re.fullmatch(r"1 order, run run_[0-9A-Z]{26}: 2 records\n", result.stdout), result.stdout
-    assert await query(url, "SELECT count(*) FROM journal") == [(2,)]
+    for placed in (1, 2):  # the guide's command, and the same again: a reader runs it twice
+        result = await asyncio.to_thread(
+            subprocess.run,
+            [sys.executable, "-m", "shop.app"],
+            cwd=root,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert result.returncode == 0, result.stderr
+        printed = r"run run_[0-9A-Z]{26}: 2 records; declined orders kept: 0\n"
+        assert re.fullmatch(printed, result.stdout), result.stdout
+        assert await query(url, "SELECT count(*) FROM orders") == [(placed,)]
+        assert await query(url, "SELECT count(*) FROM journal") == [(2 * placed,)]
 
 
 async def test_the_readme_sync_pattern_runs_and_asyncio_run_per_call_does_not(
