@@ -140,4 +140,4 @@ def commands(block: Block) -> str:
 
 def for_dialect(code: str, url: str | None) -> str:
     """The block's text with its PostgreSQL URLs replaced by ``url`` (when it runs there)."""
-    return code if url is None else PG_URL.sub(url, code)
+    return code if url is None else PG_URL.sub(lambda _: url, code)
