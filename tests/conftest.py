@@ -114,6 +114,9 @@ SLOW_FILES = frozenset(
 SLOW_TESTS = frozenset(
     {
         "test_eight_processes_upgrading_one_fresh_database_at_once_all_succeed",
+        # tests/test_docs_examples.py: its checks of the markers stay in the quick loop
+        "test_the_runnable_block_runs_twice_in_one_fresh_directory",
+        "test_the_runnable_python_blocks_pass_mypy_strict",
         "test_verify_and_export_all_hold_a_page_not_a_run_of_large_records",
         "test_a_sample_of_logs_up_to_10000_answers_as_the_pure_functions",
         "test_audit_names_the_first_position_where_the_stored_tree_lies_and_reindex_repairs",

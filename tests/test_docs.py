@@ -1,9 +1,7 @@
-"""The documentation site builds with warnings as errors, and its examples run as written.
+"""The documentation site builds with warnings as errors, and says what the package holds.
 
-A runnable example is a fenced ```python block directly preceded by the line
-``<!-- runnable -->`` (invisible when rendered): a whole program, run with ``python -c`` in a
-fresh temporary directory (SQLite files land there); an async one calls ``asyncio.run``
-itself. docs/tests.md documents the convention.
+Its code blocks are run by tests/test_docs_examples.py (the markers: tests/docblocks.py and
+docs/tests.md).
 """
 
 from __future__ import annotations
@@ -15,11 +13,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
+from docblocks import blocks
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
-RUNNABLE = re.compile(r"^<!-- runnable -->\n```python\n(.*?)^```", re.S | re.M)
 
 
 def _env() -> dict[str, str]:
@@ -45,50 +42,11 @@ def test_the_site_builds_strict(tmp_path: Path) -> None:
     assert 'id="agentplane_journal.journal.store.SqlJournalStore.verify"' in api  # inherited
 
 
-def _examples() -> list[tuple[str, str]]:
-    found = []
-    for page in sorted(DOCS.rglob("*.md")):
-        for n, match in enumerate(RUNNABLE.finditer(page.read_text(encoding="utf-8"))):
-            found.append((f"{page.relative_to(DOCS)}#{n}", match.group(1)))
-    return found
-
-
-EXAMPLES = _examples()
-
-
-def test_the_runnable_examples_are_found() -> None:
-    pages = {name.split("#")[0] for name, _ in EXAMPLES}
-    assert {"tutorial.md", "spec/wire-format.md", "spec/export-format.md"} <= pages
-    # A marker must sit right on a python block: one that does not would be silently skipped.
-    for page in DOCS.rglob("*.md"):
-        text = page.read_text(encoding="utf-8")
-        markers = re.findall(r"^<!-- runnable -->$", text, re.M)
-        assert len(markers) == len(RUNNABLE.findall(text)), page
-
-
-@pytest.mark.parametrize(("name", "code"), EXAMPLES, ids=[name for name, _ in EXAMPLES])
-def test_the_runnable_example_runs_as_written(name: str, code: str, tmp_path: Path) -> None:
-    result = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=tmp_path,
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, f"{name}:\n{result.stderr}"
-
-
-def test_the_tutorial_example_runs_end_to_end_and_is_the_readmes(tmp_path: Path) -> None:
-    (code,) = [code for name, code in EXAMPLES if name.startswith("tutorial.md")]
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert f"## Using it\n\n```python\n{code}```" in readme
-    result = subprocess.run(
-        [sys.executable, "-c", code], cwd=tmp_path, env=_env(), capture_output=True, text=True
-    )
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.startswith("agentplane\n1\n")  # the checkpoint note of a 1-run log
-    assert (tmp_path / "journal.db").is_file()
+def test_the_tutorial_example_is_the_readmes() -> None:
+    """One example, shown twice: tests/test_docs_examples.py runs it (twice, in one place)."""
+    [tutorial] = [b.code for b in blocks(DOCS / "tutorial.md") if b.lang == "python"]
+    [readme] = [b.code for b in blocks(ROOT / "README.md") if b.lang == "python"]
+    assert tutorial == readme
 
 
 def test_the_module_map_names_every_module() -> None:

@@ -11,6 +11,7 @@ signatures refuse, or a fragment that drifted from the API, fails.
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import subprocess
@@ -54,9 +55,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from agentplane_journal import Append, Lease, RunId, SqlJournalStore, SqlPushStore, upgrade
 
 
-class Base(DeclarativeBase):
-    pass
-
+{models}
 
 class Account(Base):
     __tablename__ = "accounts"
@@ -65,16 +64,9 @@ class Account(Base):
     balance: Mapped[int] = mapped_column(BigInteger)
 
 
-class Order(Base):
-    __tablename__ = "orders"
-
-    id: Mapped[int] = mapped_column(primary_key=True)
-    number: Mapped[str] = mapped_column(Text)
-    run_id: Mapped[str] = mapped_column(Text)
-
-
 class OrderIn:  # a request body (a pydantic model in FastAPI)
-    number: str
+    item: str
+    amount_cents: int
     run: RunId
     epoch: int
 
@@ -124,12 +116,18 @@ def snippet_name(code: str) -> str | None:
 
 def test_the_host_guide_fragments_type_check_strictly(tmp_path: Path) -> None:
     blocks = python_blocks(HOST_GUIDE)
+    assert blocks[0].startswith("# shop/models.py\n"), "the guide's models come first"
     names = [snippet_name(code) for code in blocks]
     assert sorted(map(str, names)) == sorted(map(str, SNIPPETS.values())), "missing or repeated"
+    # The guide's own models (its Order, Base), so a fragment using a field they lack fails.
+    models = "\n".join(
+        line for line in blocks[0].splitlines() if not line.startswith(("# ", "from sqlalchemy"))
+    )
+    prelude = FRAGMENT_PRELUDE.format(models=models)
     for name, code in zip(names, blocks, strict=True):
         if name is not None:
             wrapped = "async def _snippet() -> None:\n" + textwrap.indent(code, "    ")
-            (tmp_path / name).write_text(FRAGMENT_PRELUDE + "\n\n" + wrapped, encoding="utf-8")
+            (tmp_path / name).write_text(prelude + "\n\n" + wrapped, encoding="utf-8")
     # This checkout's package, not an installed one; its own errors are the test above's.
     (tmp_path / "agentplane_journal").symlink_to(ROOT / "agentplane_journal")
     (tmp_path / "mypy.ini").write_text(
@@ -178,6 +176,15 @@ async def main(store: SqlJournalStore) -> None:
         reveal_type(admission)
     await charge("1", "card")  # E: the wrong argument type
     await checkout.start("k", {"a": 1}, 2)  # E: too many arguments
+
+    @steps.effect("email")  # no reconcile function: the signature is still the function's
+    async def send(to: str, body: str) -> bool:
+        return True
+
+    @steps.workflow("notify")
+    async def notify(to: str) -> None:
+        reveal_type(await send(to, "hi"))
+        await send(to, 1)  # E: the wrong argument type
 """
 
 
@@ -195,8 +202,35 @@ def test_the_steps_decorators_keep_signatures_and_return_types(tmp_path: Path) -
         "int",
         "int | None",
         "agentplane_journal.steps.values.InFlight",
+        "bool",
     ], out
     errors = [line for line in out.splitlines() if ": error:" in line]
-    assert len(errors) == 2, out
+    assert len(errors) == 3, out
     assert 'Argument 1 to "__call__" of "Effect" has incompatible type "str"' in errors[0], out
     assert "Too many arguments" in errors[1], out
+    assert 'Argument 2 to "__call__" of "Effect" has incompatible type "int"' in errors[2], out
+
+
+def test_the_host_guide_fragments_build_its_models_with_their_own_columns() -> None:
+    """A mapped class takes any keyword to mypy (``**kw: Any``), so a fragment building the
+    guide's ``Order`` with a field it lacks passes the type check and fails at run time:
+    each ``Model(...)`` call's keywords are held to the guide's own model's columns."""
+    blocks = python_blocks(HOST_GUIDE)
+    columns: dict[str, set[str]] = {}
+    for node in ast.walk(ast.parse(blocks[0])):  # shop/models.py
+        if isinstance(node, ast.ClassDef):
+            columns[node.name] = {
+                item.target.id
+                for item in node.body
+                if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)
+            }
+    assert columns.get("Order") and columns.get("Base") == set()
+    seen = 0
+    for code in blocks:
+        tree = ast.parse(code)  # top-level await parses (only compiling refuses it)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) in columns:
+                fields = {kw.arg for kw in node.keywords}
+                assert fields <= columns[node.func.id], (node.func.id, fields, code)
+                seen += 1
+    assert seen >= 2  # the app's and the FastAPI fragment's Order(...)

@@ -90,8 +90,9 @@ class Steps:
         self.workflows: dict[str, Workflow[Any, Any]] = {}
         self.effects: dict[str, Effect[Any, Any]] = {}
 
-    # Two signatures so that an effect keeps its own under a type checker: with no
-    # ``reconcile`` there is nothing to infer P and R from but the decorated function.
+    # Two signatures, because without a reconcile function nothing at the call binds P and R:
+    # in one signature mypy solved them there, as Never, refusing every decorated function.
+    # Alone in the return type they stay the decorated function's.
     @overload
     def effect(
         self, name: str, *, reconcile: None = None, attempts: int = 3
