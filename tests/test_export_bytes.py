@@ -291,7 +291,7 @@ def test_a_whole_record_line_with_escapes_and_a_signature() -> None:
     esc = 'é\\"\\\\\\u0001\\n\\t\x7f\u2028\U0001f600/'
     assert record_line(signed) == (
         f'{{"seq":1,"body":{{{V1},"kind":"Note","text":"{esc}"}},"prev_hash":"{ZERO}",'
-        f'"hash":"{want_hash}","attestation":{{"key_id":"k1","signature":[0,1,255]}},'
+        f'"hash":"{want_hash}","attestation":{{"key_id":"k1","signature":"0001ff"}},'
         # raw: the canonical text (sorted members) as a JSON string, escaped once more.
         f'"raw":"{{\\"epoch\\":1,\\"kind\\":\\"Note\\",\\"run\\":\\"{R}\\",\\"seq\\":1,'
         f'\\"text\\":\\"é\\\\\\"\\\\\\\\\\\\u0001\\\\n\\\\t\x7f\u2028\U0001f600/\\",\\"v\\":1}}"}}'

@@ -118,12 +118,19 @@ def _same(a: object, b: object) -> bool:
 
 
 def _attestation(value: object) -> tuple[str, bytes] | None:
+    """A line's ``attestation``: the signature as hex (agentplane's ``hex_bytes``, what both
+    write now), or as an array of byte values (this package's files from before)."""
     if not isinstance(value, dict):
         return None
     key_id, sig = value.get("key_id"), value.get("signature")
-    if not isinstance(key_id, str) or not isinstance(sig, list):
+    if not isinstance(key_id, str):
         return None
-    if not all(type(x) is int and 0 <= x <= 255 for x in sig):
+    if isinstance(sig, str):
+        # hex::decode: an even number of hex digits, either case; nothing else.
+        if len(sig) % 2 or not all(c in "0123456789abcdefABCDEF" for c in sig):
+            return None
+        return key_id, bytes.fromhex(sig)
+    if not isinstance(sig, list) or not all(type(x) is int and 0 <= x <= 255 for x in sig):
         return None
     return key_id, bytes(sig)
 
