@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Any
 
 from agentplane_journal import Ed25519Signer, RunId, SqlJournalStore, Steps
-from agentplane_journal.core.ids import EffectKey
 from agentplane_journal.journal.export import write_export
 
 from helpers import TRUSTED
@@ -78,9 +77,10 @@ async def plain_journal(store: SqlJournalStore, runs: int = 4) -> None:
         p = store.profile
         admitted = {"capability": "c", "input": {"n": NUMBERS, "i": i}, "input_label": TRUSTED}
         await store.append(1, [p.append(run, "RunAdmitted", admitted)])
-        effect = EffectKey.derive(0, "forward", i, 1, "probe", b"[1]")
+        args = {"n": NUMBERS, "i": i}
+        effect = p.effect_key(0, "forward", i, 1, "probe", args)
         started = {
-            "descriptor": {"kind": "probe", "args": [1]},
+            "descriptor": {"kind": "probe", "args": args},
             "recovery": {"mode": "retry"},
             "mutates": True,
             "attempt": 1,
@@ -90,7 +90,7 @@ async def plain_journal(store: SqlJournalStore, runs: int = 4) -> None:
             1,
             [
                 p.append(run, "EffectStarted", started, step=0, effect_key=effect),
-                p.append(run, "Note", {"text": f"run {i}", "n": NUMBERS}),
+                p.append(run, "Note", {"text": f"run {i}"}),
             ],
         )
         head = await store.head(run)

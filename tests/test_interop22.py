@@ -10,16 +10,27 @@ records as agentplane's typed decode reads them.
 from __future__ import annotations
 
 import json
+import math
+import random
+import struct
+import sys
 from pathlib import Path
 from typing import Any
 
-from agentplane_journal import SqlJournalStore
+from agentplane_journal import AGENTPLANE_0_22, SqlJournalStore
+from agentplane_journal.core.canon_v1 import (
+    agentplane_number,
+    canonical_bytes_rfc8785,
+    canonical_bytes_v1,
+    es_number,
+)
 from agentplane_journal.core.checkpoint import Checkpoint
 from agentplane_journal.core.export_verify import ExportVerifier, VerifyReport
+from agentplane_journal.core.ids import EffectKey
 from agentplane_journal.core.signing import Ed25519Verifier
 
 import interop22
-from interop22_journals import export, key_arg, plain_journal, signer
+from interop22_journals import NUMBERS, export, key_arg, plain_journal, signer
 
 
 def verify_ours(path: Path, *keys: str, expected: Checkpoint | None = None) -> VerifyReport:
@@ -96,3 +107,106 @@ async def test_files_we_wrote_before_with_signatures_as_byte_arrays_still_verify
     assert verify_ours(old_file, key_arg()).is_sound
     # not what agentplane reads (it counts those records unsigned): why the writer changed
     assert not interop22.check_export(old_file, key_arg())["is_sound"]
+
+
+# -- 2. numbers as agentplane formats them, exact ties included -----------------------------
+
+
+def fuzzed_doubles(n: int, seed: int = 36) -> list[float]:
+    """``n`` doubles, seeded: random bit patterns, and the families exact ties live in
+    (odd multiples of 2^-1 .. 2^-4 near 2^50..2^53, powers of two and their neighbours,
+    subnormals), the [2^53, 1e21) integers, short decimals and the layout boundaries."""
+    rng = random.Random(seed)
+    out: list[float] = list(NUMBERS_EDGE)
+    while len(out) < n:
+        family = rng.randrange(6)
+        if family == 0:
+            x = struct.unpack("<d", rng.getrandbits(64).to_bytes(8, "little"))[0]
+            if not math.isfinite(x):
+                continue
+        elif family == 1:  # m / 2^j with m odd, magnitude 2^48..2^53: 1973340522371668.25
+            j = rng.randrange(1, 5)
+            x = math.ldexp(rng.randrange(2**48, 2**53) | 1, -j)
+        elif family == 2:  # 2^e and its neighbours: 2^-25 = 2.98023223876953125e-8
+            x = math.ldexp(1.0, rng.randrange(-1074, 1024))
+            x = rng.choice([x, math.nextafter(x, 0.0), math.nextafter(x, math.inf)])
+        elif family == 3:  # subnormals
+            x = math.ldexp(rng.randrange(1, 2**52), -1074)
+        elif family == 4:  # integers as doubles up to and beyond 1e21 (2^64, 1e20 ...)
+            x = float(rng.randrange(2**53, 2 * 10**21))
+        else:  # short decimals
+            x = round(rng.uniform(-1e6, 1e6), rng.randrange(0, 8))
+            x = x * 10.0 ** rng.randrange(-30, 30)
+            if not math.isfinite(x):
+                continue
+        out.append(-x if rng.random() < 0.3 else x)
+    return out[:n]
+
+
+NUMBERS_EDGE = [
+    *NUMBERS[:10],
+    1424953923781206.25,  # RFC 8785 Appendix B's one exact tie
+    2.0**-25,
+    1e16,
+    2.0**53,
+    float(2**64),
+    1e21 - 2**17,
+    sys.float_info.max,
+    sys.float_info.min,
+]
+
+
+def test_canon_v1_is_agentplanes_canon_on_a_fuzzed_set() -> None:
+    doubles = fuzzed_doubles(100_000)
+    lines = [repr(x) for x in doubles]
+    # and compound values, where the fast path writes plain dicts and lists
+    compound = [{"a": doubles[i], "b": [doubles[i + 1], "s", 1]} for i in range(0, 4000, 2)]
+    lines += [json.dumps(v) for v in compound]
+    theirs = interop22.run("canon", stdin="\n".join(lines) + "\n").splitlines()
+    ours = [canonical_bytes_v1(x).decode() for x in doubles]
+    ours += [canonical_bytes_v1(v).decode() for v in compound]
+    assert len(theirs) == len(ours)
+    ties = sum(es_number(x) != agentplane_number(x) for x in doubles)
+    differ = [(line, o, t) for line, o, t in zip(lines, ours, theirs, strict=True) if o != t]
+    assert not differ, differ[:10]
+    # the set holds ties (on which RFC 8785's even digits would have disagreed)
+    standard = [canonical_bytes_rfc8785(x).decode() for x in doubles]
+    assert ties > 100 and sum(s != t for s, t in zip(standard, theirs, strict=False)) == ties
+
+
+FIELDS = ("step", "phase", "ordinal", "attempt", "kind", "args")
+
+
+def test_effect_keys_are_agentplanes_for_arguments_with_ties() -> None:
+    doubles = [x for x in fuzzed_doubles(30_000, seed=7) if es_number(x) != agentplane_number(x)]
+    rng = random.Random(3)
+    calls = []
+    for i in range(3000):
+        args = {"args": [f"o{i}", rng.choice(doubles), rng.random()], "kwargs": {"n": i}}
+        step, ordinal, attempt = rng.randrange(5), rng.randrange(8), rng.randrange(1, 4)
+        phase = rng.choice(["forward", "compensating"])
+        calls.append((step, phase, ordinal, attempt, "pay", args))
+    lines = [json.dumps(dict(zip(FIELDS, c, strict=True))) for c in calls]
+    theirs = interop22.run("effect-key", stdin="\n".join(lines) + "\n").split()
+    ours = [AGENTPLANE_0_22.effect_key(*c).hex() for c in calls]
+    assert ours == theirs
+    # with RFC 8785's even digits, every one of these keys would differ
+    standard = [
+        EffectKey.derive(s, p, o, a, k, canonical_bytes_rfc8785(args)).hex()
+        for s, p, o, a, k, args in calls
+    ]
+    assert sum(x != y for x, y in zip(standard, theirs, strict=True)) == len(calls)
+
+
+async def test_agentplane_reseals_our_records_with_ties_to_the_same_bytes(
+    make_store: Any, tmp_path: Path
+) -> None:
+    """Records holding every number layout, ties included: agentplane's canon over the
+    parsed value, and its typed re-seal, give back the stored bytes; its effect keys agree."""
+    store: SqlJournalStore = await make_store(profile="agentplane-0.22")
+    await plain_journal(store)
+    report = interop22.check_export(await export(store, tmp_path / "numbers.jsonl"))
+    for section in ("canon_value_roundtrip", "typed_roundtrip", "effect_keys_rederive"):
+        assert report[section]["checks"] > 0, section
+        assert report[section]["disagreements"] == 0, report[section]
+    assert report["is_sound"], report["verify_report"]

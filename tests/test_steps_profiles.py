@@ -167,3 +167,38 @@ async def test_a_run_admitted_in_04_keeps_its_keys_after_the_tenant_migrates(
         canon = canonical_bytes if record.body["v"] == 4 else canonical_bytes_v1
         assert record.raw == canon(record.body, path="body")
     await store.verify(resumed.run_id)
+
+
+async def test_a_run_started_before_canon_v1_followed_agentplanes_ties_keeps_its_keys(
+    make_store: Any, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 0.22 run whose arguments hold an exact tie, paid under the old rule (RFC 8785's even
+    digits, before issue 36) and resumed under agentplane's: the payment is found under the
+    key it was recorded with, not made twice."""
+    from agentplane_journal.core import canon_v1
+
+    tie = 1973340522371668.25  # RFC 8785: ...668.2, agentplane: ...668.3
+    calls: Counter[str] = Counter()
+    with monkeypatch.context() as old_rule:
+        old_rule.setattr(canon_v1, "_tie_upper", lambda *_: None)
+        dead = Steps(
+            await make_store(profile="agentplane-0.22"),
+            instance="dead",
+            lease_ttl=TTL,
+            _boundary=crash_at("after_result"),
+        )
+        with pytest.raises(Crash):
+            await build(dead, calls).start("order-t", "ot", tie)
+    clock.advance(TTL + 1)
+    store: SqlJournalStore = await make_store(profile="agentplane-0.22")
+    alive = Steps(store, instance="alive", lease_ttl=TTL)
+    build(alive, calls)
+    (resumed,) = (await alive.sweeper().drain()).resumed
+    assert resumed.error is None
+    assert calls["pay"] == 1 and calls["mail"] == 1
+    records = await store.read(resumed.run_id)
+    assert b"1973340522371668.2]" in records[1].raw  # the old bytes, as stored
+    assert b"1973340522371668.3]" in records[-3].raw  # mail: started under the new rule
+    assert records[-3].effect_key == AGENTPLANE_0_22.effect_key(
+        0, "forward", 1, 1, "mail", args("ot", tie)
+    )
