@@ -14,10 +14,11 @@ import math
 import random
 import struct
 import sys
+import uuid
 from pathlib import Path
 from typing import Any
 
-from agentplane_journal import AGENTPLANE_0_22, SqlJournalStore
+from agentplane_journal import AGENTPLANE_0_22, RunId, SqlJournalStore
 from agentplane_journal.core.canon_v1 import (
     agentplane_number,
     canonical_bytes_rfc8785,
@@ -28,6 +29,7 @@ from agentplane_journal.core.checkpoint import Checkpoint
 from agentplane_journal.core.export_verify import ExportVerifier, VerifyReport
 from agentplane_journal.core.ids import EffectKey
 from agentplane_journal.core.signing import Ed25519Verifier
+from agentplane_journal.journal.restore import restore_export
 
 import interop22
 from interop22_journals import NUMBERS, export, key_arg, plain_journal, signer
@@ -210,3 +212,41 @@ async def test_agentplane_reseals_our_records_with_ties_to_the_same_bytes(
         assert report[section]["checks"] > 0, section
         assert report[section]["disagreements"] == 0, report[section]
     assert report["is_sound"], report["verify_report"]
+
+
+# -- 3. numbers read back as their writer wrote them ----------------------------------------
+
+
+async def test_we_restore_agentplanes_export_byte_for_byte(make_store: Any, tmp_path: Path) -> None:
+    """agentplane's own writer's file (every number layout: 1e20 and 1.2345678901234568e20
+    as integers, 1e16, 1e+21, 1e-7, 0.000001, u64::MAX, i64::MIN ...) restores faithfully,
+    and every record comes back with the file's bytes."""
+    path, _ = agentplane_export(tmp_path)
+    text = path.read_text()
+    assert "100000000000000000000" in text and "123456789012345680000" in text
+    store: SqlJournalStore = await make_store()
+    target = store.for_tenant(f"r{uuid.uuid4().hex[:10]}")
+    report = await restore_export(target, path)
+    assert report.is_faithful, report.to_json()
+    run: RunId | None = None
+    compared = 0
+    for line in filter(None, text.split("\n")):  # (not splitlines: U+2028 is in a string)
+        value = json.loads(line)
+        if value.get("kind") == "agentplane.export.run":
+            run = RunId.parse(value["run"])
+            rows = await target.read(run)
+        elif value.get("kind") is None:
+            assert rows[value["seq"] - 1].raw == value["raw"].encode(), value["seq"]
+            compared += 1
+    assert compared == report.records > 0
+
+
+async def test_agentplane_restores_our_export_with_every_number_layout(
+    make_store: Any, tmp_path: Path
+) -> None:
+    store: SqlJournalStore = await make_store(profile="agentplane-0.22")
+    await plain_journal(store)
+    report = interop22.restore(await export(store, tmp_path / "numbers.jsonl"))
+    assert report["faithful"]["disagreements"] == 0, report["restore"]
+    assert report["record_bytes"]["checks"] > 0
+    assert report["record_bytes"]["disagreements"] == 0, report["record_bytes"]

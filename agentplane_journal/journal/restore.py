@@ -42,6 +42,7 @@ from agentplane_journal.core.export_lines import (
     parse_ulid_run,
 )
 from agentplane_journal.core.ids import RunId
+from agentplane_journal.core.record import decode_wire
 from agentplane_journal.journal.bulk import AppendStep, SealStep, Step, write_steps
 from agentplane_journal.journal.store import SqlJournalStore
 
@@ -133,7 +134,7 @@ def _wire(value: dict[str, Any], number: int) -> dict[str, Any]:
             "the chain hashed, so the file is refused instead of guessed at"
         )
     try:
-        body = json.loads(raw)
+        body = decode_wire(raw)  # numbers as the writer meant them (1e20 stored as an integer)
     except ValueError as exc:
         body = exc
     if not isinstance(body, dict):
