@@ -214,6 +214,20 @@ async def test_agentplane_reseals_our_records_with_ties_to_the_same_bytes(
     assert report["is_sound"], report["verify_report"]
 
 
+async def test_body_is_agentplanes_writer_text_for_our_records(
+    make_store: Any, tmp_path: Path
+) -> None:
+    """``body`` as agentplane's writer prints ``RecordBody`` (``Label`` in its declaration
+    order: provenance, trust, sensitivity). The harness's serde_json (1.0.87, Debian's) writes
+    ``1e20`` where agentplane 0.22's pinned 1.0.151 writes ``1e+20``, hence the section that
+    reads the two alike."""
+    store: SqlJournalStore = await make_store(profile="agentplane-0.22")
+    await plain_journal(store)
+    report = interop22.check_export(await export(store, tmp_path / "body.jsonl"))
+    section = report["body_text_equals_agentplane_writer_modulo_exponent_plus"]
+    assert section["checks"] > 0 and section["disagreements"] == 0, section
+
+
 # -- 3. numbers read back as their writer wrote them ----------------------------------------
 
 
@@ -250,3 +264,30 @@ async def test_agentplane_restores_our_export_with_every_number_layout(
     assert report["faithful"]["disagreements"] == 0, report["restore"]
     assert report["record_bytes"]["checks"] > 0
     assert report["record_bytes"]["disagreements"] == 0, report["record_bytes"]
+
+
+# -- 5. what agentplane 0.22 accepts from an agentplane-0.4 tenant ----------------------------
+
+
+async def test_what_agentplane_022_says_of_a_04_tenants_export(
+    make_store: Any, tmp_path: Path
+) -> None:
+    """The backup page's account, pinned: 0.22 lists derived digests as not checked for
+    canon 0, decodes each record as its own RecordBody, finds a 0.4 RunAdmitted malformed (no
+    `canon`) and then reports the rest of that run as tampered; the root holds; its restore
+    refuses. Ours calls the same file sound and restores it."""
+    store: SqlJournalStore = await make_store(profile="agentplane-0.4")
+    await plain_journal(store, runs=2)
+    path = await export(store, tmp_path / "p04.jsonl")
+    report = interop22.check_export(path)
+    assert report["header"]["canon"] == 0
+    assert any(n.startswith("derived digests") for n in report["verify_report"]["not_checked"])
+    assert report["merkle_root"]["disagreements"] == 0 and report["chains"]["disagreements"] == 0
+    errors = {d["error"].split(" at ")[0] for d in report["typed_decode"]["detail"]}
+    assert errors == {"missing field `canon`"}
+    findings = report["verify_report"]["findings"]
+    assert len(findings) == 2 * 7  # per run: malformed, a gap, 3 "edited", chain head, leaf
+    assert sum("edited after it was sealed" in f for f in findings) == 2 * 3
+    refused = interop22.restore(path)["restore"]
+    assert "missing field `canon`" in refused["error"]
+    assert verify_ours(path).is_sound
