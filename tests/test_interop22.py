@@ -32,7 +32,7 @@ from agentplane_journal.core.signing import Ed25519Verifier
 from agentplane_journal.journal.restore import restore_export
 
 import interop22
-from interop22_journals import NUMBERS, export, key_arg, plain_journal, signer
+from interop22_journals import NUMBERS, export, key_arg, plain_journal, signer, steps_journal
 
 
 def verify_ours(path: Path, *keys: str, expected: Checkpoint | None = None) -> VerifyReport:
@@ -290,4 +290,28 @@ async def test_what_agentplane_022_says_of_a_04_tenants_export(
     assert sum("edited after it was sealed" in f for f in findings) == 2 * 3
     refused = interop22.restore(path)["restore"]
     assert "missing field `canon`" in refused["error"]
+    assert verify_ours(path).is_sound
+
+
+# -- 4. the steps layer's records as agentplane 0.22 reads them --------------------------------
+
+
+async def test_agentplane_reads_the_steps_layers_journal(make_store: Any, tmp_path: Path) -> None:
+    """Every record decodes as agentplane's typed RecordBody and re-seals to its bytes, its
+    verify calls the file sound, its restore rebuilds it byte for byte."""
+    store: SqlJournalStore = await make_store(profile="agentplane-0.22")
+    await steps_journal(store)
+    path = await export(store, tmp_path / "steps.jsonl")
+    report = interop22.check_export(path)
+    for section in ("typed_decode", "typed_roundtrip", "canon_value_roundtrip"):
+        assert report[section]["checks"] > 0, section
+        assert report[section]["disagreements"] == 0, report[section]["detail"][:3]
+    assert report["is_sound"], report["verify_report"]["findings"]
+    assert not interop22.disagreements(
+        report,
+        ignore=("body_text_equals_agentplane_writer",),  # serde_json 1.0.87's `1e20`
+    )
+    restored = interop22.restore(path)
+    assert restored["faithful"]["disagreements"] == 0, restored["restore"]
+    assert restored["record_bytes"]["disagreements"] == 0, restored["record_bytes"]
     assert verify_ours(path).is_sound
