@@ -18,6 +18,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from agentplane_journal import AGENTPLANE_0_22, RunId, SqlJournalStore
 from agentplane_journal.core.canon_v1 import (
     agentplane_number,
@@ -32,7 +34,16 @@ from agentplane_journal.core.signing import Ed25519Verifier
 from agentplane_journal.journal.restore import restore_export
 
 import interop22
+from helpers import TRUSTED as TRUSTED_LABEL
 from interop22_journals import NUMBERS, export, key_arg, plain_journal, signer, steps_journal
+
+STARTED = {
+    "descriptor": {"kind": "probe", "args": [1]},
+    "recovery": {"mode": "retry"},
+    "mutates": True,
+    "attempt": 1,
+    "backoff_ms": 0,
+}
 
 
 def verify_ours(path: Path, *keys: str, expected: Checkpoint | None = None) -> VerifyReport:
@@ -315,3 +326,73 @@ async def test_agentplane_reads_the_steps_layers_journal(make_store: Any, tmp_pa
     assert restored["faithful"]["disagreements"] == 0, restored["restore"]
     assert restored["record_bytes"]["disagreements"] == 0, restored["record_bytes"]
     assert verify_ours(path).is_sound
+
+
+#: Wire bodies (kind, payload, env) in and out of agentplane 0.22's RecordBody.
+TYPED_CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
+    ("RunAdmitted", {"capability": "c", "input": None, "input_label": TRUSTED_LABEL}, {}),
+    ("RunAdmitted", {"capability": "c", "input": None}, {}),  # no input_label
+    ("RunAdmitted", {"capability": "c", "input": 1, "input_label": {"trust": "trusted"}}, {}),
+    ("EffectStarted", {**STARTED, "recovery": {"mode": "reconcile"}}, {"step": 0}),
+    ("EffectStarted", {**STARTED, "recovery": "reconcile"}, {"step": 0}),  # bare string
+    ("EffectStarted", {**STARTED, "recovery": {"mode": "idempotent"}}, {"step": 0}),  # no key
+    ("EffectStarted", {**STARTED, "recovery": {"mode": "idempotent", "key": "k"}}, {"step": 0}),
+    ("EffectStarted", {**STARTED, "ordinal": 3}, {"step": 0}),  # readable; re-seal drops it
+    (
+        "EffectDone",
+        {"output": 1, "declared": {"trust": "untrusted", "sensitivity": "internal"}},
+        {},
+    ),
+    ("EffectFailed", {"error": "e", "disposition": "did_not_happen"}, {}),
+    ("EffectFailed", {"error": "e", "disposition": "gone"}, {}),
+    ("EffectReconciled", {"disposition": "landed", "output": 2}, {}),
+    ("Note", {"text": "n"}, {}),
+    ("StepFinished", {}, {}),  # no outcome
+    ("CustomKind", {"x": 1}, {}),  # a kind 0.22 does not define
+]
+
+
+async def test_our_typed_decode_agrees_with_agentplanes(make_store: Any, tmp_path: Path) -> None:
+    """Record by record, verify-export's typed decode (canon 1) reads what agentplane's reads
+    and refuses what it refuses; the export is SOUND for one exactly when for the other."""
+    from agentplane_journal.core.typed_022 import decode_problem
+
+    store: SqlJournalStore = await make_store(profile="agentplane-0.22")
+    p = store.profile
+    runs = []
+    for kind, payload, env in TYPED_CASES:
+        run = RunId.generate()
+        runs.append(run)
+        key = EffectKey.derive(0, "forward", len(runs), 1, "probe", b"1")
+        await store.append(1, [p.append(run, kind, payload, effect_key=key, **env)])
+    path = await export(store, tmp_path / "typed.jsonl")
+    theirs = interop22.check_export(path)
+    refused = {json.loads(d["raw"])["run"] for d in theirs["typed_decode"]["detail"]}
+    ours = {
+        json.loads(json.loads(line)["raw"])["run"]
+        for line in path.read_text().split("\n")
+        if line.startswith('{"seq"') and decode_problem(json.loads(json.loads(line)["raw"]))
+    }
+    assert ours == refused, (ours, refused)
+    assert len(refused) == 7, [d["error"] for d in theirs["typed_decode"]["detail"]]
+    assert verify_ours(path).is_sound is theirs["is_sound"] is False
+
+
+async def test_verify_export_is_never_sound_where_agentplanes_verify_is_not(
+    make_store: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A steps journal written the way the layer wrote before issue 36 (no input_label, a
+    bare-string recovery): agentplane's verify rejects it, and verify-export now says so
+    too (it called it SOUND); the same journal written now is sound for both."""
+    from agentplane_journal.steps import records as steps_records
+
+    old_store: SqlJournalStore = await make_store(profile="agentplane-0.22")
+    with monkeypatch.context() as old:
+        old.setattr(steps_records, "_is_022", lambda _: False)
+        await steps_journal(old_store)
+    old_file = await export(old_store, tmp_path / "old.jsonl")
+    assert not interop22.check_export(old_file)["is_sound"]
+    report = verify_ours(old_file)
+    assert not report.is_sound
+    assert any("input_label" in f for f in report.findings)
+    assert any("Recovery" in f for f in report.findings)

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentplane_journal.core import merkle
+from agentplane_journal.core.canon_v1 import CANON_VERSION
 from agentplane_journal.core.checkpoint import Checkpoint
 from agentplane_journal.core.export_body import serde_value
 from agentplane_journal.core.export_lines import (
@@ -45,6 +46,7 @@ from agentplane_journal.core.export_lines import (
 )
 from agentplane_journal.core.ids import Digest, RunId
 from agentplane_journal.core.signing import DOMAIN_RECORD, Verifier, signing_hash
+from agentplane_journal.core.typed_022 import decode_problem, dropped_members
 
 __all__ = ["ExportVerifier", "VerifyReport"]
 
@@ -168,6 +170,9 @@ class ExportVerifier:
         self._stamped: set[str] = set()
         self._carried: set[str] = set()
         self._stopped = False
+        self._canon: int | None = None
+        self._dropped = 0
+        self._dropped_example = ""
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -228,6 +233,7 @@ class ExportVerifier:
                 "interpret, which may not be all of them"
             )
         canon = value.get("canon")
+        self._canon = canon if type(canon) is int else None
         if type(canon) is not int or canon not in self._canons:
             self.report.not_checked.append(
                 f"derived digests — the export was written under canonicalization rule "
@@ -288,6 +294,23 @@ class ExportVerifier:
                 (run, reason if isinstance(reason, str) else "no reason recorded")
             )
 
+    def _typed(self, wire: dict[str, Any], seq: int, p: _RunPass) -> None:
+        """agentplane 0.22's typed decode of a canon-1 record (:mod:`.typed_022`): a record it
+        cannot read is a finding (its verify calls it malformed, and every later record of
+        the run tampered); what its re-seal would drop is counted for :meth:`finish`."""
+        problem = decode_problem(wire)
+        if problem is not None:
+            self.report.findings.append(
+                f"run {p.run}: record {seq} is not a record agentplane 0.22 can read ({problem})"
+                " — agentplane's verify calls it malformed and the rest of the run tampered"
+            )
+            p.clean = False
+            return
+        dropped = dropped_members(wire)
+        if dropped:
+            self._dropped += 1
+            self._dropped_example = self._dropped_example or f"record {seq} of {p.run}: {dropped}"
+
     def _read_record(self, value: dict[str, Any], p: _RunPass) -> None:
         report, run = self.report, p.run
         p.records += 1
@@ -309,6 +332,8 @@ class ExportVerifier:
             report.findings.append(f"run {run}: a record line is malformed")
             p.clean = False
             return
+        if self._canon == CANON_VERSION:
+            self._typed(wire, seq, p)
         if "body" not in value or not _same(value["body"], wire):
             report.findings.append(
                 f"run {run}: record {seq}'s readable body does not match its wire bytes — the "
@@ -395,6 +420,12 @@ class ExportVerifier:
         and deletion is listed as not checked)."""
         self._finish_run()
         report = self.report
+        if self._dropped:
+            report.not_checked.append(
+                f"agentplane 0.22's restore of {self._dropped} record(s) — they hold members "
+                "its typed records do not carry, so its re-seal would give other bytes (this "
+                f"package's restore keeps them); first: {self._dropped_example}"
+            )
         if expected is not None:
             cp = report.checkpoint
             if self._header_seen and cp is not None and cp != expected:
