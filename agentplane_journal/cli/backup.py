@@ -52,7 +52,11 @@ async def cmd_export_v1(args: argparse.Namespace) -> int:
 
 
 def verify_file(
-    path: Path, expected: Checkpoint | None, trust: list[tuple[str, bytes]]
+    path: Path,
+    expected: Checkpoint | None,
+    trust: list[tuple[str, bytes]],
+    *,
+    agentplane_typed: bool = True,
 ) -> VerifyReport:
     """Stream the file at ``path`` through :class:`ExportVerifier`."""
     verifier = None
@@ -60,7 +64,7 @@ def verify_file(
         verifier = Ed25519Verifier()
         for key_id, public in trust:
             verifier.trust(key_id, public)
-    check = ExportVerifier(verifier)
+    check = ExportVerifier(verifier, agentplane_typed=agentplane_typed)
     with path.open("rb") as f:
         for line in f:
             if not check.feed(line.rstrip(b"\n")):
@@ -145,7 +149,9 @@ async def cmd_drill(args: argparse.Namespace) -> int:
             with export_path.open("w", encoding="utf-8", newline="\n") as out:
                 cp, trailer = await write_export(store, out)
             tenant, origin = store.tenant, args.origin
-        verified = verify_file(export_path, cp, [])
+        # this package's backup path: its own kinds (LangGraph, sessions) restore here, though
+        # agentplane 0.22's typed decode cannot read them (verify-export reports that)
+        verified = verify_file(export_path, cp, [], agentplane_typed=False)
         scratch = args.scratch_url or f"sqlite+aiosqlite:///{Path(work) / 'scratch.db'}"
         await upgrade(scratch, schema=args.schema)
         scratch_store = await SqlJournalStore.connect(

@@ -144,14 +144,20 @@ class ExportVerifier:
     record is a finding, as agentplane's auditor posture has it); ``None`` lists signatures
     as not checked. ``canons``: the ``canon`` rules this build implements (a foreign one is a
     coverage note, never a finding: nothing here re-derives a digest under a rule).
+    ``agentplane_typed``: read a canon-1 file's records as agentplane 0.22's typed decode does
+    (a record it cannot read is a finding); ``False`` for a check of this package's own
+    readers only (``drill``: a tenant holding this package's own kinds restores here).
     """
 
     def __init__(
         self,
         verifier: Verifier | None = None,
         canons: frozenset[int] = IMPLEMENTED_CANONS,
+        *,
+        agentplane_typed: bool = True,
     ) -> None:
         self._verifier = verifier
+        self._typed_check = agentplane_typed
         self._canons = canons
         self.report = VerifyReport()
         if verifier is None:
@@ -332,7 +338,7 @@ class ExportVerifier:
             report.findings.append(f"run {run}: a record line is malformed")
             p.clean = False
             return
-        if self._canon == CANON_VERSION:
+        if self._canon == CANON_VERSION and self._typed_check:
             self._typed(wire, seq, p)
         if "body" not in value or not _same(value["body"], wire):
             report.findings.append(
