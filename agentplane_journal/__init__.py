@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from agentplane_journal.contracts import JournalStore, PushStore
     from agentplane_journal.core.append import Append
     from agentplane_journal.core.canon import canonical_bytes
-    from agentplane_journal.core.canon_v1 import canonical_bytes_v1
+    from agentplane_journal.core.canon_v1 import canonical_bytes_rfc8785, canonical_bytes_v1
     from agentplane_journal.core.chain import verify_attested, verify_chain
     from agentplane_journal.core.checkpoint import (
         Checkpoint,
@@ -220,6 +220,7 @@ _EXPORTS = {
     "AGENTPLANE_0_22": "core.profile",
     "WireProfile": "core.profile",
     "canonical_bytes_v1": "core.canon_v1",
+    "canonical_bytes_rfc8785": "core.canon_v1",
     "WireProfileError": "errors",
     "PoolerError": "errors",
     "Steps": "steps.api",
@@ -343,6 +344,7 @@ __all__ = [
     "begin_write",
     "canonical_bytes",
     "canonical_bytes_v1",
+    "canonical_bytes_rfc8785",
     "configure_engine",
     "pgbouncer_connect_args",
     "consistency_proof",

@@ -18,7 +18,14 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from agentplane_journal.core.canon import MAX_DEPTH, canonical_bytes
-from agentplane_journal.core.canon_v1 import canonical_bytes_v1, es_number
+from agentplane_journal.core.canon_v1 import (
+    _shortest,
+    _tie_upper,
+    agentplane_number,
+    canonical_bytes_rfc8785,
+    canonical_bytes_v1,
+    es_number,
+)
 from agentplane_journal.core.ids import Digest
 
 try:
@@ -75,7 +82,35 @@ APPENDIX_B = [
 @pytest.mark.parametrize(("bits", "text"), APPENDIX_B, ids=[t for _, t in APPENDIX_B])
 def test_rfc8785_appendix_b_numbers(bits: int, text: str) -> None:
     assert es_number(_f(bits)) == text
-    assert canonical_bytes_v1([_f(bits)]) == f"[{text}]".encode()
+    assert canonical_bytes_rfc8785([_f(bits)]) == f"[{text}]".encode()
+    # agentplane's canon v1 writes the standard's text, except at Appendix B's one exact tie
+    # (1424953923781206.25), where Rust's digits are the upper ones (agentplane's own
+    # `interop22 canon` says 1424953923781206.3: tests/test_interop22.py)
+    agentplane = AGENTPLANE_TIES.get(text, text)
+    assert canonical_bytes_v1([_f(bits)]) == f"[{agentplane}]".encode()
+
+
+#: RFC 8785 text -> agentplane 0.22's, for the doubles exactly halfway between two shortest
+#: digit strings (agentplane's `canon` on these inputs, pinned: agentplane_number's docstring)
+AGENTPLANE_TIES = {
+    "1424953923781206.2": "1424953923781206.3",
+    "2.9802322387695312e-8": "2.9802322387695313e-8",
+    "1973340522371668.2": "1973340522371668.3",
+    "-2.9802322387695312e-8": "-2.9802322387695313e-8",
+}
+
+
+@pytest.mark.parametrize(("rfc", "agentplane"), AGENTPLANE_TIES.items())
+def test_exact_ties_take_agentplanes_upper_digits_in_canon_v1_only(
+    rfc: str, agentplane: str
+) -> None:
+    x = float(rfc)
+    assert es_number(x) == rfc and canonical_bytes_rfc8785({"x": x}) == f'{{"x":{rfc}}}'.encode()
+    assert agentplane_number(x) == agentplane
+    assert float(agentplane) == x  # the same double: only the spelling differs
+    # the fast path (plain dicts) and the general path both take agentplane's digits
+    assert canonical_bytes_v1({"x": x}) == f'{{"x":{agentplane}}}'.encode()
+    assert canonical_bytes_v1({"x": [x, True]}) == f'{{"x":[{agentplane},true]}}'.encode()
 
 
 @pytest.mark.parametrize("bits", [0x7FFFFFFFFFFFFFFF, 0x7FF0000000000000, 0xFFF0000000000000])
@@ -257,7 +292,19 @@ _IJSON = st.recursive(
 @settings(max_examples=200, deadline=None)
 @given(value=_IJSON)
 def test_matches_rfc8785_over_the_ijson_domain(jcs: object, value: object) -> None:
-    assert canonical_bytes_v1(value) == rfc8785.dumps(value)
+    assert canonical_bytes_rfc8785(value) == rfc8785.dumps(value)
+    if not _has_tie(value):  # canon v1 parts from the standard only at exact ties
+        assert canonical_bytes_v1(value) == rfc8785.dumps(value)
+
+
+def _has_tie(value: object) -> bool:
+    if type(value) is float and value != 0.0:
+        return _tie_upper(abs(value), *_shortest(abs(value))) is not None
+    if isinstance(value, dict):
+        return any(_has_tie(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_has_tie(v) for v in value)
+    return False
 
 
 @settings(max_examples=150, deadline=None)
@@ -271,7 +318,11 @@ def test_every_float_matches_rfc8785_alone_and_nested(jcs: object, x: float) -> 
     expected = rfc8785.dumps(x)
     assert es_number(x).encode() == expected
     # the C encoder's fast path (dicts of plain values) and the general path agree
-    assert canonical_bytes_v1({"a": x, "b": [x, "s"]}) == rfc8785.dumps({"a": x, "b": [x, "s"]})
+    value = {"a": x, "b": [x, "s"]}
+    assert canonical_bytes_rfc8785(value) == rfc8785.dumps(value)
+    if not _has_tie(x):
+        assert agentplane_number(x) == es_number(x)
+        assert canonical_bytes_v1(value) == rfc8785.dumps(value)
 
 
 @settings(max_examples=100, deadline=None)

@@ -43,7 +43,7 @@ ZERO = "00" * 32
 V1 = f'"seq":1,"run":"{R}","epoch":1,"v":1'
 V4 = f'"seq":1,"run":"{R}","epoch":1,"v":4'
 LABEL = {"provenance": [], "sensitivity": "public", "trust": "trusted"}
-LABEL_TEXT = '{"provenance":[],"sensitivity":"public","trust":"trusted"}'  # wire order kept
+LABEL_TEXT = '{"provenance":[],"trust":"trusted","sensitivity":"public"}'  # Label's order
 
 
 def seal(profile: WireProfile, kind: str, payload: dict[str, Any], **env: Any) -> Record:
@@ -64,7 +64,7 @@ KINDS: list[tuple[str, dict[str, Any], str]] = [
         {
             "idempotency_key": "order-1",
             "canon": 1,
-            "policy_bundle": {"name": "p", "digest": D},
+            "policy_bundle": {"evaluator": "cedar", "schema": D, "rules": D},
             "input_label": LABEL,
             "input": {"b": 1, "a": [1.5, 100.0]},
             "governed_by": {"publisher": "k1", "digest": D, "version": "1", "name": "a"},
@@ -72,7 +72,8 @@ KINDS: list[tuple[str, dict[str, Any], str]] = [
         },
         f'"capability":"pay","governed_by":{{"name":"a","version":"1","digest":"{D}",'
         f'"publisher":"k1"}},"input":{{"a":[1.5,100],"b":1}},"input_label":{LABEL_TEXT},'
-        f'"policy_bundle":{{"digest":"{D}","name":"p"}},"canon":1,"idempotency_key":"order-1"',
+        f'"policy_bundle":{{"rules":"{D}","schema":"{D}","evaluator":"cedar"}},"canon":1,'
+        '"idempotency_key":"order-1"',
     ),
     (
         "PlanFrozen",
@@ -83,8 +84,12 @@ KINDS: list[tuple[str, dict[str, Any], str]] = [
     ("StepFinished", {"outcome": "ok"}, '"outcome":"ok"'),
     (
         "CaseBound",
-        {"correlation": [{"key": "meter", "value": "7"}], "opened": True, "case_kind": "claim"},
-        '"case_kind":"claim","opened":true,"correlation":[{"key":"meter","value":"7"}]',
+        {
+            "correlation": [{"value": "7", "namespace": "meter"}],
+            "opened": True,
+            "case_kind": "claim",
+        },
+        '"case_kind":"claim","opened":true,"correlation":[{"namespace":"meter","value":"7"}]',
     ),
     (
         "DeadlineRegistered",
@@ -96,7 +101,19 @@ KINDS: list[tuple[str, dict[str, Any], str]] = [
         {"to": "met", "from": "pending", "name": "reply"},
         '"name":"reply","from":"pending","to":"met"',
     ),
-    ("RunSuspended", {"reason": {"awaiting": "e"}}, '"reason":{"awaiting":"e"}'),
+    (
+        "RunSuspended",
+        {
+            "reason": {
+                "until": "2026-01-01T00:00:00Z",
+                "reason": "awaiting_event",
+                "kind": "e",
+                "correlation": [{"value": "7", "namespace": "order"}],
+            }
+        },
+        '"reason":{"reason":"awaiting_event","kind":"e","correlation":[{"namespace":"order",'
+        '"value":"7"}],"until":"2026-01-01T00:00:00Z"}',
+    ),
     ("Note", {"text": "why"}, '"text":"why"'),
     (
         "EffectStarted",
@@ -116,11 +133,11 @@ KINDS: list[tuple[str, dict[str, Any], str]] = [
         "EffectDone",
         {
             "declared": {"sensitivity": "internal", "trust": "untrusted"},
-            "spend": {"tokens": 5},
+            "spend": {"minor_units": 3, "tokens": 5},
             "source": "hook",
             "output": {"ok": True},
         },
-        '"output":{"ok":true},"source":"hook","spend":{"tokens":5},'
+        '"output":{"ok":true},"source":"hook","spend":{"tokens":5,"minor_units":3},'
         '"declared":{"trust":"untrusted","sensitivity":"internal"}',
     ),
     (
@@ -167,10 +184,18 @@ KINDS: list[tuple[str, dict[str, Any], str]] = [
             "result_label": LABEL,
             "field_labels": {"\ue000": LABEL, "\U0001f600": LABEL},
             "label": LABEL,
-            "release": {"rule": "r"},
+            "release": {
+                "evidence": ["e"],
+                "fields": ["f"],
+                "destination": "d",
+                "basis": "b",
+                "scope": {"sensitivity": "internal", "trust": True},
+            },
             "releaser": "ops",
         },
-        f'"releaser":"ops","release":{{"rule":"r"}},"label":{LABEL_TEXT},'
+        '"releaser":"ops","release":{"scope":{"trust":true,"sensitivity":"internal"},'
+        '"basis":"b","destination":"d","fields":["f"],"evidence":["e"]},'
+        f'"label":{LABEL_TEXT},'
         # BTreeMap<String, Label>: UTF-8 byte order, so U+E000 before U+1F600 (the wire,
         # RFC 8785's UTF-16 order, has them the other way round).
         f'"field_labels":{{"\ue000":{LABEL_TEXT},"\U0001f600":{LABEL_TEXT}}},'
@@ -291,7 +316,7 @@ def test_a_whole_record_line_with_escapes_and_a_signature() -> None:
     esc = 'é\\"\\\\\\u0001\\n\\t\x7f\u2028\U0001f600/'
     assert record_line(signed) == (
         f'{{"seq":1,"body":{{{V1},"kind":"Note","text":"{esc}"}},"prev_hash":"{ZERO}",'
-        f'"hash":"{want_hash}","attestation":{{"key_id":"k1","signature":[0,1,255]}},'
+        f'"hash":"{want_hash}","attestation":{{"key_id":"k1","signature":"0001ff"}},'
         # raw: the canonical text (sorted members) as a JSON string, escaped once more.
         f'"raw":"{{\\"epoch\\":1,\\"kind\\":\\"Note\\",\\"run\\":\\"{R}\\",\\"seq\\":1,'
         f'\\"text\\":\\"é\\\\\\"\\\\\\\\\\\\u0001\\\\n\\\\t\x7f\u2028\U0001f600/\\",\\"v\\":1}}"}}'

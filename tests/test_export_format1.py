@@ -346,7 +346,11 @@ async def test_an_agentplane_0_22_journal_exports_canon_1_and_restores_in_its_pr
     profile = store.profile
     runs = [RunId.generate() for _ in range(5)]
     for i, run in enumerate(runs):
-        admitted = {"capability": "c", "input": {"x": 1e16, "y": 100.0, "big": 2**60 + i}}
+        admitted = {
+            "capability": "c",
+            "input": {"x": 1e16, "y": 100.0, "big": 2**60 + i},
+            "input_label": TRUSTED,  # required by agentplane 0.22 (verify-export checks it)
+        }
         await store.append(1, [profile.append(run, "RunAdmitted", admitted)])
         if i % 2 == 0:
             head = await store.head(run)

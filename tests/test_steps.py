@@ -124,12 +124,15 @@ async def test_a_fresh_run_calls_each_effect_once_and_seals(store: SqlJournalSto
     assert shop.charges["o1"] == 1 and shop.mails["o1"] == 1
     run = admission.run_id
     kinds = [r.kind for r in await store.read(run)]
+    # in 0.22 the result is a Note before RunSealed, which has no member for it (issue 36)
+    result = ["Note"] if store.profile.canon_version is not None else []
     assert kinds == [
         "RunAdmitted",
         "EffectStarted",
         "EffectDone",
         "EffectStarted",
         "EffectDone",
+        *result,
         "RunSealed",
     ]
     head = await store.verify(run)

@@ -31,6 +31,7 @@ from typing import Any
 import pytest
 
 from agentplane_journal import RunId, SqlJournalStore
+from agentplane_journal.steps.history import RunHistory
 
 WORKER = Path(__file__).with_name("steps_crash_worker.py")
 ROOT = Path(__file__).resolve().parents[1]
@@ -100,7 +101,7 @@ async def test_sigkill_at_every_boundary_then_recovery(
         await store.verify(run)
         assert {r.body["v"] for r in records} == {store.profile.record_version}
         assert await store.inclusion_proof(run) is not None  # sealed into the log
-        assert records[-1].kind == "RunSealed" and records[-1].body["output"] == expected
+        assert records[-1].kind == "RunSealed" and RunHistory.of(records).result() == expected
         reconciled = [r for r in records if r.kind == "EffectReconciled"]
         if boundary in IN_DOUBT:
             assert lines[f"reconcile {boundary}"] == 1

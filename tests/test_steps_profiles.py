@@ -104,7 +104,7 @@ async def test_a_022_run_is_022_records_replayed_after_a_crash(
     kinds = [r.kind for r in records]
     middle = ["EffectReconciled"] if boundary == "after_call" else ["EffectDone"]
     assert kinds[:3] == ["RunAdmitted", "EffectStarted", *middle]
-    assert kinds[3:] == ["EffectStarted", "EffectDone", "RunSealed"]
+    assert kinds[3:] == ["EffectStarted", "EffectDone", "Note", "RunSealed"]  # the result note
     for record in records:  # every record is 0.22's: v1 over RFC 8785 bytes
         assert record.body["v"] == 1
         assert record.raw == canonical_bytes_v1(record.body, path="body")
@@ -154,7 +154,7 @@ async def test_a_run_admitted_in_04_keeps_its_keys_after_the_tenant_migrates(
     assert resumed.result == {"receipt": {"paid": 100.0}, "note": "sent"}
     assert calls["pay"] == 1 and calls["mail"] == 1  # both found under the run's 0.4 keys
     records = await store.read(resumed.run_id)
-    assert [r.body["v"] for r in records] == [4, 4, 4, 1, 1, 1]
+    assert [r.body["v"] for r in records] == [4, 4, 4, 1, 1, 1, 1]  # ..., result note, seal
     assert records[0].canon is None and b'"args":["o2",100]' in records[3].raw
     # keys stay the run's (0.4's derivation); bytes are the journal's from the migration on
     assert records[1].effect_key == AGENTPLANE_0_4.effect_key(
@@ -167,3 +167,105 @@ async def test_a_run_admitted_in_04_keeps_its_keys_after_the_tenant_migrates(
         canon = canonical_bytes if record.body["v"] == 4 else canonical_bytes_v1
         assert record.raw == canon(record.body, path="body")
     await store.verify(resumed.run_id)
+
+
+async def test_a_run_started_before_canon_v1_followed_agentplanes_ties_keeps_its_keys(
+    make_store: Any, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 0.22 run whose arguments hold an exact tie, paid under the old rule (RFC 8785's even
+    digits, before issue 36) and resumed under agentplane's: the payment is found under the
+    key it was recorded with, not made twice."""
+    from agentplane_journal.core import canon_v1
+
+    tie = 1973340522371668.25  # RFC 8785: ...668.2, agentplane: ...668.3
+    calls: Counter[str] = Counter()
+    with monkeypatch.context() as old_rule:
+        old_rule.setattr(canon_v1, "_tie_upper", lambda *_: None)
+        dead = Steps(
+            await make_store(profile="agentplane-0.22"),
+            instance="dead",
+            lease_ttl=TTL,
+            _boundary=crash_at("after_result"),
+        )
+        with pytest.raises(Crash):
+            await build(dead, calls).start("order-t", "ot", tie)
+    clock.advance(TTL + 1)
+    store: SqlJournalStore = await make_store(profile="agentplane-0.22")
+    alive = Steps(store, instance="alive", lease_ttl=TTL)
+    build(alive, calls)
+    (resumed,) = (await alive.sweeper().drain()).resumed
+    assert resumed.error is None
+    assert calls["pay"] == 1 and calls["mail"] == 1
+    records = await store.read(resumed.run_id)
+    assert b"1973340522371668.2]" in records[1].raw  # the old bytes, as stored
+    (mail,) = [r for r in records if r.kind == "EffectStarted" and b'"mail"' in r.raw]
+    assert b"1973340522371668.3]" in mail.raw  # started under the new rule
+    assert mail.effect_key == AGENTPLANE_0_22.effect_key(
+        0, "forward", 1, 1, "mail", args("ot", tie)
+    )
+
+
+async def test_a_022_run_written_the_old_way_resumes_and_reads(
+    make_store: Any, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Records written before issue 36 (no ``input_label``, a bare-string recovery, an
+    ``ordinal``, the result on ``RunSealed``) still drive a resume, and a run concluded that
+    way still answers its result; what is written from then on is agentplane 0.22's form."""
+    from agentplane_journal.steps import records as steps_records
+
+    calls: Counter[str] = Counter()
+    with monkeypatch.context() as old:
+        old.setattr(steps_records, "_is_022", lambda _: False)  # the writer before issue 36
+        dead = Steps(
+            await make_store(profile="agentplane-0.22"),
+            instance="dead",
+            lease_ttl=TTL,
+            _boundary=crash_at("after_result"),
+        )
+        with pytest.raises(Crash):
+            await build(dead, calls).start("order-o", "oo", 5.0)
+        done = Steps(await make_store(profile="agentplane-0.22"), instance="done", lease_ttl=TTL)
+        finished = await build(done, calls).start("order-p", "op", 6.0)
+    clock.advance(TTL + 1)
+    store: SqlJournalStore = await make_store(profile="agentplane-0.22")
+    alive = Steps(store, instance="alive", lease_ttl=TTL)
+    checkout = build(alive, calls)
+    (resumed,) = (await alive.sweeper().drain()).resumed
+    assert resumed.error is None and resumed.result == {"receipt": {"paid": 5}, "note": "sent"}
+    assert calls["pay"] == 2 and calls["mail"] == 2  # one each per run, none twice
+    records = await store.read(resumed.run_id)
+    old_start, new_start = [r.body for r in records if r.kind == "EffectStarted"]
+    assert old_start["recovery"] == "reconcile" and old_start["ordinal"] == 0
+    assert "input_label" not in records[0].body
+    assert new_start["recovery"] == {"mode": "requires_operator"} and "ordinal" not in new_start
+    assert [r.kind for r in records][-2:] == ["Note", "RunSealed"]
+    assert "output" not in records[-1].body
+    again = await checkout.start("order-p", "op", 6.0)  # concluded the old way
+    assert isinstance(again, Finished) and again.outcome.result == finished.result
+    sealed = (await store.read(again.run_id))[-1]
+    assert sealed.body["output"] == {"receipt": {"paid": 6}, "note": "sent"}
+
+
+async def test_022_steps_records_are_agentplanes(make_store: Any) -> None:
+    """input_label on the admission, Recovery's tagged form, no ordinal, the result in a
+    note: the members agentplane 0.22's typed decode requires and keeps."""
+    calls: Counter[str] = Counter()
+    store: SqlJournalStore = await make_store(profile="agentplane-0.22")
+    steps = Steps(store, instance="w", lease_ttl=TTL)
+    done = await build(steps, calls).start("order-q", "oq", 7.0)
+    records = await store.read(done.run_id)
+    assert records[0].body["input_label"] == {
+        "provenance": [],
+        "trust": "untrusted",
+        "sensitivity": "internal",
+    }
+    started = [r.body for r in records if r.kind == "EffectStarted"]
+    assert [s["recovery"] for s in started] == [
+        {"mode": "reconcile"},
+        {"mode": "requires_operator"},
+    ]
+    assert not any("ordinal" in s for s in started)
+    note, sealed = records[-2:]
+    assert note.kind == "Note" and note.body["text"].startswith("agentplane_journal.steps.output ")
+    assert sealed.kind == "RunSealed" and "output" not in sealed.body
+    assert sealed.body["chain_head"] == note.hash.hex()

@@ -39,6 +39,7 @@ from agentplane_journal import (
     Steps,
 )
 from agentplane_journal.steps.effect import current_run
+from agentplane_journal.steps.history import RunHistory
 
 from conftest import FakeClock
 
@@ -174,7 +175,7 @@ async def test_workers_and_sweepers_with_lapsing_leases(
         await store.verify(run)
         assert records[-1].kind == "RunSealed", (order, [r.kind for r in records])
         assert records[-1].body["outcome"] == "succeeded"
-        assert records[-1].body["output"] == {
+        assert RunHistory.of(records).result() == {
             "charge": expected["charge"].format(order),
             "mail": "sent",
         }

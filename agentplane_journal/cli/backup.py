@@ -187,6 +187,8 @@ def verify_file(
     trust: list[tuple[str, bytes]],
     meter: Meter | None = None,
     what: str = "",
+    *,
+    agentplane_typed: bool = True,
 ) -> VerifyReport:
     """Stream the file at ``path`` through :class:`ExportVerifier`."""
     verifier = None
@@ -194,7 +196,7 @@ def verify_file(
         verifier = Ed25519Verifier()
         for key_id, public in trust:
             verifier.trust(key_id, public)
-    check = ExportVerifier(verifier)
+    check = ExportVerifier(verifier, agentplane_typed=agentplane_typed)
     runs = records = 0
     with path.open("rb") as f:
         for line in f:

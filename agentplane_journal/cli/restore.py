@@ -188,8 +188,16 @@ async def cmd_drill(args: argparse.Namespace) -> int:
         checked: list[_Checked] = []
         for e in exported:
             try:
+                # This package's backup path: its own kinds (LangGraph, sessions) restore
+                # here, though agentplane 0.22's typed decode cannot read them
+                # (verify-export reports that).
                 verified = verify_file(
-                    backup / e.member.file, e.checkpoint, [], meter, repr(e.member.tenant)
+                    backup / e.member.file,
+                    e.checkpoint,
+                    [],
+                    meter,
+                    repr(e.member.tenant),
+                    agentplane_typed=False,
                 )
             finally:
                 meter.done()

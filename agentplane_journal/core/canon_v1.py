@@ -28,14 +28,22 @@ and must fit i64..u64 (serde_json cannot hold anything wider). A Python ``float`
 double and always takes the ECMAScript form: ``100.0`` is ``100``, ``1e16`` is
 ``10000000000000000``.
 
+**Exact ties follow agentplane, not the standard** — the one other departure: on a double
+exactly halfway between two shortest digit strings, agentplane (Rust's ``{:e}``) writes the
+upper one where RFC 8785 writes the even one (``2**-25``: ``2.9802322387695313e-8``, not
+``…312e-8``; :func:`agentplane_number`). Bytes and effect keys must agree with a Rust runtime
+sharing the journal. :func:`canonical_bytes_rfc8785` is the standard, ties included.
+
 Checked against an implementation we did not write (the ``rfc8785`` package) in
-``tests/test_canon_v1.py``. Pure: no I/O.
+``tests/test_canon_v1.py``, and against agentplane's own ``canon`` (when ``../shared`` is
+present) in ``tests/test_interop22.py``. Pure: no I/O.
 """
 
 from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Callable
 from json.encoder import encode_basestring
 from typing import Any, cast
 
@@ -51,7 +59,13 @@ from agentplane_journal.core.canon import (  # noqa: F401 - shared, module-priva
     _too_deep,
 )
 
-__all__ = ["CANON_VERSION", "canonical_bytes_v1", "es_number"]
+__all__ = [
+    "CANON_VERSION",
+    "agentplane_number",
+    "canonical_bytes_rfc8785",
+    "canonical_bytes_v1",
+    "es_number",
+]
 
 CANON_VERSION = 1
 """agentplane 0.22.0's ``canon::VERSION``: what ``RunAdmitted.canon`` says under this rule."""
@@ -65,11 +79,23 @@ _encode_str = encode_basestring
 
 
 def canonical_bytes_v1(value: object, *, path: str = "value") -> bytes:
-    """The RFC 8785 canonical JSON of ``value`` (integers exact) as UTF-8 bytes.
+    """agentplane 0.22's canon v1 of ``value`` as UTF-8 bytes: RFC 8785 (integers exact),
+    with agentplane's digits on an exact tie (:func:`agentplane_number`).
 
     Refusals are ``ValueError``/``TypeError`` naming the offending path, as
     :func:`~.canon.canonical_bytes`'s are.
     """
+    return _canonical(value, path, agentplane_number)
+
+
+def canonical_bytes_rfc8785(value: object, *, path: str = "value") -> bytes:
+    """Plain RFC 8785 (integers exact): :func:`canonical_bytes_v1` with the standard's digits
+    on an exact tie (the even one, :func:`es_number`), for whoever wants the standard rather
+    than agentplane's bytes (a JCS signature checked by other software)."""
+    return _canonical(value, path, es_number)
+
+
+def _canonical(value: object, path: str, number: Callable[[float], str]) -> bytes:
     if _c_encode is not None and _plain(value, 1):
         try:
             return "".join(_c_encode(value, 0)).encode("utf-8")
@@ -77,7 +103,7 @@ def canonical_bytes_v1(value: object, *, path: str = "value") -> bytes:
             pass  # a lone surrogate: the general encoder names where it is
     out: list[str] = []
     try:
-        _write(value, out, 1)
+        _write(value, out, 1, number)
     except _Refusal as refusal:
         where = path + "".join(reversed(refusal.segments))
         raise refusal.error(f"{where}: {refusal.detail}") from None
@@ -98,7 +124,7 @@ def _plain(value: object, depth: int) -> bool:
     i64..u64 ints, at most MAX_DEPTH deep), except floats: the C encoder writes
     ``float.__repr__``, which is the ECMAScript form only for a non-integral float with
     1e-4 <= |x| < 1e16 (repr's plain-decimal range, inside ECMAScript's; an integral one
-    would come out as ``100.0``).
+    would come out as ``100.0``) that is not an exact tie (where the rules differ).
     """
     if depth > MAX_DEPTH:
         return False
@@ -130,7 +156,8 @@ def _plain(value: object, depth: int) -> bool:
                 continue
             return False
         if t is float and 1e-4 <= abs(item) < 1e16 and not item.is_integer():
-            continue
+            if _tie_upper(abs(item), *_shortest(abs(item))) is None:
+                continue  # (an exact tie is written differently by the two rules)
         return False
     return True
 
@@ -139,25 +166,104 @@ def es_number(x: float) -> str:
     """``x`` as ECMAScript's ``Number.prototype.toString(10)`` writes it (RFC 8785 §3.2.2.3).
 
     The digits are Python's shortest round-trip ones (``repr``), which are ECMAScript's (the
-    shortest that round-trip, the closest to the value among them); only their placement is
-    done here. With ``k`` digits and the point after position ``n`` (value = 0.d * 10^n):
-    digits then zeros when k <= n <= 21; the point inside the digits when 0 < n <= 21;
-    ``0.`` and -n zeros when -6 < n <= 0; otherwise ``d[.ddd]e±(n-1)``. ``-0.0`` is ``0``.
+    shortest that round-trip, the closest to the value among them, the even one on an exact
+    tie); only their placement is done here. With ``k`` digits and the point after position
+    ``n`` (value = 0.d * 10^n): digits then zeros when k <= n <= 21; the point inside the
+    digits when 0 < n <= 21; ``0.`` and -n zeros when -6 < n <= 0; otherwise
+    ``d[.ddd]e±(n-1)``. ``-0.0`` is ``0``.
+
+    This is the standard's rule; agentplane 0.22's differs on exact ties
+    (:func:`agentplane_number`), and canon v1 follows agentplane.
     """
     if x == 0.0:
         return "0"
+    _check_finite(x)
+    digits, n = _shortest(abs(x))
+    return _place("-" if x < 0 else "", digits, n)
+
+
+def agentplane_number(x: float) -> str:
+    """``x`` as agentplane 0.22's ``canon::es_number`` writes it: :func:`es_number`, except
+    that on an exact tie between two shortest digit strings it takes the upper one.
+
+    agentplane takes its digits from Rust's ``format!("{:e}")``, whose shortest-digits
+    algorithm (Grisu, falling back to Dragon4 when Grisu cannot decide, which an exact tie
+    is) rounds a remainder of exactly one half *up*; ECMAScript, RFC 8785 and Python round it
+    to the even digit. The two differ only for a double whose exact binary value lies
+    exactly halfway between two shortest decimal strings that both round-trip, e.g.::
+
+        2**-25 = 2.98023223876953125e-8   RFC 8785: 2.9802322387695312e-8
+                                           agentplane: 2.9802322387695313e-8
+        1973340522371668.25               RFC 8785: 1973340522371668.2
+                                           agentplane: 1973340522371668.3
+
+    (about 1 double in 3,000 of a fuzzed set; magnitude decides, the sign is written
+    separately). A journal shared with a Rust runtime must hash the same bytes, and derive
+    the same effect keys, for the same arguments, so canon v1 uses this.
+    """
+    if x == 0.0:
+        return "0"
+    _check_finite(x)
+    magnitude = abs(x)
+    digits, n = _shortest(magnitude)
+    upper = _tie_upper(magnitude, digits, n)
+    if upper is not None:
+        digits, n = upper
+    return _place("-" if x < 0 else "", digits, n)
+
+
+def _check_finite(x: float) -> None:
     if not math.isfinite(x):
         if math.isnan(x):
             raise ValueError("NaN is not JSON; canonical JSON has no NaN or infinity")
         sign = "-" if x < 0 else ""
         raise ValueError(f"{sign}Infinity is not JSON; canonical JSON has no NaN or infinity")
-    sign = "-" if x < 0 else ""
-    mantissa, _, exponent = float.__repr__(abs(x)).partition("e")
+
+
+def _shortest(magnitude: float) -> tuple[str, int]:
+    """Python's shortest round-trip digits of a positive finite double, and the point
+    position ``n`` (value = 0.digits * 10^n)."""
+    mantissa, _, exponent = float.__repr__(magnitude).partition("e")
     whole, _, fraction = mantissa.partition(".")
     raw = whole + fraction
     digits = raw.lstrip("0")
     n = len(whole) + (int(exponent) if exponent else 0) - (len(raw) - len(digits))
-    digits = digits.rstrip("0")
+    return digits.rstrip("0"), n
+
+
+_MIN_NORMAL = sys.float_info.min
+
+
+def _tie_upper(magnitude: float, digits: str, n: int) -> tuple[str, int] | None:
+    """The upper digit string when ``magnitude`` lies exactly halfway between ``digits``
+    (Python's, the even one) and the next ``len(digits)``-digit string up, and that one also
+    round-trips; ``None`` otherwise (no tie, or Python's choice already the upper).
+
+    Cheap for almost every double: two shortest candidates both inside the rounding interval
+    (at most one ulp, under 2^-52 of the value) must be closer than that, so a tie needs at
+    least 16 digits unless the double is subnormal (a fixed ulp of 2^-1074). Only those are
+    checked, exactly, in integers.
+    """
+    k = len(digits)
+    if k < 16 and magnitude >= _MIN_NORMAL:
+        return None
+    d = int(digits)
+    q = n - k  # value of the digits = d * 10^q
+    num, den = magnitude.as_integer_ratio()
+    # magnitude == (2d + 1) * 10^q / 2, in integers (den is a power of two)
+    if q >= 0:
+        tie = 2 * num == (2 * d + 1) * 10**q * den
+    else:
+        tie = 2 * num * 10**-q == (2 * d + 1) * den
+    if not tie or float(f"{d + 1}e{q}") != magnitude:
+        return None
+    upper = str(d + 1)
+    n += len(upper) - k  # a carry (…9 + 1) lengthens it
+    return upper.rstrip("0"), n
+
+
+def _place(sign: str, digits: str, n: int) -> str:
+    """ECMAScript's placement of ``digits`` with the point after position ``n``."""
     k = len(digits)
     if k <= n <= 21:
         return sign + digits + "0" * (n - k)
@@ -170,7 +276,7 @@ def es_number(x: float) -> str:
     return f"{sign}{head}e{'-' if e < 0 else '+'}{abs(e)}"
 
 
-def _scalar(value: Any) -> str:
+def _scalar(value: Any, number: Callable[[float], str]) -> str:
     """The JSON text of a scalar (subclasses as their base type), or a refusal."""
     if value is None:
         return "null"
@@ -190,7 +296,7 @@ def _scalar(value: Any) -> str:
         )
     if isinstance(value, float):
         try:
-            return es_number(float(value))
+            return number(float(value))
         except ValueError as exc:
             raise _Refusal(ValueError, str(exc)) from None
     raise _Refusal(
@@ -199,7 +305,7 @@ def _scalar(value: Any) -> str:
     )
 
 
-def _write(value: object, out: list[str], depth: int) -> None:
+def _write(value: object, out: list[str], depth: int, number: Callable[[float], str]) -> None:
     if isinstance(value, dict):
         if depth > MAX_DEPTH:
             raise _too_deep()
@@ -208,7 +314,7 @@ def _write(value: object, out: list[str], depth: int) -> None:
         for key in _sorted_keys(obj):
             out.append(sep + _encode_str(key) + ":")
             try:
-                _write(obj[key], out, depth + 1)
+                _write(obj[key], out, depth + 1, number)
             except _Refusal as refusal:
                 refusal.segments.append("." + key)
                 raise
@@ -221,11 +327,11 @@ def _write(value: object, out: list[str], depth: int) -> None:
         for index, item in enumerate(value):
             out.append(sep)
             try:
-                _write(item, out, depth + 1)
+                _write(item, out, depth + 1, number)
             except _Refusal as refusal:
                 refusal.segments.append(f"[{index}]")
                 raise
             sep = ","
         out.append("[]" if sep == "[" else "]")
     else:
-        out.append(_scalar(value))
+        out.append(_scalar(value, number))

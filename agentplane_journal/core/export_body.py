@@ -112,17 +112,54 @@ VARIANT_MEMBERS: dict[str, tuple[str, ...]] = {
 _AGENT_IDENTITY = ("name", "version", "digest", "publisher")
 _DECLARED_OUTPUT = ("trust", "sensitivity")
 
-NESTED_MEMBERS: dict[tuple[str, str], tuple[str, ...]] = {
-    ("RunAdmitted", "governed_by"): _AGENT_IDENTITY,
-    ("EffectStarted", "descriptor"): ("kind", "args"),
-    # Internally tagged by `mode`: the tag first, then `Idempotent`'s `key`.
-    ("EffectStarted", "recovery"): ("mode", "key"),
-    ("EffectDone", "declared"): _DECLARED_OUTPUT,
-    ("EffectReconciled", "declared"): _DECLARED_OUTPUT,
-}
-"""Typed struct members whose definition the reference holds: (kind, member) -> order."""
+Shape = tuple[tuple[str, ...], dict[str, Any]]
+"""A struct's members in declaration order, and the shapes of its struct-valued members
+(a ``("map", shape)`` member is a ``BTreeMap<String, struct>``: keys sorted, values shaped;
+a ``("list", shape)`` member a sequence of such structs)."""
 
-_BTREE_MAPS = frozenset({("Released", "field_labels"), ("Released", "result_field_labels")})
+_RELEASE_SCOPE: Shape = (("trust", "sensitivity"), {})
+_RELEASE_MARK: Shape = (("destination", "field", "scope", "basis"), {"scope": _RELEASE_SCOPE})
+_LABEL: Shape = (
+    ("provenance", "trust", "sensitivity", "releases"),
+    {"releases": ("list", _RELEASE_MARK)},
+)
+_SPEND: Shape = (("tokens", "minor_units"), {})
+_CORRELATION_KEY: Shape = (("namespace", "value"), {})
+_POLICY_BUNDLE: Shape = (("rules", "schema", "entities", "configuration", "evaluator"), {})
+# Internally tagged by `reason`: the tag first, then AwaitingEvent's or AwaitingTime's members.
+_SUSPEND_REASON: Shape = (
+    ("reason", "kind", "correlation", "until"),
+    {"correlation": ("list", _CORRELATION_KEY)},
+)
+_RELEASE: Shape = (
+    ("scope", "basis", "destination", "fields", "evidence"),
+    {"scope": _RELEASE_SCOPE},
+)
+
+NESTED_MEMBERS: dict[tuple[str, str], Any] = {
+    ("RunAdmitted", "governed_by"): (_AGENT_IDENTITY, {}),
+    ("RunAdmitted", "input_label"): _LABEL,
+    ("RunAdmitted", "policy_bundle"): _POLICY_BUNDLE,
+    ("CaseBound", "correlation"): ("list", _CORRELATION_KEY),
+    ("RunSuspended", "reason"): _SUSPEND_REASON,
+    ("EffectStarted", "descriptor"): (("kind", "args"), {}),
+    # Internally tagged by `mode`: the tag first, then `Idempotent`'s `key`.
+    ("EffectStarted", "recovery"): (("mode", "key"), {}),
+    ("EffectStarted", "outbound_label"): _LABEL,
+    ("EffectDone", "spend"): _SPEND,
+    ("EffectDone", "declared"): (_DECLARED_OUTPUT, {}),
+    ("EffectFailed", "spend"): _SPEND,
+    ("EffectReconciled", "spend"): _SPEND,
+    ("EffectReconciled", "declared"): (_DECLARED_OUTPUT, {}),
+    ("Released", "release"): _RELEASE,
+    ("Released", "label"): _LABEL,
+    ("Released", "field_labels"): ("map", _LABEL),
+    ("Released", "result_label"): _LABEL,
+    ("Released", "result_field_labels"): ("map", _LABEL),
+}
+"""Typed members of agentplane's structs, (kind, member) -> their :data:`Shape`, so that
+``body`` holds them in declaration order as agentplane's writer does (members a struct does
+not declare stay after the declared ones, in wire order)."""
 
 _U64_MAX = (1 << 64) - 1
 _I64_MIN = -(1 << 63)
@@ -165,18 +202,37 @@ def _ordered(obj: dict[str, Any], order: tuple[str, ...]) -> dict[str, Any]:
     return out
 
 
+def _shaped(value: Any, shape: Any) -> Any:
+    """``value`` with every struct in it in declaration order (anything not shaped as
+    expected is left as it is: ``body`` must still equal the wire)."""
+    if shape[0] == "map":
+        if not isinstance(value, dict):
+            return value
+        # a BTreeMap: keys in code point order (= UTF-8 byte order)
+        return {k: _shaped(value[k], shape[1]) for k in sorted(value)}
+    if shape[0] == "list":
+        if not isinstance(value, list):
+            return value
+        return [_shaped(item, shape[1]) for item in value]
+    if not isinstance(value, dict):
+        return value
+    order, members = shape
+    out = _ordered(value, order)
+    for key, inner in members.items():
+        if key in out:
+            out[key] = _shaped(out[key], inner)
+    return out
+
+
 def _reordered(wire: dict[str, Any]) -> dict[str, Any]:
     kind = wire.get("kind")
     if not isinstance(kind, str):
         return _ordered(wire, TOP_MEMBERS)
     body = _ordered(wire, (*TOP_MEMBERS, "kind", *VARIANT_MEMBERS.get(kind, ())))
     for key, value in body.items():
-        if not isinstance(value, dict):
-            continue
-        if (kind, key) in _BTREE_MAPS:
-            body[key] = {k: value[k] for k in sorted(value)}  # code point = UTF-8 byte order
-        elif (kind, key) in NESTED_MEMBERS:
-            body[key] = _ordered(value, NESTED_MEMBERS[(kind, key)])
+        shape = NESTED_MEMBERS.get((kind, key))
+        if shape is not None:
+            body[key] = _shaped(value, shape)
     return body
 
 

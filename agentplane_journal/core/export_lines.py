@@ -18,9 +18,10 @@ history, and its ``verify --checkpoint`` and ``restore`` read ours as their own:
 writes there, ``serde_json::to_string`` of its ``RecordBody`` parsed from those bytes: the
 members in its structs' declaration order, numbers as serde_json renders them
 (:mod:`.export_body`, derived from the wire bytes alone, so body-equals-wire holds by
-construction and a sealed payload is never opened). ``attestation`` is serde's default
-spelling of ``Attestation { key_id, signature: Vec<u8> }``, an assumption: the reference does
-not hold that struct's definition (see docs/operations/backup.md).
+construction and a sealed payload is never opened). ``attestation`` is agentplane's
+``Attestation { key_id, signature }`` with the signature as a lowercase hex string (its
+``#[serde(with = "hex_bytes")]``, ``src/core/attest.rs``); readers also accept the array of
+byte values this package wrote before (see docs/operations/backup.md).
 
 Pure code, no I/O: the writer (:mod:`agentplane_journal.journal.export`) and the verifier
 (:mod:`agentplane_journal.core.export_verify`) share these spellings.
@@ -149,11 +150,12 @@ def run_line(run: RunId, index: int | None, seal: Digest | None) -> str:
 
 
 def attestation_json(att: Attestation | None) -> dict[str, Any] | None:
-    """``Attestation`` as serde derives it: ``key_id`` and the signature's bytes as an array
-    of integers (serde's default for ``Vec<u8>``); ``None`` stays ``null`` (never omitted)."""
+    """``Attestation`` as agentplane serialises it: ``key_id`` and the signature as lowercase
+    hex (``hex_bytes``: agentplane's reader refuses anything else, and then counts the record
+    unsigned); ``None`` stays ``null`` (never omitted)."""
     if att is None:
         return None
-    return {"key_id": att.key_id, "signature": list(att.signature)}
+    return {"key_id": att.key_id, "signature": att.signature.hex()}
 
 
 def record_line(record: Record) -> str:

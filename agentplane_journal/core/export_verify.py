@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentplane_journal.core import merkle
+from agentplane_journal.core.canon_v1 import CANON_VERSION
 from agentplane_journal.core.checkpoint import Checkpoint
 from agentplane_journal.core.export_body import serde_value
 from agentplane_journal.core.export_lines import (
@@ -50,6 +51,7 @@ from agentplane_journal.core.export_lines import (
 from agentplane_journal.core.export_read import read_line, run_block
 from agentplane_journal.core.ids import Digest, RunId
 from agentplane_journal.core.signing import DOMAIN_RECORD, Verifier, signing_hash
+from agentplane_journal.core.typed_022 import decode_problem, dropped_members
 
 __all__ = ["ExportVerifier", "VerifyReport"]
 
@@ -123,12 +125,19 @@ def _same(a: object, b: object) -> bool:
 
 
 def _attestation(value: object) -> tuple[str, bytes] | None:
+    """A line's ``attestation``: the signature as hex (agentplane's ``hex_bytes``, what both
+    write now), or as an array of byte values (this package's files from before)."""
     if not isinstance(value, dict):
         return None
     key_id, sig = value.get("key_id"), value.get("signature")
-    if not isinstance(key_id, str) or not isinstance(sig, list):
+    if not isinstance(key_id, str):
         return None
-    if not all(type(x) is int and 0 <= x <= 255 for x in sig):
+    if isinstance(sig, str):
+        # hex::decode: an even number of hex digits, either case; nothing else.
+        if len(sig) % 2 or not all(c in "0123456789abcdefABCDEF" for c in sig):
+            return None
+        return key_id, bytes.fromhex(sig)
+    if not isinstance(sig, list) or not all(type(x) is int and 0 <= x <= 255 for x in sig):
         return None
     return key_id, bytes(sig)
 
@@ -140,14 +149,20 @@ class ExportVerifier:
     record is a finding, as agentplane's auditor posture has it); ``None`` lists signatures
     as not checked. ``canons``: the ``canon`` rules this build implements (a foreign one is a
     coverage note, never a finding: nothing here re-derives a digest under a rule).
+    ``agentplane_typed``: read a canon-1 file's records as agentplane 0.22's typed decode does
+    (a record it cannot read is a finding); ``False`` for a check of this package's own
+    readers only (``drill``: a tenant holding this package's own kinds restores here).
     """
 
     def __init__(
         self,
         verifier: Verifier | None = None,
         canons: frozenset[int] = IMPLEMENTED_CANONS,
+        *,
+        agentplane_typed: bool = True,
     ) -> None:
         self._verifier = verifier
+        self._typed_check = agentplane_typed
         self._canons = canons
         self.report = VerifyReport()
         if verifier is None:
@@ -167,6 +182,9 @@ class ExportVerifier:
         self._carried: set[str] = set()
         self._stopped = False
         self._runs: set[str] = set()  # every block's run, to name a repeated one
+        self._canon: int | None = None
+        self._dropped = 0
+        self._dropped_example = ""
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -222,6 +240,7 @@ class ExportVerifier:
                 "interpret, which may not be all of them"
             )
         canon = value.get("canon")
+        self._canon = canon if type(canon) is int else None
         if type(canon) is not int or canon not in self._canons:
             self.report.not_checked.append(
                 f"derived digests — the export was written under canonicalization rule "
@@ -289,6 +308,23 @@ class ExportVerifier:
                 (run, reason if isinstance(reason, str) else "no reason recorded")
             )
 
+    def _typed(self, wire: dict[str, Any], seq: int, p: _RunPass) -> None:
+        """agentplane 0.22's typed decode of a canon-1 record (:mod:`.typed_022`): a record it
+        cannot read is a finding (its verify calls it malformed, and every later record of
+        the run tampered); what its re-seal would drop is counted for :meth:`finish`."""
+        problem = decode_problem(wire)
+        if problem is not None:
+            self.report.findings.append(
+                f"run {p.run}: record {seq} is not a record agentplane 0.22 can read ({problem})"
+                " — agentplane's verify calls it malformed and the rest of the run tampered"
+            )
+            p.clean = False
+            return
+        dropped = dropped_members(wire)
+        if dropped:
+            self._dropped += 1
+            self._dropped_example = self._dropped_example or f"record {seq} of {p.run}: {dropped}"
+
     def _read_record(self, value: dict[str, Any], p: _RunPass) -> None:
         report, run = self.report, p.run
         p.records += 1
@@ -310,6 +346,8 @@ class ExportVerifier:
             report.findings.append(f"run {run}: a record line is malformed")
             p.clean = False
             return
+        if self._canon == CANON_VERSION and self._typed_check:
+            self._typed(wire, seq, p)
         if "body" not in value or not _same(value["body"], wire):
             report.findings.append(
                 f"run {run}: record {seq}'s readable body does not match its wire bytes — the "
@@ -396,6 +434,12 @@ class ExportVerifier:
         and deletion is listed as not checked)."""
         self._finish_run()
         report = self.report
+        if self._dropped:
+            report.not_checked.append(
+                f"agentplane 0.22's restore of {self._dropped} record(s) — they hold members "
+                "its typed records do not carry, so its re-seal would give other bytes (this "
+                f"package's restore keeps them); first: {self._dropped_example}"
+            )
         if expected is not None:
             cp = report.checkpoint
             if self._header_seen and cp is not None and cp != expected:

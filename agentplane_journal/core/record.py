@@ -58,6 +58,35 @@ def _refuse_constant(name: str) -> Any:
 # call. Refusing NaN/Infinity keeps a stored body within what canonical JSON can express.
 JSON_DECODER = json.JSONDecoder(parse_constant=_refuse_constant)
 
+
+_I64_MIN = -(2**63)
+_U64_MAX = 2**64 - 1
+
+
+def _wire_int(token: str) -> int | float:
+    """An integer token as its writer meant it: serde_json holds one beyond ``i64``/``u64``
+    as an ``f64``, and canon v1 prints such a double as an integer (``{"x": 1e20}`` is stored
+    ``100000000000000000000``, and so is every double in [2^64, 1e21)). Read back as that
+    double it re-canonicalizes to the same bytes; as a Python ``int`` it would be refused as
+    wider than 64 bits (restore, drill and the steps layer's replay re-seal what they read)."""
+    value = int(token)
+    return value if _I64_MIN <= value <= _U64_MAX else float(token)
+
+
+WIRE_DECODER = json.JSONDecoder(parse_constant=_refuse_constant, parse_int=_wire_int)
+""":data:`JSON_DECODER` with integers beyond 64 bits read as the doubles they were."""
+
+#: u64::MAX has 20 digits, so a body holding a wider integer has a number of at least 20
+#: digits after ``:``, ``[`` or ``,`` (the cheap test that sends the rare such body through
+#: :data:`WIRE_DECODER`; a string that happens to match only costs the slower parse).
+LONG_DIGITS = re.compile(r"[:\[,]-?\d{20}")
+
+
+def decode_wire(text: str) -> Any:
+    """Wire bytes (as text) parsed as their writer meant them (:data:`WIRE_DECODER`)."""
+    return WIRE_DECODER.decode(text)
+
+
 _new = object.__new__
 
 
@@ -187,6 +216,8 @@ class Record:
                 end = -1
             if end != len(text):
                 body = JSON_DECODER.decode(text)
+            if LONG_DIGITS.search(text) is not None:
+                body = WIRE_DECODER.decode(text)
         except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError included
             raise CorruptRecordError(
                 seq if seq is not None else 0,

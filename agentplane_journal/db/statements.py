@@ -35,6 +35,7 @@ from agentplane_journal.core.checks import MAX_U32 as _U32_MAX
 from agentplane_journal.core.ids import PHASES, Digest, RunId
 from agentplane_journal.core.record import (
     JSON_DECODER,
+    LONG_DIGITS,
     LOWER_HEX64,
     Attestation,
     Record,
@@ -342,6 +343,7 @@ _sha256 = hashlib.sha256
 # What raw_decode calls, without its Python frame. JSONDecoder.__init__ sets scan_once;
 # typeshed's JSONDecoder does not declare it.
 _scan: Callable[[str, int], tuple[Any, int]] = JSON_DECODER.scan_once  # type: ignore[attr-defined]
+_long_digits = LONG_DIGITS.search
 _new_digest = object.__new__
 _set_digest = Digest.__mro__[1].__dict__["_bytes"].__set__  # the slot Digest._trusted sets
 
@@ -385,8 +387,8 @@ def _plain_record(row: Any, prev: Digest | None) -> Record | None:
         body, end = _scan(text, 0)
     except Exception:  # StopIteration, JSONDecodeError, UnicodeDecodeError, RecursionError
         return None
-    if end != len(text) or type(body) is not dict:
-        return None
+    if end != len(text) or type(body) is not dict or _long_digits(text) is not None:
+        return None  # (an integer wider than 64 bits is a double: Record.from_stored reads it)
     get = body.get
     member = get("seq")
     if type(member) is not int or member != seq or not 1 <= seq <= _I64_MAX:

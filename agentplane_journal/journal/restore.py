@@ -43,6 +43,7 @@ from agentplane_journal.core.export_lines import PROFILE_BY_CANON, RUN_BLOCK
 from agentplane_journal.core.export_read import RunBlock, read_line, run_block
 from agentplane_journal.core.ids import RunId
 from agentplane_journal.core.profile import WireProfile, profile_named, profile_of_record
+from agentplane_journal.core.record import decode_wire
 from agentplane_journal.journal.bulk import AppendStep, SealStep, Step, write_steps
 from agentplane_journal.journal.restore_check import Frame, Judge, RestoreRefused
 from agentplane_journal.journal.store import SqlJournalStore
@@ -133,7 +134,9 @@ def _wire(value: dict[str, Any], number: int) -> dict[str, Any]:
             "the chain hashed, so the file is refused instead of guessed at"
         )
     try:
-        body = jsonload.loads(raw)
+        body = decode_wire(raw)  # numbers as the writer meant them (1e20 stored as an integer)
+    except RecursionError:  # nested past any body a writer makes: refused, not a traceback
+        body = jsonload.JsonTooDeep(jsonload.MAX_JSON_DEPTH)
     except ValueError as exc:
         body = exc
     if not isinstance(body, dict):

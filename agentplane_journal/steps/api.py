@@ -191,7 +191,7 @@ class Steps:
         history = RunHistory.of(records)
         if history.conclusion is None:
             return InFlight(run)
-        return Finished(run, outcome_of(history.conclusion))
+        return Finished(run, outcome_of(history))
 
     async def cancel(self, run: RunId, actor: str, reason: str = "") -> bool:
         """Ask ``run`` to stop at its next step boundary (no lease needed)."""

@@ -27,10 +27,11 @@ reconcile function it is in doubt (asked at once), without one it fails for good
 from __future__ import annotations
 
 import contextvars
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
 from agentplane_journal.core.append import EFFECT_STARTED
+from agentplane_journal.core.canon_v1 import canonical_bytes_rfc8785
 from agentplane_journal.core.ids import EffectKey
 from agentplane_journal.core.profile import profile_of_record
 from agentplane_journal.errors import (
@@ -158,6 +159,8 @@ class Effect(Generic[P, R]):
         attempt, performed = 1, 0
         while True:
             key = profile.effect_key(STEP, "forward", ordinal, attempt, self.name, value)
+            if recorded is not None and not ctx.history.effects.get(key):
+                key = _key_before_ties(ctx.history.effects, key, ordinal, attempt, self.name, value)
             known = ctx.history.verdict(key)
             verdict = known.verdict
             if verdict is Verdict.DONE:
@@ -299,6 +302,31 @@ class Effect(Generic[P, R]):
             raise EffectInDoubtError(
                 ctx.run, self.name, key, detail or "the reconcile function could not tell"
             )
+
+
+def _key_before_ties(
+    effects: Mapping[EffectKey, object],
+    key: EffectKey,
+    ordinal: int,
+    attempt: int,
+    name: str,
+    value: object,
+) -> EffectKey:
+    """The key a run started before canon v1 followed agentplane on exact ties recorded for
+    this call, if it recorded one, else ``key``.
+
+    Until issue 36, canon v1 wrote a double exactly halfway between two shortest digit
+    strings with the even one (RFC 8785's rule), and derived effect keys over those bytes;
+    agentplane, and canon v1 now, write the upper one. A run in flight across the upgrade
+    whose arguments hold such a double would otherwise find no record under the new key and
+    call the effect a second time. Only asked for a position the run has already recorded,
+    so a fresh call costs nothing more."""
+    try:
+        raw = canonical_bytes_rfc8785(value, path="args")
+    except (TypeError, ValueError):
+        return key
+    before = EffectKey.derive(STEP, "forward", ordinal, attempt, name, raw)
+    return before if before != key and effects.get(before) else key
 
 
 def _canonical_or_none(profile: WireProfile, value: object) -> bytes | None:

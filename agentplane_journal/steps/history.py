@@ -26,6 +26,7 @@ from agentplane_journal.core.admission import RUN_ADMITTED
 from agentplane_journal.core.append import EFFECT_STARTED, RUN_SEALED
 from agentplane_journal.core.ids import Digest, EffectKey
 from agentplane_journal.core.record import Record
+from agentplane_journal.steps.records import read_output_note
 from agentplane_journal.steps.values import DID_NOT_HAPPEN, LANDED
 
 __all__ = ["EFFECT_DONE", "EFFECT_FAILED", "EFFECT_RECONCILED", "RUN_CANCELLED", "RunHistory"]
@@ -34,6 +35,7 @@ EFFECT_DONE = "EffectDone"
 EFFECT_FAILED = "EffectFailed"
 EFFECT_RECONCILED = "EffectReconciled"
 RUN_CANCELLED = "RunCancelled"
+NOTE = "Note"
 
 
 class Verdict(enum.Enum):
@@ -69,6 +71,18 @@ class RunHistory:
     effects: dict[EffectKey, list[Record]] = field(default_factory=dict)
     #: The first ``EffectStarted`` at each position: what the run called there.
     positions: dict[int, Record] = field(default_factory=dict)
+    #: Calls started so far (first attempts): the next position when records carry none.
+    calls: int = 0
+    #: The run's result from a 0.22 output note, as a 1-tuple (``None``: no such note).
+    output: tuple[Any] | None = None
+
+    def result(self) -> Any:
+        """The concluded run's result: its ``RunSealed.output`` (0.4, and 0.22 before issue
+        36), else the output note written before it."""
+        body = self.conclusion.body if self.conclusion is not None else {}
+        if "output" in body or self.output is None:
+            return body.get("output")
+        return self.output[0]
 
     @classmethod
     def of(cls, records: Sequence[Record]) -> RunHistory:
@@ -85,11 +99,23 @@ class RunHistory:
                 self.conclusion = record  # the last conclusion is the run's answer
             elif kind == RUN_CANCELLED:
                 self.cancelled = record
+            key = record.effect_key
             if kind == EFFECT_STARTED:
-                ordinal = record.body.get("ordinal")
+                # The call's position: the ``ordinal`` records before issue 36 carry, else
+                # (0.22, as agentplane) counted: each call's first attempt starts once.
+                body = record.body
+                first = body.get("attempt") == 1 and (key is None or key not in self.effects)
+                ordinal = body.get("ordinal")
+                if not isinstance(ordinal, int) and first:
+                    ordinal = self.calls
+                if first:
+                    self.calls += 1
                 if isinstance(ordinal, int):
                     self.positions.setdefault(ordinal, record)
-            key = record.effect_key
+            elif kind == NOTE:
+                found, output = read_output_note(record.body)
+                if found:
+                    self.output = (output,)
             if key is not None:
                 self.effects.setdefault(key, []).append(record)
             self.head_seq, self.head_hash = record.seq, record.hash

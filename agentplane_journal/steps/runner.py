@@ -50,7 +50,12 @@ from agentplane_journal.errors import (
 from agentplane_journal.journal.store import SqlJournalStore
 from agentplane_journal.steps import spans
 from agentplane_journal.steps.history import RUN_CANCELLED, RunHistory
-from agentplane_journal.steps.records import effect_record, key_profile, run_record
+from agentplane_journal.steps.records import (
+    effect_record,
+    key_profile,
+    output_note,
+    run_record,
+)
 from agentplane_journal.steps.values import CANCELLED
 
 __all__ = ["HICCUPS", "STOPS", "RunContext"]
@@ -218,11 +223,16 @@ class RunContext:
     ) -> None:
         """``RunSealed`` over the real head, ``seal`` at it, then release the lease."""
         if self.history.conclusion is None:
+            note = None if output is None else output_note(self.profile, self.run, output)
+            if (
+                note is not None
+            ):  # 0.22: the result goes before RunSealed, which has no member for it
+                await self.append([note])
             payload: dict[str, Any] = {
                 "outcome": outcome,
                 "chain_head": self.history.head_hash.hex(),
             }
-            if output is not None:
+            if output is not None and note is None:
                 payload["output"] = output
             if reason is not None:
                 payload["reason"] = reason

@@ -61,9 +61,11 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
-def outcome_of(conclusion: Record) -> Outcome[Any]:
-    body = conclusion.body
-    return Outcome(str(body.get("outcome")), body.get("output"), body.get("reason"))
+def outcome_of(history: RunHistory) -> Outcome[Any]:
+    """A concluded run's outcome, from its ``RunSealed`` (and its output note in 0.22)."""
+    assert history.conclusion is not None
+    body = history.conclusion.body
+    return Outcome(str(body.get("outcome")), history.result(), body.get("reason"))
 
 
 class Workflow(Generic[P, R]):
