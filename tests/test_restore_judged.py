@@ -384,3 +384,33 @@ async def test_drill_on_a_tenant_holding_a_damaged_sealed_run_fails_not_refuses(
     drill = await _cli("drill", "--url", database_url, "--tenant", store.tenant)
     assert drill.returncode == 1, drill.stdout + drill.stderr
     assert "DRILL FAILED" in drill.stdout + drill.stderr and "Traceback" not in drill.stderr
+
+
+async def test_a_022_tenant_holding_our_own_kinds_restores_and_drills(
+    make_store: Callable[..., Any], fresh_url: str, clock: Any, tmp_path: Path, database_url: str
+) -> None:
+    """LangGraph checkpoints are this package's own kinds, which agentplane 0.22's typed
+    decode cannot read: verify-export says so (agentplane's verify would reject the file),
+    but this package's restore and drill replay them, byte for byte."""
+    pytest.importorskip("langgraph")
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    from agentplane_journal.langgraph import JournalSaver
+
+    tenant = f"g{uuid.uuid4().hex[:10]}"
+    source: SqlJournalStore = await make_store(tenant=tenant, profile=AGENTPLANE_0_22)
+    saver = JournalSaver(source)
+    config = {"configurable": {"thread_id": "t1", "checkpoint_ns": ""}}
+    await saver.aput(config, empty_checkpoint(), {"source": "input"}, {})
+    await saver.aclose()
+    path = tmp_path / "source.jsonl"
+    await export_to(source, path)
+    async with store_factory(SqlJournalStore, fresh_url, tenant, clock) as elsewhere:
+        target: SqlJournalStore = await elsewhere(tenant=tenant)
+        restored = await restore_export(target, path)
+        assert restored.is_faithful, restored.to_json()
+        again = tmp_path / "again.jsonl"
+        await export_to(target, again)
+        assert again.read_bytes() == path.read_bytes()
+    drill = await _cli("drill", "--url", database_url, "--tenant", tenant)
+    assert drill.returncode == 0, drill.stdout + drill.stderr

@@ -80,7 +80,10 @@ class Judge:
     (:meth:`record`), then :meth:`finish` refuses or returns the :class:`Frame`."""
 
     def __init__(self) -> None:
-        self._verifier = ExportVerifier(None)
+        # This package's restore replays its own kinds too (LangGraph, sessions), which
+        # agentplane 0.22's typed decode cannot read: that is verify-export's remark about
+        # agentplane, not a reason to refuse the file here.
+        self._verifier = ExportVerifier(None, agentplane_typed=False)
         self._version: object = None
         self._checkpoint: Checkpoint | None = None
         self._canon: int | None = None
