@@ -394,3 +394,110 @@ def test_the_record_properties_read_the_checked_body() -> None:
     assert record.phase == "compensating"
     plain = record_of(body(phase=DROP, step=DROP, case=DROP, effect_key=DROP))
     assert (plain.phase, plain.step, plain.case, plain.effect_key) == ("forward", None, None, None)
+
+
+# --- the rarer paths: subclasses, driver types, the texts a reader sees -----------------------
+
+
+class Seq(int):
+    """An int subclass, as a driver or numpy may hand one over."""
+
+
+class Text(str):
+    pass
+
+
+class SubDigest(Digest):
+    __slots__ = ()
+
+
+class MyRecord(Record):
+    __slots__ = ()
+
+
+def test_seal_takes_int_and_str_subclasses_as_their_values() -> None:
+    value = body(seq=Seq(1), run=Text(RUN.ulid), kind=Text("Note"))
+    record = Record.seal(value, Digest.ZERO)
+    assert record.raw == Record.seal(body(seq=1, kind="Note"), Digest.ZERO).raw
+    assert type(record) is Record
+
+
+def test_seal_refuses_a_digest_subclass_as_digest_chain_always_has() -> None:
+    prev = SubDigest(bytes(32))
+    with pytest.raises(TypeError, match="prev must be a Digest, not SubDigest"):
+        Record.seal(body(seq=1), prev)
+
+
+def test_a_record_subclass_seals_into_itself() -> None:
+    record = MyRecord.seal(body(seq=1), Digest.ZERO)
+    plain = Record.seal(body(seq=1), Digest.ZERO)
+    assert type(record) is MyRecord
+    assert (record.body, record.raw, record.prev_hash, record.hash, record.attestation) == (
+        plain.body,
+        plain.raw,
+        plain.prev_hash,
+        plain.hash,
+        None,
+    )
+
+
+def test_from_stored_checks_its_argument_types() -> None:
+    raw = raw_of(body())
+    good = Digest.chain(Digest.ZERO, raw)
+    with pytest.raises(TypeError, match="raw must be bytes, not str"):
+        Record.from_stored(raw.decode(), Digest.ZERO, good)  # type: ignore[arg-type]
+    assert Record.from_stored(bytearray(raw), Digest.ZERO, good).raw == raw  # type: ignore[arg-type]
+    for prev, hash_ in (
+        (bytes(32), good),
+        (Digest.ZERO, bytes(good)),
+        (SubDigest(bytes(32)), good),
+    ):
+        with pytest.raises(TypeError, match="prev_hash and hash must be Digests"):
+            Record.from_stored(raw, prev, hash_)  # type: ignore[arg-type]
+
+
+def test_each_read_refusal_says_what_is_wrong() -> None:
+    raw = raw_of(body())
+    wrong = Digest.of(b"not it")
+    computed = Digest.chain(Digest.ZERO, raw)
+    with pytest.raises(CorruptRecordError) as info:
+        Record.from_stored(raw, Digest.ZERO, wrong)
+    assert info.value.detail == (
+        f"hash mismatch: stored {wrong.hex()[:8]}…, recomputed {computed.hex()[:8]}… "
+        "— record was altered after it was written"
+    )
+    assert "not a JSON record body (Extra data" in refused(raw + b"x").detail
+    assert "not a JSON record body (Expecting" in refused(b"{").detail
+    assert refused(b"[7]").detail == "stored bytes hold a JSON list, not a record body object"
+    assert refused(b'"x"').detail == "stored bytes hold a JSON str, not a record body object"
+    long_run = "R" * 50
+    assert check_envelope(body(run=long_run)) == (
+        f"record body's 'run' member {'R' * 40!r} is not a bare upper-case ULID"
+    )
+
+
+@pytest.mark.parametrize(
+    ("key", "json_type"),
+    [(7, "number"), (1.5, "number"), (True, "boolean"), (["k"], "array"), ({"k": 1}, "object")],
+)
+def test_a_wrong_idempotency_key_names_its_json_type(key: Any, json_type: str) -> None:
+    record = record_of(body(kind="RunAdmitted", idempotency_key=key))
+    with pytest.raises(CorruptRecordError) as info:
+        _ = record.idempotency_key
+    assert info.value.detail == (
+        f"the RunAdmitted record's idempotency_key member is a JSON {json_type}, not a "
+        "string: no writer produces it"
+    )
+
+
+def test_reprs_are_short_and_say_who_signed() -> None:
+    assert repr(Attestation("k", bytes(range(64)))) == (
+        "Attestation(key_id='k', signature=00010203…(64 bytes))"
+    )
+    signer = Ed25519Signer("w", bytes(range(32)))
+    record = Record.seal(body(seq=1, kind="Note"), Digest.ZERO, signer)
+    assert repr(record) == (
+        f"Record(seq=1, run={RUN.ulid}, kind='Note', hash={record.hash!r}, signed by 'w')"
+    )
+    unsigned = Record.seal(body(seq=1, kind="Note"), Digest.ZERO)
+    assert repr(unsigned) == f"Record(seq=1, run={RUN.ulid}, kind='Note', hash={unsigned.hash!r})"
