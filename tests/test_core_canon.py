@@ -193,3 +193,110 @@ VALUES = st.recursive(
 def test_fast_path_and_general_encoder_agree_on_arbitrary_mixes(value: list[object]) -> None:
     assert outcome(canonical_bytes, value) == outcome(general, value)
     assert outcome(canonical_bytes_v1, value) == outcome(general_v1, value)
+
+
+# --- known answers for what only the general encoder writes --------------------------------
+
+
+class FloatSub(float):
+    pass
+
+
+class StrSub(str):
+    pass
+
+
+class ListSub(list):  # type: ignore[type-arg]
+    pass
+
+
+class TupleSub(tuple):  # type: ignore[type-arg]
+    __slots__ = ()
+
+
+class DictSub(dict):  # type: ignore[type-arg]
+    pass
+
+
+@pytest.mark.parametrize("encode", [canonical_bytes, canonical_bytes_v1])
+def test_subclasses_are_written_as_their_base_type(encode: Any) -> None:
+    value = {
+        "f": FloatSub(1.5),
+        "s": StrSub("x"),
+        "l": ListSub([1, FloatSub(2.5)]),
+        "t": TupleSub((StrSub("y"),)),
+        "d": DictSub(b=DictSub(), a=[ListSub()]),
+        "i": Small.ONE,
+    }
+    expected = b'{"d":{"a":[[]],"b":{}},"f":1.5,"i":1,"l":[1,2.5],"s":"x","t":["y"]}'
+    assert encode(value) == expected
+    assert encode(ListSub([FloatSub(1.5), StrSub("z")])) == b'[1.5,"z"]'
+    assert encode(DictSub(k=TupleSub())) == b'{"k":[]}'
+    assert encode(FloatSub(0.5)) == b"0.5"
+    assert encode(StrSub("q")) == b'"q"'
+    with pytest.raises(ValueError, match=r"^value\.k: NaN is not JSON"):
+        encode(DictSub(k=FloatSub("nan")))
+
+
+@pytest.mark.parametrize("encode", [canonical_bytes, canonical_bytes_v1])
+def test_every_refusal_says_what_and_where(encode: Any) -> None:
+    cases: list[tuple[object, type[Exception], str]] = [
+        (float("nan"), ValueError, "value: NaN is not JSON; canonical JSON has no NaN or infinity"),
+        (
+            [float("inf")],
+            ValueError,
+            "value[0]: Infinity is not JSON; canonical JSON has no NaN or infinity",
+        ),
+        (
+            {"a": float("-inf")},
+            ValueError,
+            "value.a: -Infinity is not JSON; canonical JSON has no NaN or infinity",
+        ),
+        ({1: 2}, TypeError, "value: object keys must be strings, found int 1"),
+        ({"a": {None: 2}}, TypeError, "value.a: object keys must be strings, found NoneType None"),
+        (
+            {"\ud800": 1, "\ue000": 2},
+            ValueError,
+            "value: object key '\\ud800' contains a lone surrogate, which is not valid Unicode",
+        ),
+        (
+            {"\ud800": 1},
+            ValueError,
+            "value: object key '\\ud800' contains a lone surrogate, which is not valid Unicode",
+        ),
+        (
+            {"b": ["ok", "\udfff"], "\ue000": "\ud800"},
+            ValueError,
+            "value.b[1]: string contains a lone surrogate, which is not valid Unicode and "
+            "cannot be written as UTF-8",
+        ),
+        (
+            [2**64],
+            ValueError,
+            "value[0]: integer 18446744073709551616 does not fit a 64-bit integer "
+            "(-9223372036854775808..18446744073709551615); write it as a string",
+        ),
+        (
+            nested(MAX_DEPTH + 1, "list"),
+            ValueError,
+            f"nested more than {MAX_DEPTH} levels deep (or refers to itself); agentplane's "
+            "reader cannot decode such a record",
+        ),
+        (
+            [object()],
+            TypeError,
+            "value[0]: object is not JSON; use dict, list, tuple, str, int, float, bool or None",
+        ),
+    ]
+    for value, error, message in cases:
+        with pytest.raises(error) as info:
+            encode(value)
+        assert str(info.value).endswith(message), (value, str(info.value))
+        assert str(info.value).startswith("value")
+
+
+def test_keys_from_u_d800_up_sort_by_utf16_in_both_rules() -> None:
+    value = {"\ud7ff": 1, "\ue000": 2, "\U0001f600": 3, "a": 4}
+    expected = '{"a":4,"\ud7ff":1,"\U0001f600":3,"\ue000":2}'.encode()
+    assert canonical_bytes(value) == expected
+    assert canonical_bytes_v1(value) == expected

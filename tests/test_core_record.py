@@ -429,6 +429,11 @@ def test_seal_refuses_a_digest_subclass_as_digest_chain_always_has() -> None:
 
 
 def test_a_record_subclass_seals_into_itself() -> None:
+    signer = Ed25519Signer("w", bytes(range(32)))
+    signed = MyRecord.seal(body(seq=1), Digest.ZERO, signer)
+    assert type(signed) is MyRecord
+    assert signed.attestation == Record.seal(body(seq=1), Digest.ZERO, signer).attestation
+    assert signed.attestation is not None
     record = MyRecord.seal(body(seq=1), Digest.ZERO)
     plain = Record.seal(body(seq=1), Digest.ZERO)
     assert type(record) is MyRecord

@@ -110,6 +110,7 @@ def prepare(module: str, spec: dict[str, Any], run: dict[str, Any]) -> Path:
         f"pytest_add_cli_args_test_selection = {_toml_value(spec['tests'])}",
         f"pytest_add_cli_args = {_toml_value(run['pytest_args'])}",
         "use_git_change_detection = false",
+        f"timeout_multiplier = {_toml_value(float(run.get('timeout_multiplier', 15.0)))}",
         "",
         "[tool.pytest.ini_options]",
     ]
