@@ -111,6 +111,7 @@ def prepare(module: str, spec: dict[str, Any], run: dict[str, Any]) -> Path:
         f"pytest_add_cli_args = {_toml_value(run['pytest_args'])}",
         "use_git_change_detection = false",
         f"timeout_multiplier = {_toml_value(float(run.get('timeout_multiplier', 15.0)))}",
+        f"timeout_constant = {_toml_value(float(run.get('timeout_constant', 1.0)))}",
         "",
         "[tool.pytest.ini_options]",
     ]
@@ -252,6 +253,8 @@ def judge(report: ModuleReport, equivalents: dict[str, dict[str, str]]) -> None:
                 report.stale.append(f"{mutant.name} is listed as equivalent but was killed")
         elif mutant.verdict == "message":
             continue
+        elif mutant.status == "not checked":
+            mutant.verdict = "unchecked"  # the budget ran out before it
         elif entry is not None and entry["change"] == mutant.change:
             mutant.verdict = "equivalent"
         else:
@@ -272,7 +275,8 @@ def run_module(module: str, spec: dict[str, Any], run: dict[str, Any], eq: Any) 
     report.seconds = time.monotonic() - started
     if (scratch / "mutants" / (spec["path"] + ".meta")).exists():
         report.mutants = collect(scratch, spec["path"])
-        describe(scratch, spec["path"], [m for m in report.mutants if m.status not in CAUGHT])
+        unsettled = [m for m in report.mutants if m.status not in CAUGHT | {"not checked"}]
+        describe(scratch, spec["path"], unsettled)
         judge(report, eq)
     return report
 
@@ -280,13 +284,15 @@ def run_module(module: str, spec: dict[str, Any], run: dict[str, Any], eq: Any) 
 def print_report(report: ModuleReport) -> None:
     total = len(report.mutants)
     killed = report.count("killed")
+    timeouts = sum(1 for m in report.mutants if m.status == "timeout")
     state = "ok" if report.ok else "FAIL"
     if not report.finished and not report.error:
         state = "INCOMPLETE (budget exceeded)"
     print(
         f"{report.module:14} {total:5} mutants {killed:5} killed {report.count('equivalent'):4} "
         f"equivalent {report.count('message'):4} message {report.count('survived'):4} survived "
-        f"{report.seconds:6.0f}s  {state}"
+        f"{report.count('unchecked'):4} unchecked {report.seconds:6.0f}s  {state}"
+        + (f"  ({timeouts} of the killed by timeout)" if timeouts else "")
     )
     if report.error:
         print(f"    {report.error}")
