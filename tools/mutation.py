@@ -18,8 +18,9 @@ marked slow), bounded by ``budget_seconds``. A survivor fails the run unless:
 * it is listed in ``tools/mutation-equivalents.toml`` with the change it makes (so an entry
   whose mutant now makes another change, because the function was edited, is stale and no
   longer excuses anything) and the reason it changes no behaviour; or
-* it only changes the text of an error message (a string literal inside a ``raise``): what
-  a person reads, never what is accepted or refused. Counted and reported as ``message``.
+* it only changes the text of an error message (inside a ``raise``: a string literal, an
+  f-string or what it interpolates): what a person reads, never what is accepted or
+  refused. Counted and reported as ``message``.
 
 Exit status 0 only when every module ran to its end and every survivor is one of those.
 """
@@ -147,8 +148,9 @@ def run_mutmut(scratch: Path, max_children: int, budget: float) -> tuple[bool, s
     finally:
         log.close()
     if code != 0:
-        tail = (scratch / "mutmut.log").read_text("utf-8", "replace")[-2000:]
-        return False, f"mutmut exited {code}: {tail}"
+        text = (scratch / "mutmut.log").read_text("utf-8", "replace").replace("\r", "\n")
+        tail = [line for line in text.splitlines() if line.strip()][-3:]
+        return False, f"mutmut exited {code}: " + " / ".join(tail)
     return True, ""
 
 
@@ -206,6 +208,18 @@ def _original(source: ast.Module, stem: str) -> ast.AST | None:
     return None
 
 
+def _in_message(node: Any, ancestors: list[ast.AST]) -> bool:
+    """Whether the change is to the text of an error message only: inside a ``raise``, a
+    string literal, an f-string, or anything an f-string there interpolates (the type named
+    in ``f"not {type(x).__name__}"``). A change to the exception's other arguments (the seq a
+    ``CorruptRecordError`` names) or to its class is not."""
+    if not any(isinstance(n, ast.Raise) for n in ancestors):
+        return False
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return True
+    return isinstance(node, ast.JoinedStr) or any(isinstance(n, ast.JoinedStr) for n in ancestors)
+
+
 def _text(node: Any) -> str:
     if isinstance(node, ast.AST):
         return ast.unparse(node)
@@ -230,8 +244,7 @@ def describe(scratch: Path, path: str, mutants: list[Mutant]) -> None:
         real = _original(source, stem)
         offset = getattr(a, "lineno", orig.lineno) - orig.lineno
         mutant.line = (getattr(real, "lineno", 0) if real else 0) + offset
-        is_text = isinstance(a, ast.Constant) and isinstance(a.value, str)
-        if is_text and any(isinstance(n, ast.Raise) for n in ancestors):
+        if _in_message(a, ancestors):
             mutant.verdict = "message"
 
 
