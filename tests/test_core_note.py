@@ -136,3 +136,34 @@ def test_a_note_no_trusted_key_signed_names_every_signer() -> None:
         f"no trusted key signed this note (it is signed by 'witness' ({OTHER.key_hash:08x}), "
         f"'third' ({third.key_hash:08x})); trust the log's verifier key to check it"
     )
+
+
+@pytest.mark.parametrize(
+    ("name", "problem"),
+    [
+        (7, "a key name is a str, not int"),
+        ("", "the key name is empty"),
+        ("a+b", "key name 'a+b' contains '+', which the verifier key format reserves"),
+        ("a b", "key name 'a b' contains a space or control character (U+0020)"),
+        ("a\x01", "key name 'a\\x01' contains a space or control character (U+0001)"),
+        ("a\ud800", "key name 'a\\ud800' is not valid Unicode (lone surrogate)"),
+        ("a\udfff", "key name 'a\\udfff' is not valid Unicode (lone surrogate)"),
+    ],
+)
+def test_a_bad_key_name_is_refused_saying_why(name: object, problem: str) -> None:
+    with pytest.raises(ValueError) as info:
+        NoteSigner(name, bytes(32))  # type: ignore[arg-type]
+    assert str(info.value) == problem
+    with pytest.raises(ValueError) as info:
+        NoteVerifier(name, SIGNER.public_key)  # type: ignore[arg-type]
+    assert str(info.value) == problem
+    if isinstance(name, str) and name and "+" not in name:
+        vkey = SIGNER.verifier_key.replace("log+", f"{name}+", 1)
+        with pytest.raises(ValueError) as info:
+            NoteVerifier.from_key(vkey)
+        assert str(info.value) == f"{vkey!r} is not a verifier key: {problem}"
+
+
+def test_names_beside_the_surrogates_are_fine() -> None:
+    for name in ("a\ud7ff", "a\ue000", "\u00e9"):
+        assert NoteSigner(name, bytes(32)).name == name
