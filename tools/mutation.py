@@ -104,6 +104,10 @@ def prepare(module: str, spec: dict[str, Any], run: dict[str, Any]) -> Path:
     shutil.copytree(ROOT / "agentplane_journal", scratch / "agentplane_journal", ignore=ignore)
     shutil.copytree(ROOT / "tests", scratch / "tests", ignore=ignore)
     pytest_ini = tomllib.loads((ROOT / "pyproject.toml").read_text("utf-8"))["tool"]["pytest"]
+
+    def timeout(key: str, default: float) -> Any:  # a module's own value, else the run's
+        return spec.get(key, run.get(key, default))
+
     lines = [
         "[tool.mutmut]",
         'source_paths = ["agentplane_journal"]',
@@ -111,8 +115,8 @@ def prepare(module: str, spec: dict[str, Any], run: dict[str, Any]) -> Path:
         f"pytest_add_cli_args_test_selection = {_toml_value(spec['tests'])}",
         f"pytest_add_cli_args = {_toml_value(run['pytest_args'])}",
         "use_git_change_detection = false",
-        f"timeout_multiplier = {_toml_value(float(run.get('timeout_multiplier', 15.0)))}",
-        f"timeout_constant = {_toml_value(float(run.get('timeout_constant', 1.0)))}",
+        f"timeout_multiplier = {_toml_value(float(timeout('timeout_multiplier', 15.0)))}",
+        f"timeout_constant = {_toml_value(float(timeout('timeout_constant', 1.0)))}",
         "",
         "[tool.pytest.ini_options]",
     ]
