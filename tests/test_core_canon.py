@@ -92,8 +92,8 @@ OTHER: list[object] = [
 ]
 
 
-@pytest.mark.parametrize("before", PLAIN, ids=repr)
-@pytest.mark.parametrize("after", OTHER, ids=repr)
+@pytest.mark.parametrize("before", PLAIN)
+@pytest.mark.parametrize("after", OTHER)
 def test_an_item_after_a_plain_one_is_still_checked_in_lists_and_objects(
     before: object, after: object
 ) -> None:
