@@ -38,7 +38,7 @@ def general_v1(value: object) -> bytes:
     """canon_v1.py without its fast path (the same refusals, by the same path)."""
     out: list[str] = []
     try:
-        canon_v1._write(value, out, 1)
+        canon_v1._write(value, out, 1, canon_v1.agentplane_number)
     except canon._Refusal as refusal:
         where = "value" + "".join(reversed(refusal.segments))
         raise refusal.error(f"{where}: {refusal.detail}") from None
