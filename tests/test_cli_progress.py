@@ -198,6 +198,7 @@ def test_serve_says_where_it_listens_and_logs_each_request(
     fresh: Callable[..., str], tmp_path: Path
 ) -> None:
     url = fresh()
+    asyncio.run(_populate(url))  # serve answers 404 for a tenant with no runs
     key = tmp_path / "log.key"
     key.write_bytes(bytes(range(32)))
     proc = subprocess.Popen(

@@ -83,7 +83,12 @@ def test_deep_json_in_an_export_is_a_refusal(
     url = fresh_url()
     asyncio.run(_build(url))
     export = tmp_path / "e.jsonl"
-    assert cli("export", "--all", "--url", url, "--output", str(export)).returncode == 0
+    assert (
+        cli(
+            "export", "--all", "--tenant", "default", "--url", url, "--output", str(export)
+        ).returncode
+        == 0
+    )
     lines = export.read_text().splitlines()
     record = next(i for i, line in enumerate(lines) if '"raw"' in line)
     for hostile in (DEEP, json.dumps({**json.loads(lines[record]), "raw": DEEP_OBJECT})):

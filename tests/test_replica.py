@@ -188,7 +188,9 @@ async def test_a_lagging_replica_answers_an_older_checkpoint_that_is_a_prefix(
 
             # The README's first example, as written but for read_url= at the paused replica.
             example = re.search(
-                r"## Using it\n\n```python\n(.*?)```", README.read_text(encoding="utf-8"), re.S
+                r"## Using it\n\n(?:<!--[^>]*-->\n)?```python\n(.*?)```",
+                README.read_text(encoding="utf-8"),
+                re.S,
             )
             assert example is not None
             code = example.group(1)

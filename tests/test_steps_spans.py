@@ -105,7 +105,7 @@ def test_the_guide_example_runs_on_both_dialects_with_its_spans(
 
     root = Path(__file__).resolve().parents[1]
     guide = (root / "docs" / "durable-steps.md").read_text(encoding="utf-8")
-    (code,) = re.findall(r"^<!-- runnable -->\n```python\n(.*?)^```", guide, re.S | re.M)
+    (code,) = re.findall(r"^<!-- runnable[^>]*-->\n```python\n(.*?)^```", guide, re.S | re.M)
     if dialect == "sqlite":
         url = request.getfixturevalue("sqlite_database")()
     else:

@@ -81,7 +81,9 @@ def test_verify_export_reports_a_022_tenants_own_kinds_and_drill_still_passes(
 
     asyncio.run(build())
     path = tmp_path / "e.jsonl"
-    assert main(["export", "--all", "--url", url, "--output", str(path)]) == 0
+    assert (
+        main(["export", "--all", "--tenant", "default", "--url", url, "--output", str(path)]) == 0
+    )
     capsys.readouterr()
     assert main(["verify-export", str(path), "--json"]) == 1
     report = json.loads(capsys.readouterr().out)
