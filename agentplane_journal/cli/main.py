@@ -260,6 +260,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     steps_cmd.add_argument("--forever", action="store_true", help="sweep: until SIGTERM/SIGINT")
     steps_cmd.add_argument(
+        "--reclaim-own",
+        action="store_true",
+        help="sweep: first take over at once the live leases naming --instance (a worker "
+        "restarted under its own name); names must be unique per live process",
+    )
+    steps_cmd.add_argument(
         "--interval", type=float, default=5.0, help="sweep --forever: seconds between sweeps"
     )
     steps_cmd.add_argument(

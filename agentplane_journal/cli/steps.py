@@ -136,9 +136,13 @@ async def _sweep(steps: Steps, args: argparse.Namespace) -> int:
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop.set)
     failed = False
+    reclaim = bool(args.reclaim_own)
+    if reclaim and not args.instance:
+        raise _Exit(2, "--reclaim-own takes over the leases of --instance NAME: name it")
     try:
         while True:
-            report = await steps.sweeper().drain()
+            report = await steps.sweeper().drain(reclaim_own=reclaim)
+            reclaim = False  # once, at start: later sweeps take only lapsed leases
             failed |= _report(report)
             if not args.forever or stop.is_set():
                 break

@@ -77,7 +77,13 @@ class RunControl(Repository):
     # -- leases ------------------------------------------------------------------------
 
     async def acquire(
-        self, run: RunId, owner: str, ttl: int | timedelta, *, session: AsyncSession | None = None
+        self,
+        run: RunId,
+        owner: str,
+        ttl: int | timedelta,
+        *,
+        reclaim: bool = False,
+        session: AsyncSession | None = None,
     ) -> Lease:
         """Claim the run's lease if it is free: never granted, released, or expired.
 
@@ -87,9 +93,17 @@ class RunControl(Repository):
         :meth:`renew`. ``ttl`` in whole seconds (an int, or a timedelta/float truncated to
         whole seconds); below one second, or ``now + ttl`` past a 64-bit integer, is a
         ``ValueError`` before any statement.
+
+        ``reclaim=True`` also takes a live lease that names ``owner`` itself: an instance
+        restarted under the same name reclaims what its previous life held without waiting
+        for it to lapse (agentplane 0.22's own reclaim). Still a new epoch, so anything
+        still running under that name is fenced: owner names must be unique per live
+        process for this to be only a restart's shortcut.
         """
         run = check_run(run)
         owner = check_label(owner, "owner")
+        if not isinstance(reclaim, bool):
+            raise TypeError("reclaim must be True or False")
         ttl = check_ttl(ttl)
         now = self._now()
         insert = self._dialect.insert(RunLease).values(
@@ -106,8 +120,11 @@ class RunControl(Repository):
                 "epoch": RunLease.epoch + 1,
                 "expires_at": insert.excluded.expires_at,
             },
-            # Lapsed or released (a released row has expires_at 0): the only claimable rows.
-            where=RunLease.expires_at <= now,
+            # Lapsed or released (a released row has expires_at 0): the only claimable rows,
+            # and with ``reclaim`` the caller's own live lease.
+            where=(RunLease.expires_at <= now) | (RunLease.owner == owner)
+            if reclaim
+            else RunLease.expires_at <= now,
         ).returning(RunLease.epoch)
 
         async def unit(session: AsyncSession) -> Lease:
@@ -209,6 +226,35 @@ class RunControl(Repository):
 
         # The primary: a sweeper acts on the answer, and a replica behind would list runs
         # that were taken over already.
+        return await self._unit(unit, read_only=True, primary=True, session=session)
+
+    async def held_by(
+        self, owner: str, limit: int, *, session: AsyncSession | None = None
+    ) -> list[RunId]:
+        """Runs whose lease is live and names ``owner``, unsealed: what an instance of that
+        name holds now, or held when it died (for :meth:`acquire` with ``reclaim=True``).
+        At most ``limit``, ordered by run id; read on the primary."""
+        owner = check_label(owner, "owner")
+        limit = check_int(limit, "limit")
+        sealed = exists().where(
+            RunSeal.tenant == RunLease.tenant, RunSeal.run_id == RunLease.run_id
+        )
+        stmt = (
+            select(RunLease.run_id)
+            .where(
+                RunLease.tenant == self.tenant,
+                RunLease.owner == owner,
+                RunLease.expires_at > self._now(),
+                ~sealed,
+            )
+            .order_by(RunLease.run_id)
+            .limit(limit)
+        )
+
+        async def unit(session: AsyncSession) -> list[RunId]:
+            rows = (await session.execute(stmt)).scalars()
+            return [stored_run(r, "run_lease.run_id") for r in rows]
+
         return await self._unit(unit, read_only=True, primary=True, session=session)
 
     async def lease_of(

@@ -89,6 +89,8 @@ class Steps:
         self._boundary = _boundary
         self.workflows: dict[str, Workflow[Any, Any]] = {}
         self.effects: dict[str, Effect[Any, Any]] = {}
+        #: Runs this object is running now (never reclaimed from itself by its sweeper).
+        self.active: set[RunId] = set()
 
     # Two signatures, because without a reconcile function nothing at the call binds P and R:
     # in one signature mypy solved them there, as Never, refusing every decorated function.

@@ -74,10 +74,27 @@ class Sweeper:
         self.steps = steps
         self.batch = batch
 
-    async def drain(self) -> SweepReport:
-        """Resume every abandoned run this instance can, until the queue has none left for it."""
+    async def drain(self, *, reclaim_own: bool = False) -> SweepReport:
+        """Resume every abandoned run this instance can, until the queue has none left for it.
+
+        ``reclaim_own=True`` first takes over, at once, the runs whose lease is still live
+        and names this instance (``Steps(instance=...)``) but which this object is not
+        running: what the same instance held when it died, for a worker restarted under its
+        own name (call it once at start-up). A new epoch fences anything still running under
+        that name, so instance names must be unique per live process.
+        """
         report = SweepReport()
         passed: set[RunId] = set()
+        if reclaim_own:
+            steps = self.steps
+            for run in await steps.store.held_by(steps.instance, self.batch):
+                if run in steps.active:
+                    continue
+                passed.add(run)
+                try:
+                    await self._sweep(run, report, reclaim=True)
+                except DAMAGE as error:
+                    report.damaged.append((run, error))
         while True:
             runs = [
                 r
@@ -101,7 +118,9 @@ class Sweeper:
             return resumed.result
         return None
 
-    async def _sweep(self, run: RunId, report: SweepReport, raise_errors: bool = False) -> None:
+    async def _sweep(
+        self, run: RunId, report: SweepReport, raise_errors: bool = False, reclaim: bool = False
+    ) -> None:
         steps, store = self.steps, self.steps.store
         history = RunHistory.of(await store.read(run))
         if history.admitted is not None:
@@ -113,7 +132,7 @@ class Sweeper:
                 return
         leased_at = steps.clock()
         try:
-            lease = await store.acquire(run, steps.instance, steps.lease_ttl)
+            lease = await store.acquire(run, steps.instance, steps.lease_ttl, reclaim=reclaim)
         except LeaseHeldError:
             if raise_errors:
                 raise
@@ -133,6 +152,7 @@ class Sweeper:
             return
         name, args, kwargs = admitted_call(history.admitted)
         workflow = steps.workflow_named(run, name)
+        steps.active.add(run)
         try:
             result = await execute(ctx, workflow.fn, args, kwargs, name)
         except Exception as error:
@@ -140,4 +160,6 @@ class Sweeper:
                 raise
             report.resumed.append(Resumed(run, lease.epoch, error=error))
             return
+        finally:
+            steps.active.discard(run)
         report.resumed.append(Resumed(run, lease.epoch, result=result))

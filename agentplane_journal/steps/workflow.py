@@ -132,7 +132,11 @@ class Workflow(Generic[P, R]):
                 raise
             break
         ctx = self.steps.context(run, lease.epoch, RunHistory.of(records), leased_at)
-        result: R = await execute(ctx, self.fn, args, kwargs, self.name)
+        self.steps.active.add(run)
+        try:
+            result: R = await execute(ctx, self.fn, args, kwargs, self.name)
+        finally:
+            self.steps.active.discard(run)
         return Fresh(run, result)
 
 
