@@ -26,6 +26,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -351,3 +352,49 @@ async def instances(pg_battery_url: str, clock: Any) -> AsyncIterator[Callable[[
 
     yield make
     await asyncio.gather(*(s.close() for s in opened))
+
+
+# -- the command line, in process ---------------------------------------------------------
+
+
+@dataclass
+class CliResult:
+    """What one in-process ``agentplane-journal`` call returned and printed."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+    @property
+    def out(self) -> str:
+        """Both streams, for a check that does not care which one said it."""
+        return self.stdout + self.stderr
+
+
+@pytest.fixture
+def cli(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> Callable[..., CliResult]:
+    """``cli(*args)`` runs the command line in this process (no URL from the environment)."""
+    from agentplane_journal.cli.main import main
+
+    monkeypatch.delenv("AGENTPLANE_JOURNAL_URL", raising=False)
+
+    def run(*args: str) -> CliResult:
+        capsys.readouterr()
+        code = main(list(args))
+        out = capsys.readouterr()
+        return CliResult(code, out.out, out.err)
+
+    return run
+
+
+@pytest.fixture(params=DIALECTS)
+def fresh(
+    request: pytest.FixtureRequest, sqlite_database: Callable[..., str]
+) -> Callable[..., str]:
+    """``fresh(migrated=True)``: a new database of the case's dialect."""
+    if request.param == "sqlite":
+        return sqlite_database
+    maker: Callable[..., str] = request.getfixturevalue("pg_database")
+    return maker

@@ -7,44 +7,19 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
-
 from agentplane_journal import RunId, SqlJournalStore
-from agentplane_journal.cli.main import main
 from agentplane_journal.core.checkpoint import Checkpoint
 from agentplane_journal.core.note import NoteSigner
 from agentplane_journal.core.signing import Ed25519Signer
 
+from conftest import CliResult
 from helpers import admitted, note
 
 SIGNER = Ed25519Signer("rec-key", bytes(range(32)))
 TRUST = f"rec-key={SIGNER.public_key.hex()}"
 LOG = NoteSigner("agentplane", bytes(range(1, 33)))
-
-
-@dataclass
-class Result:
-    returncode: int
-    stdout: str
-    stderr: str
-
-
-@pytest.fixture
-def cli(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> Callable[..., Result]:
-    monkeypatch.delenv("AGENTPLANE_JOURNAL_URL", raising=False)
-
-    def run(*args: str) -> Result:
-        capsys.readouterr()
-        code = main(list(args))
-        out = capsys.readouterr()
-        return Result(code, out.out, out.err)
-
-    return run
 
 
 async def _build(url: str, runs: int) -> None:
@@ -60,7 +35,7 @@ async def _build(url: str, runs: int) -> None:
 
 
 def test_export_verify_restore_and_drill(
-    sqlite_database: Callable[..., str], tmp_path: Path, cli: Callable[..., Result]
+    sqlite_database: Callable[..., str], tmp_path: Path, cli: Callable[..., CliResult]
 ) -> None:
     url = sqlite_database()
     asyncio.run(_build(url, 8))

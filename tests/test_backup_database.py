@@ -17,14 +17,12 @@ import hashlib
 import json
 import sqlite3
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from agentplane_journal import RunId, SqlJournalStore
-from agentplane_journal.cli.main import main
 from agentplane_journal.core.backup_manifest import ManifestError, parse_manifest
 from agentplane_journal.core.checkpoint import Checkpoint
 from agentplane_journal.migrations.scratch import (
@@ -34,42 +32,9 @@ from agentplane_journal.migrations.scratch import (
     leftover_schemas,
 )
 
-from conftest import DIALECTS
+from conftest import CliResult
 
 TENANTS = {"default": "agentplane-0.4", "acme": "agentplane-0.22"}
-
-
-@dataclass
-class Result:
-    returncode: int
-    stdout: str
-    stderr: str
-
-
-@pytest.fixture
-def cli(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> Callable[..., Result]:
-    monkeypatch.delenv("AGENTPLANE_JOURNAL_URL", raising=False)
-
-    def run(*args: str) -> Result:
-        capsys.readouterr()
-        code = main(list(args))
-        out = capsys.readouterr()
-        return Result(code, out.out, out.err)
-
-    return run
-
-
-@pytest.fixture(params=DIALECTS)
-def fresh(
-    request: pytest.FixtureRequest, sqlite_database: Callable[..., str]
-) -> Callable[..., str]:
-    """``fresh(migrated=True)``: a new database of the case's dialect."""
-    if request.param == "sqlite":
-        return sqlite_database
-    maker: Callable[..., str] = request.getfixturevalue("pg_database")
-    return maker
 
 
 RUNS, SEALED = 7, 4
@@ -121,7 +86,7 @@ def _files(directory: Path) -> dict[str, bytes]:
 
 
 def test_the_default_backup_covers_every_tenant_and_restores_with_equal_roots(
-    fresh: Callable[..., str], tmp_path: Path, cli: Callable[..., Result]
+    fresh: Callable[..., str], tmp_path: Path, cli: Callable[..., CliResult]
 ) -> None:
     source = fresh()
     cps = asyncio.run(_two_tenants(source))
@@ -183,7 +148,7 @@ def test_the_default_backup_covers_every_tenant_and_restores_with_equal_roots(
 
 
 def test_a_backup_that_is_not_whole_is_found_or_refused(
-    sqlite_database: Callable[..., str], tmp_path: Path, cli: Callable[..., Result]
+    sqlite_database: Callable[..., str], tmp_path: Path, cli: Callable[..., CliResult]
 ) -> None:
     source = sqlite_database()
     asyncio.run(_two_tenants(source))
@@ -249,7 +214,7 @@ def test_drill_runs_three_times_in_a_row_and_never_touches_what_it_did_not_make(
     fresh: Callable[..., str],
     request: pytest.FixtureRequest,
     tmp_path: Path,
-    cli: Callable[..., Result],
+    cli: Callable[..., CliResult],
 ) -> None:
     source = fresh()
     asyncio.run(_two_tenants(source))
@@ -356,7 +321,7 @@ async def _hostile_tenant_rows(url: str) -> None:
 
 
 def test_a_hostile_tenant_row_is_named_and_every_other_tenant_still_covered(
-    fresh: Callable[..., str], tmp_path: Path, cli: Callable[..., Result]
+    fresh: Callable[..., str], tmp_path: Path, cli: Callable[..., CliResult]
 ) -> None:
     source = fresh()
     asyncio.run(_two_tenants(source))

@@ -20,13 +20,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import httpx
-import pytest
 
 from agentplane_journal import RunId, SqlJournalStore
 from agentplane_journal.cli.progress import Meter
 from agentplane_journal.web.access_log import clf_line
 
-from conftest import DIALECTS
 from helpers import admitted, note
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -35,16 +33,6 @@ CLF = re.compile(
     r"^127\.0\.0\.1 - - \[\d{2}/[A-Z][a-z]{2}/\d{4}:\d{2}:\d{2}:\d{2} \+0000\] "
     r'"GET /default/checkpoint HTTP/1\.1" 200 \d+$'
 )
-
-
-@pytest.fixture(params=DIALECTS)
-def fresh(
-    request: pytest.FixtureRequest, sqlite_database: Callable[..., str]
-) -> Callable[..., str]:
-    if request.param == "sqlite":
-        return sqlite_database
-    maker: Callable[..., str] = request.getfixturevalue("pg_database")
-    return maker
 
 
 def _env() -> dict[str, str]:

@@ -11,43 +11,21 @@ import asyncio
 import base64
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from agentplane_journal import RunId, SqlJournalStore
-from agentplane_journal.cli.main import main
 from agentplane_journal.core import jsonload
 from agentplane_journal.core.note import NoteSigner
 from agentplane_journal.core.policy import parse_policy
 from agentplane_journal.core.receipt import HEADER, verify_receipt
 
+from conftest import CliResult
 from helpers import admitted, note
 
 DEEP = "[" * 100_000 + "]" * 100_000
 DEEP_OBJECT = '{"a":' * 100_000 + "1" + "}" * 100_000
-
-
-@dataclass
-class Result:
-    returncode: int
-    out: str
-
-
-@pytest.fixture
-def cli(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> Callable[..., Result]:
-    monkeypatch.delenv("AGENTPLANE_JOURNAL_URL", raising=False)
-
-    def run(*args: str) -> Result:
-        capsys.readouterr()
-        code = main(list(args))
-        out = capsys.readouterr()
-        return Result(code, out.out + out.err)
-
-    return run
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -78,7 +56,7 @@ def test_loads_bounds_depth() -> None:
 
 
 def test_deep_json_in_an_export_is_a_refusal(
-    fresh_url: Callable[[], str], tmp_path: Path, cli: Callable[..., Result]
+    fresh_url: Callable[[], str], tmp_path: Path, cli: Callable[..., CliResult]
 ) -> None:
     url = fresh_url()
     asyncio.run(_build(url))
@@ -105,7 +83,7 @@ def test_deep_json_in_an_export_is_a_refusal(
 
 
 def test_deep_json_in_a_receipt_is_a_failed_check(
-    tmp_path: Path, cli: Callable[..., Result]
+    tmp_path: Path, cli: Callable[..., CliResult]
 ) -> None:
     log = NoteSigner("agentplane", bytes(range(1, 33)))
     policy = tmp_path / "policy"
