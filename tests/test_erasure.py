@@ -1,0 +1,184 @@
+"""Sealed payloads through the store, and erasure, on both dialects; the erasure race on
+PostgreSQL (agentplane's ``the_erasure_lock_excludes_a_second_instance``)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentplane_journal import RunId, SqlJournalStore
+from agentplane_journal.core.merkle import verify_consistency
+from agentplane_journal.core.sealed import Erased, is_sealed, is_sealed_text
+from agentplane_journal.errors import DuplicateEffectError
+from agentplane_journal.keyring import (
+    FileKeySource,
+    Keyring,
+    ScopeErasedError,
+    SealedJournal,
+)
+
+LABEL = {"provenance": [], "trust": "trusted", "sensitivity": "confidential"}
+LABELS = {"input_label": LABEL}
+KEY = "ab" * 32
+
+
+def _records(store: SqlJournalStore, run: RunId) -> list[Any]:
+    p = store.profile
+    started = {"descriptor": {"kind": "charge", "args": {"card": "4111"}}}
+    if p.canon_version is not None:
+        started.update(
+            {
+                "recovery": {"mode": "reconcile"},
+                "outbound_label": LABEL,
+            }
+        )
+    done = {"output": {"receipt": "r-1"}}
+    if p.canon_version is not None:
+        done["declared"] = {"trust": "trusted", "sensitivity": "internal"}
+    return [
+        p.append(
+            run,
+            "RunAdmitted",
+            {"capability": "pay", "input": {"who": "alice"}, "input_label": LABEL},
+        ),
+        p.append(run, "EffectStarted", started, step=0, effect_key=KEY),
+        p.append(run, "EffectDone", done, step=0, effect_key=KEY),
+        p.append(run, "Note", {"text": "alice asked for a refund"}),
+    ]
+
+
+@pytest.mark.parametrize("profile", ["agentplane-0.4", "agentplane-0.22"])
+async def test_seal_read_erase_read_verify(
+    make_store: Callable[..., Any], tmp_path: Path, profile: str
+) -> None:
+    store: SqlJournalStore = await make_store(profile=profile)
+    journal = SealedJournal(store, Keyring(FileKeySource(tmp_path / "keys.json")))
+    run = RunId.generate()
+    scope = journal.scope(run)
+    written = await journal.append(0, _records(store, run), scope=scope)
+
+    # routing clear, payloads sealed, the chain over what was written
+    bodies = [r.body for r in written]
+    assert is_sealed(bodies[0]["input"]) and is_sealed(bodies[2]["output"])
+    assert (
+        is_sealed(bodies[1]["descriptor"]["args"]) and bodies[1]["descriptor"]["kind"] == "charge"
+    )
+    assert is_sealed_text(bodies[3]["text"])
+    assert b"alice" not in b"".join(r.raw for r in written)
+    assert bodies[1]["effect_key"] == KEY
+
+    opened = await journal.read(run)
+    assert opened[0].payload["input"] == {"who": "alice"}
+    assert opened[1].payload["descriptor"]["args"] == {"card": "4111"}
+    assert opened[3].payload["text"] == "alice asked for a refund"
+
+    # exactly-once works on the clear effect key, with no key needed
+    with pytest.raises(DuplicateEffectError):
+        await journal.append(0, [_records(store, run)[1]], scope=scope)
+
+    await store.seal(run, 0, "done")
+    before = await store.checkpoint()
+    proof = await store.inclusion_proof(run)
+    head = await store.verify(run)
+
+    erasure = await journal.erase(scope, by="dpo@example", reason="art. 17 request")
+    assert (erasure.scope, erasure.by, erasure.covered_run) == (scope, "dpo@example", str(run))
+    assert erasure.covered_through_seq == 4
+
+    after = await journal.read(run)
+    assert [o.erased for o in after] == [("input",), ("descriptor.args",), ("output",), ("text",)]
+    assert isinstance(after[0].payload["input"], Erased)
+    assert after[0].payload["capability"] == "pay"  # control-plane fields stay readable
+    assert [o.record for o in after] == written  # the bytes did not change
+
+    # the chain and the log still verify, with no key; the erased run's proof is unchanged
+    assert await store.verify(run) == head
+    assert proof is not None and proof.verify(before.root)  # the old proof still holds
+    now = await store.checkpoint()
+    assert now.size == before.size + 1  # only the erasure's own run was added
+    consistency = await store.consistency_proof(before.size)
+    assert verify_consistency(before.size, before.root, now.size, now.root, consistency)
+    again = await store.inclusion_proof(run)
+    assert again is not None and (again.index, again.seal) == (proof.index, proof.seal)
+    assert again.verify(now.root)
+
+    # provable, idempotent, and the scope never comes back
+    assert await journal.erasures() == [erasure]
+    assert await journal.erase(scope, by="someone else") == erasure
+    with pytest.raises(ScopeErasedError):
+        await journal.append(0, [store.profile.append(run, "Note", {"text": "late"})], scope=scope)
+    other = RunId.generate()
+    await journal.append(0, _records(store, other)[:1], scope=journal.scope(other))
+    assert (await journal.read(other))[0].payload["input"] == {"who": "alice"}
+
+
+async def test_a_second_keyring_without_the_key_reads_erased_not_tampered(
+    make_store: Callable[..., Any], tmp_path: Path
+) -> None:
+    store: SqlJournalStore = await make_store()
+    writer = SealedJournal(store, Keyring(FileKeySource(tmp_path / "a.json")))
+    run = RunId.generate()
+    await writer.append(0, _records(store, run)[:1], scope=writer.scope(run))
+    auditor = SealedJournal(store, Keyring(FileKeySource(tmp_path / "none.json")))
+    (opened,) = await auditor.read(run)
+    assert isinstance(opened.payload["input"], Erased)
+
+
+# -- the race ------------------------------------------------------------------------------
+
+
+async def _race(stores: list[SqlJournalStore], keys: Path) -> tuple[int, int | None]:
+    """Writers on every instance append to one run under its scope while another instance
+    erases it; returns (the run's final head seq, the seq the erasure says it covered)."""
+    journals = [SealedJournal(s, Keyring(FileKeySource(keys))) for s in stores]
+    run = RunId.generate()
+    scope = journals[0].scope(run)
+    await journals[0].append(0, _records(stores[0], run)[:1], scope=scope)
+
+    async def write(journal: SealedJournal) -> None:
+        for _ in range(40):
+            try:
+                note = journal.store.profile.append(run, "Note", {"text": "x"})
+                await journal.append(0, [note], scope=scope)
+            except ScopeErasedError:
+                return
+
+    async def erase() -> int | None:
+        await asyncio.sleep(0.05)
+        return (await journals[-1].erase(scope, by="race")).covered_through_seq
+
+    *_, covered = await asyncio.gather(*(write(j) for j in journals[:-1]), erase())
+    head = await stores[0].head(run)
+    return head.seq, covered
+
+
+@pytest.mark.postgres
+async def test_the_erasure_lock_excludes_a_second_instance(
+    instances: Callable[[int], Any], tmp_path: Path
+) -> None:
+    stores = await instances(4)
+    for i in range(3):
+        head, covered = await _race(stores, tmp_path / f"keys{i}.json")
+        assert head == covered, "a write landed under the scope after its erasure"
+
+
+@pytest.mark.postgres
+async def test_without_the_lock_a_write_lands_after_the_erasure(
+    instances: Callable[[int], Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The mechanism broken on purpose: the race above fails without the scope lock."""
+
+    async def no_lock(*args: Any, **kw: Any) -> None:
+        return None
+
+    monkeypatch.setattr("agentplane_journal.keyring.journal.lock_scope", no_lock)
+    stores = await instances(4)
+    lost = 0
+    for i in range(3):
+        head, covered = await _race(stores, tmp_path / f"keys{i}.json")
+        lost += head != covered
+    assert lost, "the race never showed a late write: the test cannot tell the lock works"
