@@ -25,6 +25,7 @@ from agentplane_journal.keyring import (
     SealedJournal,
 )
 
+from conftest import run_blocking
 from interop22_journals import export
 
 LABEL = {"provenance": [], "trust": "trusted", "sensitivity": "confidential"}
@@ -247,3 +248,43 @@ async def test_agentplane_022_reads_our_sealed_records(
     # ciphertext (and this test's key is a constant), so that section cannot agree
     assert interop22.disagreements(report, ignore=("effect_keys_rederive",)) == {}
     assert report["typed_roundtrip"]["checks"] > 0
+
+
+# -- the command line ------------------------------------------------------------------------
+
+
+def test_cli_erase_erasures_and_verify_all(
+    fresh: Callable[..., str], cli: Callable[..., Any], tmp_path: Path
+) -> None:
+    url = fresh()
+    keys = tmp_path / "keys.json"
+
+    async def build() -> str:
+        async with await SqlJournalStore.connect(url) as store:
+            journal = SealedJournal(store, Keyring(FileKeySource(keys)))
+            run = RunId.generate()
+            await journal.append(0, _records(store, run), scope=journal.scope(run))
+            await store.seal(run, 0, "done")
+            return journal.scope(run)
+
+    scope = run_blocking(build())
+    assert cli("erasures", "--url", url).stdout.startswith("tenant 'default': no erasures")
+    refused = cli("erase", scope, "--url", url, "--by", "dpo")
+    assert refused.returncode == 2 and "--key-file" in refused.stderr
+    done = cli(
+        "erase", scope, "--url", url, "--by", "dpo", "--reason", "art. 17", "--key-file", str(keys)
+    )
+    assert done.returncode == 0, done.out
+    assert f"{scope}: erased" in done.stdout and "by dpo (art. 17)" in done.stdout
+    listed = json.loads(cli("erasures", "--url", url, "--json").stdout)["erasures"]
+    assert [(e["scope"], e["by"], e["covered_through_seq"]) for e in listed] == [(scope, "dpo", 4)]
+    secret = json.loads(keys.read_text())
+    assert scope in secret["erased"] and scope not in secret["scopes"]
+
+    verified = cli("verify", "--all", "--url", url, "--json")
+    assert verified.returncode == 0, verified.out
+    report = json.loads(verified.stdout)
+    assert report["failed"] == 0 and report["intact"] == 2
+    assert [e["scope"] for e in report["erasures"]] == [scope]
+    text = cli("verify", "--all", "--url", url)
+    assert text.returncode == 0 and "erasures: 1 scope(s) erased" in text.stdout

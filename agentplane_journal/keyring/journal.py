@@ -33,7 +33,13 @@ from agentplane_journal.errors import RunSealedError
 from agentplane_journal.journal.erasures import erasure_run, lock_scope
 from agentplane_journal.keyring.ring import Keyring, OpenedRecord
 
-__all__ = ["ERASURE_CAPABILITY", "ERASED_OUTCOME", "Erasure", "SealedJournal"]
+__all__ = [
+    "ERASED_OUTCOME",
+    "ERASURE_CAPABILITY",
+    "Erasure",
+    "SealedJournal",
+    "journaled_erasures",
+]
 
 ERASURE_CAPABILITY = "agentplane-journal.erasure"
 """The ``capability`` of the run an erasure is journaled in."""
@@ -190,14 +196,23 @@ class SealedJournal:
         await store.seal(run, 0, ERASED_OUTCOME)
 
     async def erasures(self, limit: int = 1000) -> list[Erasure]:
-        """This tenant's journaled erasures, oldest first (sealed with outcome ``erased``)."""
-        runs = await self.store.runs_by_outcome(ERASED_OUTCOME, limit=limit)
-        found: list[Erasure] = []
-        for run in runs:
-            erasure = await self._erasure_in(None, run)
-            if erasure is not None:
-                found.append(erasure)
-        return sorted(found, key=lambda e: (e.at, e.scope))
+        """This tenant's journaled erasures (:func:`journaled_erasures`)."""
+        return await journaled_erasures(self.store, limit)
+
+
+async def journaled_erasures(store: Any, limit: int = 1000) -> list[Erasure]:
+    """``store``'s tenant's journaled erasures, oldest first: the runs concluded with
+    outcome ``erased`` whose admission is an erasure's. Reads the journal only (no key)."""
+    runs = await store.runs_by_outcome(ERASED_OUTCOME, limit=limit)
+    found: list[Erasure] = []
+    for run in runs:
+        for record in await store.read(run):
+            if record.kind == "RunAdmitted":
+                erasure = _erasure_of(record, run)
+                if erasure is not None:
+                    found.append(erasure)
+                break
+    return sorted(found, key=lambda e: (e.at, e.scope))
 
 
 def _run_or_none(unit: str) -> RunId | None:
