@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import base64
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -38,7 +40,15 @@ from agentplane_journal.core.sealed import (
     wrap_text,
     wrap_value,
 )
-from agentplane_journal.keyring import FileKeySource, KeyCustodyError, Keyring
+from agentplane_journal.keyring import (
+    CallbackKeySource,
+    EnvKeySource,
+    FileKeySource,
+    KeyCustodyError,
+    Keyring,
+    ScopeErasedError,
+    Tombstone,
+)
 
 AAD = b"case-state:acme:matter"
 KEY = bytes(range(32))
@@ -210,3 +220,94 @@ async def test_the_key_file_must_be_private(tmp_path: Path) -> None:
         await ring.source.data_key("acme/x")
     key = json.loads(path.read_text())["scopes"]
     assert all(v not in str(caught.value) for v in key.values())
+
+
+async def test_a_hostile_sealed_marker_is_refused_not_a_crash(tmp_path: Path) -> None:
+    ring = Keyring(FileKeySource(tmp_path / "keys.json"))
+    run = RunId.generate().ulid
+    for body in (
+        {"kind": "EffectDone", "run": run, "output": {"$sealed": "!!not base64!!"}},
+        {
+            "kind": "EffectDone",
+            "run": run,
+            "output": {"$sealed": base64.b64encode(b"\x01").decode()},
+        },
+        {"kind": "Note", "run": run, "text": "$sealed:" + base64.b64encode(b"\x01\x00").decode()},
+    ):
+        with pytest.raises(EnvelopeRefusedError):
+            await ring.open_payload("acme", body)
+
+
+async def test_a_second_instance_on_the_key_file_sees_the_erasure(tmp_path: Path) -> None:
+    """Two sources on one file (two processes): one erases, the other can neither write nor
+    read under the scope, and never writes the destroyed key back."""
+    first, second = FileKeySource(tmp_path / "k.json"), FileKeySource(tmp_path / "k.json")
+    _, wrapped = await first.data_key("acme/a")
+    await second.data_key("acme/b")  # rewrites the file: must keep a's key
+    assert len(await first.open(wrapped)) == 32
+    await second.destroy("acme/a", 1.0, "request")
+    with pytest.raises(ScopeErasedError):
+        await first.data_key("acme/a")
+    with pytest.raises(ScopeErasedError):
+        await first.open(wrapped)
+    await first.data_key("acme/c")  # a later rewrite by the other instance keeps the tombstone
+    assert second.tombstone("acme/a") is not None and first.tombstone("acme/a") is not None
+    await second.destroy("acme/a", 2.0, "a retry")  # idempotent: the first stands
+    assert first.tombstone("acme/a") == Tombstone("acme/a", 1.0, "request")
+
+
+async def test_env_source_is_read_only_custody(monkeypatch: pytest.MonkeyPatch) -> None:
+    key = base64.b64encode(bytes(32)).decode()
+    monkeypatch.setenv("APJ_TEST_KEYS", json.dumps({"acme/a": key}))
+    source = EnvKeySource("APJ_TEST_KEYS")
+    data_key, wrapped = await source.data_key("acme/a")
+    assert await source.open(wrapped) == data_key and wrapped.wrapped_by == "env:1"
+    with pytest.raises(KeyCustodyError, match="read-only"):
+        await source.data_key("acme/b")
+    with pytest.raises(KeyCustodyError, match="removing its key"):
+        await source.destroy("acme/a", 1.0, "r")
+    monkeypatch.setenv("APJ_TEST_KEYS", "{}")  # the operator removed it: erased
+    with pytest.raises(ScopeErasedError):
+        await source.open(wrapped)
+    assert key not in repr(source)
+
+
+async def test_a_kms_behind_callbacks(tmp_path: Path) -> None:
+    """A stand-in KMS (a dict in this process): what the callbacks must do and raise."""
+    kms: dict[str, bytes] = {}
+
+    async def generate(scope: str) -> tuple[bytes, bytes, str]:
+        if scope not in kms:
+            kms[scope] = bytes(range(32))
+        data_key = bytes([len(kms)] * 32)
+        return data_key, b"blob:" + data_key, f"kms/{scope}/v1"
+
+    async def decrypt(scope: str, blob: bytes, key_id: str) -> bytes:
+        if scope not in kms:
+            raise ScopeErasedError(scope, None, "the KMS key is deleted")
+        return blob.removeprefix(b"blob:")
+
+    async def destroy(scope: str) -> None:
+        kms.pop(scope, None)
+
+    ring = Keyring(CallbackKeySource(generate, decrypt, destroy))
+    item = await ring.seal_append(
+        Append(RunId.generate(), "Note", {"text": "t"}), tenant="acme", scope="acme/x"
+    )
+    body = {"kind": "Note", "run": item.run.ulid, **item.payload}
+    assert (await ring.open_payload("acme", body))[0]["text"] == "t"
+    await ring.source.destroy("acme/x", 0.0, "r")
+    assert isinstance((await ring.open_payload("acme", body))[0]["text"], Erased)
+
+
+def test_importing_the_package_needs_no_pynacl(tmp_path: Path) -> None:
+    code = (
+        "import sys; sys.modules['nacl'] = None\n"
+        "import agentplane_journal, agentplane_journal.keyring\n"
+        "from agentplane_journal.core.envelope import random_bytes\n"
+        "try:\n    random_bytes(1)\nexcept ImportError as e:\n    print(e)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert "'sealed' extra" in done.stdout, done.stdout + done.stderr

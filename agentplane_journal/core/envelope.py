@@ -171,10 +171,7 @@ def _nacl() -> Any:
 
 def random_bytes(n: int) -> bytes:
     """``n`` bytes from libsodium's CSPRNG."""
-    from nacl.utils import random
-
-    _nacl()
-    out: bytes = random(n)
+    out: bytes = _nacl().randombytes(n)
     return out
 
 
@@ -186,10 +183,11 @@ def aead_encrypt(key: bytes, nonce: bytes, plaintext: bytes, aad: bytes) -> byte
 
 def aead_decrypt(key: bytes, nonce: bytes, sealed: bytes, aad: bytes) -> bytes | None:
     """The plaintext, or ``None`` when ``sealed`` does not authenticate under ``aad``."""
+    bindings = _nacl()
     from nacl.exceptions import CryptoError
 
     try:
-        out: bytes = _nacl().crypto_aead_xchacha20poly1305_ietf_decrypt(sealed, aad, nonce, key)
+        out: bytes = bindings.crypto_aead_xchacha20poly1305_ietf_decrypt(sealed, aad, nonce, key)
     except CryptoError:
         return None
     return out

@@ -28,6 +28,7 @@ from agentplane_journal.core.record import Record
 from agentplane_journal.core.sealed import (
     Erased,
     get_at,
+    is_sealed,
     journal_aad,
     sealed_fields,
     set_at,
@@ -118,6 +119,8 @@ class Keyring:
             value = get_at(payload, field.path)
             envelope = unwrap_text(value) if field.text else unwrap_value(value)
             if envelope is None:
+                if not field.text and is_sealed(value):  # the sealed shape, not base64
+                    raise EnvelopeRefusedError(f"{kind}.{'.'.join(field.path)} is not base64")
                 continue  # written clear
             name = ".".join(field.path)
             sealed.append(name)
@@ -139,7 +142,10 @@ class Keyring:
                 except UnicodeDecodeError:
                     raise EnvelopeRefusedError(f"{kind}.{name} opened to non-UTF-8 text") from None
             else:
-                opened = json.loads(plain)
+                try:
+                    opened = json.loads(plain)
+                except ValueError:
+                    raise EnvelopeRefusedError(f"{kind}.{name} opened to non-JSON") from None
             payload = set_at(payload, field.path, opened)
         return payload, sealed, erased
 
