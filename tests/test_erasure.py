@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from agentplane_journal import RunId, SqlJournalStore
+from agentplane_journal import CaseId, RunId, SqlJournalStore
 from agentplane_journal.core.export_verify import ExportVerifier
 from agentplane_journal.core.merkle import verify_consistency
 from agentplane_journal.core.sealed import Erased, is_sealed, is_sealed_text
@@ -288,3 +288,43 @@ def test_cli_erase_erasures_and_verify_all(
     assert [e["scope"] for e in report["erasures"]] == [scope]
     text = cli("verify", "--all", "--url", url)
     assert text.returncode == 0 and "erasures: 1 scope(s) erased" in text.stdout
+
+
+async def test_routing_works_with_no_key_case_scan_and_outcome_index(
+    make_store: Callable[..., Any], tmp_path: Path
+) -> None:
+    """A case scope: the case scan and the outcome index answer over sealed records, and
+    the conclusion's sealed reason opens where the key exists."""
+    store: SqlJournalStore = await make_store()
+    journal = SealedJournal(store, Keyring(FileKeySource(tmp_path / "keys.json")))
+    case = CaseId.generate()
+    scope = journal.scope(case)
+    runs = [RunId.generate(), RunId.generate()]
+    for run in runs:
+        admitted = store.profile.append(run, "RunAdmitted", {"input": {"n": 1}}, case=case)
+        head = await journal.append(0, [admitted], scope=scope)
+        concluded = {"outcome": "refused", "reason": "card 4111 declined", "chain_head": "00" * 32}
+        await journal.append(0, [store.profile.append(run, "RunSealed", concluded)], scope=scope)
+        assert head
+    assert sorted(await store.runs_by_outcome("refused", 10)) == sorted(runs)
+    scanned = await store.case_history(case, 10)
+    assert {r.run for r in scanned} == set(runs)
+    assert b"4111" not in b"".join(r.raw for r in await store.read(runs[0]))
+    assert (await journal.read(runs[0]))[1].payload["reason"] == "card 4111 declined"
+    await journal.erase(scope, by="dpo")
+    assert (await journal.read(runs[1]))[1].erased == ("reason",)
+    assert {r.run for r in await store.case_history(case, 10)} == set(runs)
+
+
+async def test_the_erasure_race_on_one_sqlite_file(
+    sqlite_database: Callable[..., str], tmp_path: Path
+) -> None:
+    """SQLite: separate stores (engines) on one file; its write lock is the scope lock."""
+    url = sqlite_database()
+    stores = [await SqlJournalStore.connect(url) for _ in range(3)]
+    try:
+        head, covered = await _race(stores, tmp_path / "keys.json")
+        assert head == covered, "a write landed under the scope after its erasure"
+    finally:
+        for store in stores:
+            await store.close()
