@@ -4,6 +4,7 @@ PostgreSQL (agentplane's ``the_erasure_lock_excludes_a_second_instance``)."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -19,11 +20,14 @@ from agentplane_journal.core.typed_022 import decode_problem
 from agentplane_journal.errors import DuplicateEffectError
 from agentplane_journal.journal.restore import restore_export
 from agentplane_journal.keyring import (
+    EnvKeySource,
     FileKeySource,
+    KeyCustodyError,
     Keyring,
     ScopeErasedError,
     SealedJournal,
 )
+from agentplane_journal.keyring.journal import journaled_erasures
 
 from conftest import run_blocking
 from interop22_journals import export
@@ -328,3 +332,31 @@ async def test_the_erasure_race_on_one_sqlite_file(
     finally:
         for store in stores:
             await store.close()
+
+
+async def test_read_only_custody_refuses_to_erase_and_journals_nothing(
+    make_store: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store: SqlJournalStore = await make_store()
+    run = RunId.generate()
+    scope = f"{store.tenant}/{run}"
+    monkeypatch.setenv("APJ_TEST_KEYS", json.dumps({scope: base64.b64encode(bytes(32)).decode()}))
+    journal = SealedJournal(store, Keyring(EnvKeySource("APJ_TEST_KEYS")))
+    await journal.append(0, _records(store, run)[:1], scope=scope)
+    with pytest.raises(KeyCustodyError, match="read-only"):
+        await journal.erase(scope, by="dpo")
+    assert await journal.erasures() == [] and await journal.erasure(scope) is None
+    assert (await journal.read(run))[0].payload["input"] == {"who": "alice"}
+
+
+async def test_a_forged_erasure_record_is_skipped_not_a_crash(
+    make_store: Callable[..., Any],
+) -> None:
+    """A writer with database access (or the API) forges an erasure run of the wrong shape:
+    listing skips it; verify judges its chain like any other run's."""
+    store: SqlJournalStore = await make_store()
+    run = RunId.generate()
+    forged = {"capability": "agentplane-journal.erasure", "input": {"scope": 1, "at": "soon"}}
+    await store.append(0, [store.profile.append(run, "RunAdmitted", forged)])
+    await store.append(0, [store.profile.append(run, "RunSealed", {"outcome": "erased"})])
+    assert await journaled_erasures(store) == []

@@ -223,17 +223,24 @@ def _run_or_none(unit: str) -> RunId | None:
 
 
 def _erasure_of(record: Record, run: RunId) -> Erasure | None:
+    """The erasure a record journals, or ``None`` when it is not one's: a hostile row of
+    another shape is skipped (and ``verify`` judges its chain), never a crash."""
     body = record.body
     entry = body.get("input")
     if body.get("capability") != ERASURE_CAPABILITY or not isinstance(entry, dict):
         return None
-    through = entry.get("through_seq")
+    scope, by, at = entry.get("scope"), entry.get("by"), entry.get("at")
+    if not isinstance(scope, str) or not isinstance(by, str):
+        return None
+    if isinstance(at, bool) or not isinstance(at, int | float):
+        return None
+    reason, covered, through = entry.get("reason"), entry.get("run"), entry.get("through_seq")
     return Erasure(
-        scope=str(entry.get("scope")),
-        by=str(entry.get("by")),
-        at=float(entry.get("at", 0)),
-        reason=str(entry.get("reason", "")),
+        scope=scope,
+        by=by,
+        at=float(at),
+        reason=reason if isinstance(reason, str) else "",
         run=run,
-        covered_run=entry.get("run") if isinstance(entry.get("run"), str) else None,
+        covered_run=covered if isinstance(covered, str) else None,
         covered_through_seq=through if type(through) is int else None,
     )
