@@ -156,6 +156,7 @@ def test_the_field_list_is_agentplanes_payloads() -> None:
     assert paths("Note", {"text": "t"}) == [(("text",), True)]
     assert paths("GroupSettled", {"group": "g", "outcome": "o"}) == []
     assert paths("RunSealed", {"outcome": "ok", "reason": "r"}) == [(("reason",), True)]
+    assert paths("RunSealed", {"outcome": "ok", "output": 1}) == [(("output",), False)]
     for clear in ("StepStarted", "StepFinished", "CaseBound", "PolicyDenied", "Released"):
         assert paths(clear, {"skill": "s", "outcome": "o", "reason": "r"}) == []
 

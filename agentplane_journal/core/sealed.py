@@ -18,7 +18,8 @@ kind                   sealed
 ``GroupSettled``       ``detail`` (text, when present)
 ``EffectFailed``       ``error`` (text)
 ``Note``               ``text`` (text)
-``RunSealed``          ``reason`` (text, when present)
+``RunSealed``          ``reason`` (text, when present); ``output`` (this package's 0.4
+                       profile: the durable steps' run result; 0.22 has no such member)
 =====================  ===================================================================
 
 A JSON field becomes ``{"$sealed": "<base64 envelope>"}``; a text field stays a string,
@@ -133,8 +134,13 @@ def sealed_fields(kind: str, payload: Mapping[str, Any]) -> list[SealedField]:
         fields.append(_text(("error",)))
     elif kind == "Note" and isinstance(payload.get("text"), str):
         fields.append(_text(("text",)))
-    elif kind == "RunSealed" and isinstance(payload.get("reason"), str):
-        fields.append(_text(("reason",)))
+    elif kind == "RunSealed":
+        # ``output``: the durable steps' run result in the agentplane-0.4 profile (0.22's
+        # RunSealed has no such member, so 0.22's bytes are untouched): the caller's data.
+        if "output" in payload:
+            fields.append(_value(("output",)))
+        if isinstance(payload.get("reason"), str):
+            fields.append(_text(("reason",)))
     return fields
 
 
