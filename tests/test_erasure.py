@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import text
 
 from agentplane_journal import CaseId, RunId, SqlJournalStore
 from agentplane_journal.core.export_verify import ExportVerifier
@@ -360,3 +361,27 @@ async def test_a_forged_erasure_record_is_skipped_not_a_crash(
     await store.append(0, [store.profile.append(run, "RunAdmitted", forged)])
     await store.append(0, [store.profile.append(run, "RunSealed", {"outcome": "erased"})])
     assert await journaled_erasures(store) == []
+
+
+def test_verify_all_reports_a_damaged_erasure_run_not_a_crash(
+    fresh: Callable[..., str], cli: Callable[..., Any], tmp_path: Path
+) -> None:
+    url = fresh()
+
+    async def build() -> None:
+        async with await SqlJournalStore.connect(url) as store:
+            journal = SealedJournal(store, Keyring(FileKeySource(tmp_path / "k.json")))
+            run = RunId.generate()
+            await journal.append(0, _records(store, run)[:1], scope=journal.scope(run))
+            erasure = await journal.erase(journal.scope(run), by="dpo")
+            async with store._shared.engine.begin() as conn:  # an attacker edits the row
+                await conn.execute(
+                    text("UPDATE journal SET raw = :raw WHERE run_id = :run AND seq = 1"),
+                    {"raw": b'{"edited":true}', "run": str(erasure.run)},
+                )
+
+    run_blocking(build())
+    done = cli("verify", "--all", "--url", url, "--json")
+    assert done.returncode == 1, done.out
+    report = json.loads(done.stdout)
+    assert report["failed"] == 1 and report["erasures"] == []

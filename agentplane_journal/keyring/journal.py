@@ -29,7 +29,7 @@ from agentplane_journal.core.envelope import ScopeErasedError
 from agentplane_journal.core.ids import RunId
 from agentplane_journal.core.record import Record
 from agentplane_journal.core.sealed import scope as derive_scope
-from agentplane_journal.errors import RunSealedError
+from agentplane_journal.errors import CorruptRecordError, RunSealedError
 from agentplane_journal.journal.erasures import erasure_run, lock_scope
 from agentplane_journal.keyring.ring import Keyring, OpenedRecord
 
@@ -206,7 +206,11 @@ async def journaled_erasures(store: Any, limit: int = 1000) -> list[Erasure]:
     runs = await store.runs_by_outcome(ERASED_OUTCOME, limit=limit)
     found: list[Erasure] = []
     for run in runs:
-        for record in await store.read(run):
+        try:
+            records = await store.read(run)
+        except CorruptRecordError:
+            continue  # a damaged erasure run: verify reports it, the listing skips it
+        for record in records:
             if record.kind == "RunAdmitted":
                 erasure = _erasure_of(record, run)
                 if erasure is not None:
