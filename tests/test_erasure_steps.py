@@ -4,6 +4,7 @@ records; after an erasure the run still verifies and lists, its payloads stay se
 
 from __future__ import annotations
 
+import base64
 from pathlib import Path
 from typing import Any
 
@@ -74,3 +75,32 @@ async def test_steps_seal_their_payloads_and_resume_from_opened_records(
     assert await store.verify(run) == head
     after = [r.body for r in await sealing.read(run)]
     assert is_sealed(next(b for b in after if b["kind"] == "EffectDone")["output"])
+
+
+async def test_steps_for_another_tenant_seal_under_that_tenants_scopes(
+    make_store: Any, tmp_path: Path
+) -> None:
+    store: SqlJournalStore = await make_store()
+    other = f"{store.tenant}-other"
+    steps = Steps(
+        SealingStore(store, Keyring(FileKeySource(tmp_path / "k.json"))),
+        instance="w",
+        tenant=other,
+    )
+
+    @steps.effect("echo")
+    async def echo(text: str) -> str:
+        return text
+
+    @steps.workflow("hello")
+    async def hello(text: str) -> str:
+        return await echo(text)
+
+    done = await hello.start("k-1", "secret words")
+    acme = store.for_tenant(other)
+    raw = b"".join(r.raw for r in await acme.read(done.run_id))
+    assert b"secret words" not in raw and f"{other}/run_".encode() in b"".join(
+        base64.b64decode(r.body["input"]["$sealed"])
+        for r in await acme.read(done.run_id)
+        if r.kind == "RunAdmitted"
+    )

@@ -61,7 +61,9 @@ class SealingStore(SqlJournalStore):
 
     def for_tenant(self, name: str, *, profile: Any = None) -> SealingStore:
         """The same sealing for another tenant's handle (its own scopes: ``{name}/...``)."""
-        return SealingStore(SqlJournalStore.for_tenant(self, name, profile=profile), self.keyring)
+        handle = SqlJournalStore.for_tenant(self, name, profile=profile)
+        scope_for = None if self._scope_for == self._journal.scope else self._scope_for
+        return SealingStore(handle, self.keyring, scope_for)
 
     async def append(
         self, epoch: int, batch: Sequence[Append], *, session: Any = None
