@@ -167,6 +167,8 @@ async def cmd_verify(args: argparse.Namespace) -> int:
         admissions = await audit_admissions(store, args.json) if args.all else None
         # Counters and instants below their CHECK's floor (a constraint dropped, a row edited).
         bounds = [_bound(f) for f in await store.audit_bounds()] if args.all else None
+        # Erased scopes: payloads unreadable by design, reported as erased, never findings.
+        erased = await _erasures(store) if args.all else None
     failed = [r for r in results if not r["ok"]]
     signatures = (
         "not checked (pass --trust KEY_ID=PUBLIC_KEY_HEX)"
@@ -186,6 +188,7 @@ async def cmd_verify(args: argparse.Namespace) -> int:
                 **({} if log is None else {"log": log}),
                 **({} if admissions is None else {"admissions": admissions}),
                 **({} if bounds is None else {"bounds": bounds}),
+                **({} if erased is None else {"erasures": erased}),
             }
         )
     else:
@@ -197,9 +200,22 @@ async def cmd_verify(args: argparse.Namespace) -> int:
         if bounds is not None:
             for line in fmt.bounds_lines(bounds):
                 print(line)
+        if erased:
+            print(
+                f"erasures: {len(erased)} scope(s) erased, journaled and sealed into the log; "
+                "their payloads are unreadable by design and are not findings "
+                "(`agentplane-journal erasures`)"
+            )
     bad_log = log is not None and not log["ok"]
     bad_admissions = admissions is not None and not admissions["ok"]
     return 1 if failed or bad_log or bad_admissions or bounds else 0
+
+
+async def _erasures(store: Any) -> list[dict[str, Any]]:
+    from agentplane_journal.cli.erasure import _shape
+    from agentplane_journal.keyring.journal import journaled_erasures
+
+    return [_shape(e) for e in await journaled_erasures(store)]
 
 
 def _bound(finding: BoundsFinding) -> dict[str, Any]:

@@ -90,6 +90,8 @@ _COMMANDS = {
     "cmd_reindex_admissions": "admissions",
     "cmd_profile": "profiles",
     "cmd_migrate_profile": "profiles",
+    "cmd_erase": "erasure",
+    "cmd_erasures": "erasure",
     # The log as C2SP tlog-tiles, and the audit page.
     "cmd_tiles_export": "tiles",
     "cmd_serve": "serve",
@@ -408,6 +410,24 @@ def build_parser() -> argparse.ArgumentParser:
     migrate_profile.add_argument(
         "profile", metavar="PROFILE", choices=["agentplane-0.4", "agentplane-0.22"]
     )
+    # Erasure (cli/erasure.py, docs/concepts/erasure.md).
+    erase = add(
+        "erase",
+        "destroy an erasure scope's wrapping key and journal the erasure",
+        "cmd_erase",
+        database,
+        reads,
+    )
+    erase.add_argument("scope", metavar="SCOPE", help="the scope, e.g. TENANT/run_<ULID>")
+    erase.add_argument("--by", required=True, help="who asked (journaled with the erasure)")
+    erase.add_argument("--reason", help="why (journaled with the erasure)")
+    erase.add_argument(
+        "--key-file", metavar="PATH", help="the scope keys (default: $AGENTPLANE_JOURNAL_KEY_FILE)"
+    )
+    erasures_cmd = add(
+        "erasures", "list the tenant's journaled erasures", "cmd_erasures", database, reads
+    )
+    erasures_cmd.add_argument("--limit", type=_positive, default=1000, help="at most N")
     # -- the log as C2SP tlog-tiles (cli/tiles.py), the audit page (cli/serve.py), witnesses
     # and receipts (cli/witness.py): the same log key options --
     log_key = argparse.ArgumentParser(add_help=False)

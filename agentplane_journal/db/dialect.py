@@ -836,3 +836,24 @@ def _unconfigured_message(what: str) -> str:
         "create_async_engine(), before the engine's first use (or build the store on it "
         "first), or `await engine.dispose()` before configuring it"
     )
+
+
+#: The high 32 bits of every erasure-scope lock key: "apjs" in ASCII, so a host's own
+#: advisory locks can keep clear of them (MIGRATION_LOCK_KEY is another key).
+SCOPE_LOCK_SPACE = 0x61706A73
+
+
+async def scope_lock(dialect: Dialect, conn: AsyncConnection, key: int, *, exclusive: bool) -> None:
+    """Hold the lock of one erasure scope until the transaction ends (keyring/).
+
+    PostgreSQL: a transaction-level advisory lock on ``key`` (a 32-bit hash of tenant and
+    scope under :data:`SCOPE_LOCK_SPACE`), shared for a sealing write, exclusive for an
+    erasure, so an erasure waits for the writes in flight and the writes after it see it.
+    SQLite: nothing to take: every writing transaction already holds the file's write lock
+    (``BEGIN IMMEDIATE``), which excludes an erasure and a write at once.
+    """
+    if dialect.name != "postgresql":
+        return
+    lock = SCOPE_LOCK_SPACE << 32 | (key & 0xFFFFFFFF)  # a positive bigint
+    fn = func.pg_advisory_xact_lock if exclusive else func.pg_advisory_xact_lock_shared
+    await conn.execute(select(fn(lock)))

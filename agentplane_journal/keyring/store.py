@@ -1,0 +1,94 @@
+"""A store that seals every append and opens every read: for code written against a store.
+
+:class:`SealingStore` wraps a :class:`~agentplane_journal.SqlJournalStore` for a layer that
+only knows the store's interface (the durable steps: ``Steps(SealingStore(store, keyring))``
+seals effect arguments, results, failures and notes with no change to the layer). Each
+append is sealed under ``scope_for(run)`` (default: the run, ``{tenant}/{run}``) and checked
+against the scope's erasure under its lock (:class:`~agentplane_journal.keyring.SealedJournal`).
+Reads return the records as written (``raw``, hashes and signatures untouched) with a body
+opened where the key exists; a payload whose scope was erased stays sealed in the body, as
+agentplane's ``SealedJournal`` leaves it, so a run whose data is gone still lists, verifies
+and audits. Every other method is the store's own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from agentplane_journal.core.append import Append
+from agentplane_journal.core.ids import RunId
+from agentplane_journal.core.record import Record, stored_record
+from agentplane_journal.core.sealed import Erased, get_at, sealed_fields, set_at
+from agentplane_journal.journal.store import SqlJournalStore
+from agentplane_journal.keyring.journal import SealedJournal
+from agentplane_journal.keyring.ring import Keyring
+
+__all__ = ["SealingStore"]
+
+
+class SealingStore(SqlJournalStore):
+    """A handle on ``store``'s database and tenant whose appends are sealed under
+    ``scope_for(run)`` and whose reads are opened.
+
+    A :class:`~agentplane_journal.SqlJournalStore` itself (it shares ``store``'s engine, as
+    :meth:`~agentplane_journal.SqlJournalStore.for_tenant` does), so a layer that asks for
+    a store takes it. Close ``store``, not this handle. An append inside a host's session
+    (``session=``) is refused: sealing takes its own transaction, under the scope's lock.
+    """
+
+    def __init__(
+        self,
+        store: SqlJournalStore,
+        keyring: Keyring,
+        scope_for: Callable[[RunId], str] | None = None,
+    ) -> None:
+        super().__init__(
+            store._shared.engine,
+            tenant=store.tenant,
+            origin=store._base_origin,
+            signer=store._signer,
+            clock=store._clock,
+            _shared=store._shared,
+            _named=store.origin != store._base_origin,
+        )
+        self.keyring = keyring
+        self._journal = SealedJournal(self, keyring)
+        self._scope_for = scope_for or self._journal.scope
+
+    def __repr__(self) -> str:
+        return f"SealingStore(tenant={self.tenant!r}, {self.keyring!r})"
+
+    def for_tenant(self, name: str, *, profile: Any = None) -> SealingStore:
+        """The same sealing for another tenant's handle (its own scopes: ``{name}/...``)."""
+        handle = SqlJournalStore.for_tenant(self, name, profile=profile)
+        scope_for = None if self._scope_for == self._journal.scope else self._scope_for
+        return SealingStore(handle, self.keyring, scope_for)
+
+    async def append(
+        self, epoch: int, batch: Sequence[Append], *, session: Any = None
+    ) -> list[Record]:
+        """Seal ``batch`` under its run's scope and append it (records handed back opened)."""
+        items = list(batch)
+        if not items:
+            return []
+        if session is not None:
+            raise ValueError("a SealingStore appends in its own transaction (no session=)")
+        written = await self._journal.append(epoch, items, scope=self._scope_for(items[0].run))
+        return [await self._opened(r) for r in written]
+
+    async def read(self, run: RunId, from_seq: int = 1, *, session: Any = None) -> list[Record]:
+        """The run's records, opened where the key exists (erased payloads stay sealed)."""
+        records = await SqlJournalStore.read(self, run, from_seq, session=session)
+        return [await self._opened(r) for r in records]
+
+    async def _opened(self, record: Record) -> Record:
+        opened = await self.keyring.open_record(self.tenant, record)
+        if not opened.sealed:
+            return record
+        body = dict(record.body)
+        for field in sealed_fields(record.kind, opened.payload):
+            value = get_at(opened.payload, field.path)
+            if not isinstance(value, Erased):  # erased: left sealed, as written
+                body = set_at(body, field.path, value)
+        return stored_record(body, record.raw, record.prev_hash, record.hash, record.attestation)
