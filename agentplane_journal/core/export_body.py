@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any
 
 from agentplane_journal.core import jsonload
@@ -185,10 +186,34 @@ def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
+_WIDE = re.compile(r"(?:^|[:\[,])\s*-?\d{19}")
+"""A number token of 19 digits or more (where numbers start: first, or after ``:``, ``[`` or
+``,`` and any whitespace): the only integers serde_json may hold as an ``f64`` besides ``-0``."""
+
+
+def _plain_ints(text: str | bytes) -> bool:
+    """Whether every integer token of ``text`` is one ``json``'s own C parser reads exactly as
+    serde_json does (no ``-0``, none wide enough to leave ``i64``/``u64``). Conservative: a
+    string that merely looks like one only sends the text down the slower, exact parse."""
+    if isinstance(text, bytes):
+        return b"-0" not in text and _WIDE.search(text.decode("utf-8", "replace")) is None
+    return "-0" not in text and _WIDE.search(text) is None
+
+
+_PLAIN_INTS = json.JSONDecoder(parse_float=_as_f64, parse_constant=_refuse_constant)
+"""serde_json's reading of a text :func:`_plain_ints` accepts (built once: ``json.loads``
+with arguments builds a decoder per call)."""
+
+
 def serde_value(text: str | bytes) -> Any:
     """``text`` parsed with serde_json's number semantics (an integer token beyond
     ``u64``/below ``i64``, and ``-0``, is a ``float``; a number out of ``f64`` range is a
-    ``ValueError``): what the reference compares a ``body`` with its wire bytes as."""
+    ``ValueError``): what the reference compares a ``body`` with its wire bytes as.
+
+    Integers are read by ``json``'s C parser unless :func:`_plain_ints` says one of them may
+    be read otherwise by serde_json (a Python call per integer costs most of the parse)."""
+    if isinstance(text, str) and _plain_ints(text):
+        return jsonload.decode(_PLAIN_INTS, text)
     return jsonload.loads(
         text, parse_int=_serde_number, parse_float=_as_f64, parse_constant=_refuse_constant
     )
@@ -259,6 +284,16 @@ def _write(value: Any, out: list[str]) -> None:
         out.append(json.dumps(value, ensure_ascii=False))
 
 
+_BODY_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+"""serde_json's compact writer for the common body (built once, not per call)."""
+
+
+def _maybe_small(raw: str) -> bool:
+    """Whether ``raw`` may hold a non-zero number below ``1e-4`` in magnitude: written with a
+    negative exponent, or with at least four zeros after the point (conservative)."""
+    return "e-" in raw or "E-" in raw or "0.0000" in raw
+
+
 def body_text(raw: str) -> str:
     """The ``body`` agentplane 0.22 writes for a record whose wire bytes are ``raw``.
 
@@ -277,9 +312,14 @@ def body_text(raw: str) -> str:
             small.append(x)
         return x
 
-    wire = jsonload.loads(
-        raw, parse_int=_serde_number, parse_float=f64, parse_constant=_refuse_constant
-    )
+    if _plain_ints(raw) and not _maybe_small(raw):
+        # The common record: every integer read by json's C parser (no Python call each),
+        # through a decoder built once, and no float a C writer would write otherwise.
+        wire = jsonload.decode(_PLAIN_INTS, raw)
+    else:
+        wire = jsonload.loads(
+            raw, parse_int=_serde_number, parse_float=f64, parse_constant=_refuse_constant
+        )
     if not isinstance(wire, dict):
         raise ValueError("the wire bytes are not a JSON object")
     body = _reordered(wire)
@@ -288,6 +328,6 @@ def body_text(raw: str) -> str:
         _write(body, out)
         text = "".join(out)
     else:
-        text = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        text = _BODY_ENCODER.encode(body)
     text.encode("utf-8")  # a lone surrogate: UnicodeEncodeError, a ValueError
     return text

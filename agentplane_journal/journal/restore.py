@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,7 +44,8 @@ from agentplane_journal.core.export_lines import PROFILE_BY_CANON, RUN_BLOCK
 from agentplane_journal.core.export_read import RunBlock, read_line, run_block
 from agentplane_journal.core.ids import RunId
 from agentplane_journal.core.profile import WireProfile, profile_named, profile_of_record
-from agentplane_journal.core.record import decode_wire
+from agentplane_journal.core.record import JSON_DECODER, decode_wire
+from agentplane_journal.errors import CommitUnknownError
 from agentplane_journal.journal.bulk import AppendStep, SealStep, Step, write_steps
 from agentplane_journal.journal.restore_check import Frame, Judge, RestoreRefused
 from agentplane_journal.journal.store import SqlJournalStore
@@ -56,23 +58,48 @@ run). One batch is written while the next is read."""
 
 _FALLBACK_OUTCOME = "restored"
 
+_WIDE = re.compile(r"(?:^|[:\[,])\s*-?\d{19}")
+"""A number token of 19 digits or more: the only integers :func:`decode_wire` may read as a
+double (beyond ``i64``/``u64``), so the only texts that need its slower, per-integer parse."""
+
 
 class RestoreIncomplete(RuntimeError):
     """Writing failed part-way (the database refused a batch, or could not be reached).
 
-    Each batch is one transaction, so the target holds whole batches only: at least
-    ``records`` records and ``seals`` seals, the committed prefix of the file, and nothing
-    of the batch that failed. That prefix is a partial history shaped like a whole one, so
-    it is named, never left silent: the target is no longer empty (another restore into it
-    is refused) and must be dropped, or another tenant used, before restoring again.
+    Each batch is one transaction, so the target holds whole batches only: ``records``
+    records and ``seals`` seals surely committed (the file's prefix), and nothing of a batch
+    the database refused. A batch whose COMMIT lost its connection
+    (:class:`~agentplane_journal.errors.CommitUnknownError`) may or may not have landed:
+    its ``unknown_records`` records and ``unknown_seals`` seals are named as unknown, never
+    counted either way. The prefix is a partial history shaped like a whole one, so it is
+    named, never left silent: the target is no longer empty (another restore into it is
+    refused) and must be dropped, or another tenant used, before restoring again.
     """
 
-    def __init__(self, tenant: str, records: int, seals: int, cause: BaseException) -> None:
+    def __init__(
+        self,
+        tenant: str,
+        records: int,
+        seals: int,
+        cause: BaseException,
+        unknown: tuple[int, int] = (0, 0),
+    ) -> None:
         self.tenant, self.records, self.seals, self.cause = tenant, records, seals, cause
+        self.unknown_records, self.unknown_seals = unknown
+        if unknown != (0, 0):
+            landed = (
+                f"{records} record(s) and {seals} seal(s) surely committed, and whether the "
+                f"batch being committed when the connection was lost ({unknown[0]} record(s), "
+                f"{unknown[1]} seal(s)) landed is unknown"
+            )
+        else:
+            landed = (
+                f"{records} record(s) and {seals} seal(s) committed, the batch that failed "
+                "rolled back"
+            )
         super().__init__(
             f"the restore failed part-way ({type(cause).__name__}: {cause}); tenant "
-            f"{tenant!r} now holds a PARTIAL history — at least {records} record(s) and "
-            f"{seals} seal(s) committed, the batch that failed rolled back. Do not use it: "
+            f"{tenant!r} now holds a PARTIAL history — at least {landed}. Do not use it: "
             "drop the database (or the tenant) and restore into a fresh one (`upgrade --url ...` "
             "first) once the cause is fixed"
         )
@@ -134,7 +161,9 @@ def _wire(value: dict[str, Any], number: int) -> dict[str, Any]:
             "the chain hashed, so the file is refused instead of guessed at"
         )
     try:
-        body = decode_wire(raw)  # numbers as the writer meant them (1e20 stored as an integer)
+        # Numbers as the writer meant them (1e20 stored as an integer): only a number token
+        # of 19 digits or more can be read otherwise by json's C parser, which reads the rest.
+        body = decode_wire(raw) if _WIDE.search(raw) else jsonload.decode(JSON_DECODER, raw)
     except RecursionError:  # nested past any body a writer makes: refused, not a traceback
         body = jsonload.JsonTooDeep(jsonload.MAX_JSON_DEPTH)
     except ValueError as exc:
@@ -220,9 +249,17 @@ class _Replay:
         self.next_index = 0
         self.pending: dict[int, tuple[RunId, int, str]] = {}
         self.committed = (0, 0)  # (records, seals) surely committed
+        self.unknown = (0, 0)  # (records, seals) of a batch whose COMMIT outcome is unknown
 
     async def _write(self, steps: list[Step], hashes: list[list[str]]) -> tuple[int, int]:
-        results = await write_steps(self.store, steps)
+        try:
+            results = await write_steps(self.store, steps)
+        except CommitUnknownError:
+            self.unknown = (
+                sum(len(s.batch) for s in steps if isinstance(s, AppendStep)),
+                sum(1 for s in steps if isinstance(s, SealStep)),
+            )
+            raise
         records = seals = 0
         appended = (r for r in results if isinstance(r, list))
         for written, carried in zip(appended, hashes, strict=True):
@@ -328,7 +365,7 @@ async def restore_export(
     except Exception as exc:
         await replay.abandon(cancel=False)
         records, seals = replay.committed
-        raise RestoreIncomplete(store.tenant, records, seals, exc) from exc
+        raise RestoreIncomplete(store.tenant, records, seals, exc, replay.unknown) from exc
     except BaseException:
         await replay.abandon(cancel=True)
         raise
