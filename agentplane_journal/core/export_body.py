@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from typing import Any
 
 from agentplane_journal.core import jsonload
@@ -186,34 +185,19 @@ def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
-_WIDE = re.compile(r"(?:^|[:\[,])\s*-?\d{19}")
-"""A number token of 19 digits or more (where numbers start: first, or after ``:``, ``[`` or
-``,`` and any whitespace): the only integers serde_json may hold as an ``f64`` besides ``-0``."""
-
-
-def _plain_ints(text: str | bytes) -> bool:
-    """Whether every integer token of ``text`` is one ``json``'s own C parser reads exactly as
-    serde_json does (no ``-0``, none wide enough to leave ``i64``/``u64``). Conservative: a
-    string that merely looks like one only sends the text down the slower, exact parse."""
-    if isinstance(text, bytes):
-        return b"-0" not in text and _WIDE.search(text.decode("utf-8", "replace")) is None
-    return "-0" not in text and _WIDE.search(text) is None
-
-
-_PLAIN_INTS = json.JSONDecoder(parse_float=_as_f64, parse_constant=_refuse_constant)
-"""serde_json's reading of a text :func:`_plain_ints` accepts (built once: ``json.loads``
-with arguments builds a decoder per call)."""
+_SERDE = json.JSONDecoder(
+    parse_int=_serde_number, parse_float=_as_f64, parse_constant=_refuse_constant
+)
+"""serde_json's reading, built once (``json.loads`` with arguments builds a decoder and its
+scanner per call, which cost more than the parse of a small record)."""
 
 
 def serde_value(text: str | bytes) -> Any:
     """``text`` parsed with serde_json's number semantics (an integer token beyond
     ``u64``/below ``i64``, and ``-0``, is a ``float``; a number out of ``f64`` range is a
-    ``ValueError``): what the reference compares a ``body`` with its wire bytes as.
-
-    Integers are read by ``json``'s C parser unless :func:`_plain_ints` says one of them may
-    be read otherwise by serde_json (a Python call per integer costs most of the parse)."""
-    if isinstance(text, str) and _plain_ints(text):
-        return jsonload.decode(_PLAIN_INTS, text)
+    ``ValueError``): what the reference compares a ``body`` with its wire bytes as."""
+    if isinstance(text, str):
+        return jsonload.decode(_SERDE, text)
     return jsonload.loads(
         text, parse_int=_serde_number, parse_float=_as_f64, parse_constant=_refuse_constant
     )
@@ -312,10 +296,10 @@ def body_text(raw: str) -> str:
             small.append(x)
         return x
 
-    if _plain_ints(raw) and not _maybe_small(raw):
-        # The common record: every integer read by json's C parser (no Python call each),
-        # through a decoder built once, and no float a C writer would write otherwise.
-        wire = jsonload.decode(_PLAIN_INTS, raw)
+    if not _maybe_small(raw):
+        # The common record: no float the C writer would write otherwise, so the decoder
+        # built once reads it (the closure below needs a decoder per call).
+        wire = jsonload.decode(_SERDE, raw)
     else:
         wire = jsonload.loads(
             raw, parse_int=_serde_number, parse_float=f64, parse_constant=_refuse_constant

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,7 +43,7 @@ from agentplane_journal.core.export_lines import PROFILE_BY_CANON, RUN_BLOCK
 from agentplane_journal.core.export_read import RunBlock, read_line, run_block
 from agentplane_journal.core.ids import RunId
 from agentplane_journal.core.profile import WireProfile, profile_named, profile_of_record
-from agentplane_journal.core.record import JSON_DECODER, decode_wire
+from agentplane_journal.core.record import decode_wire
 from agentplane_journal.errors import CommitUnknownError
 from agentplane_journal.journal.bulk import AppendStep, SealStep, Step, write_steps
 from agentplane_journal.journal.restore_check import Frame, Judge, RestoreRefused
@@ -57,10 +56,6 @@ BATCH = 2000
 run). One batch is written while the next is read."""
 
 _FALLBACK_OUTCOME = "restored"
-
-_WIDE = re.compile(r"(?:^|[:\[,])\s*-?\d{19}")
-"""A number token of 19 digits or more: the only integers :func:`decode_wire` may read as a
-double (beyond ``i64``/``u64``), so the only texts that need its slower, per-integer parse."""
 
 
 class RestoreIncomplete(RuntimeError):
@@ -161,9 +156,7 @@ def _wire(value: dict[str, Any], number: int) -> dict[str, Any]:
             "the chain hashed, so the file is refused instead of guessed at"
         )
     try:
-        # Numbers as the writer meant them (1e20 stored as an integer): only a number token
-        # of 19 digits or more can be read otherwise by json's C parser, which reads the rest.
-        body = decode_wire(raw) if _WIDE.search(raw) else jsonload.decode(JSON_DECODER, raw)
+        body = decode_wire(raw)  # numbers as the writer meant them (1e20 stored as an integer)
     except RecursionError:  # nested past any body a writer makes: refused, not a traceback
         body = jsonload.JsonTooDeep(jsonload.MAX_JSON_DEPTH)
     except ValueError as exc:
