@@ -9,6 +9,7 @@ texts built to sit on those edges, types included (``1`` is not ``1.0``, ``0`` i
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
@@ -91,3 +92,23 @@ def test_body_text_writes_what_the_exact_writer_writes(text: str) -> None:
 def test_restore_reads_the_wire_as_its_writer_meant(text: str) -> None:
     line = {"raw": text}
     assert _typed(_wire(line, 1)) == _typed(decode_wire(text))
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        *['{"a":1}', ' {"a":1}', '{"a":1}\t', '{"a":1}x', "", "[", "1 2", '"x"', '{"a":NaN}'],
+        *["[" * 300, "[" * 300 + "]" * 300],
+    ],
+)
+def test_jsonload_decode_gives_the_verdict_of_loads(text: str) -> None:
+    """The scanner called straight (no whitespace matching around it) accepts and refuses
+    exactly what :func:`jsonload.loads` does, nesting bound included."""
+
+    def verdict(read: Any) -> str:
+        try:
+            return repr(("ok", read(text)))
+        except ValueError as exc:
+            return repr((type(exc).__name__, str(exc)))
+
+    assert verdict(lambda t: jsonload.decode(json.JSONDecoder(), t)) == verdict(jsonload.loads)
