@@ -286,6 +286,8 @@ class Targets:
 def rounds(
     dialect: str, n: int, source: str, tenant: str, work: str, targets: Targets, count: int
 ) -> list[str]:
+    if count == 0:  # --rounds 0: peak memory only
+        return []
     ours_file = Path(work) / f"ours-{dialect}-{n}.jsonl"
     bare_file = Path(work) / f"bare-{dialect}-{n}.jsonl"
     rates: dict[str, list[tuple[float, float]]] = {"export": [], "verify": [], "restore": []}
