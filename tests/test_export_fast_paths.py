@@ -1,9 +1,9 @@
-"""The fast parses of export, verify-export and restore read exactly what the exact ones read.
+"""The faster parses of export, verify-export and restore read exactly what the exact ones read.
 
-``serde_value`` and ``body_text`` (core/export_body.py) and restore's ``_wire`` let json's C
-parser read integers unless a token could be read otherwise (``-0``, 19 digits or more, a
-float below ``1e-4`` for the writer): each is held here to its exact, per-token reference on
-texts built to sit on those edges, types included (``1`` is not ``1.0``, ``0`` is not
+``serde_value`` and ``body_text`` (core/export_body.py) read through a decoder built once,
+``body_text`` takes the C writer unless a float below ``1e-4`` may be present, and
+``jsonload.decode`` calls the C scanner straight: each is held here to its exact reference
+on texts built to sit on those edges, types included (``1`` is not ``1.0``, ``0`` is not
 ``-0.0``). Pure: no database.
 """
 
