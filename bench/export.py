@@ -134,7 +134,7 @@ async def bare_export(url: str, tenant: str, path: Path) -> int:
         if kind == "sqlite":
             async with aiosqlite.connect(target) as db:
                 cursor = await db.execute(_SELECT.format("?"), (tenant,))
-                while rows := await cursor.fetchmany(1000):
+                while rows := list(await cursor.fetchmany(1000)):
                     out.write("".join(_line(*r) for r in rows))
                     n += len(rows)
         else:
@@ -316,8 +316,14 @@ def rounds(
         got = {}
         for i in [1, 0] if flip else [0, 1]:
             url, dst = targets.fresh()
-            fn = ours_restore if i == 0 else bare_insert
-            got[i] = asyncio.run(timed(lambda fn=fn, url=url, dst=dst: fn(url, dst, ours_file)))
+            fn: Callable[[str, str, Path], Awaitable[int]] = ours_restore if i == 0 else bare_insert
+
+            def restore_once(
+                fn: Callable[[str, str, Path], Awaitable[int]] = fn, url: str = url, dst: str = dst
+            ) -> Awaitable[int]:
+                return fn(url, dst, ours_file)
+
+            got[i] = asyncio.run(timed(restore_once))
             targets.drop(url)
         rates["restore"].append((got[0][0] / got[0][1], got[1][0] / got[1][1]))
     out = []
@@ -401,7 +407,7 @@ def main() -> None:
     cluster = None
     if "postgresql" in args.dialect and args.pg_url is None:
         sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-        from pgcluster import Cluster
+        from pgcluster import Cluster  # type: ignore[import-not-found]
 
         cluster = Cluster(durable=True)
         args.pg_url = cluster.url
