@@ -1,43 +1,57 @@
-"""Export format 1, verify-export and restore at scale, on SQLite and PostgreSQL.
+"""Export format 1, verify-export and restore against bare baselines, on SQLite and PostgreSQL.
 
-    python bench/export.py [--runs 10000 100000] [--dialect sqlite postgresql]
-                           [--pg-url postgresql+asyncpg://...] [--phases verify restore] [--py-peak]
+    python bench/export.py [--runs 10000 [100000]] [--rounds 5] [--dialect sqlite postgresql]
+                           [--pg-url postgresql+asyncpg://...] [--no-memory]
 
-For each dialect and size: a source (a SQLite file, or a fresh tenant on PostgreSQL) is
-seeded with that many runs (a ``RunAdmitted`` and two notes each; every other run sealed)
-through the store's own checks, a batch of runs per transaction
-(:func:`agentplane_journal.journal.bulk.write_steps`), so a 100k-run source takes minutes,
-not hours. Then, each in a child process of its own so that one phase's memory cannot hide
-in another's: ``export --all`` to a file; ``verify-export`` of that file against the
-checkpoint read from the source database (not from the file); ``restore`` of the file into
-an empty target (a migrated SQLite file, or another tenant). Each child reports its wall
-and CPU seconds (the process's, the SQLite thread's included) and its peak resident set
-(``ru_maxrss``, which includes the interpreter and the imports, ~70 MiB). With
-``--py-peak`` every phase runs once more under ``tracemalloc`` (rows marked ``+tm``) for the
-peak of Python's own allocations during the phase; tracing slows allocation-heavy code two
-to four times, so those rows' seconds are not the timing. The last column says whether the
-rebuilt root equals the source's at equal size. Bounded memory shows as figures that do not
-grow with the journal. Figures, never assertions.
+For each dialect and size, a source (a SQLite file, or a fresh tenant on PostgreSQL) is seeded
+with that many runs (a ``RunAdmitted`` and two notes each; every other run sealed) through the
+store's own checks, a batch of runs per transaction. Then, in interleaved rounds in this one
+process (ours then the baseline, the next round the other way round), each phase is timed
+against what a user would write by hand with the bare driver:
 
-Without ``--pg-url``, PostgreSQL is a throwaway cluster started here with the settings
-users run (``tests/pgcluster.py``, ``durable=True``: fsync on).
+* ``export`` (``write_export`` of every run to a file) against **bare read + JSON lines**: one
+  ``SELECT run_id, seq, prev_hash, hash, raw ... ORDER BY run_id, seq`` streamed through the
+  driver's cursor, each row written as a ``json.dumps`` line (no verification, no body);
+* ``verify`` (``verify_file`` of our export against the checkpoint read from the database)
+  against **sha256 + JSON parse**: every line of the same file ``json.loads``-ed and each
+  record's ``raw`` hashed once;
+* ``restore`` (``restore_export`` into an empty target) against **batched INSERT**: the same
+  file read and parsed, its records inserted into the journal table of an empty target with
+  ``executemany``, 2,000 rows per transaction (no checks, no log, no indexes of ours).
+
+Each line gives the median records/s of both and the median of the rounds' ratios (ours /
+bare). Then, unless ``--no-memory``, each phase runs once more in a child process of its own
+under ``tracemalloc``: its peak of Python allocations and its peak resident set
+(``ru_maxrss``, interpreter and imports included, ~70 MiB); run with ``--runs 10000 100000``
+to see them not grow with the journal (the 100k case seeds for a minute or two per dialect,
+so it is opt-in). Figures, never assertions.
+
+Without ``--pg-url``, PostgreSQL is a throwaway cluster started here with the settings users
+run (``tests/pgcluster.py``, ``durable=True``: fsync on).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import json
+import os
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 import tracemalloc
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
+
+import aiosqlite
+import asyncpg
+from sqlalchemy.engine import make_url
 
 from agentplane_journal import Append, RunId, SqlJournalStore
 from agentplane_journal.cli.backup import verify_file
@@ -48,6 +62,9 @@ from agentplane_journal.migrations.commands import upgrade
 
 SEED_RUNS = 250
 """Runs per seeding transaction."""
+
+BARE_BATCH = 2000
+"""Rows per transaction of the bare INSERT baseline (our restore's batch)."""
 
 
 async def seed(url: str, tenant: str, runs: int) -> float:
@@ -77,61 +94,274 @@ async def seed(url: str, tenant: str, runs: int) -> float:
     return time.perf_counter() - start
 
 
-@contextmanager
-def measured(result: dict[str, object], traced: bool) -> Iterator[None]:
-    before = resource.getrusage(resource.RUSAGE_SELF)
-    if traced:
-        tracemalloc.start()
-    start = time.perf_counter()
-    try:
-        yield
-    finally:
-        result["seconds"] = time.perf_counter() - start
-        if traced:
-            result["py_peak_mib"] = tracemalloc.get_traced_memory()[1] / 2**20
-            tracemalloc.stop()
-        after = resource.getrusage(resource.RUSAGE_SELF)
-        result["cpu_seconds"] = (after.ru_utime - before.ru_utime) + (
-            after.ru_stime - before.ru_stime
+# -- the bare baselines -------------------------------------------------------------------
+
+_SELECT = (
+    "SELECT run_id, seq, prev_hash, hash, raw FROM journal WHERE tenant = {} ORDER BY run_id, seq"
+)
+_INSERT = "INSERT INTO journal (tenant, run_id, seq, epoch, kind, prev_hash, hash, raw) VALUES ({})"
+
+
+def _driver(url: str) -> tuple[str, str]:
+    """``("sqlite", file)`` or ``("postgresql", dsn)`` for the bare driver."""
+    u = make_url(url)
+    if u.drivername.startswith("sqlite"):
+        return "sqlite", str(u.database)
+    return "postgresql", u.set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+def _line(run_id: str, seq: int, prev: bytes, hash_: bytes, raw: bytes) -> str:
+    return (
+        json.dumps(
+            {
+                "run": run_id,
+                "seq": seq,
+                "prev_hash": prev.hex(),
+                "hash": hash_.hex(),
+                "raw": raw.decode("utf-8"),
+            },
+            separators=(",", ":"),
+            ensure_ascii=False,
         )
-        result["rss_peak_mib"] = after.ru_maxrss / 1024  # KiB on Linux
+        + "\n"
+    )
 
 
-async def phase(kind: str, url: str, tenant: str, path: Path, traced: bool) -> dict[str, object]:
-    store = await SqlJournalStore.connect(url, tenant=tenant)
-    result: dict[str, object] = {}
-    try:
-        cp = await store.checkpoint()  # connected and warmed before measuring
-        if kind == "export":
-            with measured(result, traced), path.open("w", encoding="utf-8", newline="\n") as out:
-                cp, trailer = await write_export(store, out)
-                result.update(records=trailer.records, bytes=out.tell())
-            result.update(size=cp.size, root=cp.root.hex())
-        elif kind == "verify":
-            with measured(result, traced):
-                report = verify_file(path, cp, [])
-            result.update(sound=report.is_sound, runs=len(report.sound))
+async def bare_export(url: str, tenant: str, path: Path) -> int:
+    kind, target = _driver(url)
+    n = 0
+    with path.open("w", encoding="utf-8") as out:
+        if kind == "sqlite":
+            async with aiosqlite.connect(target) as db:
+                cursor = await db.execute(_SELECT.format("?"), (tenant,))
+                while rows := list(await cursor.fetchmany(1000)):
+                    out.write("".join(_line(*r) for r in rows))
+                    n += len(rows)
         else:
-            with measured(result, traced):
-                restored = await restore_export(store, path)
-            result.update(
-                faithful=restored.is_faithful,
-                records=restored.records,
-                size=restored.rebuilt.size,
-                root=restored.rebuilt.root.hex(),
-            )
+            conn = await asyncpg.connect(target)
+            try:
+                async with conn.transaction():
+                    cur = await conn.cursor(_SELECT.format("$1"), tenant)
+                    while rows := await cur.fetch(1000):
+                        out.write("".join(_line(*r) for r in rows))
+                        n += len(rows)
+            finally:
+                await conn.close()
+    return n
+
+
+def bare_verify(path: Path) -> int:
+    n = 0
+    with path.open("rb") as f:
+        for line in f:
+            value = json.loads(line)
+            raw = value.get("raw")
+            if raw is not None:
+                hashlib.sha256(raw.encode("utf-8")).digest()
+                n += 1
+    return n
+
+
+async def bare_insert(url: str, tenant: str, path: Path) -> int:
+    kind, target = _driver(url)
+    n = 0
+    run = ""
+
+    def batches() -> Any:
+        nonlocal run, n
+        rows: list[tuple[Any, ...]] = []
+        with path.open("rb") as f:
+            for line in f:
+                value = json.loads(line)
+                if value.get("kind") == "agentplane.export.run":
+                    run = "run_" + value["run"]
+                elif "raw" in value:
+                    body = value["body"]
+                    rows.append(
+                        (
+                            tenant,
+                            run,
+                            value["seq"],
+                            body["epoch"],
+                            body["kind"],
+                            bytes.fromhex(value["prev_hash"]),
+                            bytes.fromhex(value["hash"]),
+                            value["raw"].encode("utf-8"),
+                        )
+                    )
+                    if len(rows) == BARE_BATCH:
+                        n += len(rows)
+                        yield rows
+                        rows = []
+        if rows:
+            n += len(rows)
+            yield rows
+
+    if kind == "sqlite":
+        async with aiosqlite.connect(target) as db:
+            sql = _INSERT.format(", ".join("?" * 8))
+            for rows in batches():
+                await db.executemany(sql, rows)
+                await db.commit()
+    else:
+        conn = await asyncpg.connect(target)
+        try:
+            sql = _INSERT.format(", ".join(f"${i}" for i in range(1, 9)))
+            for rows in batches():
+                async with conn.transaction():
+                    await conn.executemany(sql, rows)
+        finally:
+            await conn.close()
+    return n
+
+
+# -- ours ---------------------------------------------------------------------------------
+
+
+async def ours_export(url: str, tenant: str, path: Path) -> int:
+    store = await SqlJournalStore.connect(url, tenant=tenant)
+    try:
+        await store.checkpoint()  # connected and warmed before the clock starts
+        start = time.perf_counter()
+        with path.open("w", encoding="utf-8", newline="\n") as out:
+            _, trailer = await write_export(store, out)
+        _ours_export.append(time.perf_counter() - start)
+        return trailer.records
     finally:
         await store.close()
-    return result
 
 
-def child(kind: str, url: str, tenant: str, path: Path, traced: bool) -> dict[str, object]:
-    flag = ["--traced"] if traced else []
+_ours_export: list[float] = []
+
+
+async def ours_verify(url: str, tenant: str, path: Path) -> int:
+    store = await SqlJournalStore.connect(url, tenant=tenant)
+    try:
+        cp = await store.checkpoint()
+    finally:
+        await store.close()
+    report = verify_file(path, cp, [])
+    if not report.is_sound:
+        raise SystemExit(f"the export did not verify: {report.findings[:3]}")
+    return report.records
+
+
+async def ours_restore(url: str, tenant: str, path: Path) -> int:
+    store = await SqlJournalStore.connect(url, tenant=tenant)
+    try:
+        report = await restore_export(store, path)
+    finally:
+        await store.close()
+    if not report.is_faithful:
+        raise SystemExit(f"the restore was not faithful: {report.to_json()}")
+    return report.records
+
+
+async def timed(fn: Callable[[], Awaitable[int]]) -> tuple[int, float]:
+    start = time.perf_counter()
+    n = await fn()
+    return n, time.perf_counter() - start
+
+
+class Targets:
+    """Empty restore targets, migrated before any clock starts: a SQLite file each, or a
+    tenant of the PostgreSQL database."""
+
+    def __init__(self, dialect: str, pg_url: str | None, work: str) -> None:
+        self.dialect, self.pg_url, self.work = dialect, pg_url, work
+
+    def fresh(self) -> tuple[str, str]:
+        if self.dialect == "postgresql":
+            assert self.pg_url is not None
+            return self.pg_url, f"r{uuid.uuid4().hex[:10]}"
+        url = f"sqlite+aiosqlite:///{self.work}/dst-{uuid.uuid4().hex[:10]}.db"
+        asyncio.run(upgrade(url))
+        return url, "default"
+
+    def drop(self, url: str) -> None:
+        if url.startswith("sqlite"):
+            Path(_driver(url)[1]).unlink(missing_ok=True)
+
+
+def rounds(
+    dialect: str, n: int, source: str, tenant: str, work: str, targets: Targets, count: int
+) -> list[str]:
+    if count == 0:  # --rounds 0: peak memory only
+        return []
+    ours_file = Path(work) / f"ours-{dialect}-{n}.jsonl"
+    bare_file = Path(work) / f"bare-{dialect}-{n}.jsonl"
+    rates: dict[str, list[tuple[float, float]]] = {"export": [], "verify": [], "restore": []}
+    for r in range(count):
+        flip = r % 2 == 1
+        # export
+        pair = [
+            lambda: timed(lambda: ours_export(source, tenant, ours_file)),
+            lambda: timed(lambda: bare_export(source, tenant, bare_file)),
+        ]
+        got = {}
+        for i in [1, 0] if flip else [0, 1]:
+            got[i] = asyncio.run(pair[i]())
+        ours_s = _ours_export[-1]  # the write alone, without connecting
+        rates["export"].append((got[0][0] / ours_s, got[1][0] / got[1][1]))
+        # verify (both read our file)
+        got = {}
+        for i in [1, 0] if flip else [0, 1]:
+            if i == 0:
+                got[0] = asyncio.run(timed(lambda: ours_verify(source, tenant, ours_file)))
+            else:
+                start = time.perf_counter()
+                got[1] = (bare_verify(ours_file), time.perf_counter() - start)
+        rates["verify"].append((got[0][0] / got[0][1], got[1][0] / got[1][1]))
+        # restore
+        got = {}
+        for i in [1, 0] if flip else [0, 1]:
+            url, dst = targets.fresh()
+            fn: Callable[[str, str, Path], Awaitable[int]] = ours_restore if i == 0 else bare_insert
+
+            def restore_once(
+                fn: Callable[[str, str, Path], Awaitable[int]] = fn, url: str = url, dst: str = dst
+            ) -> Awaitable[int]:
+                return fn(url, dst, ours_file)
+
+            got[i] = asyncio.run(timed(restore_once))
+            targets.drop(url)
+        rates["restore"].append((got[0][0] / got[0][1], got[1][0] / got[1][1]))
+    out = []
+    for phase, pairs in rates.items():
+        ours = statistics.median(o for o, _ in pairs)
+        bare = statistics.median(b for _, b in pairs)
+        ratio = statistics.median(o / b for o, b in pairs)
+        out.append(f"{dialect:>10} {n:>7} {phase:>8} {ours:>12,.0f} {bare:>12,.0f} {ratio:>7.2f}")
+    ours_file.unlink(missing_ok=True)
+    bare_file.unlink(missing_ok=True)
+    return out
+
+
+# -- peak memory, in a child process per phase ------------------------------------------
+
+
+async def phase(kind: str, url: str, tenant: str, path: Path) -> dict[str, object]:
+    tracemalloc.start()
+    tracemalloc.reset_peak()
+    if kind == "export":
+        n = await ours_export(url, tenant, path)
+    elif kind == "verify":
+        n = await ours_verify(url, tenant, path)
+    else:
+        n = await ours_restore(url, tenant, path)
+    peak = tracemalloc.get_traced_memory()[1] / 2**20
+    tracemalloc.stop()
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+    return {"records": n, "py_peak_mib": peak, "rss_peak_mib": rss}
+
+
+def child(kind: str, url: str, tenant: str, path: Path) -> dict[str, object]:
     out = subprocess.run(
-        [sys.executable, __file__, "--phase", kind, url, tenant, str(path), *flag],
+        [sys.executable, __file__, "--phase", kind, url, tenant, str(path)],
         capture_output=True,
         text=True,
         check=False,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
     )
     if out.returncode:
         return {"error": out.stderr.strip().splitlines()[-1:]}
@@ -139,95 +369,81 @@ def child(kind: str, url: str, tenant: str, path: Path, traced: bool) -> dict[st
     return loaded
 
 
-def _row(dialect: str, n: int, name: str, r: dict[str, object], extra: str) -> str:
-    if "error" in r:
-        return f"{dialect:>10} {n:>7} {name:>8} FAILED {r['error']}"
-    py = r.get("py_peak_mib")
-    return (
-        f"{dialect:>10} {n:>7} {name:>8} {r['seconds']:>8.1f} {r['cpu_seconds']:>7.1f} "
-        f"{r['rss_peak_mib']:>8.1f} {'-' if py is None else f'{py:.1f}':>7}  {extra}"
-    )
-
-
-def bench(
-    dialect: str, n: int, pg_url: str | None, work: str, phases: list[str], traced_too: bool
-) -> None:
-    def empty_target(tag: str) -> tuple[str, str]:
-        if dialect == "postgresql":
-            assert pg_url is not None
-            return pg_url, f"r{uuid.uuid4().hex[:8]}"
-        url = f"sqlite+aiosqlite:///{work}/dst-{n}-{tag}.db"
-        asyncio.run(upgrade(url))
-        return url, "default"
-
-    if dialect == "postgresql":
-        assert pg_url is not None
-        source, src_tenant = pg_url, f"b{uuid.uuid4().hex[:8]}"
-    else:
-        source, src_tenant = f"sqlite+aiosqlite:///{work}/src-{n}.db", "default"
-    asyncio.run(upgrade(source))
-    seeded = asyncio.run(seed(source, src_tenant, n))
-    print(f"{dialect:>10} {n:>7} {'seed':>8} {seeded:>8.1f}", flush=True)
-    path = Path(work) / f"export-{dialect}-{n}.jsonl"
-    for traced in [False, True] if traced_too else [False]:
-        mark = "+tm" if traced else ""
-        e = child("export", source, src_tenant, path, traced)
-        size = int(e.get("bytes", 0)) / 2**20  # type: ignore[call-overload]
-        note = f"{e.get('records')} records, {size:.1f} MiB"
-        print(_row(dialect, n, "export" + mark, e, note), flush=True)
-        if "verify" in phases:
-            v = child("verify", source, src_tenant, path, traced)
-            print(_row(dialect, n, "verify" + mark, v, f"sound={v.get('sound')}"), flush=True)
-        if "restore" in phases:
-            target, dst_tenant = empty_target("tm" if traced else "t")
-            r = child("restore", target, dst_tenant, path, traced)
-            equal = r.get("root") == e.get("root") and r.get("size") == e.get("size")
-            note = f"faithful={r.get('faithful')} equal_root={equal} size={r.get('size')}"
-            print(_row(dialect, n, "restore" + mark, r, note), flush=True)
+def memory(
+    dialect: str, n: int, source: str, tenant: str, work: str, targets: Targets
+) -> list[str]:
+    path = Path(work) / f"mem-{dialect}-{n}.jsonl"
+    out = []
+    for kind in ("export", "verify", "restore"):
+        url, dst = (source, tenant) if kind != "restore" else targets.fresh()
+        r = child(kind, url, dst, path)
+        if kind == "restore":
+            targets.drop(url)
+        if "error" in r:
+            out.append(f"{dialect:>10} {n:>7} {kind:>8} FAILED {r['error']}")
+            continue
+        out.append(
+            f"{dialect:>10} {n:>7} {kind:>8} {r['py_peak_mib']:>10.1f} {r['rss_peak_mib']:>10.1f}"
+        )
     path.unlink(missing_ok=True)
+    return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--runs", type=int, nargs="+", default=[10_000, 100_000])
+    parser.add_argument("--runs", type=int, nargs="+", default=[10_000])
     parser.add_argument(
-        "--dialect", nargs="+", choices=["sqlite", "postgresql"], default=["sqlite"]
+        "--dialect", nargs="+", choices=["sqlite", "postgresql"], default=["sqlite", "postgresql"]
     )
     parser.add_argument("--pg-url")
-    parser.add_argument(
-        "--phases", nargs="+", choices=["verify", "restore"], default=["verify", "restore"]
-    )
-    parser.add_argument(
-        "--py-peak",
-        action="store_true",
-        help="run every phase a second time under tracemalloc (slower) for Python's peak",
-    )
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--no-memory", action="store_true")
     parser.add_argument("--phase", nargs=4, metavar=("KIND", "URL", "TENANT", "PATH"))
-    parser.add_argument("--traced", action="store_true")
     args = parser.parse_args()
     if args.phase:
         kind, url, tenant, path = args.phase
-        print(json.dumps(asyncio.run(phase(kind, url, tenant, Path(path), args.traced))))
+        print(json.dumps(asyncio.run(phase(kind, url, tenant, Path(path)))))
         return
     cluster = None
     if "postgresql" in args.dialect and args.pg_url is None:
         sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-        from pgcluster import Cluster
+        from pgcluster import Cluster  # type: ignore[import-not-found]
 
         cluster = Cluster(durable=True)
         args.pg_url = cluster.url
-    print(
-        f"{'dialect':>10} {'runs':>7} {'phase':>8} {'wall s':>8} {'cpu s':>7} "
-        f"{'rss MiB':>8} {'py MiB':>7}"
-    )
+    print(f"load average at start: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
+    speed: list[str] = []
+    mem: list[str] = []
     try:
         with tempfile.TemporaryDirectory(prefix="bench-export-") as work:
             for dialect in args.dialect:
+                targets = Targets(dialect, args.pg_url, work)
                 for n in args.runs:
-                    bench(dialect, n, args.pg_url, work, args.phases, args.py_peak)
+                    if dialect == "postgresql":
+                        source, tenant = args.pg_url, f"b{uuid.uuid4().hex[:10]}"
+                    else:
+                        source, tenant = f"sqlite+aiosqlite:///{work}/src-{n}.db", "default"
+                    asyncio.run(upgrade(source))
+                    seeded = asyncio.run(seed(source, tenant, n))
+                    print(f"{dialect} {n} runs seeded in {seeded:.1f} s", flush=True)
+                    speed += rounds(dialect, n, source, tenant, work, targets, args.rounds)
+                    print("\n".join(speed[-3:]), flush=True)
+                    if not args.no_memory:
+                        mem += memory(dialect, n, source, tenant, work, targets)
+                        print("\n".join(mem[-3:]), flush=True)
+                    if dialect == "sqlite":
+                        Path(_driver(source)[1]).unlink(missing_ok=True)
     finally:
         if cluster is not None:
             cluster.stop()
+    print(f"\nrecords/s, median of {args.rounds} interleaved rounds (ratio: median of ours/bare)")
+    print(f"{'dialect':>10} {'runs':>7} {'phase':>8} {'ours':>12} {'bare':>12} {'ratio':>7}")
+    print("\n".join(speed))
+    if mem:
+        print("\npeak memory of each phase alone, in a child process (MiB)")
+        print(f"{'dialect':>10} {'runs':>7} {'phase':>8} {'python':>10} {'rss':>10}")
+        print("\n".join(mem))
+    print(f"load average at end: {os.getloadavg()[0]:.2f}")
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ from test_export_format1 import build, export_to, lines_of, other_tenant, write_
 
 from agentplane_journal import RunId, SqlJournalStore
 from agentplane_journal.errors import (
+    CommitUnknownError,
     DuplicateEffectError,
     FencedError,
     RunSealedError,
@@ -86,6 +87,41 @@ async def test_a_batch_refused_part_way_is_reported_with_what_is_committed(
     monkeypatch.setattr(restore_mod, "BATCH", 2000)
     with pytest.raises(RestoreRefused, match="not empty"):
         await restore_export(target, path)
+
+
+async def test_a_batch_whose_commit_is_lost_is_named_unknown_never_counted(
+    store: SqlJournalStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A COMMIT whose connection is lost may or may not have landed: the batches before it
+    are counted as committed, that one is named unknown (here it did land), none is lied
+    about either way."""
+    await build(store, 12, long=False)
+    path = tmp_path / "e.jsonl"
+    await export_to(store, path)
+    real = restore_mod.write_steps
+    calls = 0
+
+    async def lost_at_third_commit(target: SqlJournalStore, steps: list[object]) -> object:
+        nonlocal calls
+        calls += 1
+        result = await real(target, steps)  # type: ignore[arg-type]
+        if calls == 3:  # committed, and the answer never came back
+            raise CommitUnknownError("connection lost during COMMIT")
+        return result
+
+    monkeypatch.setattr(restore_mod, "write_steps", lost_at_third_commit)
+    monkeypatch.setattr(restore_mod, "BATCH", 4)
+    target = other_tenant(store)
+    with pytest.raises(RestoreIncomplete, match="unknown") as caught:
+        await restore_export(target, path)
+    failed = caught.value
+    assert isinstance(failed.cause, CommitUnknownError)
+    assert failed.unknown_records > 0
+    held = await _records_in(target)
+    # Surely committed: the two batches before; unknown: the third (which did land here).
+    assert failed.records + failed.unknown_records == held
+    assert failed.seals + failed.unknown_seals == (await target.checkpoint()).size
+    assert "surely committed" in str(failed)
 
 
 @pytest.mark.parametrize("damage", ["epoch", "run"])

@@ -198,6 +198,8 @@ def verify_file(
             verifier.trust(key_id, public)
     check = ExportVerifier(verifier, agentplane_typed=agentplane_typed)
     runs = records = 0
+    if meter is not None and not meter.enabled:
+        meter = None  # nothing to draw: no per-line call
     with path.open("rb") as f:
         for line in f:
             if meter is not None:

@@ -185,10 +185,19 @@ def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
+_SERDE = json.JSONDecoder(
+    parse_int=_serde_number, parse_float=_as_f64, parse_constant=_refuse_constant
+)
+"""serde_json's reading, built once (``json.loads`` with arguments builds a decoder and its
+scanner per call, which cost more than the parse of a small record)."""
+
+
 def serde_value(text: str | bytes) -> Any:
     """``text`` parsed with serde_json's number semantics (an integer token beyond
     ``u64``/below ``i64``, and ``-0``, is a ``float``; a number out of ``f64`` range is a
     ``ValueError``): what the reference compares a ``body`` with its wire bytes as."""
+    if isinstance(text, str):
+        return jsonload.decode(_SERDE, text)
     return jsonload.loads(
         text, parse_int=_serde_number, parse_float=_as_f64, parse_constant=_refuse_constant
     )
@@ -259,6 +268,16 @@ def _write(value: Any, out: list[str]) -> None:
         out.append(json.dumps(value, ensure_ascii=False))
 
 
+_BODY_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+"""serde_json's compact writer for the common body (built once, not per call)."""
+
+
+def _maybe_small(raw: str) -> bool:
+    """Whether ``raw`` may hold a non-zero number below ``1e-4`` in magnitude: written with a
+    negative exponent, or with at least four zeros after the point (conservative)."""
+    return "e-" in raw or "E-" in raw or "0.0000" in raw
+
+
 def body_text(raw: str) -> str:
     """The ``body`` agentplane 0.22 writes for a record whose wire bytes are ``raw``.
 
@@ -277,9 +296,14 @@ def body_text(raw: str) -> str:
             small.append(x)
         return x
 
-    wire = jsonload.loads(
-        raw, parse_int=_serde_number, parse_float=f64, parse_constant=_refuse_constant
-    )
+    if not _maybe_small(raw):
+        # The common record: no float the C writer would write otherwise, so the decoder
+        # built once reads it (the closure below needs a decoder per call).
+        wire = jsonload.decode(_SERDE, raw)
+    else:
+        wire = jsonload.loads(
+            raw, parse_int=_serde_number, parse_float=f64, parse_constant=_refuse_constant
+        )
     if not isinstance(wire, dict):
         raise ValueError("the wire bytes are not a JSON object")
     body = _reordered(wire)
@@ -288,6 +312,6 @@ def body_text(raw: str) -> str:
         _write(body, out)
         text = "".join(out)
     else:
-        text = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        text = _BODY_ENCODER.encode(body)
     text.encode("utf-8")  # a lone surrogate: UnicodeEncodeError, a ValueError
     return text

@@ -32,6 +32,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from json.encoder import encode_basestring as _string  # the C writer of one JSON string
 from typing import Any
 
 from agentplane_journal.core.checkpoint import Checkpoint
@@ -105,9 +106,13 @@ def canon_for_profile(profile: str | None) -> int:
         ) from None
 
 
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+# Built once: json.dumps with arguments builds an encoder per call (per record, measurable).
+
+
 def _dumps(value: object) -> str:
     # serde_json::to_string: no spaces, UTF-8 unescaped, control characters escaped.
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    return _ENCODER.encode(value)
 
 
 def checkpoint_json(cp: Checkpoint) -> dict[str, Any]:
@@ -171,10 +176,10 @@ def record_line(record: Record) -> str:
         body = body_text(text)
     except ValueError as exc:
         raise ValueError(f"record {record.seq}: {exc}") from None
-    att = _dumps(attestation_json(record.attestation))
+    att = "null" if record.attestation is None else _dumps(attestation_json(record.attestation))
     return (
         f'{{"seq":{record.seq},"body":{body},"prev_hash":"{record.prev_hash.hex()}",'
-        f'"hash":"{record.hash.hex()}","attestation":{att},"raw":{_dumps(text)}}}'
+        f'"hash":"{record.hash.hex()}","attestation":{att},"raw":{_string(text)}}}'
     )
 
 

@@ -17,6 +17,7 @@ Pure: no I/O.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +28,9 @@ from agentplane_journal.core.ids import Digest, RunId
 __all__ = ["RunBlock", "read_line", "run_block"]
 
 _U64_MAX = (1 << 64) - 1
+
+_LINE = json.JSONDecoder()
+"""``json.loads``'s own reading of a line (its default decoder)."""
 
 
 def read_line(line: str | bytes) -> dict[str, Any] | str | None:
@@ -41,7 +45,7 @@ def read_line(line: str | bytes) -> dict[str, Any] | str | None:
     if not line.strip():
         return None
     try:
-        value = jsonload.loads(line)
+        value = jsonload.decode(_LINE, line)
     except jsonload.JsonTooDeep as exc:
         return f"a line is {exc}, so the export is unreadable from there on"
     except ValueError:

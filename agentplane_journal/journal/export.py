@@ -44,7 +44,7 @@ from agentplane_journal.journal.store import SqlJournalStore
 
 __all__ = ["RUN_PAGE", "Progress", "export_runs", "store_canon", "write_export"]
 
-RUN_PAGE = 200
+RUN_PAGE = 1000
 """Runs listed (and their records read, at most ``PAGE_BYTES`` of them) per transaction."""
 
 _SPOOL_BYTES = 4 << 20

@@ -44,6 +44,7 @@ from agentplane_journal.core.export_read import RunBlock, read_line, run_block
 from agentplane_journal.core.ids import RunId
 from agentplane_journal.core.profile import WireProfile, profile_named, profile_of_record
 from agentplane_journal.core.record import decode_wire
+from agentplane_journal.errors import CommitUnknownError
 from agentplane_journal.journal.bulk import AppendStep, SealStep, Step, write_steps
 from agentplane_journal.journal.restore_check import Frame, Judge, RestoreRefused
 from agentplane_journal.journal.store import SqlJournalStore
@@ -60,19 +61,40 @@ _FALLBACK_OUTCOME = "restored"
 class RestoreIncomplete(RuntimeError):
     """Writing failed part-way (the database refused a batch, or could not be reached).
 
-    Each batch is one transaction, so the target holds whole batches only: at least
-    ``records`` records and ``seals`` seals, the committed prefix of the file, and nothing
-    of the batch that failed. That prefix is a partial history shaped like a whole one, so
-    it is named, never left silent: the target is no longer empty (another restore into it
-    is refused) and must be dropped, or another tenant used, before restoring again.
+    Each batch is one transaction, so the target holds whole batches only: ``records``
+    records and ``seals`` seals surely committed (the file's prefix), and nothing of a batch
+    the database refused. A batch whose COMMIT lost its connection
+    (:class:`~agentplane_journal.errors.CommitUnknownError`) may or may not have landed:
+    its ``unknown_records`` records and ``unknown_seals`` seals are named as unknown, never
+    counted either way. The prefix is a partial history shaped like a whole one, so it is
+    named, never left silent: the target is no longer empty (another restore into it is
+    refused) and must be dropped, or another tenant used, before restoring again.
     """
 
-    def __init__(self, tenant: str, records: int, seals: int, cause: BaseException) -> None:
+    def __init__(
+        self,
+        tenant: str,
+        records: int,
+        seals: int,
+        cause: BaseException,
+        unknown: tuple[int, int] = (0, 0),
+    ) -> None:
         self.tenant, self.records, self.seals, self.cause = tenant, records, seals, cause
+        self.unknown_records, self.unknown_seals = unknown
+        if unknown != (0, 0):
+            landed = (
+                f"{records} record(s) and {seals} seal(s) surely committed, and whether the "
+                f"batch being committed when the connection was lost ({unknown[0]} record(s), "
+                f"{unknown[1]} seal(s)) landed is unknown"
+            )
+        else:
+            landed = (
+                f"{records} record(s) and {seals} seal(s) committed, the batch that failed "
+                "rolled back"
+            )
         super().__init__(
             f"the restore failed part-way ({type(cause).__name__}: {cause}); tenant "
-            f"{tenant!r} now holds a PARTIAL history — at least {records} record(s) and "
-            f"{seals} seal(s) committed, the batch that failed rolled back. Do not use it: "
+            f"{tenant!r} now holds a PARTIAL history — at least {landed}. Do not use it: "
             "drop the database (or the tenant) and restore into a fresh one (`upgrade --url ...` "
             "first) once the cause is fixed"
         )
@@ -220,9 +242,17 @@ class _Replay:
         self.next_index = 0
         self.pending: dict[int, tuple[RunId, int, str]] = {}
         self.committed = (0, 0)  # (records, seals) surely committed
+        self.unknown = (0, 0)  # (records, seals) of a batch whose COMMIT outcome is unknown
 
     async def _write(self, steps: list[Step], hashes: list[list[str]]) -> tuple[int, int]:
-        results = await write_steps(self.store, steps)
+        try:
+            results = await write_steps(self.store, steps)
+        except CommitUnknownError:
+            self.unknown = (
+                sum(len(s.batch) for s in steps if isinstance(s, AppendStep)),
+                sum(1 for s in steps if isinstance(s, SealStep)),
+            )
+            raise
         records = seals = 0
         appended = (r for r in results if isinstance(r, list))
         for written, carried in zip(appended, hashes, strict=True):
@@ -328,7 +358,7 @@ async def restore_export(
     except Exception as exc:
         await replay.abandon(cancel=False)
         records, seals = replay.committed
-        raise RestoreIncomplete(store.tenant, records, seals, exc) from exc
+        raise RestoreIncomplete(store.tenant, records, seals, exc, replay.unknown) from exc
     except BaseException:
         await replay.abandon(cancel=True)
         raise

@@ -1,0 +1,114 @@
+"""The faster parses of export, verify-export and restore read exactly what the exact ones read.
+
+``serde_value`` and ``body_text`` (core/export_body.py) read through a decoder built once,
+``body_text`` takes the C writer unless a float below ``1e-4`` may be present, and
+``jsonload.decode`` calls the C scanner straight: each is held here to its exact reference
+on texts built to sit on those edges, types included (``1`` is not ``1.0``, ``0`` is not
+``-0.0``). Pure: no database.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import pytest
+
+from agentplane_journal.core import jsonload
+from agentplane_journal.core.export_body import (
+    _as_f64,
+    _refuse_constant,
+    _reordered,
+    _serde_number,
+    _write,
+    body_text,
+    serde_value,
+)
+from agentplane_journal.core.record import decode_wire
+from agentplane_journal.journal.restore import _wire
+
+EDGES = [
+    '{"a":-0}',
+    '{"a": -0}',
+    '{"a":[-0,0,-0.0]}',
+    '{"a":1234567890123456789}',  # 19 digits: u64, int either way
+    '{"a":-9223372036854775808}',  # i64::MIN
+    '{"a":-9223372036854775809}',  # below i64: an f64 for serde_json
+    '{"a":18446744073709551615}',  # u64::MAX
+    '{"a":18446744073709551616}',  # beyond: an f64
+    '{"a":\n 18446744073709551616}',  # whitespace before the token
+    '{"a":[1,\t-99999999999999999999]}',
+    '{"a":"-0 and 12345678901234567890 in a string"}',
+    '{"a":1.0,"b":1,"c":true,"d":0.00001,"e":1e-7,"f":2.5E-5,"g":1e16}',
+    '{"seq":1,"run":"01ARZ3NDEKTSV4RRFFQ69G5FAV","kind":"Note","text":"x","n":0.3333333333333333}',
+    '{"a":{"b":[{"c":-0.0},{"d":100000000000000000000}]}}',
+]
+
+
+def _typed(value: Any) -> Any:
+    """``value`` with every scalar's type beside it, so ``1`` and ``1.0`` (and ``0`` and
+    ``-0.0``) compare unequal."""
+    if isinstance(value, dict):
+        return ("dict", [(k, _typed(v)) for k, v in value.items()])
+    if isinstance(value, list):
+        return ("list", [_typed(v) for v in value])
+    if type(value) is float:
+        return ("float", math.copysign(1.0, value), value)
+    return (type(value).__name__, value)
+
+
+def _exact_serde(text: str) -> Any:
+    return jsonload.loads(
+        text, parse_int=_serde_number, parse_float=_as_f64, parse_constant=_refuse_constant
+    )
+
+
+@pytest.mark.parametrize("text", EDGES)
+def test_serde_value_reads_what_the_per_token_parse_reads(text: str) -> None:
+    assert _typed(serde_value(text)) == _typed(_exact_serde(text))
+    assert _typed(serde_value(text.encode())) == _typed(_exact_serde(text))
+
+
+@pytest.mark.parametrize("text", ["1234567890123456789012", " -0", "[-0]", "1e400"])
+def test_serde_value_of_a_bare_value_is_exact_too(text: str) -> None:
+    try:
+        expected = _typed(_exact_serde(text))
+    except ValueError:
+        with pytest.raises(ValueError):
+            serde_value(text)
+        return
+    assert _typed(serde_value(text)) == expected
+
+
+@pytest.mark.parametrize("text", EDGES)
+def test_body_text_writes_what_the_exact_writer_writes(text: str) -> None:
+    out: list[str] = []
+    _write(_reordered(_exact_serde(text)), out)  # every value through serde_json's layout
+    assert body_text(text) == "".join(out)
+
+
+@pytest.mark.parametrize("text", EDGES)
+def test_restore_reads_the_wire_as_its_writer_meant(text: str) -> None:
+    line = {"raw": text}
+    assert _typed(_wire(line, 1)) == _typed(decode_wire(text))
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        *['{"a":1}', ' {"a":1}', '{"a":1}\t', '{"a":1}x', "", "[", "1 2", '"x"', '{"a":NaN}'],
+        *["[" * 300, "[" * 300 + "]" * 300],
+    ],
+)
+def test_jsonload_decode_gives_the_verdict_of_loads(text: str) -> None:
+    """The scanner called straight (no whitespace matching around it) accepts and refuses
+    exactly what :func:`jsonload.loads` does, nesting bound included."""
+
+    def verdict(read: Any) -> str:
+        try:
+            return repr(("ok", read(text)))
+        except ValueError as exc:
+            return repr((type(exc).__name__, str(exc)))
+
+    assert verdict(lambda t: jsonload.decode(json.JSONDecoder(), t)) == verdict(jsonload.loads)
