@@ -1,0 +1,237 @@
+"""Guarded appends: a change computed from what a reader saw lands only if the run still ends there.
+
+What the conversation adapters (:mod:`agentplane_journal.adapters.conversation`) write with,
+in one transaction per change instead of a claim, an append and a release (three commits):
+
+* :meth:`GuardedAppends.read_after` reads a run's records from a seq on, and its seal, in
+  **one statement** (one snapshot): the sealed head from ``run_seal`` and the run's leaf in
+  the stored Merkle tree (``log_tree``, level 0, by its unique run key), compared here as
+  ``inclusion_proof`` compares them, without the recursive proof query. A reader that keeps
+  what it verified asks only for what came after it (and for its own last record again, to
+  see that it is still there, unchanged).
+* :meth:`GuardedAppends.guarded_append` appends a batch **only if the run's head is still**
+  ``expected`` (its seq and hash, re-hashed from the head row under the run mutex, so a forged
+  head is refused, never compared): otherwise :class:`HeadMovedError` names the head found
+  and nothing is written. A change computed from a stale read therefore cannot land, and
+  writers take turns on the run mutex, as every append does.
+
+**Leases.** A conversation run is not leased by its writers, but a lease row may exist: a
+claim of an older version of the adapters, or ``ConversationRun.seal``'s. A live claim is
+respected: :class:`~agentplane_journal.errors.LeaseHeldError` names it and nothing is
+written (the adapter waits for it). A lapsed one is fenced for good in the same transaction
+(released at its epoch + 1, as a takeover would leave it), so its late append is refused. A
+released lease fences the runtime's appends as always; a guarded append writes at its epoch.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import bindparam, literal, select, true, update
+from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.sql.elements import BindParameter
+
+from agentplane_journal.core.append import Append
+from agentplane_journal.core.batch import RELEASED_OWNER
+from agentplane_journal.core.checks import check_int, check_run
+from agentplane_journal.core.ids import Digest, RunId
+from agentplane_journal.core.merkle import raw_leaf
+from agentplane_journal.core.record import Record
+from agentplane_journal.db import selfwait
+from agentplane_journal.db.dialect import Dialect
+from agentplane_journal.db.models import Journal, LogTree, RunLease, RunSeal
+from agentplane_journal.db.statements import (
+    RECORD_COLUMNS,
+    digest,
+    hot_statements,
+    record_from_row,
+    records_from_rows,
+    stored_int,
+    stored_text,
+)
+from agentplane_journal.db.unit import Repository
+from agentplane_journal.errors import (
+    CorruptLogError,
+    LeaseHeldError,
+    RunSealedError,
+    StoreError,
+)
+from agentplane_journal.journal.reads import driver_rows
+from agentplane_journal.journal.run_state import RunState
+
+__all__ = ["GuardedAppends", "HeadMovedError", "Tail"]
+
+
+class HeadMovedError(StoreError):
+    """A guarded append found another head than the one its change was computed from.
+
+    Nothing was written. ``seq``/``head`` are the head found (re-hashed from its row under the
+    run mutex): read what came after the head you had, and compute the change again.
+    """
+
+    def __init__(self, run: RunId, seq: int, head: Digest) -> None:
+        super().__init__(
+            f"run {run} now ends at seq {seq} ({head.hex()[:12]}), not where this change was "
+            "computed; nothing was written: read the run again and retry the change"
+        )
+        self.run, self.seq, self.head = run, seq, head
+
+
+class Tail:
+    """What :meth:`GuardedAppends.read_after` read: records from a seq on, and the seal."""
+
+    __slots__ = ("records", "sealed")
+
+    def __init__(self, records: list[Record], sealed: Digest | None) -> None:
+        self.records = records
+        #: The sealed chain head (``None``: not sealed), checked against the run's log leaf.
+        self.sealed = sealed
+
+
+@functools.cache
+def _statements(dialect: Dialect) -> tuple[Any, Any]:
+    """The tail read and the lease's expiry read, built once per dialect (compiled once)."""
+    tenant: BindParameter[str] = bindparam("tenant")
+    run_id: BindParameter[str] = bindparam("run_id")
+    sealed = (
+        select(RunSeal.chain_head)
+        .where(RunSeal.tenant == tenant, RunSeal.run_id == run_id)
+        .scalar_subquery()
+    )
+    leaf = (
+        select(LogTree.hash)
+        .where(LogTree.tenant == tenant, LogTree.run_id == run_id, LogTree.level == 0)
+        .limit(1)  # unique by (tenant, run_id); a hostile duplicate is the audit's
+        .scalar_subquery()
+    )
+    records = (
+        select(*RECORD_COLUMNS)
+        .where(Journal.tenant == tenant, Journal.run_id == run_id, Journal.seq >= bindparam("seq"))
+        .subquery()
+    )
+    one = select(literal(1).label("one")).subquery()
+    tail = (
+        select(sealed, leaf, *records.c)
+        .select_from(one.outerjoin(records, true()))
+        .order_by(records.c.seq)
+    )
+    expiry = select(RunLease.expires_at).where(RunLease.tenant == tenant, RunLease.run_id == run_id)
+    return tail, expiry
+
+
+class GuardedAppends(Repository):
+    """The store's guarded appends and the tail read they pair with (no state of its own)."""
+
+    if TYPE_CHECKING:  # SqlJournalStore's own; declared for the type checker
+
+        async def _write_batch(
+            self,
+            session: AsyncSession,
+            run: RunId,
+            epoch: int,
+            state: RunState,
+            batch: list[Append],
+        ) -> list[Record]: ...
+
+        def _check_batch(self, batch: Sequence[Append]) -> tuple[list[Append], RunId | None]: ...
+
+    async def read_after(self, run: RunId, from_seq: int = 1) -> Tail:
+        """The run's records from ``from_seq`` on (hash-checked, as every read) and its seal,
+        in one statement on the primary. A seal whose leaf in the stored tree is missing or is
+        not the hash of its head is :class:`CorruptLogError`: the seal row was edited."""
+        run = check_run(run)
+        from_seq = check_int(from_seq, "from_seq")
+        tail, _ = _statements(self._dialect)
+        params = {"tenant": self.tenant, "run_id": str(run), "seq": from_seq}
+
+        async def unit(session: AsyncSession) -> Tail:
+            return _tail(run, await driver_rows(session, tail, params))
+
+        return await self._unit(unit, read_only=True, primary=True)
+
+    async def guarded_append(
+        self, run: RunId, batch: Sequence[Append], *, expected: tuple[int, Digest] | None
+    ) -> list[Record]:
+        """Append ``batch`` to ``run`` in one transaction if its head is ``expected``.
+
+        ``expected``: the head the change was computed from (``(0, Digest.ZERO)``: the run
+        has no record yet), or ``None`` for a change that holds whatever the run says (an
+        append of new items). Otherwise :class:`HeadMovedError`; a live lease is
+        :class:`LeaseHeldError`, a sealed run :class:`RunSealedError`; nothing is written.
+        """
+        run = check_run(run)
+        items, of = self._check_batch(batch)
+        if of is not None and of != run:
+            raise ValueError(f"the batch is for {of}, not {run}")
+        statements = hot_statements(self._dialect)
+        _, expiry = _statements(self._dialect)
+
+        async def unit(session: AsyncSession) -> list[Record]:
+            now = self._now()
+            params = {"tenant": self.tenant, "run_id": str(run), "now": now}
+            conn = await session.connection()
+            await conn.execute(statements.run_mutex, params)
+            if conn.sync_connection is not None:  # as the store's own appends do
+                selfwait.hold(conn.sync_connection, self.tenant, str(run))
+            row = tuple((await conn.execute(statements.run_state, params)).one())
+            lease_epoch, lease_owner, sealed_outcome = row[:3]
+            epoch = 1
+            if lease_epoch is not None:
+                epoch = stored_int(lease_epoch, 0, "run_lease.epoch")
+                owner = stored_text(lease_owner, 0, "run_lease.owner")
+                if owner != RELEASED_OWNER:
+                    expires = stored_int(
+                        (await conn.execute(expiry, params)).scalar_one(), 0, "run_lease.expires_at"
+                    )
+                    if expires > now:
+                        raise LeaseHeldError(run, owner, epoch, expires - now)
+                    epoch = await self._fence_lapsed(session, run, epoch)
+            if sealed_outcome is not None:
+                raise RunSealedError(run, stored_text(sealed_outcome, 0, "run_seal.outcome"))
+            if row[4] is None:
+                head_seq, head_hash = 0, Digest.ZERO
+            else:
+                head = record_from_row(row[4:])  # re-hashed: a forged head is refused here
+                head_seq, head_hash = head.seq, head.hash
+            if expected is not None and (head_seq, head_hash) != expected:
+                raise HeadMovedError(run, head_seq, head_hash)
+            state = RunState(None, None, head_seq, head_hash)
+            return await self._write_batch(session, run, epoch, state, items)
+
+        if not items:
+            return []
+        return await self._unit(unit, run=run)
+
+    async def _fence_lapsed(self, session: AsyncSession, run: RunId, epoch: int) -> int:
+        """Release a lapsed claim at a new epoch (what a takeover leaves), so that its holder,
+        late, is fenced for good; the epoch the change writes at."""
+        stmt = (
+            update(RunLease)
+            .where(
+                RunLease.tenant == self.tenant,
+                RunLease.run_id == str(run),
+                RunLease.epoch == epoch,
+            )
+            .values(owner=RELEASED_OWNER, expires_at=0, epoch=epoch + 1)
+        )
+        await session.execute(stmt)
+        return epoch + 1
+
+
+def _tail(run: RunId, rows: list[Any]) -> Tail:
+    """The tail statement's rows as records and a checked seal."""
+    sealed: Digest | None = None
+    if rows and rows[0][0] is not None:
+        seal = digest(rows[0][0], 0)
+        leaf = rows[0][1]
+        if leaf is None or bytes(leaf) != raw_leaf(bytes(seal)):
+            raise CorruptLogError(
+                0,
+                f"{run} is sealed, but the stored tree has no leaf for it or its leaf is not "
+                "the hash of its sealed chain head",
+            )
+        sealed = seal
+    records = records_from_rows(row[2:] for row in rows if row[2] is not None)
+    return Tail(records, sealed)
