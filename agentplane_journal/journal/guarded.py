@@ -33,14 +33,18 @@ from sqlalchemy import bindparam, literal, select, true, update
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.sql.elements import BindParameter
 
-from agentplane_journal.core.append import Append
+from agentplane_journal.backends.sqlite import guarded as sqlite
+from agentplane_journal.core.admission import claimed_keys
+from agentplane_journal.core.append import EFFECT_STARTED, RUN_SEALED, Append
 from agentplane_journal.core.batch import RELEASED_OWNER
 from agentplane_journal.core.checks import check_int, check_run
 from agentplane_journal.core.ids import Digest, RunId
 from agentplane_journal.core.merkle import raw_leaf
+from agentplane_journal.core.profile import WireProfile
 from agentplane_journal.core.record import Record
+from agentplane_journal.core.signing import Signer
 from agentplane_journal.db import selfwait
-from agentplane_journal.db.dialect import Dialect
+from agentplane_journal.db.dialect import Dialect, SqliteDialect
 from agentplane_journal.db.models import Journal, LogTree, RunLease, RunSeal
 from agentplane_journal.db.statements import (
     RECORD_COLUMNS,
@@ -92,7 +96,8 @@ class Tail:
 
 @functools.cache
 def _statements(dialect: Dialect) -> tuple[Any, Any]:
-    """The tail read and the lease's expiry read, built once per dialect (compiled once)."""
+    """The tail read and the guarded append's state read, built once per dialect (and so
+    compiled once): the general unit's forms of :mod:`..backends.sqlite.guarded`'s SQL."""
     tenant: BindParameter[str] = bindparam("tenant")
     run_id: BindParameter[str] = bindparam("run_id")
     sealed = (
@@ -117,8 +122,58 @@ def _statements(dialect: Dialect) -> tuple[Any, Any]:
         .select_from(one.outerjoin(records, true()))
         .order_by(records.c.seq)
     )
-    expiry = select(RunLease.expires_at).where(RunLease.tenant == tenant, RunLease.run_id == run_id)
-    return tail, expiry
+    lease = (RunLease.tenant == tenant, RunLease.run_id == run_id)
+    last = (
+        select(*RECORD_COLUMNS)
+        .where(Journal.tenant == tenant, Journal.run_id == run_id)
+        .order_by(Journal.seq.desc())
+        .limit(1)
+        .subquery()
+    )
+    # The lease rows FOR UPDATE, after the run mutex, as the store's own run_state reads them.
+    state = select(
+        select(RunLease.epoch).where(*lease).with_for_update().scalar_subquery(),
+        select(RunLease.owner).where(*lease).with_for_update().scalar_subquery(),
+        select(RunLease.expires_at).where(*lease).with_for_update().scalar_subquery(),
+        select(RunSeal.outcome)
+        .where(RunSeal.tenant == tenant, RunSeal.run_id == run_id)
+        .scalar_subquery(),
+        literal(0).label("current"),  # the general unit always takes the run mutex
+        *last.c,
+    ).select_from(one.outerjoin(last, true()))
+    return tail, state
+
+
+def judge(
+    run: RunId, now: int, row: tuple[Any, ...], expected: tuple[int, Digest] | None
+) -> tuple[int, bool, int, Digest]:
+    """A guarded append's checks on its state row (the lease's epoch, owner and expiry, the
+    seal's outcome, whether the activity row is current, the head row's columns), read under
+    the run mutex: the epoch to write at, whether a lapsed lease must be fenced first (its
+    epoch + 1 is then the epoch), and the head to chain onto. A live lease is
+    :class:`LeaseHeldError`, a seal :class:`RunSealedError`, another head than ``expected``
+    :class:`HeadMovedError`; a column that holds what it may not, :class:`CorruptRecordError`.
+    Pure: both databases' paths call it, on whichever thread runs the transaction."""
+    lease_epoch, lease_owner, lease_expires, sealed_outcome = row[:4]
+    epoch, fence = 1, False
+    if lease_epoch is not None:
+        epoch = stored_int(lease_epoch, 0, "run_lease.epoch")
+        owner = stored_text(lease_owner, 0, "run_lease.owner")
+        if owner != RELEASED_OWNER:
+            expires = stored_int(lease_expires, 0, "run_lease.expires_at")
+            if expires > now:
+                raise LeaseHeldError(run, owner, epoch, expires - now)
+            epoch, fence = epoch + 1, True  # released at a new epoch: its holder is fenced
+    if sealed_outcome is not None:
+        raise RunSealedError(run, stored_text(sealed_outcome, 0, "run_seal.outcome"))
+    if row[5] is None:
+        head_seq, head_hash = 0, Digest.ZERO
+    else:
+        head = record_from_row(row[5:])  # re-hashed: a forged head is refused here
+        head_seq, head_hash = head.seq, head.hash
+    if expected is not None and (head_seq, head_hash) != expected:
+        raise HeadMovedError(run, head_seq, head_hash)
+    return epoch, fence, head_seq, head_hash
 
 
 class GuardedAppends(Repository):
@@ -137,17 +192,37 @@ class GuardedAppends(Repository):
 
         def _check_batch(self, batch: Sequence[Append]) -> tuple[list[Append], RunId | None]: ...
 
+        @property
+        def profile(self) -> WireProfile: ...
+
+        @staticmethod
+        def _refuse_other_profile(batch: Sequence[Append], profile: WireProfile) -> None: ...
+
+        _signer: Signer | None
+
     async def read_after(self, run: RunId, from_seq: int = 1) -> Tail:
         """The run's records from ``from_seq`` on (hash-checked, as every read) and its seal,
-        in one statement on the primary. A seal whose leaf in the stored tree is missing or is
-        not the hash of its head is :class:`CorruptLogError`: the seal row was edited."""
+        in one statement on the primary (one thread hop on SQLite). A seal whose leaf in the
+        stored tree is missing or is not the hash of its head is :class:`CorruptLogError`:
+        the seal row was edited."""
         run = check_run(run)
         from_seq = check_int(from_seq, "from_seq")
+        if isinstance(self._dialect, SqliteDialect):
+            await self._ready()
+            async with self._bind.connect() as conn:
+                driver = (await conn.get_raw_connection()).driver_connection
+                (seal, leaf), records = await sqlite.read_in_one_hop(
+                    driver, self.tenant, str(run), from_seq
+                )
+            return Tail(records, _sealed(run, seal, leaf))
         tail, _ = _statements(self._dialect)
         params = {"tenant": self.tenant, "run_id": str(run), "seq": from_seq}
 
         async def unit(session: AsyncSession) -> Tail:
-            return _tail(run, await driver_rows(session, tail, params))
+            rows = await driver_rows(session, tail, params)
+            first = rows[0] if rows else (None, None)
+            records = records_from_rows(r[2:] for r in rows if r[2] is not None)
+            return Tail(records, _sealed(run, first[0], first[1]))
 
         return await self._unit(unit, read_only=True, primary=True)
 
@@ -160,13 +235,41 @@ class GuardedAppends(Repository):
         has no record yet), or ``None`` for a change that holds whatever the run says (an
         append of new items). Otherwise :class:`HeadMovedError`; a live lease is
         :class:`LeaseHeldError`, a sealed run :class:`RunSealedError`; nothing is written.
+        A batch the store's hot paths do not take either (a ``RunSealed``, an effect's start,
+        an admission claim) runs in the general unit of work on SQLite too.
         """
         run = check_run(run)
         items, of = self._check_batch(batch)
-        if of is not None and of != run:
+        if of is None:
+            return []
+        if of != run:
             raise ValueError(f"the batch is for {of}, not {run}")
+        self._refuse_own_wait(run)
+        plain = not claimed_keys(items) and all(
+            i.kind not in (RUN_SEALED, EFFECT_STARTED) for i in items
+        )
+        if plain and isinstance(self._dialect, SqliteDialect):
+            await self._ready()
+            profile = self.profile
+            self._refuse_other_profile(items, profile)
+            try:
+                async with self._bind.connect() as conn:
+                    driver = (await conn.get_raw_connection()).driver_connection
+                    return await sqlite.append_in_one_hop(
+                        driver,
+                        judge,
+                        tenant=self.tenant,
+                        run=run,
+                        now=self._now(),
+                        expected=expected,
+                        items=items,
+                        signer=self._signer,
+                        profile=profile,
+                    )
+            finally:
+                self._wrote()
+        _, state_read = _statements(self._dialect)
         statements = hot_statements(self._dialect)
-        _, expiry = _statements(self._dialect)
 
         async def unit(session: AsyncSession) -> list[Record]:
             now = self._now()
@@ -175,63 +278,36 @@ class GuardedAppends(Repository):
             await conn.execute(statements.run_mutex, params)
             if conn.sync_connection is not None:  # as the store's own appends do
                 selfwait.hold(conn.sync_connection, self.tenant, str(run))
-            row = tuple((await conn.execute(statements.run_state, params)).one())
-            lease_epoch, lease_owner, sealed_outcome = row[:3]
-            epoch = 1
-            if lease_epoch is not None:
-                epoch = stored_int(lease_epoch, 0, "run_lease.epoch")
-                owner = stored_text(lease_owner, 0, "run_lease.owner")
-                if owner != RELEASED_OWNER:
-                    expires = stored_int(
-                        (await conn.execute(expiry, params)).scalar_one(), 0, "run_lease.expires_at"
-                    )
-                    if expires > now:
-                        raise LeaseHeldError(run, owner, epoch, expires - now)
-                    epoch = await self._fence_lapsed(session, run, epoch)
-            if sealed_outcome is not None:
-                raise RunSealedError(run, stored_text(sealed_outcome, 0, "run_seal.outcome"))
-            if row[4] is None:
-                head_seq, head_hash = 0, Digest.ZERO
-            else:
-                head = record_from_row(row[4:])  # re-hashed: a forged head is refused here
-                head_seq, head_hash = head.seq, head.hash
-            if expected is not None and (head_seq, head_hash) != expected:
-                raise HeadMovedError(run, head_seq, head_hash)
+            row = tuple((await conn.execute(state_read, params)).one())
+            epoch, fence, head_seq, head_hash = judge(run, now, row, expected)
+            if fence:
+                await session.execute(_fence(self.tenant, run, epoch - 1))
             state = RunState(None, None, head_seq, head_hash)
             return await self._write_batch(session, run, epoch, state, items)
 
-        if not items:
-            return []
         return await self._unit(unit, run=run)
 
-    async def _fence_lapsed(self, session: AsyncSession, run: RunId, epoch: int) -> int:
-        """Release a lapsed claim at a new epoch (what a takeover leaves), so that its holder,
-        late, is fenced for good; the epoch the change writes at."""
-        stmt = (
-            update(RunLease)
-            .where(
-                RunLease.tenant == self.tenant,
-                RunLease.run_id == str(run),
-                RunLease.epoch == epoch,
-            )
-            .values(owner=RELEASED_OWNER, expires_at=0, epoch=epoch + 1)
+
+def _fence(tenant: str, run: RunId, epoch: int) -> Any:
+    """Release a lapsed claim at a new epoch (what a takeover leaves), so that its holder,
+    late, is fenced for good."""
+    return (
+        update(RunLease)
+        .where(RunLease.tenant == tenant, RunLease.run_id == str(run), RunLease.epoch == epoch)
+        .values(owner=RELEASED_OWNER, expires_at=0, epoch=epoch + 1)
+    )
+
+
+def _sealed(run: RunId, seal: Any, leaf: Any) -> Digest | None:
+    """The sealed head, checked against the run's leaf in the stored tree (``None``: not
+    sealed)."""
+    if seal is None:
+        return None
+    sealed = digest(seal, 0)
+    if leaf is None or bytes(leaf) != raw_leaf(bytes(sealed)):
+        raise CorruptLogError(
+            0,
+            f"{run} is sealed, but the stored tree has no leaf for it or its leaf is not "
+            "the hash of its sealed chain head",
         )
-        await session.execute(stmt)
-        return epoch + 1
-
-
-def _tail(run: RunId, rows: list[Any]) -> Tail:
-    """The tail statement's rows as records and a checked seal."""
-    sealed: Digest | None = None
-    if rows and rows[0][0] is not None:
-        seal = digest(rows[0][0], 0)
-        leaf = rows[0][1]
-        if leaf is None or bytes(leaf) != raw_leaf(bytes(seal)):
-            raise CorruptLogError(
-                0,
-                f"{run} is sealed, but the stored tree has no leaf for it or its leaf is not "
-                "the hash of its sealed chain head",
-            )
-        sealed = seal
-    records = records_from_rows(row[2:] for row in rows if row[2] is not None)
-    return Tail(records, sealed)
+    return sealed
