@@ -65,6 +65,8 @@ class _Guarded(Protocol):
 
     async def read_after(self, run: RunId, from_seq: int = 1) -> Tail: ...
 
+    async def read_admitted(self, key: str) -> tuple[RunId | None, Tail]: ...
+
     async def guarded_append(
         self, run: RunId, batch: Sequence[Append], *, expected: tuple[int, Digest] | None
     ) -> list[Record]: ...
@@ -165,28 +167,45 @@ class ConversationRun(Generic[S]):
             self._run = await self.store.admitted_as(self.key)
         return self._run
 
+    async def exists(self) -> bool:
+        """Whether the conversation has a run (read, and verified, if not known yet)."""
+        if self._run is None:
+            await self.state()
+        return self._run is not None
+
     async def state(self) -> S:
         """The conversation's state, read and verified now; ``empty()`` while it has no run.
 
-        One statement after the first read (see the module): the seal and the records from
-        the last one this handle verified. A sealed run's records must end at its sealed head
-        (a truncated or extended sealed conversation fails here, ``CorruptRecordError``).
+        One statement (see the module): the first read finds the run by its admission key
+        and reads all of it; a later one, the seal and the records from the last one this
+        handle verified. A sealed run's records must end at its sealed head (a truncated or
+        extended sealed conversation fails here, ``CorruptRecordError``).
         """
-        run = await self.run_id()
-        if run is None:
-            return self.empty()
-        return (await self._refresh(run)).state
+        if self._run is None:
+            run, tail = await self._guarded.read_admitted(self.key)
+            if run is None:
+                return self.empty()
+            self._run = run
+            self._seen = None
+            return self._verify(run, tail).state
+        return (await self._refresh(self._run)).state
 
     async def _refresh(self, run: RunId) -> _Verified[S]:
+        """Read what follows what this handle verified (all of the run on its first read)."""
+        seen = self._seen
+        last = seen.check.last if seen is not None else 0
+        return self._verify(run, await self._guarded.read_after(run, max(last, 1)))
+
+    def _verify(self, run: RunId, tail: Tail) -> _Verified[S]:
+        """Check ``tail`` onto what this handle verified and fold it in (all or nothing)."""
         seen = self._seen
         self._seen = None  # until this read has verified everything it folds in
-        last = seen.check.last if seen is not None else 0
-        tail = await self._guarded.read_after(run, max(last, 1))
-        records: list[Record] = tail.records
+        records = tail.records
         if seen is None:
             seen = _Verified(RunCheck(self.verifier, self.require_signature), self.empty())
             self._admitted(run, records[0] if records else None)
         else:
+            last = seen.check.last
             first = records[0] if records else None
             if first is None or first.seq != last or first.hash != seen.check.head:
                 raise CorruptRecordError(
@@ -231,7 +250,10 @@ class ConversationRun(Generic[S]):
         deadline, pause = loop.time() + self.wait, 0.005
         fresh = False  # whether the state was read in this call
         while True:
-            run = await self.run_id()
+            if self._run is None:
+                await self.state()  # the cold read: the run, verified, in one statement
+                fresh = True
+            run = self._run
             if run is None:
                 created = await self._create(compute, admission)
                 if created is not None:

@@ -180,7 +180,7 @@ class JournalSession:
                 self.conversation.append(run, ITEM_POPPED, {"item_seq": seq, "item_index": index})
             ], _copy(item)
 
-        if await self.conversation.run_id() is None:
+        if not await self.conversation.exists():
             return None
         return cast("TResponseInputItem | None", await self.conversation.change(compute, {}))
 
@@ -190,7 +190,7 @@ class JournalSession:
         async def compute(run: RunId, _live: list[_Live]) -> tuple[list[Append], None]:
             return [self.conversation.append(run, SESSION_CLEARED, {})], None
 
-        if await self.conversation.run_id() is None:
+        if not await self.conversation.exists():
             return
         await self.conversation.change(compute, {}, guarded=False)
 

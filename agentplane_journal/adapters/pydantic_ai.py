@@ -230,7 +230,7 @@ class JournalConversationStore(ConversationStore):
 
     async def delete_record(self, conversation_id: str, *, expected_revision: str) -> None:
         conversation = self.conversation(conversation_id)
-        if await conversation.run_id() is None:
+        if not await conversation.exists():
             raise ConversationConflict(conversation_id)
 
         async def compute(run: RunId, state: _State) -> tuple[list[Append], None]:

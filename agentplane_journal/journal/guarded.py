@@ -29,7 +29,7 @@ import functools
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import bindparam, literal, select, true, update
+from sqlalchemy import and_, bindparam, literal, select, true, update
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.sql.elements import BindParameter
 
@@ -37,7 +37,7 @@ from agentplane_journal.backends.sqlite import guarded as sqlite
 from agentplane_journal.core.admission import claimed_keys
 from agentplane_journal.core.append import EFFECT_STARTED, RUN_SEALED, Append
 from agentplane_journal.core.batch import RELEASED_OWNER
-from agentplane_journal.core.checks import check_int, check_run
+from agentplane_journal.core.checks import check_int, check_run, check_text
 from agentplane_journal.core.ids import Digest, RunId
 from agentplane_journal.core.merkle import raw_leaf
 from agentplane_journal.core.profile import WireProfile
@@ -45,7 +45,7 @@ from agentplane_journal.core.record import Record
 from agentplane_journal.core.signing import Signer
 from agentplane_journal.db import selfwait
 from agentplane_journal.db.dialect import Dialect, SqliteDialect
-from agentplane_journal.db.models import Journal, LogTree, RunLease, RunSeal
+from agentplane_journal.db.models import Journal, LogTree, RunAdmission, RunLease, RunSeal
 from agentplane_journal.db.statements import (
     RECORD_COLUMNS,
     digest,
@@ -53,6 +53,7 @@ from agentplane_journal.db.statements import (
     record_from_row,
     records_from_rows,
     stored_int,
+    stored_run,
     stored_text,
 )
 from agentplane_journal.db.unit import Repository
@@ -92,6 +93,35 @@ class Tail:
         self.records = records
         #: The sealed chain head (``None``: not sealed), checked against the run's log leaf.
         self.sealed = sealed
+
+
+@functools.cache
+def _admitted_read(dialect: Dialect) -> Any:
+    """The cold read of a conversation (:meth:`GuardedAppends.read_admitted`), built once."""
+    tenant: BindParameter[str] = bindparam("tenant")
+    admitted = (
+        select(RunAdmission.run_id.label("run_id"))
+        .where(RunAdmission.tenant == tenant, RunAdmission.key == bindparam("key"))
+        .subquery()
+    )
+    sealed = (
+        select(RunSeal.chain_head)
+        .where(RunSeal.tenant == tenant, RunSeal.run_id == admitted.c.run_id)
+        .scalar_subquery()
+    )
+    leaf = (
+        select(LogTree.hash)
+        .where(LogTree.tenant == tenant, LogTree.run_id == admitted.c.run_id, LogTree.level == 0)
+        .limit(1)
+        .scalar_subquery()
+    )
+    one = select(literal(1).label("one")).subquery()
+    chain = and_(Journal.tenant == tenant, Journal.run_id == admitted.c.run_id)
+    return (
+        select(admitted.c.run_id, sealed, leaf, *RECORD_COLUMNS)
+        .select_from(one.outerjoin(admitted, true()).outerjoin(Journal, chain))
+        .order_by(Journal.seq)
+    )
 
 
 @functools.cache
@@ -225,6 +255,34 @@ class GuardedAppends(Repository):
             return Tail(records, _sealed(run, first[0], first[1]))
 
         return await self._unit(unit, read_only=True, primary=True)
+
+    async def read_admitted(self, key: str) -> tuple[RunId | None, Tail]:
+        """The run admission key ``key`` names (``None``: no run holds it), with its seal and
+        all its records (as :meth:`read_after` from seq 1), in one statement: a conversation's
+        cold read. The index is not trusted: the caller checks that the run's first record
+        claims ``key``."""
+        key = check_text(key, "key", allow_empty=True)
+        if isinstance(self._dialect, SqliteDialect):
+            await self._ready()
+            async with self._bind.connect() as conn:
+                driver = (await conn.get_raw_connection()).driver_connection
+                (held, seal, leaf), records = await sqlite.admitted_in_one_hop(
+                    driver, self.tenant, key
+                )
+        else:
+            stmt = _admitted_read(self._dialect)
+            params = {"tenant": self.tenant, "key": key}
+
+            async def unit(session: AsyncSession) -> list[Any]:
+                rows = await driver_rows(session, stmt, params)
+                first = rows[0] if rows else (None, None, None)
+                return [first[:3], records_from_rows(r[3:] for r in rows if r[3] is not None)]
+
+            (held, seal, leaf), records = await self._unit(unit, read_only=True, primary=True)
+        if held is None:
+            return None, Tail([], None)
+        run = stored_run(held, "run_admission.run_id")
+        return run, Tail(records, _sealed(run, seal, leaf))
 
     async def guarded_append(
         self, run: RunId, batch: Sequence[Append], *, expected: tuple[int, Digest] | None

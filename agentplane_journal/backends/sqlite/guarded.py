@@ -32,7 +32,7 @@ from agentplane_journal.core.signing import Signer
 from agentplane_journal.db.statements import RECORD_COLUMNS, records_from_rows
 from agentplane_journal.errors import BackendError
 
-__all__ = ["append_in_one_hop", "read_in_one_hop"]
+__all__ = ["admitted_in_one_hop", "append_in_one_hop", "read_in_one_hop"]
 
 _CHAIN = ", ".join(f"j.{c.name}" for c in RECORD_COLUMNS)
 _TAIL = (
@@ -40,6 +40,16 @@ _TAIL = (
     " (SELECT hash FROM log_tree WHERE tenant = ?1 AND run_id = ?2 AND level = 0 LIMIT 1),"
     f" {_CHAIN} FROM (SELECT 1) AS one LEFT JOIN journal AS j"
     " ON j.tenant = ?1 AND j.run_id = ?2 AND j.seq >= ?3 ORDER BY j.seq"
+)
+#: A conversation's cold read: the run its admission key names, that run's seal and leaf,
+#: and all its records, in one statement (no row of the key: one row of NULLs).
+_ADMITTED = (
+    "SELECT a.run_id,"
+    " (SELECT chain_head FROM run_seal WHERE tenant = ?1 AND run_id = a.run_id),"
+    " (SELECT hash FROM log_tree WHERE tenant = ?1 AND run_id = a.run_id AND level = 0 LIMIT 1),"
+    f" {_CHAIN} FROM (SELECT 1) AS one"
+    " LEFT JOIN run_admission AS a ON a.tenant = ?1 AND a.key = ?2"
+    " LEFT JOIN journal AS j ON j.tenant = ?1 AND j.run_id = a.run_id ORDER BY j.seq"
 )
 #: The lease (epoch, owner, expiry), the seal's outcome, whether the activity row is current,
 #: then the head row's columns (NULLs for a run without records).
@@ -81,6 +91,18 @@ def _read(conn: sqlite3.Connection, tenant: str, run: str, from_seq: int) -> lis
     rows = conn.execute(_TAIL, (tenant, run, from_seq)).fetchall()
     first = rows[0] if rows else (None, None)
     return [(first[0], first[1]), records_from_rows(r[2:] for r in rows if r[2] is not None)]
+
+
+async def admitted_in_one_hop(driver: Any, tenant: str, key: str) -> list[Any]:
+    """The cold read's rows, the records decoded: ``[(run_id, seal, leaf), records]``."""
+    answer: list[Any] = await driver._execute(_admitted, driver._conn, tenant, key)
+    return answer
+
+
+def _admitted(conn: sqlite3.Connection, tenant: str, key: str) -> list[Any]:
+    rows = conn.execute(_ADMITTED, (tenant, key)).fetchall()
+    first = rows[0] if rows else (None, None, None)
+    return [tuple(first[:3]), records_from_rows(r[3:] for r in rows if r[3] is not None)]
 
 
 async def append_in_one_hop(
