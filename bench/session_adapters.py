@@ -121,54 +121,82 @@ def item(i: int) -> Any:
     return {"role": "user", "content": f"message number {i} with a little text in it"}
 
 
-# -- one timed round of each workload -----------------------------------------------
+# -- the workloads: each side's ``step()`` returns the seconds its timed part took ------
 
 
-async def add_items(make: Callable[[str], Any], calls: int, name: str) -> float:
-    """Calls per second of ``add_items`` (2 items) on one session."""
-    session = make(name)
+Step = Callable[[], Awaitable[float]]
+
+
+async def add_items(make: Callable[[str], Any], name: str, _calls: int) -> Step:
+    """``add_items`` of 2 items on one session."""
+    session, n = make(name), iter(range(10**9))
     await session.add_items([item(0), item(1)])
-    start = time.perf_counter()
-    for i in range(calls):
+
+    async def step() -> float:
+        i = next(n)
+        start = time.perf_counter()
         await session.add_items([item(i), item(i + 1)])
-    return calls / (time.perf_counter() - start)
+        return time.perf_counter() - start
+
+    return step
 
 
-async def cold_get(make: Callable[[str], Any], calls: int, name: str) -> float:
-    """Milliseconds of ``get_items()`` of a 100-item session by a new session object."""
+async def cold_get(make: Callable[[str], Any], name: str, _calls: int) -> Step:
+    """``get_items()`` of a 100-item session (10 additions of 10) by a new session object."""
     writer = make(name)
     for i in range(0, 100, 10):
         await writer.add_items([item(j) for j in range(i, i + 10)])
-    start = time.perf_counter()
-    for _ in range(calls):
+
+    async def step() -> float:
+        start = time.perf_counter()
         items = await make(name).get_items()
-    elapsed = time.perf_counter() - start
-    assert len(items) == 100
-    return elapsed / calls * 1000
+        elapsed = time.perf_counter() - start
+        assert len(items) == 100
+        return elapsed
+
+    return step
 
 
-async def pop(make: Callable[[str], Any], calls: int, name: str) -> float:
-    """Milliseconds of ``pop_item()`` on one session (refilled outside the timing)."""
+async def pop(make: Callable[[str], Any], name: str, calls: int) -> Step:
+    """``pop_item()`` on one session holding an item for every call."""
     session = make(name)
     await session.add_items([item(j) for j in range(calls)])
-    start = time.perf_counter()
-    for _ in range(calls):
+
+    async def step() -> float:
+        start = time.perf_counter()
         assert await session.pop_item() is not None
-    return (time.perf_counter() - start) / calls * 1000
+        return time.perf_counter() - start
+
+    return step
 
 
-async def saves(store: ConversationStore, calls: int, name: str) -> float:
-    """Saves per second of one conversation growing a turn per save (runs not timed)."""
+async def saves(store: ConversationStore, name: str, _calls: int) -> Step:
+    """``save`` of one conversation growing a turn per save (the agent's run not timed)."""
     agent = Agent(TestModel(custom_output_text="noted"), instructions="be brief")
-    conversation: Conversation = Conversation(conversation_id=name)
-    spent = 0.0
-    for i in range(calls):
-        result = await agent.run(f"turn {i}", conversation=conversation)
+    turns = [Conversation(conversation_id=name)]
+
+    async def step() -> float:
+        result = await agent.run(f"turn {len(turns)}", conversation=turns[-1])
         start = time.perf_counter()
         await store.save(result)
-        spent += time.perf_counter() - start
-        conversation = result.conversation
-    return calls / spent
+        elapsed = time.perf_counter() - start
+        turns.append(result.conversation)
+        return elapsed
+
+    return step
+
+
+async def alternate(ours: Step, peer: Step, calls: int, block: int = 10) -> tuple[float, float]:
+    """Seconds per call of each side, the sides taking turns by blocks of ``block`` calls
+    (the first side alternating), so that both meet the same moments of the machine's load."""
+    spent = {"ours": 0.0, "peer": 0.0}
+    steps = {"ours": ours, "peer": peer}
+    for b in range(max(calls // block, 1)):
+        for side in ("ours", "peer") if b % 2 == 0 else ("peer", "ours"):
+            for _ in range(block):
+                spent[side] += await steps[side]()
+    done = max(calls // block, 1) * block
+    return spent["ours"] / done, spent["peer"] / done
 
 
 # -- counting ------------------------------------------------------------------------
@@ -257,32 +285,44 @@ async def bench(url: str, scratch: str, rounds: int, calls: int) -> None:
     def ours(name: str) -> JournalSession:
         return JournalSession(store, name)
 
-    results: dict[str, dict[str, list[float]]] = {}
+    # (workload, per-call figure from seconds per call, higher is better)
+    shown: dict[str, tuple[Callable[[float], float], bool]] = {
+        "add_items calls/s": (lambda s: 1 / s, True),
+        "cold get_items ms": (lambda s: s * 1000, False),
+        "pop_item ms": (lambda s: s * 1000, False),
+        "pydantic save saves/s": (lambda s: 1 / s, True),
+    }
+    results: dict[str, dict[str, list[float]]] = {w: {"ours": [], "peer": []} for w in shown}
 
-    def note(workload: str, who: str, value: float) -> None:
-        results.setdefault(workload, {}).setdefault(who, []).append(value)
+    def note(workload: str, figures: tuple[float, float]) -> None:
+        for who, seconds in zip(("ours", "peer"), figures, strict=True):
+            results[workload][who].append(shown[workload][0](seconds))
 
     try:
         for r in range(rounds):
-            for who, make in (("ours", ours), ("peer", sdk)):
-                note("add_items calls/s", who, await add_items(make, calls, f"add-{who}-{r}"))
-                note("cold get_items ms", who, await cold_get(make, calls // 4, f"get-{who}-{r}"))
-                note("pop_item ms", who, await pop(make, calls // 2, f"pop-{who}-{r}"))
+            for workload, make_step, n in (
+                ("add_items calls/s", add_items, calls),
+                ("cold get_items ms", cold_get, calls // 4),
+                ("pop_item ms", pop, calls),
+            ):
+                mine = await make_step(ours, f"{workload}-ours-{r}", n)
+                theirs = await make_step(sdk, f"{workload}-peer-{r}", n)
+                note(workload, await alternate(mine, theirs, n))
             conversations = JournalConversationStore(store)
-            note("pydantic save saves/s", "ours", await saves(conversations, calls // 2, f"c{r}"))
-            note("pydantic save saves/s", "peer", await saves(bare, calls // 2, f"c{r}"))
+            mine = await saves(conversations, f"ours-{r}", calls // 2)
+            theirs = await saves(bare, f"peer-{r}", calls // 2)
+            note("pydantic save saves/s", await alternate(mine, theirs, calls // 2))
     finally:
         for session in sdk_sessions:
             session.close()
         bare.db.close()
         await store.close()
-    higher_is_better = {"add_items calls/s", "pydantic save saves/s"}
-    for workload, by in results.items():
+    for workload, (_, higher) in shown.items():
+        by = results[workload]
         ours_m, peer_m = statistics.median(by["ours"]), statistics.median(by["peer"])
-        ratio = ours_m / peer_m if workload in higher_is_better else peer_m / ours_m
+        ratio = ours_m / peer_m if higher else peer_m / ours_m
         spread = sorted(
-            (o / p if workload in higher_is_better else p / o)
-            for o, p in zip(by["ours"], by["peer"], strict=True)
+            (o / p if higher else p / o) for o, p in zip(by["ours"], by["peer"], strict=True)
         )
         print(
             f"  {workload:24s} ours {ours_m:8.2f}  peer {peer_m:8.2f}  "

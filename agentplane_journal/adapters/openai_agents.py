@@ -152,7 +152,7 @@ class JournalSession:
         if limit is not None:
             live = live[len(live) - limit :] if limit else []
         # Copies: the caller may change what it is given, never what this handle verified.
-        return [cast("TResponseInputItem", _copy(item)) for _seq, _index, item in live]
+        return cast("list[TResponseInputItem]", [_copy(item) for _seq, _index, item in live])
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
         """Append the items as one record (all of them or none)."""
