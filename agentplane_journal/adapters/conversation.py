@@ -63,9 +63,9 @@ S = TypeVar("S")
 class _Guarded(Protocol):
     """A store's guarded appends (:mod:`agentplane_journal.journal.guarded`)."""
 
-    async def read_after(self, run: RunId, from_seq: int = 1) -> Tail: ...
+    async def guarded_read(self, run: RunId, from_seq: int = 1) -> Tail: ...
 
-    async def read_admitted(self, key: str) -> tuple[RunId | None, Tail]: ...
+    async def guarded_read_admitted(self, key: str) -> tuple[RunId | None, Tail]: ...
 
     async def guarded_append(
         self, run: RunId, batch: Sequence[Append], *, expected: tuple[int, Digest] | None
@@ -182,7 +182,7 @@ class ConversationRun(Generic[S]):
         extended sealed conversation fails here, ``CorruptRecordError``).
         """
         if self._run is None:
-            run, tail = await self._guarded.read_admitted(self.key)
+            run, tail = await self._guarded.guarded_read_admitted(self.key)
             if run is None:
                 return self.empty()
             self._run = run
@@ -194,7 +194,7 @@ class ConversationRun(Generic[S]):
         """Read what follows what this handle verified (all of the run on its first read)."""
         seen = self._seen
         last = seen.check.last if seen is not None else 0
-        return self._verify(run, await self._guarded.read_after(run, max(last, 1)))
+        return self._verify(run, await self._guarded.guarded_read(run, max(last, 1)))
 
     def _verify(self, run: RunId, tail: Tail) -> _Verified[S]:
         """Check ``tail`` onto what this handle verified and fold it in (all or nothing)."""

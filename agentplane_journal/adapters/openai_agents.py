@@ -106,11 +106,11 @@ class JournalSession:
     """A session of the OpenAI Agents SDK kept in the journal: ``Runner.run(..., session=s)``.
 
     ``store`` is a journal store (a tenant's handle); ``session_id`` names the conversation in
-    that tenant, across processes. Writers take turns (each change holds the conversation for
-    one append; see :class:`~agentplane_journal.adapters.conversation.ConversationRun` for
-    ``ttl``, ``wait``, ``verifier`` and ``require_signature``). Every read is verified: an
-    edited, reordered or removed record is a ``CorruptRecordError`` naming its seq, never a
-    history the agent is given.
+    that tenant, across processes. Writers take turns (each change is one guarded append; see
+    :class:`~agentplane_journal.adapters.conversation.ConversationRun` for ``ttl``, ``wait``,
+    ``verifier`` and ``require_signature``). Every read is verified: an edited, reordered or
+    removed record is a ``CorruptRecordError`` naming its seq, never a history the agent is
+    given (what a handle that read the session before sees: the module of ``ConversationRun``).
     """
 
     session_settings: SessionSettings | None = None

@@ -8,9 +8,9 @@
 
 Each conversation is one run (:mod:`agentplane_journal.adapters.conversation`). A save is one
 ``ConversationSaved`` record holding the conversation's record *and* the entries it adds, so
-the two are stored together or not at all, and its revision check is made under the change's
-claim: a save computed from a revision another writer has moved on from is
-``ConversationConflict``, as Pydantic AI's contract says, and never lands. A delete is a
+the two are stored together or not at all, and its revision check is made on the state the
+save lands on (a guarded append): a save computed from a revision another writer has moved on
+from is ``ConversationConflict``, as Pydantic AI's contract says, and never lands. A delete is a
 ``ConversationDeleted`` record: the conversation no longer loads or lists, and **every entry is
 kept** (forks that point into it keep working, and what was said stays provable); creating the
 conversation again continues the same run under a new revision. Entries are read back

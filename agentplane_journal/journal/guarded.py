@@ -3,7 +3,7 @@
 What the conversation adapters (:mod:`agentplane_journal.adapters.conversation`) write with,
 in one transaction per change instead of a claim, an append and a release (three commits):
 
-* :meth:`GuardedAppends.read_after` reads a run's records from a seq on, and its seal, in
+* :meth:`GuardedAppends.guarded_read` reads a run's records from a seq on, and its seal, in
   **one statement** (one snapshot): the sealed head from ``run_seal`` and the run's leaf in
   the stored Merkle tree (``log_tree``, level 0, by its unique run key), compared here as
   ``inclusion_proof`` compares them, without the recursive proof query. A reader that keeps
@@ -85,7 +85,7 @@ class HeadMovedError(StoreError):
 
 
 class Tail:
-    """What :meth:`GuardedAppends.read_after` read: records from a seq on, and the seal."""
+    """What :meth:`GuardedAppends.guarded_read` read: records from a seq on, and the seal."""
 
     __slots__ = ("records", "sealed")
 
@@ -97,7 +97,7 @@ class Tail:
 
 @functools.cache
 def _admitted_read(dialect: Dialect) -> Any:
-    """The cold read of a conversation (:meth:`GuardedAppends.read_admitted`), built once."""
+    """A conversation's cold read (:meth:`GuardedAppends.guarded_read_admitted`), built once."""
     tenant: BindParameter[str] = bindparam("tenant")
     admitted = (
         select(RunAdmission.run_id.label("run_id"))
@@ -230,7 +230,7 @@ class GuardedAppends(Repository):
 
         _signer: Signer | None
 
-    async def read_after(self, run: RunId, from_seq: int = 1) -> Tail:
+    async def guarded_read(self, run: RunId, from_seq: int = 1) -> Tail:
         """The run's records from ``from_seq`` on (hash-checked, as every read) and its seal,
         in one statement on the primary (one thread hop on SQLite). A seal whose leaf in the
         stored tree is missing or is not the hash of its head is :class:`CorruptLogError`:
@@ -256,9 +256,9 @@ class GuardedAppends(Repository):
 
         return await self._unit(unit, read_only=True, primary=True)
 
-    async def read_admitted(self, key: str) -> tuple[RunId | None, Tail]:
+    async def guarded_read_admitted(self, key: str) -> tuple[RunId | None, Tail]:
         """The run admission key ``key`` names (``None``: no run holds it), with its seal and
-        all its records (as :meth:`read_after` from seq 1), in one statement: a conversation's
+        all its records (as :meth:`guarded_read` from seq 1), in one statement: a conversation's
         cold read. The index is not trusted: the caller checks that the run's first record
         claims ``key``."""
         key = check_text(key, "key", allow_empty=True)
