@@ -165,6 +165,27 @@ async def test_a_seal_row_edited_to_another_head_fails_the_read(store: SqlJourna
         await JournalSession(store, "sealed").get_items()
 
 
+async def test_a_hostile_seal_or_leaf_is_reported_never_a_crash(
+    store: SqlJournalStore, dialect: str
+) -> None:
+    session = JournalSession(store, "sealed-hostile")
+    await session.add_items([user("a")])
+    await session.seal()
+    run = await session.conversation.run_id()
+    assert run is not None
+    if dialect == "sqlite":  # a TEXT leaf: only SQLite lets another type be stored
+        await sql(
+            store, "UPDATE log_tree SET hash = 'x' WHERE tenant = :t AND run_id = :r", r=str(run)
+        )
+        with pytest.raises(CorruptLogError):
+            await JournalSession(store, "sealed-hostile").get_items()
+    await sql(store, "DELETE FROM log_tree WHERE tenant = :t AND run_id = :r", r=str(run))
+    with pytest.raises(CorruptLogError):
+        await JournalSession(store, "sealed-hostile").get_items()
+    with pytest.raises(CorruptLogError):
+        await session.get_items()  # a warm handle reads the seal at every read
+
+
 # -- what a handle remembers ---------------------------------------------------------
 
 

@@ -362,7 +362,7 @@ def _sealed(run: RunId, seal: Any, leaf: Any) -> Digest | None:
     if seal is None:
         return None
     sealed = digest(seal, 0)
-    if leaf is None or bytes(leaf) != raw_leaf(bytes(sealed)):
+    if type(leaf) is not bytes or leaf != raw_leaf(bytes(sealed)):  # TEXT on SQLite: no leaf
         raise CorruptLogError(
             0,
             f"{run} is sealed, but the stored tree has no leaf for it or its leaf is not "
