@@ -226,6 +226,24 @@ async def test_a_pop_from_a_stale_handle_reads_on_and_removes_the_next_item(
     assert await b.get_items() == [user("1")] == await a.get_items()
 
 
+async def test_one_handle_used_by_many_tasks_at_once_stays_consistent(
+    store: SqlJournalStore,
+) -> None:
+    """Reads and changes of one handle take turns: none mistakes another's records for a
+    rewrite of what it verified, and concurrent pops remove different items."""
+    session = JournalSession(store, "shared-handle")
+    await session.add_items([user(str(i)) for i in range(8)])
+    other = JournalSession(store, "shared-handle")
+    results = await asyncio.gather(
+        *(session.pop_item() for _ in range(4)),
+        *(session.get_items() for _ in range(4)),
+        *(other.add_items([user(f"x{i}")]) for i in range(4)),
+    )
+    popped = [r["content"] for r in results[:4]]
+    assert len(set(popped)) == 4
+    assert len(await session.get_items()) == 8
+
+
 async def test_a_live_claim_makes_a_change_wait_then_busy(store: SqlJournalStore) -> None:
     session = JournalSession(store, "claimed", wait=0.05)
     await session.add_items([user("a")])

@@ -127,6 +127,9 @@ class ConversationRun(Generic[S]):
     owner_prefix: str = "conversation"
     _run: RunId | None = field(default=None, init=False, repr=False)
     _seen: _Verified[S] | None = field(default=None, init=False, repr=False)
+    #: One read or change of this handle at a time: each one starts from what the previous
+    #: one left verified (two at once would each take the other's records for a rewrite).
+    _lock: asyncio.Lock = field(default_factory=asyncio.Lock, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.conversation_id, str) or not self.conversation_id:
@@ -169,9 +172,10 @@ class ConversationRun(Generic[S]):
 
     async def exists(self) -> bool:
         """Whether the conversation has a run (read, and verified, if not known yet)."""
-        if self._run is None:
-            await self.state()
-        return self._run is not None
+        async with self._lock:
+            if self._run is None:
+                await self._read()
+            return self._run is not None
 
     async def state(self) -> S:
         """The conversation's state, read and verified now; ``empty()`` while it has no run.
@@ -181,6 +185,10 @@ class ConversationRun(Generic[S]):
         handle verified. A sealed run's records must end at its sealed head (a truncated or
         extended sealed conversation fails here, ``CorruptRecordError``).
         """
+        async with self._lock:
+            return await self._read()
+
+    async def _read(self) -> S:
         if self._run is None:
             run, tail = await self._guarded.guarded_read_admitted(self.key)
             if run is None:
@@ -246,12 +254,16 @@ class ConversationRun(Generic[S]):
         ``compute`` raises or returns no appends; a conversation claimed by someone else is
         waited for up to ``wait`` seconds (``ConversationBusyError``).
         """
+        async with self._lock:
+            return await self._change(compute, admission, guarded)
+
+    async def _change(self, compute: Change[S], admission: dict[str, Any], guarded: bool) -> Any:
         loop = asyncio.get_running_loop()
         deadline, pause = loop.time() + self.wait, 0.005
         fresh = False  # whether the state was read in this call
         while True:
             if self._run is None:
-                await self.state()  # the cold read: the run, verified, in one statement
+                await self._read()  # the cold read: the run, verified, in one statement
                 fresh = True
             run = self._run
             if run is None:
