@@ -13,7 +13,8 @@ Peers (same process, same disk, interleaved rounds, medians):
   timed).
 
 ``--count`` prints, per call, the transactions (``BEGIN``), statements and thread hand-offs
-to SQLite (aiosqlite calls) our adapters make, from sqlite3's own trace of what ran.
+to SQLite (aiosqlite calls) our adapters make, from sqlite3's own trace of what ran, then the
+same on PostgreSQL (``--pg-url``, or a throwaway durable cluster) from SQLAlchemy's events.
 Figures, never assertions; the machine's load moves them, the ratios less.
 """
 
@@ -32,7 +33,7 @@ from typing import Any
 
 import aiosqlite
 from agents import SQLiteSession
-from backends import sqlite_backend
+from backends import postgres_backend, sqlite_backend
 from pydantic import TypeAdapter
 from pydantic_ai import Agent
 from pydantic_ai.conversation import Conversation
@@ -233,6 +234,35 @@ async def counting(store: SqlJournalStore) -> AsyncIterator[dict[str, int]]:
         await store.engine.dispose()
 
 
+@asynccontextmanager
+async def counting_pg(store: SqlJournalStore) -> AsyncIterator[dict[str, int]]:
+    """What goes through SQLAlchemy on PostgreSQL inside the block (its events): transactions
+    (``begin``), statements (cursor executions) and round trips (the two, plus ``commit``).
+    The store's PostgreSQL hot path talks to asyncpg directly and is not seen here."""
+    counts = {"transactions": 0, "statements": 0, "round trips": 0}
+
+    def on_begin(_conn: Any) -> None:
+        counts["transactions"] += 1
+        counts["round trips"] += 1
+
+    def on_execute(*_: Any) -> None:
+        counts["statements"] += 1
+        counts["round trips"] += 1
+
+    def on_commit(_conn: Any) -> None:
+        counts["round trips"] += 1
+
+    sync = store.engine.sync_engine
+    hooks = (("begin", on_begin), ("before_cursor_execute", on_execute), ("commit", on_commit))
+    for name, hook in hooks:
+        event.listen(sync, name, hook)
+    try:
+        yield counts
+    finally:
+        for name, hook in hooks:
+            event.remove(sync, name, hook)
+
+
 async def count(url: str) -> None:
     store = await SqlJournalStore.connect(url)
     try:
@@ -256,14 +286,12 @@ async def count(url: str) -> None:
 
         cases.append(("pydantic save (warm store)", save))
         for label, call in cases:
-            async with counting(store) as counts:
+            tracer = counting if url.startswith("sqlite") else counting_pg
+            async with tracer(store) as counts:
                 await call()  # opens the traced connections
                 counts.update(dict.fromkeys(counts, 0))
                 await call()
-            print(
-                f"  {label:28s} {counts['transactions']} transactions, "
-                f"{counts['statements']} statements, {counts['hand-offs']} hand-offs"
-            )
+            print(f"  {label:28s} " + ", ".join(f"{n} {k}" for k, n in counts.items()))
     finally:
         await store.close()
 
@@ -335,6 +363,9 @@ async def main() -> None:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--calls", type=int, default=200)
     parser.add_argument("--count", action="store_true", help="count statements, do not time")
+    parser.add_argument(
+        "--pg-url", default=os.environ.get("AGENTPLANE_JOURNAL_BENCH_PG_URL"), help="with --count"
+    )
     args = parser.parse_args()
     print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
     async with sqlite_backend() as backend:
@@ -343,6 +374,10 @@ async def main() -> None:
             await count(backend.url)
         else:
             await bench(backend.url, backend.scratch, args.rounds, args.calls)
+    if args.count:  # the peers run on SQLite only: PostgreSQL is counted, not timed
+        async with postgres_backend(args.pg_url) as backend:
+            print(backend.settings)
+            await count(backend.url)
 
 
 if __name__ == "__main__":
