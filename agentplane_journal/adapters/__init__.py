@@ -6,7 +6,7 @@ Each module here imports its framework only for type checkers or inside itself, 
 adapter's module.
 
 * :mod:`~agentplane_journal.adapters.conversation`: one conversation as one run, changed
-  under a claim, read verified (what the adapters share).
+  by guarded appends (one transaction each), read verified (what the adapters share).
 * :mod:`~agentplane_journal.adapters.openai_agents`: the OpenAI Agents SDK's ``Session``.
 * :mod:`~agentplane_journal.adapters.pydantic_ai`: Pydantic AI's ``ConversationStore``.
 """

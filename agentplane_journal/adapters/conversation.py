@@ -7,21 +7,26 @@ conversation id names one run in a tenant, whichever process asks first, and a s
 process creating the same conversation at the same moment finds the first one's run
 (``DuplicateAdmissionError`` names it) instead of starting a fork of its own.
 
-Every change is **one append under a claim taken for that change alone**: ``acquire`` (a pure
-claim, a new epoch), read the run, append at that epoch, ``release_lease``. So writers of one
-conversation take turns rather than interleave, a change computed from a state that another
-writer has since changed cannot land (the store fences an append whose epoch is not the
-lease's), and a writer that dies mid-change holds the conversation only until its claim's TTL
-lapses: the next writer's ``acquire`` takes it over at a higher epoch, which fences the dead
-one for good. A claim is held for milliseconds, so a busy conversation is waited for (with
-backoff, up to ``wait`` seconds) before :class:`~agentplane_journal.errors.ConversationBusyError`.
+**Every change is one transaction** (the store's guarded append,
+:mod:`agentplane_journal.journal.guarded`): it takes the run mutex, so writers of one
+conversation take turns rather than interleave, and a change computed from the
+conversation's state lands only if the run still ends at the record that state was read up
+to; otherwise nothing is written, the new records are read and verified, and the change is
+computed again (a Pydantic AI save from a revision another writer moved on from then fails
+its revision check: ``ConversationConflict``). A change that does not depend on the state
+(adding items) lands wherever the run ends. A live claim of the run (an older version of
+these adapters, or :meth:`ConversationRun.seal`) is waited for, with backoff, up to ``wait``
+seconds, then :class:`~agentplane_journal.errors.ConversationBusyError`; a lapsed one is
+fenced for good by the change that finds it.
 
-Reads are verified: the run's records are re-hashed as they are read
-(:meth:`~agentplane_journal.journal.store.SqlJournalStore.read`), then checked together as a
-chain (seqs from 1 without a gap, every link, exactly-once, signatures when a verifier is
-given, and, for a sealed run, that the records end exactly at the head its seal put in the
-Merkle log). What that catches, and what only a seal or a signature can, is in the adapters'
-documentation page.
+**Reads are verified, and a handle remembers what it verified.** Its first read re-hashes
+every record and checks the run as a chain (seqs from 1, links, exactly-once, signatures
+when a verifier is given) and that the run begins with this conversation's admission. Each
+later read fetches, in one statement, the seal and the records from the last one it
+verified on: that record must still be there, unchanged, and the rest must chain onto it. For
+a sealed run the records must end exactly at the sealed head, whose leaf in the tenant's
+Merkle tree is checked. What that catches, and what only a new handle, a seal or a signature
+can, is in the adapters' documentation page.
 """
 
 from __future__ import annotations
@@ -30,12 +35,12 @@ import asyncio
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar, cast
 
 from agentplane_journal.contracts import JournalStore
 from agentplane_journal.core.admission import IDEMPOTENCY_KEY, RUN_ADMITTED, check_admission_key
 from agentplane_journal.core.append import Append
-from agentplane_journal.core.chain import verify_run
+from agentplane_journal.core.chain import RunCheck
 from agentplane_journal.core.ids import Digest, RunId
 from agentplane_journal.core.record import Record
 from agentplane_journal.core.signing import Verifier
@@ -48,8 +53,23 @@ from agentplane_journal.errors import (
     command,
     database_of,
 )
+from agentplane_journal.journal.guarded import HeadMovedError, Tail
 
 __all__ = ["ConversationRun", "Change", "setup_store"]
+
+S = TypeVar("S")
+
+
+class _Guarded(Protocol):
+    """A store's guarded appends (:mod:`agentplane_journal.journal.guarded`)."""
+
+    async def guarded_read(self, run: RunId, from_seq: int = 1) -> Tail: ...
+
+    async def guarded_read_admitted(self, key: str) -> tuple[RunId | None, Tail]: ...
+
+    async def guarded_append(
+        self, run: RunId, batch: Sequence[Append], *, expected: tuple[int, Digest] | None
+    ) -> list[Record]: ...
 
 
 async def setup_store(store: JournalStore) -> None:
@@ -66,33 +86,50 @@ async def setup_store(store: JournalStore) -> None:
         await upgrade(store.engine, schema=store.schema)
 
 
-#: What a change computes from the run's verified records: the appends to write (none: the
-#: change writes nothing) and the value the caller gets back.
-Change = Callable[[RunId, list[Record]], Awaitable[tuple[Sequence[Append], Any]]]
+#: What a change computes from the conversation's verified state: the appends to write (none:
+#: the change writes nothing) and the value the caller gets back.
+Change = Callable[[RunId, S], Awaitable[tuple[Sequence[Append], Any]]]
 
 
 @dataclass
-class ConversationRun:
-    """The run behind one conversation, and the claimed change that is the only way to write it.
+class _Verified(Generic[S]):
+    """What a handle verified of its run: the chain check up to its last record, and the
+    state the adapter folded from the records (they are not kept)."""
 
-    ``store`` is any journal store (a tenant's handle: ``store.for_tenant(name)``);
-    ``namespace`` keeps one framework's conversation ids apart from another's and from the
-    runtime's own admission keys. ``ttl`` is a claim's lifetime in whole seconds (how long a
-    writer that died mid-change blocks the conversation), ``wait`` how long a change waits
-    for a busy conversation. ``verifier``/``require_signature`` are passed to the chain check
-    of every read: with a store that signs, requiring signatures is what makes a forged record
-    at the end of an unsealed conversation detectable.
+    check: RunCheck
+    state: S
+
+
+@dataclass
+class ConversationRun(Generic[S]):
+    """The run behind one conversation, and the guarded change that is the only way to write it.
+
+    ``store`` is a journal store (a tenant's handle: ``store.for_tenant(name)``) with guarded
+    appends (``SqlJournalStore``); ``namespace`` keeps one framework's conversation ids apart
+    from another's and from the runtime's own admission keys. ``empty`` makes the state of a
+    conversation with no record, and ``fold(state, records)`` applies verified records to it
+    in place (raising :class:`CorruptRecordError` for one the adapter did not write). ``ttl``
+    is the lifetime of :meth:`seal`'s claim in whole seconds, ``wait`` how long a change waits
+    for a claimed conversation. ``verifier``/``require_signature`` are passed to the chain
+    check of every read: with a store that signs, requiring signatures is what makes a forged
+    record at the end of an unsealed conversation detectable.
     """
 
     store: JournalStore
     namespace: str
     conversation_id: str
+    empty: Callable[[], S]
+    fold: Callable[[S, Sequence[Record]], None]
     ttl: int = 30
     wait: float = 10.0
     verifier: Verifier | None = None
     require_signature: bool = False
     owner_prefix: str = "conversation"
     _run: RunId | None = field(default=None, init=False, repr=False)
+    _seen: _Verified[S] | None = field(default=None, init=False, repr=False)
+    #: One read or change of this handle at a time: each one starts from what the previous
+    #: one left verified (two at once would each take the other's records for a rewrite).
+    _lock: asyncio.Lock = field(default_factory=asyncio.Lock, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.conversation_id, str) or not self.conversation_id:
@@ -100,6 +137,15 @@ class ConversationRun:
         if self.require_signature and self.verifier is None:
             raise ValueError("require_signature needs a verifier that trusts the signers' keys")
         check_admission_key(self.key, "the conversation's admission key")
+        if not callable(getattr(self.store, "guarded_append", None)):
+            raise TypeError(
+                "the conversation adapters need a store with guarded appends "
+                f"(SqlJournalStore), not {type(self.store).__name__}"
+            )
+
+    @property
+    def _guarded(self) -> _Guarded:
+        return cast(_Guarded, self.store)  # checked in __post_init__
 
     def append(self, run: RunId, kind: str, payload: dict[str, Any]) -> Append:
         """An append in the store's wire profile (a store without one writes agentplane 0.4's)."""
@@ -124,25 +170,68 @@ class ConversationRun:
             self._run = await self.store.admitted_as(self.key)
         return self._run
 
-    async def records(self, run: RunId | None = None) -> list[Record]:
-        """The run's records, verified as a whole chain; ``[]`` for a conversation not yet written.
+    async def exists(self) -> bool:
+        """Whether the conversation has a run (read, and verified, if not known yet)."""
+        async with self._lock:
+            if self._run is None:
+                await self._read()
+            return self._run is not None
 
-        The seal is read first: once a run is sealed nothing more is appended, so the records
-        read next are exactly the sealed ones and must end at the sealed head (a truncated
-        or extended sealed conversation fails here, ``CorruptRecordError``).
+    async def state(self) -> S:
+        """The conversation's state, read and verified now; ``empty()`` while it has no run.
+
+        One statement (see the module): the first read finds the run by its admission key
+        and reads all of it; a later one, the seal and the records from the last one this
+        handle verified. A sealed run's records must end at its sealed head (a truncated or
+        extended sealed conversation fails here, ``CorruptRecordError``).
         """
-        if run is None:
-            run = await self.run_id()
+        async with self._lock:
+            return await self._read()
+
+    async def _read(self) -> S:
+        if self._run is None:
+            run, tail = await self._guarded.guarded_read_admitted(self.key)
             if run is None:
-                return []
-        inclusion = await self.store.inclusion_proof(run)
-        sealed: Digest | None = None if inclusion is None else inclusion.seal
-        records = await self.store.read(run)
-        verify_run(records, sealed, self.verifier, self.require_signature)
+                return self.empty()
+            self._run = run
+            self._seen = None
+            return self._verify(run, tail).state
+        return (await self._refresh(self._run)).state
+
+    async def _refresh(self, run: RunId) -> _Verified[S]:
+        """Read what follows what this handle verified (all of the run on its first read)."""
+        seen = self._seen
+        last = seen.check.last if seen is not None else 0
+        return self._verify(run, await self._guarded.guarded_read(run, max(last, 1)))
+
+    def _verify(self, run: RunId, tail: Tail) -> _Verified[S]:
+        """Check ``tail`` onto what this handle verified and fold it in (all or nothing)."""
+        seen = self._seen
+        self._seen = None  # until this read has verified everything it folds in
+        records = tail.records
+        if seen is None:
+            seen = _Verified(RunCheck(self.verifier, self.require_signature), self.empty())
+            self._admitted(run, records[0] if records else None)
+        else:
+            last = seen.check.last
+            first = records[0] if records else None
+            if first is None or first.seq != last or first.hash != seen.check.head:
+                raise CorruptRecordError(
+                    last,
+                    f"record {last} of run {run}, verified by this process, is gone or changed: "
+                    f"see {command('verify --all', database_of(self.store))}",
+                )
+            records = records[1:]
+        seen.check.feed(records)
+        seen.check.finish(tail.sealed)
+        self.fold(seen.state, records)
+        self._seen = seen
+        return seen
+
+    def _admitted(self, run: RunId, first: Record | None) -> None:
         # The run was found through run_admission, a side table anyone with write access can
         # point elsewhere: the run is this conversation's only if its hashed first record
         # claims this key.
-        first = records[0] if records else None
         if first is None or first.kind != RUN_ADMITTED or first.idempotency_key != self.key:
             raise CorruptRecordError(
                 first.seq if first is not None else 0,
@@ -151,34 +240,89 @@ class ConversationRun:
                 f"{command('verify --all', database_of(self.store))} and "
                 f"{command('reindex-admissions', database_of(self.store))})",
             )
-        return records
 
-    async def change(self, compute: Change, admission: dict[str, Any]) -> Any:
-        """Run ``compute`` on the verified records under a claim and append what it returns.
+    async def change(
+        self, compute: Change[S], admission: dict[str, Any], *, guarded: bool = True
+    ) -> Any:
+        """Compute a change from the verified state and append what it returns, in one
+        transaction that lands only if the run still ends where the state was read.
 
-        ``admission`` is the payload of the ``RunAdmitted`` record that starts the run when
-        the conversation is new (the admission key is added to it). Returns what ``compute``
-        returned with its appends. Nothing is written when ``compute`` raises or returns no
-        appends; the claim is released on every path (a release that cannot reach the database
-        leaves the claim to lapse after ``ttl``).
+        ``guarded=False``: a change whose appends do not depend on the state (it lands
+        wherever the run ends). ``admission`` is the payload of the ``RunAdmitted`` record
+        that starts the run when the conversation is new (the admission key is added to it).
+        Returns what ``compute`` returned with its appends. Nothing is written when
+        ``compute`` raises or returns no appends; a conversation claimed by someone else is
+        waited for up to ``wait`` seconds (``ConversationBusyError``).
         """
-        run = await self.run_id()
-        if run is None:
-            created = await self._create(compute, admission)
-            if created is not None:
-                return created[0]
-            run = await self.run_id()
-            assert run is not None  # _create found the holder or raised
-        epoch = await self._claim(run)
-        try:
-            appends, value = await compute(run, await self.records(run))
-            if appends:
-                await self.store.append(epoch, list(appends))
-            return value
-        finally:
-            await self._release(run, epoch)
+        async with self._lock:
+            return await self._change(compute, admission, guarded)
 
-    async def _create(self, compute: Change, admission: dict[str, Any]) -> tuple[Any] | None:
+    async def _change(self, compute: Change[S], admission: dict[str, Any], guarded: bool) -> Any:
+        loop = asyncio.get_running_loop()
+        deadline, pause = loop.time() + self.wait, 0.005
+        fresh = False  # whether the state was read in this call
+        while True:
+            if self._run is None:
+                await self._read()  # the cold read: the run, verified, in one statement
+                fresh = True
+            run = self._run
+            if run is None:
+                created = await self._create(compute, admission)
+                if created is not None:
+                    return created[0]
+                continue  # another writer created it: its run is ours now
+            seen = self._seen
+            if seen is None:
+                seen, fresh = await self._refresh(run), True
+            try:
+                appends, value = await compute(run, seen.state)
+            except Exception:
+                if fresh:
+                    raise
+                fresh = True  # refused on a state read earlier: read it and compute again
+                await self._refresh(run)
+                continue
+            if not appends:
+                if fresh:
+                    return value
+                fresh = True  # nothing to do, or a stale state: read it and compute again
+                await self._refresh(run)
+                continue
+            expected = (seen.check.last, seen.check.head) if guarded else None
+            try:
+                written = await self._guarded.guarded_append(run, list(appends), expected=expected)
+            except HeadMovedError:
+                # Another writer's change landed first (or what this handle verified is gone:
+                # the read names the record). Read on from it and compute again.
+                fresh = True
+                await self._refresh(run)
+                if loop.time() > deadline:
+                    raise ConversationBusyError(self.key, run, "other writers", 0, 0) from None
+                continue
+            except LeaseHeldError as held:
+                if loop.time() + pause > deadline:
+                    raise ConversationBusyError(
+                        self.key, run, held.owner, held.epoch, held.remaining_secs
+                    ) from held
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, 0.25)
+                continue
+            self._absorb(seen, written)
+            return value
+
+    def _absorb(self, seen: _Verified[S], written: list[Record]) -> None:
+        """Fold this handle's own records into what it verified, when they follow on from it
+        (an unguarded change may land after another writer's: the next read takes both)."""
+        if self._seen is not seen or not written:
+            return
+        if written[0].seq != seen.check.last + 1 or written[0].prev_hash != seen.check.head:
+            return
+        self._seen = None
+        seen.check.feed(written)
+        self.fold(seen.state, written)
+        self._seen = seen
+
+    async def _create(self, compute: Change[S], admission: dict[str, Any]) -> tuple[Any] | None:
         """Start the conversation's run with the first change; ``None`` if another writer did.
 
         The admission key is claimed by the same append that writes the change, so either
@@ -186,19 +330,21 @@ class ConversationRun:
         with the holder named, nothing of it written, and the change goes to that run.
         """
         run = RunId.generate()
-        lease = await self.store.acquire(run, self._owner(), self.ttl)
+        state = self.empty()
+        appends, value = await compute(run, state)
+        head = self.append(run, RUN_ADMITTED, {**admission, IDEMPOTENCY_KEY: self.key})
         try:
-            appends, value = await compute(run, [])
-            head = self.append(run, RUN_ADMITTED, {**admission, IDEMPOTENCY_KEY: self.key})
-            try:
-                await self.store.append(lease.epoch, [head, *appends])
-            except DuplicateAdmissionError as taken:
-                self._run = taken.run
-                return None
-            self._run = run
-            return (value,)
-        finally:
-            await self._release(run, lease.epoch)
+            written = await self._guarded.guarded_append(
+                run, [head, *appends], expected=(0, Digest.ZERO)
+            )
+        except DuplicateAdmissionError as taken:
+            self._run = taken.run
+            return None
+        self._run = run
+        check = RunCheck(self.verifier, self.require_signature)
+        self._seen = _Verified(check, state)
+        self._absorb(self._seen, written)
+        return (value,)
 
     async def seal(self, outcome: str) -> Digest | None:
         """Seal the run into the tenant's Merkle log; ``None`` if it was never written.

@@ -60,13 +60,20 @@ _Live = tuple[int, int, Any]
 
 
 def replay(records: Sequence[Record]) -> list[_Live]:
-    """The items a session's records leave, oldest first.
+    """The items a session's records leave, oldest first (see :func:`fold`)."""
+    live: list[_Live] = []
+    fold(live, records)
+    return live
+
+
+def fold(live: list[_Live], records: Sequence[Record]) -> None:
+    """Apply a session's records, in order, to the items ``live`` holds.
 
     A pop must name the newest live item: the writer computed it from exactly these records
-    under its claim, so a pop naming anything else was not written by this adapter, and the
-    history is reported as corrupt rather than guessed at.
+    (its append landed only if the session still ended there), so a pop naming anything else
+    was not written by this adapter, and the history is reported as corrupt rather than
+    guessed at.
     """
-    live: list[_Live] = []
     for record in records:
         body = record.body
         if record.kind == ITEMS_ADDED:
@@ -83,18 +90,27 @@ def replay(records: Sequence[Record]) -> list[_Live]:
             live.pop()
         elif record.kind == SESSION_CLEARED:
             live.clear()
-    return live
+
+
+def _copy(value: Any) -> Any:
+    """A copy of a JSON value (dicts and lists copied, the rest immutable), cheaper than
+    ``copy.deepcopy`` for the same result on JSON."""
+    if type(value) is dict:
+        return {k: _copy(v) for k, v in value.items()}
+    if type(value) is list:
+        return [_copy(v) for v in value]
+    return value
 
 
 class JournalSession:
     """A session of the OpenAI Agents SDK kept in the journal: ``Runner.run(..., session=s)``.
 
     ``store`` is a journal store (a tenant's handle); ``session_id`` names the conversation in
-    that tenant, across processes. Writers take turns (each change holds the conversation for
-    one append; see :class:`~agentplane_journal.adapters.conversation.ConversationRun` for
-    ``ttl``, ``wait``, ``verifier`` and ``require_signature``). Every read is verified: an
-    edited, reordered or removed record is a ``CorruptRecordError`` naming its seq, never a
-    history the agent is given.
+    that tenant, across processes. Writers take turns (each change is one guarded append; see
+    :class:`~agentplane_journal.adapters.conversation.ConversationRun` for ``ttl``, ``wait``,
+    ``verifier`` and ``require_signature``). Every read is verified: an edited, reordered or
+    removed record is a ``CorruptRecordError`` naming its seq, never a history the agent is
+    given (what a handle that read the session before sees: the module of ``ConversationRun``).
     """
 
     session_settings: SessionSettings | None = None
@@ -110,10 +126,12 @@ class JournalSession:
         require_signature: bool = False,
     ) -> None:
         self.session_id = session_id
-        self.conversation = ConversationRun(
+        self.conversation: ConversationRun[list[_Live]] = ConversationRun(
             store,
             NAMESPACE,
             session_id,
+            list,
+            fold,
             ttl=ttl,
             wait=wait,
             verifier=verifier,
@@ -130,10 +148,11 @@ class JournalSession:
         """The session's items, oldest first; with ``limit``, only the newest ``limit``."""
         if limit is not None and limit < 0:
             raise ValueError(f"limit must be None or at least 0, not {limit}")
-        live = replay(await self.conversation.records())
+        live = await self.conversation.state()
         if limit is not None:
             live = live[len(live) - limit :] if limit else []
-        return [cast("TResponseInputItem", item) for _seq, _index, item in live]
+        # Copies: the caller may change what it is given, never what this handle verified.
+        return cast("list[TResponseInputItem]", [_copy(item) for _seq, _index, item in live])
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
         """Append the items as one record (all of them or none)."""
@@ -141,40 +160,39 @@ class JournalSession:
         if not batch:
             return
 
-        async def compute(run: RunId, _records: list[Record]) -> tuple[list[Append], None]:
+        async def compute(run: RunId, _live: list[_Live]) -> tuple[list[Append], None]:
             return [self.conversation.append(run, ITEMS_ADDED, {"items": batch})], None
 
-        await self.conversation.change(compute, self._admission())
+        await self.conversation.change(compute, self._admission(), guarded=False)
 
     async def pop_item(self) -> TResponseInputItem | None:
         """Remove the newest item and return it; ``None`` for an empty session (nothing written).
 
-        The removal is a record naming the item, computed and written under one claim, so
-        two concurrent pops remove two different items.
+        The removal is a record naming the item, and it lands only if the session still ends
+        where the item was found newest, so two concurrent pops remove two different items.
         """
 
-        async def compute(run: RunId, records: list[Record]) -> tuple[list[Append], Any]:
-            live = replay(records)
+        async def compute(run: RunId, live: list[_Live]) -> tuple[list[Append], Any]:
             if not live:
                 return [], None
             seq, index, item = live[-1]
             return [
                 self.conversation.append(run, ITEM_POPPED, {"item_seq": seq, "item_index": index})
-            ], item
+            ], _copy(item)
 
-        if await self.conversation.run_id() is None:
+        if not await self.conversation.exists():
             return None
         return cast("TResponseInputItem | None", await self.conversation.change(compute, {}))
 
     async def clear_session(self) -> None:
         """Record that the session was cleared: it reads empty from now on; nothing is erased."""
 
-        async def compute(run: RunId, records: list[Record]) -> tuple[list[Append], None]:
+        async def compute(run: RunId, _live: list[_Live]) -> tuple[list[Append], None]:
             return [self.conversation.append(run, SESSION_CLEARED, {})], None
 
-        if await self.conversation.run_id() is None:
+        if not await self.conversation.exists():
             return
-        await self.conversation.change(compute, {})
+        await self.conversation.change(compute, {}, guarded=False)
 
     async def seal(self, outcome: str = "closed") -> Digest | None:
         """Seal the conversation into the tenant's Merkle log; ``None`` if it was never written

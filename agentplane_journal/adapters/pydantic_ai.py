@@ -8,9 +8,9 @@
 
 Each conversation is one run (:mod:`agentplane_journal.adapters.conversation`). A save is one
 ``ConversationSaved`` record holding the conversation's record *and* the entries it adds, so
-the two are stored together or not at all, and its revision check is made under the change's
-claim: a save computed from a revision another writer has moved on from is
-``ConversationConflict``, as Pydantic AI's contract says, and never lands. A delete is a
+the two are stored together or not at all, and its revision check is made on the state the
+save lands on (a guarded append): a save computed from a revision another writer has moved on
+from is ``ConversationConflict``, as Pydantic AI's contract says, and never lands. A delete is a
 ``ConversationDeleted`` record: the conversation no longer loads or lists, and **every entry is
 kept** (forks that point into it keep working, and what was said stays provable); creating the
 conversation again continues the same run under a new revision. Entries are read back
@@ -52,6 +52,9 @@ CONVERSATION_SAVED = "ConversationSaved"
 CONVERSATION_DELETED = "ConversationDeleted"
 NAMESPACE = "pydantic-ai"
 
+#: Conversations whose verified state a store keeps (least recently used dropped first).
+KEPT = 1024
+
 _RECORD = TypeAdapter(ConversationRecord)
 
 
@@ -77,15 +80,17 @@ def _entry(seq: int, data: object) -> ConversationEntry:
 
 class _State:
     """What a conversation's records leave: its current record (``None``: deleted or never
-    saved) and every entry it ever stored, by id."""
+    saved). The entries each save stored go to ``entries`` (the store's cache, by id)."""
 
-    def __init__(self, records: Sequence[Record]) -> None:
+    def __init__(self, entries: dict[str, ConversationEntry]) -> None:
         self.record: ConversationRecord | None = None
-        self.entries: dict[str, ConversationEntry] = {}
+        self.entries = entries
+
+    def fold(self, records: Sequence[Record]) -> None:
         for record in records:
             if record.kind == CONVERSATION_SAVED:
                 try:
-                    self.record = _RECORD.validate_python(record.body.get("record"))
+                    saved = _RECORD.validate_python(record.body.get("record"))
                 except ValidationError as bad:
                     raise CorruptRecordError(
                         record.seq, f"a saved conversation record is unreadable: {bad}"
@@ -93,9 +98,9 @@ class _State:
                 entries = record.body.get("entries")
                 if not isinstance(entries, list):
                     raise CorruptRecordError(record.seq, "a save has no entry list")
-                for data in entries:
-                    entry = _entry(record.seq, data)
-                    self.entries[entry.id] = entry
+                read = [_entry(record.seq, data) for data in entries]
+                self.record = saved
+                self.entries.update((entry.id, entry) for entry in read)
             elif record.kind == CONVERSATION_DELETED:
                 self.record = None
 
@@ -130,26 +135,39 @@ class JournalConversationStore(ConversationStore):
             "require_signature": require_signature,
         }
         self._entries: dict[str, ConversationEntry] = {}
+        self._runs: dict[str, ConversationRun[_State]] = {}
 
     async def setup(self) -> None:
         """Migrate the store's database to this package's schema (safe from every worker at
         once; see :func:`~agentplane_journal.adapters.conversation.setup_store`)."""
         await setup_store(self.store)
 
-    def conversation(self, conversation_id: str) -> ConversationRun:
-        """The run behind ``conversation_id`` (to seal it, or to find its run id)."""
-        return ConversationRun(
-            self.store,
-            NAMESPACE,
-            conversation_id,
-            owner_prefix="pydantic-ai-conversation",
-            **self._options,
-        )
+    def conversation(self, conversation_id: str) -> ConversationRun[_State]:
+        """The run behind ``conversation_id`` (to seal it, or to find its run id).
+
+        One per conversation, kept for the :data:`KEPT` most recently used (each remembers
+        what it verified, so a read or a save reads only what is new; a conversation dropped
+        from here is read whole again, never trusted unread).
+        """
+        run = self._runs.pop(conversation_id, None)
+        if run is None:
+            run = ConversationRun(
+                self.store,
+                NAMESPACE,
+                conversation_id,
+                lambda: _State(self._entries),
+                _State.fold,
+                owner_prefix="pydantic-ai-conversation",
+                **self._options,
+            )
+            while len(self._runs) >= KEPT:
+                del self._runs[next(iter(self._runs))]
+        self._runs[conversation_id] = run  # the newest at the end
+        return run
 
     async def _state(self, conversation_id: str, seen: set[str] | None = None) -> _State:
         """Read a conversation, and the conversations it was forked from, into the entry cache."""
-        state = _State(await self.conversation(conversation_id).records())
-        self._entries.update(state.entries)
+        state = await self.conversation(conversation_id).state()
         seen = {conversation_id} if seen is None else seen
         source = state.record.forked_from if state.record is not None else None
         if source is not None and source not in seen:
@@ -198,9 +216,7 @@ class JournalConversationStore(ConversationStore):
         saved["entries"] = [_entry_json(entry) for entry in new_entries]
         new_ids = {entry.id for entry in new_entries}
 
-        async def compute(run: RunId, records: list[Record]) -> tuple[list[Append], None]:
-            state = _State(records)
-            self._entries.update(state.entries)
+        async def compute(run: RunId, state: _State) -> tuple[list[Append], None]:
             if state.revision != expected_revision:
                 raise ConversationConflict(conversation_id)
             head = record.head_id
@@ -214,11 +230,11 @@ class JournalConversationStore(ConversationStore):
 
     async def delete_record(self, conversation_id: str, *, expected_revision: str) -> None:
         conversation = self.conversation(conversation_id)
-        if await conversation.run_id() is None:
+        if not await conversation.exists():
             raise ConversationConflict(conversation_id)
 
-        async def compute(run: RunId, records: list[Record]) -> tuple[list[Append], None]:
-            if _State(records).revision != expected_revision:
+        async def compute(run: RunId, state: _State) -> tuple[list[Append], None]:
+            if state.revision != expected_revision:
                 raise ConversationConflict(conversation_id)
             deleted = {"revision": expected_revision}
             return [conversation.append(run, CONVERSATION_DELETED, deleted)], None

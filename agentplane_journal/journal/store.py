@@ -69,6 +69,7 @@ from agentplane_journal.errors import (
 from agentplane_journal.journal.admissions import Admissions
 from agentplane_journal.journal.audits import AuditReads
 from agentplane_journal.journal.cosignatures import Cosignatures
+from agentplane_journal.journal.guarded import GuardedAppends
 from agentplane_journal.journal.leases import RunControl
 from agentplane_journal.journal.log import TenantLog
 from agentplane_journal.journal.profiles import Profiles
@@ -82,7 +83,9 @@ __all__ = ["MAX_INSERT_ROWS", "SqlJournalStore"]
 MAX_INSERT_ROWS = 1000
 
 
-class SqlJournalStore(RunReads, AuditReads, RunControl, Admissions, Profiles, Cosignatures):
+class SqlJournalStore(
+    RunReads, AuditReads, RunControl, Admissions, Profiles, Cosignatures, GuardedAppends
+):
     """agentplane's journal store over SQLAlchemy's async engine (PostgreSQL or SQLite).
 
     Build it over an existing ``AsyncEngine`` (a host application's own works; SQLite's

@@ -1,0 +1,171 @@
+"""Guarded appends and their tail reads on SQLite: one thread hop each.
+
+Part of the repository (:mod:`agentplane_journal.journal.guarded` says what the two
+operations guarantee; this module is how SQLite runs them). aiosqlite runs each call on its
+connection's thread and wakes the event loop for each result, and the general unit of work
+makes several such hops per statement (16 for a guarded append's five statements, each
+costing a thread wake-up that a loaded machine makes slow). Here each operation is one
+function run on that thread, as the append hot path's transactions are
+(:mod:`agentplane_journal.backends.sqlite.writer`):
+
+* the tail read is one ``SELECT`` (one statement is one snapshot): the seal, the run's leaf
+  in the stored tree, and the records from a seq on, decoded and re-hashed on that thread;
+* the guarded append is ``BEGIN IMMEDIATE`` (the database's write lock, SQLite's run mutex,
+  before anything is read), one ``SELECT`` of the lease, the seal, the activity and the head
+  row, the lapsed lease's fence and the activity only when needed, the records' ``INSERT``,
+  ``COMMIT``; the checks are :func:`agentplane_journal.journal.guarded.judge`'s, the same
+  the general unit makes on PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from agentplane_journal.core.append import Append
+from agentplane_journal.core.batch import COLUMNS, RELEASED_OWNER, chain_batch
+from agentplane_journal.core.ids import Digest, RunId
+from agentplane_journal.core.profile import WireProfile
+from agentplane_journal.core.record import Record
+from agentplane_journal.core.signing import Signer
+from agentplane_journal.db.statements import RECORD_COLUMNS, records_from_rows
+from agentplane_journal.errors import BackendError
+
+__all__ = ["admitted_in_one_hop", "append_in_one_hop", "read_in_one_hop"]
+
+_CHAIN = ", ".join(f"j.{c.name}" for c in RECORD_COLUMNS)
+_TAIL = (
+    "SELECT (SELECT chain_head FROM run_seal WHERE tenant = ?1 AND run_id = ?2),"
+    " (SELECT hash FROM log_tree WHERE tenant = ?1 AND run_id = ?2 AND level = 0 LIMIT 1),"
+    f" {_CHAIN} FROM (SELECT 1) AS one LEFT JOIN journal AS j"
+    " ON j.tenant = ?1 AND j.run_id = ?2 AND j.seq >= ?3 ORDER BY j.seq"
+)
+#: A conversation's cold read: the run its admission key names, that run's seal and leaf,
+#: and all its records, in one statement (no row of the key: one row of NULLs).
+_ADMITTED = (
+    "SELECT a.run_id,"
+    " (SELECT chain_head FROM run_seal WHERE tenant = ?1 AND run_id = a.run_id),"
+    " (SELECT hash FROM log_tree WHERE tenant = ?1 AND run_id = a.run_id AND level = 0 LIMIT 1),"
+    f" {_CHAIN} FROM (SELECT 1) AS one"
+    " LEFT JOIN run_admission AS a ON a.tenant = ?1 AND a.key = ?2"
+    " LEFT JOIN journal AS j ON j.tenant = ?1 AND j.run_id = a.run_id ORDER BY j.seq"
+)
+#: The lease (epoch, owner, expiry), the seal's outcome, whether the activity row is current,
+#: then the head row's columns (NULLs for a run without records).
+_STATE = (
+    "SELECT (SELECT epoch FROM run_lease WHERE tenant = ?1 AND run_id = ?2),"
+    " (SELECT owner FROM run_lease WHERE tenant = ?1 AND run_id = ?2),"
+    " (SELECT expires_at FROM run_lease WHERE tenant = ?1 AND run_id = ?2),"
+    " (SELECT outcome FROM run_seal WHERE tenant = ?1 AND run_id = ?2),"
+    " (SELECT updated_at >= ?3 FROM run_activity WHERE tenant = ?1 AND run_id = ?2),"
+    f" {_CHAIN} FROM (SELECT 1) AS one LEFT JOIN"
+    f" (SELECT {', '.join(c.name for c in RECORD_COLUMNS)} FROM journal"
+    " WHERE tenant = ?1 AND run_id = ?2 ORDER BY seq DESC LIMIT 1) AS j ON 1"
+)
+_MUTEX = (
+    "INSERT INTO run_activity (tenant, run_id, updated_at) VALUES (?, ?, ?) "
+    "ON CONFLICT (tenant, run_id) DO UPDATE SET updated_at = max(updated_at, excluded.updated_at)"
+)
+_FENCE = (
+    f"UPDATE run_lease SET owner = '{RELEASED_OWNER}', expires_at = 0, epoch = epoch + 1"
+    " WHERE tenant = ? AND run_id = ? AND epoch = ?"
+)
+_INSERT = f"INSERT INTO journal ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * 12)})"
+
+#: The checks of a guarded append, given the state row's lease, seal and head columns and
+#: ``now``: the epoch to write at, and whether a lapsed lease must be fenced (raises what the
+#: caller hears otherwise). :func:`agentplane_journal.journal.guarded.judge`.
+Judge = Callable[
+    [RunId, int, tuple[Any, ...], tuple[int, Digest] | None], tuple[int, bool, int, Digest]
+]
+
+
+async def read_in_one_hop(driver: Any, tenant: str, run: str, from_seq: int) -> list[Any]:
+    """The tail statement's rows, the records among them decoded: ``[(seal, leaf), records]``."""
+    answer: list[Any] = await driver._execute(_read, driver._conn, tenant, run, from_seq)
+    return answer
+
+
+def _read(conn: sqlite3.Connection, tenant: str, run: str, from_seq: int) -> list[Any]:
+    rows = conn.execute(_TAIL, (tenant, run, from_seq)).fetchall()
+    first = rows[0] if rows else (None, None)
+    return [(first[0], first[1]), records_from_rows(r[2:] for r in rows if r[2] is not None)]
+
+
+async def admitted_in_one_hop(driver: Any, tenant: str, key: str) -> list[Any]:
+    """The cold read's rows, the records decoded: ``[(run_id, seal, leaf), records]``."""
+    answer: list[Any] = await driver._execute(_admitted, driver._conn, tenant, key)
+    return answer
+
+
+def _admitted(conn: sqlite3.Connection, tenant: str, key: str) -> list[Any]:
+    rows = conn.execute(_ADMITTED, (tenant, key)).fetchall()
+    first = rows[0] if rows else (None, None, None)
+    return [tuple(first[:3]), records_from_rows(r[3:] for r in rows if r[3] is not None)]
+
+
+async def append_in_one_hop(
+    driver: Any,
+    judge: Judge,
+    *,
+    tenant: str,
+    run: RunId,
+    now: int,
+    expected: tuple[int, Digest] | None,
+    items: Sequence[Append],
+    signer: Signer | None,
+    profile: WireProfile,
+) -> list[Record]:
+    """One guarded append in one write transaction on the connection's thread."""
+    try:
+        records: list[Record] = await driver._execute(
+            _append,
+            driver._conn,
+            judge,
+            tenant,
+            run,
+            now,
+            expected,
+            items,
+            signer,
+            profile,
+        )
+    except sqlite3.Error as exc:  # rolled back (busy past the timeout, a full disk, ...)
+        raise BackendError(
+            f"{type(exc).__name__} [{getattr(exc, 'sqlite_errorname', '')}]: {exc}; "
+            "nothing of this change was written"
+        ) from exc
+    return records
+
+
+def _append(
+    conn: sqlite3.Connection,
+    judge: Judge,
+    tenant: str,
+    run: RunId,
+    now: int,
+    expected: tuple[int, Digest] | None,
+    items: Sequence[Append],
+    signer: Signer | None,
+    profile: WireProfile,
+) -> list[Record]:
+    run_id = str(run)
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        row = conn.execute(_STATE, (tenant, run_id, now)).fetchone()
+        epoch, fence, head_seq, head_hash = judge(run, now, tuple(row), expected)
+        if fence:
+            conn.execute(_FENCE, (tenant, run_id, epoch - 1))
+        if row[4] != 1:
+            conn.execute(_MUTEX, (tenant, run_id, now))
+        records, rows, _ = chain_batch(
+            tenant, run_id, epoch, head_seq, head_hash, items, signer, profile
+        )
+        conn.executemany(_INSERT, rows)
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    return records
