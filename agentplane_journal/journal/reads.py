@@ -11,7 +11,7 @@ an attacker edited is :class:`CorruptRecordError`, never an answer.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from sqlalchemy import and_, literal, or_, select, tuple_
@@ -19,6 +19,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.engine.cursor import _DEFAULT_FETCH as _PLAIN_FETCH
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from agentplane_journal.backends import reader as lean
 from agentplane_journal.core.chain import RunCheck
 from agentplane_journal.core.checks import check_int, check_label, check_run
 from agentplane_journal.core.ids import CaseId, Digest, RunId
@@ -85,6 +86,22 @@ class RunReads(Repository):
     def _key(self, run: RunId) -> Any:
         return and_(Journal.tenant == self.tenant, Journal.run_id == str(run))
 
+    async def _lean(self, session: AsyncSession | None, primary: bool) -> lean.Reader | None:
+        """The store's lean reads (:mod:`agentplane_journal.backends.reader`: one statement,
+        one round trip or thread hop, no ORM) for a read outside a host's ``session``, or
+        ``None`` for the general unit of work: a host's session, a store whose audit reads
+        go to a replica (unless ``primary``), a database the lean reads do not serve."""
+        shared = self._shared
+        if session is not None or (shared.read_sessions is not None and not primary):
+            return None
+        if not shared.reader_made:
+            shared.reader = lean.open_reader(self._dialect, self._bind)
+            shared.reader_made = True
+        if shared.reader is not None:
+            await self._ready()
+        reader: lean.Reader | None = shared.reader
+        return reader
+
     # -- reading -----------------------------------------------------------------------
 
     async def read(
@@ -93,6 +110,9 @@ class RunReads(Repository):
         """The run's records from ``from_seq`` (inclusive; 0 reads like 1), hash-checked."""
         run = check_run(run)
         from_seq = check_int(from_seq, "from_seq")
+        reader = await self._lean(session, primary=False)
+        if reader is not None:
+            return records_from_rows(await reader.rows(lean.FROM, self.tenant, str(run), from_seq))
         stmt = (
             select(*RECORD_COLUMNS)
             .where(self._key(run), Journal.seq >= from_seq)
@@ -113,6 +133,17 @@ class RunReads(Repository):
         seal needs, e.g. the LangGraph saver; ``RunCheck.finish(sealed)`` compares them)."""
         run = check_run(run)
         from_seq = check_int(from_seq, "from_seq")
+        reader = await self._lean(session, primary=True)
+        if reader is not None:  # the seal and the records from one statement: one snapshot
+            rows = await reader.rows(lean.SEALED, self.tenant, str(run), from_seq)
+            seal = rows[0][-1] if rows else None
+            records = (
+                []
+                if not rows or rows[0][0] is None
+                else records_from_rows(tuple(row)[:-1] for row in rows)
+            )
+            last = records[-1].seq if records else 0
+            return records, None if seal is None else digest(seal, last)
         seal_stmt = select(RunSeal.chain_head).where(
             RunSeal.tenant == self.tenant, RunSeal.run_id == str(run)
         )
@@ -211,6 +242,13 @@ class RunReads(Repository):
         forged head is :class:`CorruptRecordError`, not an answer.
         """
         run = check_run(run)
+        reader = await self._lean(session, primary=True)
+        if reader is not None:
+            rows = await reader.rows(lean.HEAD, self.tenant, str(run))
+            if not rows:
+                return Head(0, Digest.ZERO)
+            record = record_from_row(tuple(rows[0]))
+            return Head(record.seq, record.hash)
         stmt = select(*RECORD_COLUMNS).where(self._key(run)).order_by(Journal.seq.desc()).limit(1)
 
         async def unit(session: AsyncSession) -> Head:
@@ -221,6 +259,50 @@ class RunReads(Repository):
             return Head(record.seq, record.hash)
 
         return await self._unit(unit, read_only=True, primary=True, session=session)
+
+    async def record_at(
+        self, run: RunId, seq: int, *, session: AsyncSession | None = None
+    ) -> Record | None:
+        """The run's record at ``seq`` (``None``: there is none), hash-checked and compared
+        with its columns like any read; one statement, whatever the run's length.
+
+        It vouches for that record alone: that it is on the run's chain needs its
+        neighbours (``verify``), a seal or a signature (see docs/guides/langgraph.md's trust
+        model for what a reader that keeps a verified point can check)."""
+        run = check_run(run)
+        seq = check_int(seq, "seq", minimum=1)
+        found = await self.records_at(run, [seq], session=session)
+        return found[0] if found else None
+
+    async def records_at(
+        self, run: RunId, seqs: Sequence[int], *, session: AsyncSession | None = None
+    ) -> list[Record]:
+        """The run's records at ``seqs`` that exist, by seq, each hash-checked and compared
+        with its columns: one statement for the lot (a reader that knows which records it
+        needs, such as a LangGraph checkpoint naming the records holding its blobs, reads
+        those and not the run). A missing seq is simply absent: the caller that expected it
+        says what that means."""
+        run = check_run(run)
+        wanted = sorted({check_int(s, "seq", minimum=1) for s in seqs})
+        if not wanted:
+            return []
+        reader = await self._lean(session, primary=False)
+        if reader is not None:
+            listed = "[" + ",".join(map(str, wanted)) + "]"
+            if reader.dialect == "postgresql":
+                listed = "{" + listed[1:-1] + "}"
+            rows = await reader.rows(lean.SEQS[reader.dialect], self.tenant, str(run), listed)
+            return [record_from_row(tuple(row)) for row in rows]
+        stmt = (
+            select(*RECORD_COLUMNS)
+            .where(self._key(run), Journal.seq.in_(wanted))
+            .order_by(Journal.seq)
+        )
+
+        async def unit(session: AsyncSession) -> list[Record]:
+            return [record_from_row(row) for row in await driver_rows(session, stmt)]
+
+        return await self._unit(unit, read_only=True, session=session)
 
     async def case_history(
         self, case: CaseId, limit: int, *, session: AsyncSession | None = None
