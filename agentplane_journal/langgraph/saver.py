@@ -162,7 +162,9 @@ class JournalSaver(BaseCheckpointSaver[int]):
         self._leases: dict[_Key, tuple[int, float]] = {}
         self._seen: dict[_Key, int] = {}
         self._known: dict[_Key, tuple[int, Digest]] = {}
-        self._locks: dict[_Key, asyncio.Lock] = {}
+        #: Each thread's write lock and how many calls hold or wait for it: dropped when
+        #: none does, so an idle thread keeps no lock.
+        self._locks: dict[_Key, tuple[asyncio.Lock, int]] = {}
         self._cache: OrderedDict[_Key, ThreadView] = OrderedDict()
 
     # -- construction ------------------------------------------------------------------
@@ -265,11 +267,20 @@ class JournalSaver(BaseCheckpointSaver[int]):
         ns = configurable.get("checkpoint_ns") or ""
         return self._store(configurable.get("tenant")), str(thread_id), str(ns)
 
-    def _lock(self, key: _Key) -> asyncio.Lock:
-        lock = self._locks.get(key)
-        if lock is None:
-            lock = self._locks[key] = asyncio.Lock()
-        return lock
+    @asynccontextmanager
+    async def _lock(self, key: _Key) -> AsyncIterator[None]:
+        """The thread's write lock, held in the block (one write of this saver at a time)."""
+        lock, users = self._locks.get(key) or (asyncio.Lock(), 0)
+        self._locks[key] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self._locks[key]
+            if users == 1:
+                del self._locks[key]
+            else:
+                self._locks[key] = (lock, users - 1)
 
     async def _walked(self, store: SqlJournalStore, run: RunId, got: Any) -> list[Record]:
         """A run's records from ``read_runs`` (the walk over every thread), verified
