@@ -129,3 +129,36 @@ async def test_an_edited_row_read_alone_is_corrupt(make_store: Callable[..., Any
         await store.read(victim.run)
     assert [r.seq for r in await store.read(victim.run, 3)] == [3]  # past it: not read
     assert (await store.record_at(victim.run, 1)) is not None  # a neighbour alone is intact
+
+
+_EDIT_17 = "UPDATE journal SET kind = 'Other' WHERE tenant = :t AND run_id = :r AND seq = 17"
+
+
+async def test_pages_fetched_ahead_join_up_and_every_page_is_checked(
+    make_store: Callable[..., Any],
+) -> None:
+    store: SqlJournalStore = await make_store()
+    run = await _written(store, 25)
+    pages = [[r.seq for r in page] async for page in store.pages(run, page_size=10)]
+    assert pages == [list(range(1, 11)), list(range(11, 21)), list(range(21, 26))]
+    assert [r.seq async for r in store.stream(run, 3, page_size=7)] == list(range(3, 26))
+    one = len((await store.read(run, 5))[0].raw)
+    cut = [len(page) async for page in store.pages(run, page_size=10, page_bytes=one * 3)]
+    assert sum(cut) == 25 and max(cut) <= 4  # the byte budget cuts the pages too
+    head = await store.verify(run)
+    # A row edited in a later page: that page's check fails, whatever was fetched ahead.
+    async with store.engine.begin() as conn:
+        from sqlalchemy import text
+
+        await conn.execute(
+            text(
+                "UPDATE journal SET kind = 'Other' WHERE tenant = :t AND run_id = :r AND seq = 17"
+            ),
+            {"t": store.tenant, "r": str(run)},
+        )
+    with pytest.raises(CorruptRecordError) as caught:
+        await store.verify(run)
+    assert caught.value.seq == 17
+    with pytest.raises(CorruptRecordError):
+        [r async for r in store.stream(run, page_size=10)]
+    assert head == (await store.read(run, 25))[0].hash

@@ -46,7 +46,7 @@ from agentplane_journal.db.statements import RECORD_COLUMNS
 from agentplane_journal.db.unit import describe
 from agentplane_journal.errors import BackendError, PoolerError
 
-__all__ = ["AT", "FROM", "HEAD", "SEALED", "SEQS", "Reader", "open_reader"]
+__all__ = ["AT", "FROM", "HEAD", "PAGE", "SEAL", "SEALED", "SEQS", "Reader", "open_reader"]
 
 _COLUMNS = ", ".join(c.name for c in RECORD_COLUMNS)
 _J_COLUMNS = ", ".join("j." + c.name for c in RECORD_COLUMNS)
@@ -75,6 +75,8 @@ SEQS = {
         " AND seq IN (SELECT value FROM json_each($3)) ORDER BY seq"
     ),
 }
+#: The run's sealed head alone.
+SEAL = "SELECT chain_head FROM {s}run_seal WHERE tenant = $1 AND run_id = $2"
 #: The run's seal (``chain_head``, the last column of every row) and its records from ``$3``
 #: on, in one statement: at least one row (all record columns NULL when there is none).
 SEALED = (
@@ -82,6 +84,25 @@ SEALED = (
     " LEFT JOIN {s}run_seal s ON s.tenant = $1 AND s.run_id = $2"
     " LEFT JOIN {s}journal j ON j.tenant = $1 AND j.run_id = $2 AND j.seq >= $3"
     " ORDER BY j.seq"
+)
+
+
+_SIZES = (
+    "SELECT coalesce(length(raw), 0) AS n{seq} FROM {{s}}journal"
+    " WHERE tenant = $1 AND run_id = $2 AND seq >= $3 ORDER BY seq LIMIT $5"
+)
+#: A page of a run's records from ``$3``: at most ``$5`` records, and only those stored before
+#: ``$4`` bytes of ``raw`` were reached (so always the first): the text of
+#: :func:`~agentplane_journal.db.statements.page_statement` (which says why it reads the
+#: lengths first), for the lean reads.
+PAGE = (
+    f"SELECT {_COLUMNS} FROM {{s}}journal WHERE tenant = $1 AND run_id = $2 AND seq >= $3"
+    " ORDER BY seq LIMIT (SELECT CASE WHEN coalesce(sum(t.n), 0) < $4 THEN $5 ELSE"
+    " (SELECT count(*) FROM (SELECT sum(w.n) OVER (ORDER BY w.seq) - w.n AS before FROM ("
+    + _SIZES.format(seq=", seq")
+    + ") w) b WHERE b.before < $4) END FROM ("
+    + _SIZES.format(seq="")
+    + ") t)"
 )
 
 

@@ -68,7 +68,9 @@ General = Callable[[], Awaitable[list[Record]]]
 def _unreachable(exc: Exception) -> BackendError:
     """What a caller hears when no connection could be had for its group (never sent)."""
     if isinstance(exc, PoolTimeoutError):
-        return BackendError(f"no pooled connection came free in time: {exc}")
+        return BackendError(
+            f"cannot reach the database: no pooled connection came free in time: {exc}"
+        )
     return BackendError(f"cannot reach the database: {exc}")
 
 

@@ -11,6 +11,7 @@ an attacker edited is :class:`CorruptRecordError`, never an answer.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -78,6 +79,17 @@ def _driver_rows(conn: Connection, stmt: Any, params: dict[str, Any] | None) -> 
         return list(result)
     finally:
         result.close()
+
+
+def _left(fetch: asyncio.Future[Any] | None) -> None:
+    """A page fetched ahead and not wanted: left to finish (a driver's statement is never
+    interrupted mid-way), its outcome, error included, read by nobody."""
+    if fetch is None:
+        return
+    if not fetch.done():
+        fetch.add_done_callback(_left)
+    elif not fetch.cancelled():
+        fetch.exception()  # retrieved: never "exception was never retrieved"
 
 
 class RunReads(Repository):
@@ -216,6 +228,11 @@ class RunReads(Repository):
     ) -> AsyncIterator[list[Record]]:
         """The run's records from ``from_seq`` in pages of at most ``size`` records and
         ``budget`` bytes (besides a page's first record), one read each."""
+        reader = await self._lean(session, primary=False)
+        if reader is not None:
+            async for records in self._lean_pages(reader, run, from_seq, size, budget):
+                yield records
+            return
         stmt, tenant, run_id = page_statement(size), self.tenant, str(run)
         at = from_seq
         while True:
@@ -234,6 +251,48 @@ class RunReads(Repository):
             if len(page) < size and sum(len(r.raw) for r in page) < budget:
                 return
             at = page[-1].seq + 1
+
+    async def _lean_pages(
+        self, reader: lean.Reader, run: RunId, at: int, size: int, budget: int
+    ) -> AsyncIterator[list[Record]]:
+        """:meth:`_pages` by the lean reads, the next page fetched while this one is checked
+        (on SQLite the driver's thread reads it meanwhile; on PostgreSQL the server).
+
+        Where the next page starts is read from the rows before they are checked, only to
+        start it early: the page's checks still decide (as in :meth:`_pages`) whether there
+        is a next page and where; a fetch they do not confirm is left to finish unread, and
+        a row whose seq is not an integer starts nothing. Memory: two pages at most (the
+        one checked and the one fetched ahead), each within ``size`` and ``budget``.
+        """
+        tenant, run_id = self.tenant, str(run)
+
+        def fetch(start: int) -> asyncio.Future[list[Any]]:
+            rows = reader.rows(lean.PAGE, tenant, run_id, start, budget, size)
+            return asyncio.ensure_future(rows)
+
+        ahead: asyncio.Future[list[Any]] | None = fetch(at)
+        try:
+            while ahead is not None:
+                rows = await ahead
+                ahead = None
+                if not rows:
+                    return
+                guess = rows[-1][0]
+                if type(guess) is int and (
+                    len(rows) >= size
+                    or sum(len(r[3]) if type(r[3]) is bytes else budget for r in rows) >= budget
+                ):
+                    ahead = fetch(guess + 1)
+                page = records_from_rows(rows)
+                yield page
+                # As in _pages: a short page is the run's end unless the budget cut it.
+                if len(page) < size and sum(len(r.raw) for r in page) < budget:
+                    return
+                if ahead is None or guess != page[-1].seq:
+                    _left(ahead)
+                    ahead = fetch(page[-1].seq + 1)
+        finally:
+            _left(ahead)
 
     async def head(self, run: RunId, *, session: AsyncSession | None = None) -> Head:
         """``Head(seq, hash)``; an unwritten run is ``Head(0, Digest.ZERO)``.
@@ -391,7 +450,12 @@ class RunReads(Repository):
 
         # The seal first: once it is there no append lands, so the records read next (later
         # snapshots, page by page) are the ones it sealed. Pages keep memory bounded.
-        sealed = await self._unit(seal_unit, read_only=True, session=session)
+        reader = await self._lean(session, primary=False)
+        if reader is not None:
+            found = await reader.rows(lean.SEAL, self.tenant, str(run))
+            sealed: object = found[0][0] if found else None
+        else:
+            sealed = await self._unit(seal_unit, read_only=True, session=session)
         check = RunCheck(verifier, require_signature)
         async for page in self._pages(run, 1, STREAM_PAGE, PAGE_BYTES, session):
             check.feed(page)
