@@ -7,14 +7,18 @@ rebuilt and looked up in SQLAlchemy's cache, and on SQLite about a dozen hops to
 thread, for a read whose rows take a few microseconds to fetch. Here a read is one statement
 whose text is built once (per schema), sent on a pooled connection's driver:
 
-* **PostgreSQL**: asyncpg's ``fetch`` in autocommit, one round trip (a statement is its own
-  snapshot). Behind a transaction pooler (no statement cache) it runs in a transaction, as the
-  append path does, so asyncpg's prepare and execute reach one server connection.
-* **SQLite**: a queue of reads drained by one leader on a connection it keeps while reads
-  keep arriving (the append writer's skeleton,
-  :class:`~agentplane_journal.backends.writer.GroupWriter`); every read waiting when the
-  leader turns is run in the same hop, each its own statement outside any transaction (WAL:
-  each statement sees the last commit).
+Reads queue, and leaders drain them on pooled connections they keep while reads keep
+arriving (the append writer's skeleton,
+:class:`~agentplane_journal.backends.writer.GroupWriter`: no checkout per read, the
+connection back in the pool once one event-loop turn brings nothing new):
+
+* **PostgreSQL**: up to four leaders, each read asyncpg's ``fetch`` in autocommit, one round
+  trip (a statement is its own snapshot). Behind a transaction pooler (no statement cache) it
+  runs in a transaction, as the append path does, so asyncpg's prepare and execute reach one
+  server connection.
+* **SQLite**: one leader; every read waiting when it turns is run in the same hop to
+  aiosqlite's thread, each its own statement outside any transaction (WAL: each statement
+  sees the last commit).
 
 The rows come back as the driver gives them (tuples, asyncpg's records), in
 :data:`~agentplane_journal.db.statements.RECORD_COLUMNS` order, for the caller to check
@@ -35,7 +39,6 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from agentplane_journal.backends.head_cache import HeadCache
@@ -147,41 +150,20 @@ class Reader:
         self._dialect = dialect
         self._sqlite = sqlite
         self._schema = schema
-        self._queue = _SqliteReads(bind) if sqlite else None
+        self._queue: GroupWriter[_Read, list[Any]] = (
+            _SqliteReads(bind) if sqlite else _PostgresReads(bind, dialect)
+        )
         self.dialect = "sqlite" if sqlite else "postgresql"
 
     async def rows(self, statement: str, *args: Any) -> list[Any]:
         """``statement``'s rows (one of this module's), with ``args`` for ``$1``, ``$2``..."""
         sql = _text(statement, self._schema, self._sqlite)
-        if self._queue is not None:
-            loop = asyncio.get_running_loop()
-            return await self._queue.submit(_Read(sql, args, loop.create_future()))
-        try:
-            conn = await self._bind.connect()
-        except PoolTimeoutError as exc:  # before any statement: nothing was sent
-            raise BackendError(f"no pooled connection came free in time: {exc}") from exc
-        except Exception as exc:
-            raise BackendError(f"cannot reach the database: {describe(exc)}") from exc
-        try:
-            driver: Any = (await conn.get_raw_connection()).driver_connection
-            if getattr(driver, "_stmt_cache_enabled", True):
-                return list(await driver.fetch(sql, *args))
-            async with driver.transaction(readonly=True):  # behind a transaction pooler
-                return list(await driver.fetch(sql, *args))
-        except Exception as exc:  # the driver's, a lost connection's
-            # Never pooled again: the pool cannot tell a dropped connection from a live
-            # one when the error did not pass through SQLAlchemy.
-            await conn.invalidate(exc)
-            if self._dialect.pooler_misrouted(exc):  # a refusal: the statement never ran
-                raise PoolerError(describe(exc)) from exc
-            raise _failed(exc) from exc
-        finally:
-            await conn.close()
+        loop = asyncio.get_running_loop()
+        return await self._queue.submit(_Read(sql, args, loop.create_future()))
 
     async def idle(self) -> None:
         """Wait until every queued read is answered and the connection is back."""
-        if self._queue is not None:
-            await self._queue.idle()
+        await self._queue.idle()
 
 
 def _failed(exc: BaseException) -> BackendError:
@@ -226,6 +208,59 @@ class _SqliteReads(GroupWriter[_Read, list[Any]]):
         if isinstance(answer, BaseException) and not isinstance(answer, BackendError):
             return _failed(answer)
         return answer
+
+
+class _PostgresReads(GroupWriter[_Read, list[Any]]):
+    """The PostgreSQL read queue: up to :data:`_PG_CONNECTIONS` leaders, each on a pooled
+    connection it keeps while reads keep arriving (no checkout per read), one read per
+    round trip (asyncpg's ``fetch``). A connection a read failed on is invalidated, never
+    pooled again: the pool cannot tell a dropped connection from a live one when the error
+    did not pass through SQLAlchemy."""
+
+    def __init__(self, bind: AsyncEngine, dialect: Dialect) -> None:
+        super().__init__(bind, HeadCache(), group_commit=False, connections=_PG_CONNECTIONS)
+        self._dialect = dialect
+
+    def _take(self) -> list[_Read]:
+        while self._pending:
+            read = self._pending.pop(0)
+            if not read.future.done():
+                return [read]
+        return []
+
+    async def _execute(
+        self, driver: Any, group: list[_Read]
+    ) -> tuple[list[list[Any] | BaseException], bool]:
+        [read] = group
+        try:
+            if getattr(driver, "_stmt_cache_enabled", True):
+                return [list(await driver.fetch(read.sql, *read.args))], True
+            async with driver.transaction(readonly=True):  # behind a transaction pooler
+                return [list(await driver.fetch(read.sql, *read.args))], True
+        except Exception as exc:  # the driver's, a lost connection's
+            if self._dialect.pooler_misrouted(exc):  # a refusal: the statement never ran
+                error: BaseException = PoolerError(describe(exc))
+            else:
+                error = _failed(exc)
+            error.__cause__ = exc
+            return [error], False
+
+    def _interrupted(self, group: list[_Read], exc: BaseException) -> None:
+        for read in group:
+            if not read.future.done():
+                read.future.cancel()
+
+    async def _abandon(self, conn: AsyncConnection) -> None:
+        await conn.invalidate()
+
+    def _heard(
+        self, request: _Read, answer: list[Any] | BaseException
+    ) -> list[Any] | BaseException:
+        return answer
+
+
+#: Reads in flight at once on PostgreSQL (each on a connection of the engine's pool).
+_PG_CONNECTIONS = 4
 
 
 def open_reader(dialect: Dialect, bind: AsyncEngine) -> Reader | None:
