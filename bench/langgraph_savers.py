@@ -22,12 +22,23 @@ step), then reads each thread's latest checkpoint (``get_tuple``) ``--depth`` ti
 are interleaved (the contenders take turns, in a rotating order) so load from elsewhere on
 the machine spreads over both; the table shows each median with its min-max, then the
 ratio journal / langgraph. Figures, never assertions.
+
+Then, in interleaved rounds too (issue 32's targets):
+
+* turns/s with ``--concurrency`` (8) threads written at once by one saver;
+* cold ``get_tuple`` of a thread 10, 100 and 1,000 checkpoints deep: ``journal`` is a new
+  ``JournalSaver`` (no verified point: the whole chain), ``journal-shared`` a new one with
+  ``share_verified=True`` after another saver of the process verified the thread (its
+  point: docs/guides/langgraph.md's trust model); LangGraph's savers keep no state, so
+  theirs is a ``get_tuple`` by the open saver;
+* the machine's load average, before and after.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import statistics
 import time
 import uuid
@@ -99,11 +110,116 @@ async def one_round(
     return steps / (wrote - start), steps / (read - wrote)
 
 
+async def concurrent_round(saver: BaseCheckpointSaver[Any], threads: int, depth: int) -> float:
+    """Turns/s with ``threads`` threads written at once (each ``depth`` turns)."""
+
+    async def one(thread: str) -> None:
+        config: dict[str, Any] = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
+        for step in range(depth):
+            config = await _turn(saver, config, step)
+
+    start = time.perf_counter()
+    await asyncio.gather(*(one(f"bench-{uuid.uuid4().hex}") for _ in range(threads)))
+    return threads * depth / (time.perf_counter() - start)
+
+
+async def _turn(saver: BaseCheckpointSaver[Any], config: Any, step: int) -> Any:
+    checkpoint = empty_checkpoint()
+    checkpoint["id"] = str(uuid6(clock_seq=-1))
+    checkpoint["channel_values"] = {
+        "messages": [f"message {i} of step {step}: " + "x" * 60 for i in range(3)],
+        "step": step,
+    }
+    checkpoint["channel_versions"] = {"messages": step + 1, "step": step + 1}
+    config = await saver.aput(
+        config,
+        checkpoint,
+        {"source": "loop", "step": step, "parents": {}},
+        {"messages": step + 1, "step": step + 1},
+    )
+    await saver.aput_writes(config, [("messages", ["reply"])], str(uuid.uuid4()))
+    return config
+
+
+async def deep_thread(saver: BaseCheckpointSaver[Any], depth: int) -> str:
+    thread = f"deep-{depth}-{uuid.uuid4().hex}"
+    config: dict[str, Any] = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
+    for step in range(depth):
+        config = await _turn(saver, config, step)
+    return thread
+
+
+async def cold_get(saver: BaseCheckpointSaver[Any], name: str, thread: str, tries: int) -> float:
+    """Median seconds of a cold ``get_tuple`` (see the module) over ``tries``."""
+    times = []
+    config = {"configurable": {"thread_id": thread}}
+    for _ in range(tries):
+        reader = saver
+        if name.startswith("journal"):
+            assert isinstance(saver, JournalSaver)
+            reader = JournalSaver(saver.store, share_verified=name == "journal-shared")
+        start = time.perf_counter()
+        got = await reader.aget_tuple(config)
+        times.append(time.perf_counter() - start)
+        assert got is not None
+    return statistics.median(times)
+
+
+async def bench_cold(backend: Backend, rounds: int, concurrency: int, depths: list[int]) -> None:
+    print(f"  load average before: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
+    async with journal(backend) as j, langgraph(backend) as lg:
+        savers: dict[str, BaseCheckpointSaver[Any]] = {"journal": j, "langgraph": lg}
+        many: dict[str, list[float]] = {name: [] for name in savers}
+        names = list(savers)
+        for r in range(rounds):
+            for name in names[r % 2 :] + names[: r % 2]:
+                many[name].append(await concurrent_round(savers[name], concurrency, 5))
+        print(f"  {concurrency} threads at once, turns/s (put+put_writes), {rounds} rounds:")
+        for name in names:
+            print(f"    {name:<10} {spread(many[name])}")
+        ratio = statistics.median(many["journal"]) / statistics.median(many["langgraph"])
+        print(f"    journal / langgraph: {ratio:.2f}x")
+        threads = {
+            (name, depth): await deep_thread(savers[name], depth)
+            for depth in depths
+            for name in names
+        }
+        for depth in depths:  # the process's verified point, for journal-shared
+            await JournalSaver(j.store, share_verified=True).aget_tuple(
+                {"configurable": {"thread_id": threads[("journal", depth)]}}
+            )
+        print("  cold get_tuple, ms (median of rounds):")
+        contenders = ["journal", "journal-shared", "langgraph"]
+        for depth in depths:
+            got: dict[str, list[float]] = {name: [] for name in contenders}
+            for r in range(rounds):
+                for name in contenders[r % 3 :] + contenders[: r % 3]:
+                    saver = savers["langgraph" if name == "langgraph" else "journal"]
+                    key = ("langgraph" if name == "langgraph" else "journal", depth)
+                    got[name].append(await cold_get(saver, name, threads[key], 3))
+            cells = "  ".join(
+                f"{name} {statistics.median(got[name]) * 1e3:7.2f}" for name in contenders
+            )
+            peer = statistics.median(got["langgraph"])
+            ratios = ", ".join(
+                f"{name} {statistics.median(got[name]) / peer:.1f}x" for name in contenders[:2]
+            )
+            print(f"    {depth:>5} checkpoints: {cells}   (/ langgraph: {ratios})")
+    print(f"  load average after: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
+
+
 def spread(values: list[float]) -> str:
     return f"{statistics.median(values):8.0f}  ({min(values):.0f}-{max(values):.0f})"
 
 
-async def bench(backend: Backend, rounds: int, threads: int, depth: int) -> None:
+async def bench(
+    backend: Backend,
+    rounds: int,
+    threads: int,
+    depth: int,
+    concurrency: int = 8,
+    cold_depths: list[int] | None = None,
+) -> None:
     contenders: dict[str, Opener] = {"journal": journal, "langgraph": langgraph}
     puts: dict[str, list[float]] = {name: [] for name in contenders}
     gets: dict[str, list[float]] = {name: [] for name in contenders}
@@ -125,6 +241,8 @@ async def bench(backend: Backend, rounds: int, threads: int, depth: int) -> None
     ratio_put = statistics.median(puts["journal"]) / statistics.median(puts["langgraph"])
     ratio_get = statistics.median(gets["journal"]) / statistics.median(gets["langgraph"])
     print(f"  journal / langgraph: steps {ratio_put:.2f}x, gets {ratio_get:.2f}x")
+    if cold_depths:
+        await bench_cold(backend, rounds, concurrency, cold_depths)
 
 
 async def main() -> None:
@@ -134,13 +252,16 @@ async def main() -> None:
     parser.add_argument("--depth", type=int, default=10)
     parser.add_argument("--pg-url", default=None)
     parser.add_argument("--only", choices=("sqlite", "postgresql"), default=None)
+    parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--cold", default="10,100,1000", help="cold get_tuple depths")
     args = parser.parse_args()
+    cold = [int(d) for d in args.cold.split(",") if d]
     if args.only in (None, "sqlite"):
         async with sqlite_backend() as backend:
-            await bench(backend, args.rounds, args.threads, args.depth)
+            await bench(backend, args.rounds, args.threads, args.depth, args.concurrency, cold)
     if args.only in (None, "postgresql"):
         async with postgres_backend(args.pg_url) as backend:
-            await bench(backend, args.rounds, args.threads, args.depth)
+            await bench(backend, args.rounds, args.threads, args.depth, args.concurrency, cold)
 
 
 if __name__ == "__main__":

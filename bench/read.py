@@ -13,13 +13,20 @@ The three are timed in interleaved rounds (``--rounds``; the machine may be shar
 line gives the best and the median rate, the peak Python memory (tracemalloc, a separate
 call), and the time as a multiple of the floor's (best over best, and the median over the
 rounds of each round's ratio).
-Figures, never assertions.
+
+Then issue 32's two read targets, interleaved too: a short run's ``store.read`` (10
+records, ``--short-calls`` reads a round) against a bare ``SELECT`` of its rows on a kept
+connection (target: at most 4x), and read + verify in records/s against the bare read +
+SHA-256 + ``json.loads`` of every row (target: 100k/s on SQLite). The machine's load
+average is printed. Figures, never assertions.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
+import json
 import os
 import statistics
 import time
@@ -97,12 +104,71 @@ async def bench(
         print(line)
 
 
+async def short_bench(
+    name: str,
+    url: str,
+    bare: Callable[[str], Awaitable[list[Any]]],
+    rounds: int,
+    calls: int,
+    long_run: int,
+) -> None:
+    """``store.read`` of a 10-record run against ``bare``; read+verify against hash+parse."""
+    store = await SqlJournalStore.connect(url)
+    short = RunId.generate()
+    for i in range(10):
+        await store.append(1, [Append(short, "Note", {**PAYLOAD, "i": i})])
+    long = RunId.generate()
+    for start in range(0, long_run, 1000):
+        n = min(1000, long_run - start)
+        await store.append(1, [Append(long, "Note", PAYLOAD) for _ in range(n)])
+
+    async def hashed_parsed() -> None:
+        for row in await bare(str(long)):
+            hashlib.sha256(bytes(row[1]) + bytes(row[3])).digest()
+            json.loads(bytes(row[3]))
+
+    async def read_verify() -> None:
+        await store.read(long)
+        await store.verify(long)
+
+    async def many(fn: Callable[[], Awaitable[Any]]) -> float:
+        start = time.perf_counter()
+        for _ in range(calls):
+            await fn()
+        return (time.perf_counter() - start) / calls
+
+    ratios, reads, floors, verifies, bases = [], [], [], [], []
+    for fn in (lambda: bare(str(short)), lambda: store.read(short)):
+        await many(fn)  # warm
+    for _ in range(rounds):
+        floor = await many(lambda: bare(str(short)))
+        read = await many(lambda: store.read(short))
+        floors.append(floor)
+        reads.append(read)
+        ratios.append(read / floor)
+        bases.append(long_run / await seconds(hashed_parsed))
+        verifies.append(long_run / (await seconds(read_verify) / 2))
+    await store.close()
+    m = statistics.median
+    print(
+        f"{name}: store.read of 10 records {m(reads) * 1e6:.0f} us, bare SELECT"
+        f" {m(floors) * 1e6:.0f} us: x{m(ratios):.2f} (rounds' median; target <= 4)"
+    )
+    print(
+        f"{name}: read / verify of {long_run:,} records {m(verifies):,.0f} records/s, bare read"
+        f" + sha256 + json.loads {m(bases):,.0f}/s: x{m(verifies) / m(bases):.2f}"
+        " (target >= 100,000/s on SQLite)"
+    )
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=20000)
     parser.add_argument("--rounds", type=int, default=9, help="interleaved rounds (default 9)")
     parser.add_argument("--pg-url", default=os.environ.get("AGENTPLANE_JOURNAL_BENCH_PG_URL"))
+    parser.add_argument("--short-calls", type=int, default=300)
     args = parser.parse_args()
+    print(f"load average: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
 
     async with sqlite_backend() as db:
         path = db.driver_target
@@ -113,6 +179,15 @@ async def main() -> None:
                 return list(await cursor.fetchall())
 
         await bench(db.name, db.url, floor_sqlite, args.records, args.rounds)
+        async with aiosqlite.connect(path) as kept:
+
+            async def bare_sqlite(run: str) -> list[Any]:
+                cursor = await kept.execute(SELECT.format("?", "?"), ("default", run))
+                return list(await cursor.fetchall())
+
+            await short_bench(
+                db.name, db.url, bare_sqlite, args.rounds, args.short_calls, args.records
+            )
 
     async with postgres_backend(args.pg_url) as db:
         dsn = db.driver_target
@@ -125,6 +200,16 @@ async def main() -> None:
                 await conn.close()
 
         await bench(db.name, db.url, floor_pg, args.records, args.rounds)
+        kept_pg = await asyncpg.connect(dsn)
+        try:
+
+            async def bare_pg(run: str) -> list[Any]:
+                return list(await kept_pg.fetch(SELECT.format("$1", "$2"), "default", run))
+
+            await short_bench(db.name, db.url, bare_pg, args.rounds, args.short_calls, args.records)
+        finally:
+            await kept_pg.close()
+    print(f"load average: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
 
 
 if __name__ == "__main__":

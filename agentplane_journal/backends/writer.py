@@ -47,6 +47,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Generic, Protocol, TypeVar
 
+from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from agentplane_journal.backends import pool_share as _pool
@@ -62,6 +63,15 @@ __all__ = ["General", "GroupWriter", "HotPath", "Waiting"]
 
 #: The same append as a general unit of work (``store.py``), whose answers are the reference.
 General = Callable[[], Awaitable[list[Record]]]
+
+
+def _unreachable(exc: Exception) -> BackendError:
+    """What a caller hears when no connection could be had for its group (never sent)."""
+    if isinstance(exc, PoolTimeoutError):
+        return BackendError(
+            f"cannot reach the database: no pooled connection came free in time: {exc}"
+        )
+    return BackendError(f"cannot reach the database: {exc}")
 
 
 class HotPath(Protocol):
@@ -212,7 +222,7 @@ class GroupWriter(ABC, Generic[R, T]):
                     # Checking out or opening the connection (a DBAPIError, an OSError, the
                     # pool's TimeoutError...): the next group was never sent.
                     group = self._take()
-                    error = BackendError(f"cannot reach the database: {exc}")
+                    error = _unreachable(exc)
                     self._answer(group, [error] * len(group))
                 if short:
                     await _pool.hand_over(self._bind)

@@ -100,6 +100,10 @@ class _Shared:
     #: The process's hot append path for this store, chosen by the dialect object
     #: (``backends.dispatch.hot_path``; a ``backends.writer.HotPath``).
     writer: Any = None
+    #: The store's lean reads (``backends.reader.Reader``, or ``None`` where they do not
+    #: apply), made at the first read (``reader_made``).
+    reader: Any = None
+    reader_made: bool = False
 
 
 class Rollback(Exception):
@@ -196,6 +200,8 @@ class Repository:
         """Dispose of the engines this store opened (a caller's engines stay open)."""
         if self._shared.writer is not None:  # its connections back in the pool first
             await self._shared.writer.idle()
+        if self._shared.reader is not None:
+            await self._shared.reader.idle()
         if self._shared.owns_engine:
             await self._shared.engine.dispose()
         if self._shared.owns_read_engine and self._shared.read_engine is not None:

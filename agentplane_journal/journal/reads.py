@@ -11,7 +11,8 @@ an attacker edited is :class:`CorruptRecordError`, never an answer.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from sqlalchemy import and_, literal, or_, select, tuple_
@@ -19,6 +20,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.engine.cursor import _DEFAULT_FETCH as _PLAIN_FETCH
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from agentplane_journal.backends import reader as lean
 from agentplane_journal.core.chain import RunCheck
 from agentplane_journal.core.checks import check_int, check_label, check_run
 from agentplane_journal.core.ids import CaseId, Digest, RunId
@@ -79,11 +81,38 @@ def _driver_rows(conn: Connection, stmt: Any, params: dict[str, Any] | None) -> 
         result.close()
 
 
+def _left(fetch: asyncio.Future[Any] | None) -> None:
+    """A page fetched ahead and not wanted: left to finish (a driver's statement is never
+    interrupted mid-way), its outcome, error included, read by nobody."""
+    if fetch is None:
+        return
+    if not fetch.done():
+        fetch.add_done_callback(_left)
+    elif not fetch.cancelled():
+        fetch.exception()  # retrieved: never "exception was never retrieved"
+
+
 class RunReads(Repository):
     """The store's per-run reads: every method here only reads."""
 
     def _key(self, run: RunId) -> Any:
         return and_(Journal.tenant == self.tenant, Journal.run_id == str(run))
+
+    async def _lean(self, session: AsyncSession | None, primary: bool) -> lean.Reader | None:
+        """The store's lean reads (:mod:`agentplane_journal.backends.reader`: one statement,
+        one round trip or thread hop, no ORM) for a read outside a host's ``session``, or
+        ``None`` for the general unit of work: a host's session, a store whose audit reads
+        go to a replica (unless ``primary``), a database the lean reads do not serve."""
+        shared = self._shared
+        if session is not None or (shared.read_sessions is not None and not primary):
+            return None
+        if not shared.reader_made:
+            shared.reader = lean.open_reader(self._dialect, self._bind)
+            shared.reader_made = True
+        if shared.reader is not None:
+            await self._ready()
+        reader: lean.Reader | None = shared.reader
+        return reader
 
     # -- reading -----------------------------------------------------------------------
 
@@ -93,6 +122,9 @@ class RunReads(Repository):
         """The run's records from ``from_seq`` (inclusive; 0 reads like 1), hash-checked."""
         run = check_run(run)
         from_seq = check_int(from_seq, "from_seq")
+        reader = await self._lean(session, primary=False)
+        if reader is not None:
+            return records_from_rows(await reader.rows(lean.FROM, self.tenant, str(run), from_seq))
         stmt = (
             select(*RECORD_COLUMNS)
             .where(self._key(run), Journal.seq >= from_seq)
@@ -113,6 +145,17 @@ class RunReads(Repository):
         seal needs, e.g. the LangGraph saver; ``RunCheck.finish(sealed)`` compares them)."""
         run = check_run(run)
         from_seq = check_int(from_seq, "from_seq")
+        reader = await self._lean(session, primary=True)
+        if reader is not None:  # the seal and the records from one statement: one snapshot
+            rows = await reader.rows(lean.SEALED, self.tenant, str(run), from_seq)
+            seal = rows[0][-1] if rows else None
+            records = (
+                []
+                if not rows or rows[0][0] is None
+                else records_from_rows(tuple(row)[:-1] for row in rows)
+            )
+            last = records[-1].seq if records else 0
+            return records, None if seal is None else digest(seal, last)
         seal_stmt = select(RunSeal.chain_head).where(
             RunSeal.tenant == self.tenant, RunSeal.run_id == str(run)
         )
@@ -185,6 +228,11 @@ class RunReads(Repository):
     ) -> AsyncIterator[list[Record]]:
         """The run's records from ``from_seq`` in pages of at most ``size`` records and
         ``budget`` bytes (besides a page's first record), one read each."""
+        reader = await self._lean(session, primary=False)
+        if reader is not None:
+            async for records in self._lean_pages(reader, run, from_seq, size, budget):
+                yield records
+            return
         stmt, tenant, run_id = page_statement(size), self.tenant, str(run)
         at = from_seq
         while True:
@@ -204,6 +252,48 @@ class RunReads(Repository):
                 return
             at = page[-1].seq + 1
 
+    async def _lean_pages(
+        self, reader: lean.Reader, run: RunId, at: int, size: int, budget: int
+    ) -> AsyncIterator[list[Record]]:
+        """:meth:`_pages` by the lean reads, the next page fetched while this one is checked
+        (on SQLite the driver's thread reads it meanwhile; on PostgreSQL the server).
+
+        Where the next page starts is read from the rows before they are checked, only to
+        start it early: the page's checks still decide (as in :meth:`_pages`) whether there
+        is a next page and where; a fetch they do not confirm is left to finish unread, and
+        a row whose seq is not an integer starts nothing. Memory: two pages at most (the
+        one checked and the one fetched ahead), each within ``size`` and ``budget``.
+        """
+        tenant, run_id = self.tenant, str(run)
+
+        def fetch(start: int) -> asyncio.Future[list[Any]]:
+            rows = reader.rows(lean.PAGE, tenant, run_id, start, budget, size)
+            return asyncio.ensure_future(rows)
+
+        ahead: asyncio.Future[list[Any]] | None = fetch(at)
+        try:
+            while ahead is not None:
+                rows = await ahead
+                ahead = None
+                if not rows:
+                    return
+                guess = rows[-1][0]
+                if type(guess) is int and (
+                    len(rows) >= size
+                    or sum(len(r[3]) if type(r[3]) is bytes else budget for r in rows) >= budget
+                ):
+                    ahead = fetch(guess + 1)
+                page = records_from_rows(rows)
+                yield page
+                # As in _pages: a short page is the run's end unless the budget cut it.
+                if len(page) < size and sum(len(r.raw) for r in page) < budget:
+                    return
+                if ahead is None or guess != page[-1].seq:
+                    _left(ahead)
+                    ahead = fetch(page[-1].seq + 1)
+        finally:
+            _left(ahead)
+
     async def head(self, run: RunId, *, session: AsyncSession | None = None) -> Head:
         """``Head(seq, hash)``; an unwritten run is ``Head(0, Digest.ZERO)``.
 
@@ -211,6 +301,13 @@ class RunReads(Repository):
         forged head is :class:`CorruptRecordError`, not an answer.
         """
         run = check_run(run)
+        reader = await self._lean(session, primary=True)
+        if reader is not None:
+            rows = await reader.rows(lean.HEAD, self.tenant, str(run))
+            if not rows:
+                return Head(0, Digest.ZERO)
+            record = record_from_row(tuple(rows[0]))
+            return Head(record.seq, record.hash)
         stmt = select(*RECORD_COLUMNS).where(self._key(run)).order_by(Journal.seq.desc()).limit(1)
 
         async def unit(session: AsyncSession) -> Head:
@@ -221,6 +318,50 @@ class RunReads(Repository):
             return Head(record.seq, record.hash)
 
         return await self._unit(unit, read_only=True, primary=True, session=session)
+
+    async def record_at(
+        self, run: RunId, seq: int, *, session: AsyncSession | None = None
+    ) -> Record | None:
+        """The run's record at ``seq`` (``None``: there is none), hash-checked and compared
+        with its columns like any read; one statement, whatever the run's length.
+
+        It vouches for that record alone: that it is on the run's chain needs its
+        neighbours (``verify``), a seal or a signature (see docs/guides/langgraph.md's trust
+        model for what a reader that keeps a verified point can check)."""
+        run = check_run(run)
+        seq = check_int(seq, "seq", minimum=1)
+        found = await self.records_at(run, [seq], session=session)
+        return found[0] if found else None
+
+    async def records_at(
+        self, run: RunId, seqs: Sequence[int], *, session: AsyncSession | None = None
+    ) -> list[Record]:
+        """The run's records at ``seqs`` that exist, by seq, each hash-checked and compared
+        with its columns: one statement for the lot (a reader that knows which records it
+        needs, such as a LangGraph checkpoint naming the records holding its blobs, reads
+        those and not the run). A missing seq is simply absent: the caller that expected it
+        says what that means."""
+        run = check_run(run)
+        wanted = sorted({check_int(s, "seq", minimum=1) for s in seqs})
+        if not wanted:
+            return []
+        reader = await self._lean(session, primary=False)
+        if reader is not None:
+            listed = "[" + ",".join(map(str, wanted)) + "]"
+            if reader.dialect == "postgresql":
+                listed = "{" + listed[1:-1] + "}"
+            rows = await reader.rows(lean.SEQS[reader.dialect], self.tenant, str(run), listed)
+            return [record_from_row(tuple(row)) for row in rows]
+        stmt = (
+            select(*RECORD_COLUMNS)
+            .where(self._key(run), Journal.seq.in_(wanted))
+            .order_by(Journal.seq)
+        )
+
+        async def unit(session: AsyncSession) -> list[Record]:
+            return [record_from_row(row) for row in await driver_rows(session, stmt)]
+
+        return await self._unit(unit, read_only=True, session=session)
 
     async def case_history(
         self, case: CaseId, limit: int, *, session: AsyncSession | None = None
@@ -309,7 +450,12 @@ class RunReads(Repository):
 
         # The seal first: once it is there no append lands, so the records read next (later
         # snapshots, page by page) are the ones it sealed. Pages keep memory bounded.
-        sealed = await self._unit(seal_unit, read_only=True, session=session)
+        reader = await self._lean(session, primary=False)
+        if reader is not None:
+            found = await reader.rows(lean.SEAL, self.tenant, str(run))
+            sealed: object = found[0][0] if found else None
+        else:
+            sealed = await self._unit(seal_unit, read_only=True, session=session)
         check = RunCheck(verifier, require_signature)
         async for page in self._pages(run, 1, STREAM_PAGE, PAGE_BYTES, session):
             check.feed(page)

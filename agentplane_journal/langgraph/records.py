@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import hashlib
 import json
 from collections.abc import Iterable, Sequence
@@ -73,9 +74,15 @@ Typed = tuple[str, bytes]
 
 
 def thread_run(thread_id: str) -> RunId:
-    """The run holding ``thread_id``: 128 bits of SHA-256 over the id, as a ULID."""
+    """The run holding ``thread_id``: 128 bits of SHA-256 over the id, as a ULID
+    (memoised for the 4,096 threads last used: every call of the saver derives it)."""
     if not isinstance(thread_id, str) or not thread_id:
         raise ValueError("a LangGraph thread_id must be a non-empty string")
+    return _thread_run(thread_id)
+
+
+@functools.lru_cache(maxsize=4096)
+def _thread_run(thread_id: str) -> RunId:
     raw = hashlib.sha256(_DOMAIN + thread_id.encode("utf-8", "surrogatepass")).digest()[:16]
     return RunId(ULID.from_bytes(raw))
 
@@ -251,6 +258,9 @@ class ThreadView:
     #: The last record applied: ``(seq, hash hex)``, and the hash itself.
     head: tuple[int, str] = (0, "")
     digest: Digest = Digest.ZERO
+    #: The newest checkpoint of each namespace, kept as records are applied (a deletion
+    #: empties it; :meth:`latest` then finds it again), so a resume costs no walk over them.
+    newest: dict[str, StoredCheckpoint] = field(default_factory=dict)
 
     @classmethod
     def replay(cls, thread_id: str, records: Iterable[Record]) -> ThreadView:
@@ -278,6 +288,7 @@ class ThreadView:
         if record.kind == DELETED:
             listed = body.get("checkpoints")
             if listed is None:
+                self.newest.clear()
                 self.checkpoints.clear()
                 self.blobs.clear()
                 self.writes.clear()
@@ -285,6 +296,7 @@ class ThreadView:
                 return
             if not isinstance(listed, list):
                 raise CorruptRecordError(seq, "a deletion whose 'checkpoints' is not a list")
+            self.newest.clear()
             for item in listed:
                 if not (isinstance(item, list) and len(item) == 2):
                     raise CorruptRecordError(seq, "a deletion naming a malformed checkpoint")
@@ -311,7 +323,7 @@ class ThreadView:
                 if not (isinstance(channel, str) and isinstance(version, str)):
                     raise CorruptRecordError(seq, "a channel blob without text keys")
                 self.blobs[(ns, channel, version)] = _decode(seq, blob[2:], "channel blob")
-            self.checkpoints[(ns, cid)] = StoredCheckpoint(
+            stored = self.checkpoints[(ns, cid)] = StoredCheckpoint(
                 seq,
                 ns,
                 cid,
@@ -319,6 +331,11 @@ class ThreadView:
                 _decode(seq, body.get("checkpoint"), "checkpoint"),
                 _decode(seq, body.get("metadata"), "metadata"),
             )
+            newest = self.newest.get(ns)
+            if newest is not None and cid >= newest.id:
+                self.newest[ns] = stored
+            elif newest is None and len(self.checkpoints) == 1:
+                self.newest[ns] = stored
             # A checkpoint put again starts with no pending writes (LangGraph's savers
             # keep the old ones, keyed by id; a fresh put of the same id is rare).
             return
@@ -342,5 +359,11 @@ class ThreadView:
 
     def latest(self, ns: str) -> StoredCheckpoint | None:
         """The newest checkpoint of ``ns`` by id (LangGraph's ids sort by time)."""
+        newest = self.newest.get(ns)
+        if newest is not None:
+            return newest
         found = [c for (n, _), c in self.checkpoints.items() if n == ns]
-        return max(found, key=lambda c: c.id) if found else None
+        if not found:
+            return None
+        newest = self.newest[ns] = max(found, key=lambda c: c.id)
+        return newest

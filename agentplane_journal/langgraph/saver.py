@@ -34,7 +34,7 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Coroutine, Iterator, Sequence
+from collections.abc import AsyncIterator, Coroutine, Hashable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any, TypeVar
 
@@ -57,6 +57,7 @@ from agentplane_journal.core.ids import Digest, RunId
 from agentplane_journal.core.record import Record
 from agentplane_journal.core.signing import Verifier
 from agentplane_journal.core.values import Lease
+from agentplane_journal.db.dialect import database_key
 from agentplane_journal.errors import (
     DAMAGE,
     CorruptRecordError,
@@ -70,6 +71,7 @@ from agentplane_journal.errors import (
     ThreadMovedError,
 )
 from agentplane_journal.journal.store import SqlJournalStore
+from agentplane_journal.langgraph.memo import THREADS
 from agentplane_journal.langgraph.records import (
     KINDS,
     StoredCheckpoint,
@@ -103,6 +105,11 @@ class JournalSaver(BaseCheckpointSaver[int]):
     waits, with backoff, for a thread another saver holds before :class:`ThreadBusyError`
     (default 0: refused at once; a web app whose workers take turns on a thread passes a
     few seconds, and releases the thread at the end of each request with :meth:`arelease`).
+    ``share_verified``: resume a thread from the point any saver of this process verified
+    it up to (:mod:`agentplane_journal.langgraph.memo`, bounded), so a new saver (a new
+    request's) reads only the records after it instead of the whole thread; an edit made at
+    rest before that point is then left to a saver without it, ``averify_thread`` and
+    ``agentplane-journal verify`` (docs/guides/langgraph.md, the trust model).
     """
 
     def __init__(
@@ -116,6 +123,7 @@ class JournalSaver(BaseCheckpointSaver[int]):
         require_signature: bool = False,
         cache_threads: int = 256,
         wait: float = 0.0,
+        share_verified: bool = False,
     ) -> None:
         super().__init__(serde=serde)
         if not isinstance(store, SqlJournalStore):
@@ -130,6 +138,9 @@ class JournalSaver(BaseCheckpointSaver[int]):
             raise ValueError("wait must be a number of seconds, at least 0")
         self.wait = float(wait)
         self.cache_threads = max(0, cache_threads)
+        #: Whether this saver goes on from (and keeps) the verified points every saver of
+        #: the process shares (:mod:`agentplane_journal.langgraph.memo`) instead of its own.
+        self.share_verified = bool(share_verified)
         self.store = store
         self.lease_ttl = lease_ttl
         self.owner = (
@@ -151,7 +162,9 @@ class JournalSaver(BaseCheckpointSaver[int]):
         self._leases: dict[_Key, tuple[int, float]] = {}
         self._seen: dict[_Key, int] = {}
         self._known: dict[_Key, tuple[int, Digest]] = {}
-        self._locks: dict[_Key, asyncio.Lock] = {}
+        #: Each thread's write lock and how many calls hold or wait for it: dropped when
+        #: none does, so an idle thread keeps no lock.
+        self._locks: dict[_Key, tuple[asyncio.Lock, int]] = {}
         self._cache: OrderedDict[_Key, ThreadView] = OrderedDict()
 
     # -- construction ------------------------------------------------------------------
@@ -254,11 +267,20 @@ class JournalSaver(BaseCheckpointSaver[int]):
         ns = configurable.get("checkpoint_ns") or ""
         return self._store(configurable.get("tenant")), str(thread_id), str(ns)
 
-    def _lock(self, key: _Key) -> asyncio.Lock:
-        lock = self._locks.get(key)
-        if lock is None:
-            lock = self._locks[key] = asyncio.Lock()
-        return lock
+    @asynccontextmanager
+    async def _lock(self, key: _Key) -> AsyncIterator[None]:
+        """The thread's write lock, held in the block (one write of this saver at a time)."""
+        lock, users = self._locks.get(key) or (asyncio.Lock(), 0)
+        self._locks[key] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self._locks[key]
+            if users == 1:
+                del self._locks[key]
+            else:
+                self._locks[key] = (lock, users - 1)
 
     async def _walked(self, store: SqlJournalStore, run: RunId, got: Any) -> list[Record]:
         """A run's records from ``read_runs`` (the walk over every thread), verified
@@ -296,7 +318,13 @@ class JournalSaver(BaseCheckpointSaver[int]):
         """
         run = thread_run(thread_id)
         key = (store.tenant, run)
-        cached = None if cold else self._cache.pop(key, None)
+        shared = self._memo_key(store, run) if self.share_verified else None
+        if cold:
+            cached = None
+        elif shared is not None:
+            cached = THREADS.take(shared)  # now this saver's alone until given back
+        else:
+            cached = self._cache.pop(key, None)
         check = RunCheck(self._verifier, self._require)
         if cached is None or cached.head[0] == 0:
             records, sealed = await store.read_sealed(run)
@@ -327,11 +355,26 @@ class JournalSaver(BaseCheckpointSaver[int]):
                 )
         view.extend(fresh)
         self._seen[key] = check.last
-        if self.cache_threads:
+        if shared is not None:
+            THREADS.give(shared, view)
+        elif self.cache_threads:
             self._cache[key] = view
             while len(self._cache) > self.cache_threads:
                 self._cache.popitem(last=False)
         return view
+
+    def _memo_key(self, store: SqlJournalStore, run: RunId) -> Hashable:
+        """What a shared verified point is kept under: the database, the schema, the
+        tenant, the run, and the trust its records were checked under."""
+        engine = store.engine.sync_engine
+        return (
+            database_key(engine),
+            store.schema,
+            store.tenant,
+            run,
+            self._verifier,
+            self._require,
+        )
 
     async def _lease(self, store: SqlJournalStore, thread_id: str, run: RunId) -> int:
         """The epoch to write under: this saver's lease, renewed or taken, after checking
