@@ -21,7 +21,7 @@ from agentplane_journal.core.ids import RunId
 from agentplane_journal.core.record import Record, stored_record
 from agentplane_journal.core.sealed import Erased, get_at, sealed_fields, set_at
 from agentplane_journal.journal.store import SqlJournalStore
-from agentplane_journal.keyring.journal import SealedJournal
+from agentplane_journal.keyring.journal import Erasure, SealedJournal
 from agentplane_journal.keyring.ring import Keyring
 
 __all__ = ["SealingStore"]
@@ -64,6 +64,18 @@ class SealingStore(SqlJournalStore):
         handle = SqlJournalStore.for_tenant(self, name, profile=profile)
         scope_for = None if self._scope_for == self._journal.scope else self._scope_for
         return SealingStore(handle, self.keyring, scope_for)
+
+    def scope_of(self, run: RunId) -> str:
+        """The erasure scope this handle seals ``run``'s records under."""
+        return self._scope_for(run)
+
+    async def erase(self, scope: str, *, by: str, reason: str = "") -> Erasure:
+        """:meth:`SealedJournal.erase` of ``scope`` (destroy its key, journal the erasure)."""
+        return await self._journal.erase(scope, by=by, reason=reason)
+
+    async def erasure(self, scope: str) -> Erasure | None:
+        """The journaled erasure of ``scope``, or ``None``."""
+        return await self._journal.erasure(scope)
 
     async def append(
         self, epoch: int, batch: Sequence[Append], *, session: Any = None

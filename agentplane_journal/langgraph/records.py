@@ -42,7 +42,8 @@ from agentplane_journal.core.append import Append
 from agentplane_journal.core.ids import Digest, RunId
 from agentplane_journal.core.profile import AGENTPLANE_0_4, WireProfile
 from agentplane_journal.core.record import Record
-from agentplane_journal.errors import CorruptRecordError
+from agentplane_journal.core.sealed import still_sealed
+from agentplane_journal.errors import CorruptRecordError, PayloadsErasedError
 
 __all__ = [
     "CHECKPOINT",
@@ -251,6 +252,9 @@ class ThreadView:
     #: The last record applied: ``(seq, hash hex)``, and the hash itself.
     head: tuple[int, str] = (0, "")
     digest: Digest = Digest.ZERO
+    #: The first record since the last whole-thread deletion whose payload could not be
+    #: opened (its scope erased, or no key), with the fields: left out of the state.
+    unreadable: tuple[int, list[str]] | None = None
 
     @classmethod
     def replay(cls, thread_id: str, records: Iterable[Record]) -> ThreadView:
@@ -275,9 +279,15 @@ class ThreadView:
             raise CorruptRecordError(
                 seq, f"the record names thread {body.get('thread')!r}, not {self.thread_id!r}"
             )
+        left = still_sealed(record.kind, body)
+        if left:
+            if self.unreadable is None:
+                self.unreadable = (seq, left)
+            return
         if record.kind == DELETED:
             listed = body.get("checkpoints")
             if listed is None:
+                self.unreadable = None
                 self.checkpoints.clear()
                 self.blobs.clear()
                 self.writes.clear()
@@ -339,6 +349,13 @@ class ThreadView:
             if idx >= 0 and key in bucket:
                 continue
             bucket[key] = (task, channel, _decode(seq, item[2:], "pending write"), path)
+
+    def check_readable(self) -> None:
+        """:class:`PayloadsErasedError` when records of the live state could not be opened
+        (a whole-thread deletion before the erasure makes the thread read as empty)."""
+        if self.unreadable is not None:
+            seq, fields = self.unreadable
+            raise PayloadsErasedError(f"LangGraph thread {self.thread_id!r}", seq, fields)
 
     def latest(self, ns: str) -> StoredCheckpoint | None:
         """The newest checkpoint of ``ns`` by id (LangGraph's ids sort by time)."""
