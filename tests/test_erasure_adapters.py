@@ -326,3 +326,30 @@ def test_pydantic_ai_store_erase(
 
     scope = run_blocking(scenario())
     _verify_all_lists(cli, url, [scope])
+
+
+async def test_langgraph_a_forged_sealed_payload_is_tampering_and_the_walk_goes_on(
+    make_store: Callable[..., Any], tmp_path: Path
+) -> None:
+    from agentplane_journal.keyring import EnvelopeRefusedError
+    from agentplane_journal.langgraph import JournalSaver, thread_run
+    from agentplane_journal.langgraph.records import CHECKPOINT
+
+    store: SqlJournalStore = await make_store()
+    keyring = Keyring(FileKeySource(tmp_path / "keys.json"))
+    saver = JournalSaver(store, keyring=keyring)
+    await _graph(saver).ainvoke({"topic": "t", "log": []}, _cfg("fine"))
+    await saver.aclose()
+    # someone with write access but no key appends a chain-valid record with a forged envelope
+    run = thread_run("evil")
+    forged = {"thread": "evil", "ns": "", "id": "c1", "blobs": []}
+    forged["checkpoint"] = wrap_value(b"\x01\x00\x00\x00\x02{}" + bytes(40))
+    forged["metadata"] = ["json", "e30="]
+    await store.append(0, [store.profile.append(run, CHECKPOINT, forged)])
+
+    reader = JournalSaver(store, keyring=keyring)
+    with pytest.raises(EnvelopeRefusedError):
+        await reader.aget_tuple(_cfg("evil"))
+    threads = {t.config["configurable"]["thread_id"] async for t in reader.alist(None)}
+    assert threads == {"fine"}
+    assert [(r, e.seq) for r, e in reader.damaged] == [(run, 1)]  # type: ignore[attr-defined]

@@ -23,9 +23,11 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import replace
 from typing import Any
 
+from agentplane_journal.core.envelope import EnvelopeRefusedError, UnknownEnvelopeFormatError
 from agentplane_journal.core.ids import Digest, RunId
 from agentplane_journal.core.record import Record
 from agentplane_journal.core.sealed import scope
+from agentplane_journal.errors import CorruptRecordError
 from agentplane_journal.journal.audits import RunRead
 from agentplane_journal.journal.store import SqlJournalStore
 from agentplane_journal.keyring.journal import Erasure
@@ -70,16 +72,29 @@ class ThreadSealingStore(SealingStore):
         self, run: RunId, from_seq: int = 1, **options: Any
     ) -> AsyncIterator[list[Record]]:
         async for page in SqlJournalStore.pages(self, run, from_seq, **options):
-            yield await self._all_opened(page)
+            read = await self._opened_read(RunRead(page))
+            if read.error is not None:
+                raise read.error  # a refused envelope, as a corrupt row (see _opened_read)
+            yield read.records
 
     async def read_runs(
         self, runs: Sequence[RunId], *, page_bytes: int | None = None, session: Any = None
     ) -> dict[RunId, RunRead]:
         got = await SqlJournalStore.read_runs(self, runs, page_bytes=page_bytes, session=session)
-        return {
-            run: replace(read, records=await self._all_opened(read.records))
-            for run, read in got.items()
-        }
+        return {run: await self._opened_read(read) for run, read in got.items()}
+
+    async def _opened_read(self, read: RunRead) -> RunRead:
+        """``read`` opened; an envelope refused (damaged, moved, or of an unknown format)
+        ends the run's records there, as a corrupt row does, so a walk over every thread
+        reports that run as damaged and goes on (a hostile row is never a crash)."""
+        opened: list[Record] = []
+        for record in read.records:
+            try:
+                opened.append(await self._opened(record))
+            except (EnvelopeRefusedError, UnknownEnvelopeFormatError) as refused:
+                error = CorruptRecordError(record.seq, str(refused))
+                return replace(read, records=opened, error=error)
+        return replace(read, records=opened)
 
 
 def require_sealing(store: SqlJournalStore) -> SealingStore:
