@@ -124,8 +124,9 @@ def _verify_all_lists(cli: Callable[..., Any], url: str, scopes: list[str]) -> N
     assert [e["scope"] for e in report["erasures"]] == scopes
 
 
+@pytest.mark.parametrize("profile", ["agentplane-0.4", "agentplane-0.22"])
 def test_langgraph_delete_thread_erases_the_threads_scope(
-    fresh: Callable[..., str], cli: Callable[..., Any], tmp_path: Path
+    fresh: Callable[..., str], cli: Callable[..., Any], tmp_path: Path, profile: str
 ) -> None:
     from agentplane_journal.langgraph import JournalSaver, thread_run
     from agentplane_journal.langgraph.erasure import thread_scope
@@ -134,7 +135,7 @@ def test_langgraph_delete_thread_erases_the_threads_scope(
     keys = tmp_path / "keys.json"
 
     async def scenario() -> str:
-        async with await SqlJournalStore.connect(url) as store:
+        async with await SqlJournalStore.connect(url, profile=profile) as store:
             saver = JournalSaver(store, keyring=Keyring(FileKeySource(keys)))
             g = _graph(saver)
             await g.ainvoke({"topic": "secret-topic", "log": []}, _cfg("gone"))
@@ -209,8 +210,9 @@ async def test_langgraph_erase_on_an_unsealed_saver_is_refused_before_writing(
 # -- 3. the OpenAI Agents session and the Pydantic AI store ----------------------------------
 
 
+@pytest.mark.parametrize("profile", ["agentplane-0.4", "agentplane-0.22"])
 def test_openai_agents_session_erase(
-    fresh: Callable[..., str], cli: Callable[..., Any], tmp_path: Path
+    fresh: Callable[..., str], cli: Callable[..., Any], tmp_path: Path, profile: str
 ) -> None:
     pytest.importorskip("agents")
     from agentplane_journal.adapters.openai_agents import JournalSession
@@ -219,7 +221,7 @@ def test_openai_agents_session_erase(
     keys = tmp_path / "keys.json"
 
     async def scenario() -> str:
-        async with await SqlJournalStore.connect(url) as store:
+        async with await SqlJournalStore.connect(url, profile=profile) as store:
             sealing = SealingStore(store, Keyring(FileKeySource(keys)))
             gone, kept = JournalSession(sealing, "s-gone"), JournalSession(sealing, "s-kept")
             secret: Any = {"role": "user", "content": "my card is 4111"}
@@ -279,8 +281,9 @@ async def test_openai_agents_erased_without_tombstone_is_typed_and_unsealed_eras
     assert await store.head(await plain.conversation.run_id()) == head  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("profile", ["agentplane-0.4", "agentplane-0.22"])
 def test_pydantic_ai_store_erase(
-    fresh: Callable[..., str], cli: Callable[..., Any], tmp_path: Path
+    fresh: Callable[..., str], cli: Callable[..., Any], tmp_path: Path, profile: str
 ) -> None:
     pytest.importorskip("pydantic_ai")
     from pydantic_ai import Agent
@@ -298,7 +301,7 @@ def test_pydantic_ai_store_erase(
         await conversations.save(await agent.run(prompt, conversation=conversation))
 
     async def scenario() -> str:
-        async with await SqlJournalStore.connect(url) as store:
+        async with await SqlJournalStore.connect(url, profile=profile) as store:
             sealing = SealingStore(store, Keyring(FileKeySource(keys)))
             conversations = JournalConversationStore(sealing)
             await turn(conversations, "c-gone", "my card is 4111")
