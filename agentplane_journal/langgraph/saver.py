@@ -105,6 +105,8 @@ class JournalSaver(BaseCheckpointSaver[int]):
     waits, with backoff, for a thread another saver holds before :class:`ThreadBusyError`
     (default 0: refused at once; a web app whose workers take turns on a thread passes a
     few seconds, and releases the thread at the end of each request with :meth:`arelease`).
+    ``keyring``: seal each thread under its own erasure scope, and ``erase_on_delete``: make
+    every ``delete_thread`` erase it too (:mod:`agentplane_journal.langgraph.erasure`).
     """
 
     def __init__(
