@@ -25,6 +25,7 @@ from agentplane_journal.core.ids import EffectKey, RunId
 
 __all__ = [
     "AppendConflictError",
+    "PayloadsErasedError",
     "Database",
     "BackendError",
     "CommitUnknownError",
@@ -523,6 +524,29 @@ class ThreadMovedError(StoreError):
             f"it (it read {seen} records, the thread now has {found}): refused, nothing "
             "written, since writing on would fork its history. Invoke the graph again: it "
             "reads the thread's current state first"
+        )
+
+
+class PayloadsErasedError(StoreError):
+    """A thread's or a conversation's live state is in payloads this reader cannot open.
+
+    ``what`` names it (``thread 't1'``, ``conversation 'openai-agents:s1'``), ``seq`` the
+    first record whose sealed fields (``fields``) stayed sealed: their erasure scope was
+    erased (an erasure is final and journaled; ``agentplane-journal erasures`` lists it), or
+    this reader has no key for them (open the store with its keyring). The journal itself
+    is intact; this is never tampering (a damaged envelope is ``EnvelopeRefusedError``).
+    """
+
+    def __init__(self, what: str, seq: int, fields: list[str]) -> None:
+        self.what = what
+        self.seq = seq
+        self.fields = fields
+        super().__init__(
+            f"{what} cannot be read: record {seq}'s sealed {', '.join(fields)} could not be "
+            "opened, because its scope was erased (see `agentplane-journal erasures`) or this "
+            "reader has no key (open the store through a SealingStore with its keyring). The "
+            "journal is intact; erase through the adapter (delete_thread(..., erase=True), "
+            "erase()) to leave a tombstone, so the thread or conversation reads as empty"
         )
 
 

@@ -21,12 +21,14 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 from agentplane_journal.adapters.conversation import ConversationRun, setup_store
+from agentplane_journal.adapters.erasure import erase_conversation
 from agentplane_journal.contracts import JournalStore
 from agentplane_journal.core.append import Append
 from agentplane_journal.core.ids import Digest, RunId
 from agentplane_journal.core.record import Record
+from agentplane_journal.core.sealed import still_sealed
 from agentplane_journal.core.signing import Verifier
-from agentplane_journal.errors import CorruptRecordError
+from agentplane_journal.errors import CorruptRecordError, PayloadsErasedError
 
 
 def _sdk_installed() -> bool:
@@ -47,6 +49,8 @@ if not _sdk_installed():
 if TYPE_CHECKING:
     from agents.items import TResponseInputItem
     from agents.memory.session_settings import SessionSettings
+
+    from agentplane_journal.keyring.journal import Erasure
 
 __all__ = ["ITEMS_ADDED", "ITEM_POPPED", "SESSION_CLEARED", "JournalSession"]
 
@@ -74,8 +78,13 @@ def fold(live: list[_Live], records: Sequence[Record]) -> None:
     was not written by this adapter, and the history is reported as corrupt rather than
     guessed at.
     """
+    unreadable: tuple[int, list[str]] | None = None  # items not opened: erased, or no key
     for record in records:
         body = record.body
+        left = still_sealed(record.kind, body)
+        if left or (unreadable is not None and record.kind == ITEM_POPPED):
+            unreadable = unreadable or (record.seq, left)
+            continue
         if record.kind == ITEMS_ADDED:
             items = body.get("items")
             if not isinstance(items, list):
@@ -90,6 +99,10 @@ def fold(live: list[_Live], records: Sequence[Record]) -> None:
             live.pop()
         elif record.kind == SESSION_CLEARED:
             live.clear()
+            unreadable = None
+    if unreadable is not None:
+        key = records[0].body.get("idempotency_key") if records else None
+        raise PayloadsErasedError(f"OpenAI Agents session {key!r}", *unreadable)
 
 
 def _copy(value: Any) -> Any:
@@ -198,6 +211,16 @@ class JournalSession:
         """Seal the conversation into the tenant's Merkle log; ``None`` if it was never written
         (see :meth:`ConversationRun.seal`)."""
         return await self.conversation.seal(outcome)
+
+    async def erase(self, *, by: str, reason: str = "") -> Erasure | None:
+        """Clear the session, then erase its scope for good (the store must be a
+        ``SealingStore``; see :mod:`agentplane_journal.adapters.erasure`): it reads empty,
+        its items are unrecoverable, and it takes no more items. ``None``: never written."""
+
+        def tombstone(run: RunId, _state: Any) -> list[Append]:
+            return [self.conversation.append(run, SESSION_CLEARED, {})]
+
+        return await erase_conversation(self.conversation, tombstone, by=by, reason=reason)
 
     def _admission(self) -> dict[str, Any]:
         return {"adapter": NAMESPACE, "conversation": self.session_id}

@@ -38,13 +38,16 @@ except ImportError as exc:  # the extra is not installed: say which one
     ) from exc
 
 from agentplane_journal.adapters.conversation import ConversationRun, setup_store
+from agentplane_journal.adapters.erasure import erase_conversation
 from agentplane_journal.contracts import JournalStore
 from agentplane_journal.core.admission import IDEMPOTENCY_KEY, RUN_ADMITTED
 from agentplane_journal.core.append import Append
 from agentplane_journal.core.ids import Digest, RunId
 from agentplane_journal.core.record import Record
+from agentplane_journal.core.sealed import still_sealed
 from agentplane_journal.core.signing import Verifier
-from agentplane_journal.errors import CorruptRecordError
+from agentplane_journal.errors import CorruptRecordError, PayloadsErasedError
+from agentplane_journal.keyring.journal import Erasure
 
 __all__ = ["CONVERSATION_DELETED", "CONVERSATION_SAVED", "JournalConversationStore"]
 
@@ -87,7 +90,12 @@ class _State:
         self.entries = entries
 
     def fold(self, records: Sequence[Record]) -> None:
+        unreadable: tuple[int, list[str]] | None = None  # a save not opened: erased, no key
         for record in records:
+            left = still_sealed(record.kind, record.body)
+            if left:
+                unreadable = unreadable or (record.seq, left)
+                continue
             if record.kind == CONVERSATION_SAVED:
                 try:
                     saved = _RECORD.validate_python(record.body.get("record"))
@@ -103,6 +111,10 @@ class _State:
                 self.entries.update((entry.id, entry) for entry in read)
             elif record.kind == CONVERSATION_DELETED:
                 self.record = None
+                unreadable = None
+        if unreadable is not None:
+            key = records[0].body.get(IDEMPOTENCY_KEY)
+            raise PayloadsErasedError(f"Pydantic AI conversation {key!r}", *unreadable)
 
     @property
     def revision(self) -> str | None:
@@ -195,7 +207,10 @@ class JournalConversationStore(ConversationStore):
                 key = first.body.get(IDEMPOTENCY_KEY)
                 if not isinstance(key, str) or not key.startswith(f"{NAMESPACE}:"):
                     continue
-                record = (await self._state(key[len(NAMESPACE) + 1 :])).record
+                try:
+                    record = (await self._state(key[len(NAMESPACE) + 1 :])).record
+                except PayloadsErasedError:
+                    continue  # erased without a tombstone: not listable, and not damage
                 if record is not None and (scope is None or record.scope == scope):
                     found.append(record)
             after = page[-1]
@@ -253,6 +268,21 @@ class JournalConversationStore(ConversationStore):
         """Seal a conversation into the tenant's Merkle log (no more saves; a deleted tail is
         detected from then on); ``None`` if it was never saved."""
         return await self.conversation(conversation_id).seal(outcome)
+
+    async def erase(self, conversation_id: str, *, by: str, reason: str = "") -> Erasure | None:
+        """Delete the conversation, then erase its scope for good (the store must be a
+        ``SealingStore``; see :mod:`agentplane_journal.adapters.erasure`): it no longer loads
+        or lists, its records and messages are unrecoverable (forks lose the entries they
+        shared with it), and it cannot be saved again. ``None``: never saved."""
+
+        def tombstone(run: RunId, state: _State) -> list[Append]:
+            revision = state.revision
+            if revision is None:
+                return []  # deleted already
+            return [conversation.append(run, CONVERSATION_DELETED, {"revision": revision})]
+
+        conversation = self.conversation(conversation_id)
+        return await erase_conversation(conversation, tombstone, by=by, reason=reason)
 
     @staticmethod
     def _admission(record: ConversationRecord) -> dict[str, Any]:

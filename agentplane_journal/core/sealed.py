@@ -22,6 +22,21 @@ kind                   sealed
                        profile: the durable steps' run result; 0.22 has no such member)
 =====================  ===================================================================
 
+This package's own record kinds (the adapters'; agentplane has none of them) follow the
+same rule. What stays clear is what a reader routes on: the thread or conversation a
+record belongs to (checked on every read), checkpoint ids and parents, namespaces, task
+ids, revisions, and the tombstones (``LangGraphDeleted``, ``LangGraphCopied``,
+``SessionItemPopped``, ``SessionCleared``, ``ConversationDeleted``), which name ids only:
+
+=========================  ===============================================================
+kind                       sealed
+=========================  ===============================================================
+``LangGraphCheckpoint``    ``checkpoint``, ``metadata``, ``blobs`` (the channel values)
+``LangGraphWrites``        ``writes`` (a task's pending writes)
+``SessionItemsAdded``      ``items`` (OpenAI Agents session items)
+``ConversationSaved``      ``record``, ``entries`` (Pydantic AI's record and messages)
+=========================  ===============================================================
+
 A JSON field becomes ``{"$sealed": "<base64 envelope>"}``; a text field stays a string,
 ``"$sealed:<base64 envelope>"``, so the record has the same shape sealed or clear and 0.22's
 typed reader accepts it. The chain hashes the record as written, so it commits to the
@@ -52,6 +67,7 @@ __all__ = [
     "scope",
     "sealed_fields",
     "set_at",
+    "still_sealed",
     "unwrap_text",
     "unwrap_value",
     "wrap_text",
@@ -141,7 +157,31 @@ def sealed_fields(kind: str, payload: Mapping[str, Any]) -> list[SealedField]:
             fields.append(_value(("output",)))
         if isinstance(payload.get("reason"), str):
             fields.append(_text(("reason",)))
+    else:
+        fields.extend(_value((name,)) for name in _OWN_KINDS.get(kind, ()) if name in payload)
     return fields
+
+
+#: This package's own kinds: their sealed JSON fields (see the second table above).
+_OWN_KINDS: dict[str, tuple[str, ...]] = {
+    "LangGraphCheckpoint": ("checkpoint", "metadata", "blobs"),
+    "LangGraphWrites": ("writes",),
+    "SessionItemsAdded": ("items",),
+    "ConversationSaved": ("record", "entries"),
+}
+
+
+def still_sealed(kind: str, payload: Mapping[str, Any]) -> list[str]:
+    """The sealed fields of a ``kind`` record that still hold a sealed marker or an
+    :class:`Erased` value (dotted paths): what a reader could not open, because the
+    scope was erased or the reader has no key. Empty for a record read in the clear."""
+    left: list[str] = []
+    for field in sealed_fields(kind, payload):
+        value = get_at(payload, field.path)
+        closed = is_sealed_text(value) if field.text else is_sealed(value)
+        if closed or isinstance(value, Erased):
+            left.append(".".join(field.path))
+    return left
 
 
 def get_at(payload: Mapping[str, Any], path: tuple[str, ...]) -> Any:

@@ -155,7 +155,7 @@ class SealedJournal:
         run = erasure_run(self.tenant, scope)
         at = time.time()
         store = self.store
-        profile = store.profile
+        profile = await store.wire_profile()  # a fresh handle may not know it yet
 
         async def work(session: AsyncSession) -> list[Append]:
             await lock_scope(store, session, scope, exclusive=True)

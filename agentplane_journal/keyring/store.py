@@ -17,11 +17,13 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from agentplane_journal.core.append import Append
+from agentplane_journal.core.envelope import ScopeErasedError
 from agentplane_journal.core.ids import RunId
 from agentplane_journal.core.record import Record, stored_record
 from agentplane_journal.core.sealed import Erased, get_at, sealed_fields, set_at
+from agentplane_journal.journal.guarded import Tail
 from agentplane_journal.journal.store import SqlJournalStore
-from agentplane_journal.keyring.journal import SealedJournal
+from agentplane_journal.keyring.journal import Erasure, SealedJournal
 from agentplane_journal.keyring.ring import Keyring
 
 __all__ = ["SealingStore"]
@@ -65,6 +67,18 @@ class SealingStore(SqlJournalStore):
         scope_for = None if self._scope_for == self._journal.scope else self._scope_for
         return SealingStore(handle, self.keyring, scope_for)
 
+    def scope_of(self, run: RunId) -> str:
+        """The erasure scope this handle seals ``run``'s records under."""
+        return self._scope_for(run)
+
+    async def erase(self, scope: str, *, by: str, reason: str = "") -> Erasure:
+        """:meth:`SealedJournal.erase` of ``scope`` (destroy its key, journal the erasure)."""
+        return await self._journal.erase(scope, by=by, reason=reason)
+
+    async def erasure(self, scope: str) -> Erasure | None:
+        """The journaled erasure of ``scope``, or ``None``."""
+        return await self._journal.erasure(scope)
+
     async def append(
         self, epoch: int, batch: Sequence[Append], *, session: Any = None
     ) -> list[Record]:
@@ -81,6 +95,39 @@ class SealingStore(SqlJournalStore):
         """The run's records, opened where the key exists (erased payloads stay sealed)."""
         records = await SqlJournalStore.read(self, run, from_seq, session=session)
         return [await self._opened(r) for r in records]
+
+    async def guarded_append(
+        self, run: RunId, batch: Sequence[Append], *, expected: Any = None
+    ) -> list[Record]:
+        """The store's guarded append (the session adapters' one-transaction change) with the
+        batch sealed under ``run``'s scope first (records handed back opened).
+
+        :class:`ScopeErasedError` when the scope's erasure is journaled. Unlike
+        :meth:`append` this check is not under the scope's lock: a change racing an erasure
+        can land after it, sealed under the destroyed key, so it is unreadable at once (it
+        reads as erased content, never as tampering)."""
+        items = list(batch)
+        if not items:
+            return []
+        scope = self._scope_for(run)
+        erased = await self._journal.erasure(scope)
+        if erased is not None:
+            raise ScopeErasedError(scope, erased.at, erased.reason)
+        sealed = [
+            await self.keyring.seal_append(item, tenant=self.tenant, scope=scope) for item in items
+        ]
+        written = await SqlJournalStore.guarded_append(self, run, sealed, expected=expected)
+        return [await self._opened(r) for r in written]
+
+    async def guarded_read(self, run: RunId, from_seq: int = 1) -> Tail:
+        """The store's tail read, the records opened where the key exists."""
+        tail = await SqlJournalStore.guarded_read(self, run, from_seq)
+        return Tail([await self._opened(r) for r in tail.records], tail.sealed)
+
+    async def guarded_read_admitted(self, key: str) -> tuple[RunId | None, Tail]:
+        """The store's cold conversation read, the records opened where the key exists."""
+        run, tail = await SqlJournalStore.guarded_read_admitted(self, key)
+        return run, Tail([await self._opened(r) for r in tail.records], tail.sealed)
 
     async def _opened(self, record: Record) -> Record:
         opened = await self.keyring.open_record(self.tenant, record)

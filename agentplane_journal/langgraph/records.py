@@ -43,7 +43,8 @@ from agentplane_journal.core.append import Append
 from agentplane_journal.core.ids import Digest, RunId
 from agentplane_journal.core.profile import AGENTPLANE_0_4, WireProfile
 from agentplane_journal.core.record import Record
-from agentplane_journal.errors import CorruptRecordError
+from agentplane_journal.core.sealed import still_sealed
+from agentplane_journal.errors import CorruptRecordError, PayloadsErasedError
 
 __all__ = [
     "CHECKPOINT",
@@ -261,6 +262,9 @@ class ThreadView:
     #: The newest checkpoint of each namespace, kept as records are applied (a deletion
     #: empties it; :meth:`latest` then finds it again), so a resume costs no walk over them.
     newest: dict[str, StoredCheckpoint] = field(default_factory=dict)
+    #: The first record since the last whole-thread deletion whose payload could not be
+    #: opened (its scope erased, or no key), with the fields: left out of the state.
+    unreadable: tuple[int, list[str]] | None = None
 
     @classmethod
     def replay(cls, thread_id: str, records: Iterable[Record]) -> ThreadView:
@@ -285,10 +289,16 @@ class ThreadView:
             raise CorruptRecordError(
                 seq, f"the record names thread {body.get('thread')!r}, not {self.thread_id!r}"
             )
+        left = still_sealed(record.kind, body)
+        if left:
+            if self.unreadable is None:
+                self.unreadable = (seq, left)
+            return
         if record.kind == DELETED:
             listed = body.get("checkpoints")
             if listed is None:
                 self.newest.clear()
+                self.unreadable = None
                 self.checkpoints.clear()
                 self.blobs.clear()
                 self.writes.clear()
@@ -356,6 +366,13 @@ class ThreadView:
             if idx >= 0 and key in bucket:
                 continue
             bucket[key] = (task, channel, _decode(seq, item[2:], "pending write"), path)
+
+    def check_readable(self) -> None:
+        """:class:`PayloadsErasedError` when records of the live state could not be opened
+        (a whole-thread deletion before the erasure makes the thread read as empty)."""
+        if self.unreadable is not None:
+            seq, fields = self.unreadable
+            raise PayloadsErasedError(f"LangGraph thread {self.thread_id!r}", seq, fields)
 
     def latest(self, ns: str) -> StoredCheckpoint | None:
         """The newest checkpoint of ``ns`` by id (LangGraph's ids sort by time)."""

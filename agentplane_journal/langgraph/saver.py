@@ -71,6 +71,8 @@ from agentplane_journal.errors import (
     ThreadMovedError,
 )
 from agentplane_journal.journal.store import SqlJournalStore
+from agentplane_journal.keyring.ring import Keyring
+from agentplane_journal.langgraph.erasure import ThreadSealingStore, erase_thread, require_sealing
 from agentplane_journal.langgraph.memo import THREADS
 from agentplane_journal.langgraph.records import (
     KINDS,
@@ -110,6 +112,8 @@ class JournalSaver(BaseCheckpointSaver[int]):
     request's) reads only the records after it instead of the whole thread; an edit made at
     rest before that point is then left to a saver without it, ``averify_thread`` and
     ``agentplane-journal verify`` (docs/guides/langgraph.md, the trust model).
+    ``keyring``: seal each thread under its own erasure scope, and ``erase_on_delete``: make
+    every ``delete_thread`` erase it too (:mod:`agentplane_journal.langgraph.erasure`).
     """
 
     def __init__(
@@ -124,10 +128,15 @@ class JournalSaver(BaseCheckpointSaver[int]):
         cache_threads: int = 256,
         wait: float = 0.0,
         share_verified: bool = False,
+        keyring: Keyring | None = None,
+        erase_on_delete: bool = False,
     ) -> None:
         super().__init__(serde=serde)
         if not isinstance(store, SqlJournalStore):
             raise TypeError(f"store must be a SqlJournalStore, not {type(store).__name__}")
+        if keyring is not None:  # sealed threads (langgraph/erasure.py)
+            store = ThreadSealingStore(store, keyring)
+        self.erase_on_delete = erase_on_delete
         if isinstance(lease_ttl, bool) or not isinstance(lease_ttl, int) or lease_ttl < 2:
             raise ValueError("lease_ttl must be a whole number of seconds, at least 2")
         if require_signature and verifier is None:
@@ -515,6 +524,7 @@ class JournalSaver(BaseCheckpointSaver[int]):
         checkpoint_id = get_checkpoint_id(config)
         stored = view.checkpoints.get((ns, checkpoint_id)) if checkpoint_id else view.latest(ns)
         if stored is None:
+            view.check_readable()  # erased without a tombstone: typed, not "no checkpoint"
             return None
         return self._tuple(view, stored, (config.get("configurable") or {}).get("tenant"))
 
@@ -632,11 +642,25 @@ class JournalSaver(BaseCheckpointSaver[int]):
         )
         await self._write(store, thread_id, [append])
 
-    async def adelete_thread(self, thread_id: str) -> None:
+    async def adelete_thread(
+        self, thread_id: str, *, erase: bool | None = None, by: str | None = None, reason: str = ""
+    ) -> None:
         """Append a deletion of the whole thread (every namespace); a thread with nothing
-        live is left as it is."""
+        live is left as it is. ``erase`` (default: the saver's ``erase_on_delete``), on a
+        saver made with ``keyring=``: then erase the thread's scope, journaled as asked
+        ``by`` (default: this saver's owner) for ``reason`` (see langgraph/erasure.py)."""
         store = self._store(None)
         view = await self._view(store, thread_id)
+        if self.erase_on_delete if erase is None else erase:
+            require_sealing(store)
+            await self._delete(store, view, thread_id)
+            why = reason or "LangGraph delete_thread"
+            await erase_thread(store, thread_id, by=by or self.owner, reason=why)
+            await self.arelease(thread_id)
+            return
+        await self._delete(store, view, thread_id)
+
+    async def _delete(self, store: SqlJournalStore, view: ThreadView, thread_id: str) -> None:
         if view.checkpoints or view.writes:
             await self._write(
                 store,
@@ -681,6 +705,7 @@ class JournalSaver(BaseCheckpointSaver[int]):
         and the head they were copied at (provenance the target's chain carries)."""
         store = self._store(None)
         view = await self._view(store, source_thread_id)
+        view.check_readable()
         if not view.live:
             return
         appends = copied_appends(
