@@ -58,10 +58,21 @@ from agentplane_journal.core.record import Record
 from agentplane_journal.core.signing import Signer
 from agentplane_journal.errors import BackendError
 
-__all__ = ["General", "GroupWriter", "HotPath", "Waiting"]
+__all__ = ["CancelRequested", "General", "GroupWriter", "HotPath", "Waiting"]
 
 #: The same append as a general unit of work (``store.py``), whose answers are the reference.
 General = Callable[[], Awaitable[list[Record]]]
+
+
+class CancelRequested(Exception):
+    """Internal: an append made ``unless_cancelled`` found the run's stop request, and wrote
+    nothing (its transaction, or its savepoint, rolled back): ``actor`` and ``reason`` are
+    the request's. The store turns it into its answer; no caller of the store sees it."""
+
+    def __init__(self, actor: str, reason: str) -> None:
+        super().__init__(actor, reason)
+        self.actor = actor
+        self.reason = reason
 
 
 class HotPath(Protocol):
@@ -78,10 +89,18 @@ class HotPath(Protocol):
         keys: Sequence[EffectKey],
         general: General,
         profile: WireProfile = AGENTPLANE_0_4,
+        *,
+        unless_cancelled: bool = False,
     ) -> list[Record]:
         """Append ``items`` (one run's batch: no duplicate key, no conclusion, no admission
         key), sealed under the journal's wire ``profile``, or run ``general()`` when this path
-        cannot settle it; the contract's errors are raised."""
+        cannot settle it; the contract's errors are raised. ``unless_cancelled``: in the same
+        transaction, write nothing and raise :class:`CancelRequested` if the run has a stop
+        request (``general`` then checks it too)."""
+        ...
+
+    def remember(self, tenant: str, run_id: str, record: Record) -> None:
+        """``record`` is the run's head, as a general unit of work just committed it."""
         ...
 
     async def idle(self) -> None:
@@ -149,6 +168,11 @@ class GroupWriter(ABC, Generic[R, T]):
         interrupted, before it goes back to the pool."""
 
     # -- the skeleton --------------------------------------------------------------------
+
+    def remember(self, tenant: str, run_id: str, record: Record) -> None:
+        """Know ``record`` as the run's head (a general unit committed it): the run's next
+        append chains onto it without reading it back."""
+        self._heads.put(tenant, run_id, record.seq, record.hash)
 
     async def submit(self, request: R) -> T:
         """Queue ``request`` and wait for its answer (raised when it is an exception)."""

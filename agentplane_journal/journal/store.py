@@ -31,32 +31,38 @@ from __future__ import annotations
 
 import unicodedata
 from collections.abc import Awaitable, Callable, Iterable, Sequence
+from datetime import timedelta
 from typing import Any
 
+from sqlalchemy import update
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 from agentplane_journal.backends import dispatch
 from agentplane_journal.backends.head_cache import HeadCache
+from agentplane_journal.backends.writer import CancelRequested
 from agentplane_journal.core.admission import claimed_keys
 from agentplane_journal.core.append import EFFECT_STARTED, RUN_SEALED, Append
-from agentplane_journal.core.batch import COLUMNS, chain_batch
+from agentplane_journal.core.batch import COLUMNS, RELEASED_OWNER, chain_batch
 from agentplane_journal.core.checks import (
     check_int,
     check_key_id,
     check_label,
     check_run,
     check_text,
+    check_ttl,
 )
 from agentplane_journal.core.ids import DEFAULT_TENANT, Digest, EffectKey, RunId, validate_tenant
 from agentplane_journal.core.profile import WireProfile
 from agentplane_journal.core.record import Record
 from agentplane_journal.core.signing import Signer
+from agentplane_journal.core.values import Cancellation, Lease
 from agentplane_journal.db import selfwait
-from agentplane_journal.db.models import RunOutcome
+from agentplane_journal.db.models import RunLease, RunOutcome
 from agentplane_journal.db.statements import (
     digest,
     hot_statements,
+    stored_int,
 )
 from agentplane_journal.db.txcontrol import refusing_transaction_control
 from agentplane_journal.db.unit import Passthrough, Rollback, TransactionAnchor
@@ -411,6 +417,26 @@ class SqlJournalStore(RunReads, AuditReads, RunControl, Admissions, Profiles, Co
         Fence first (a run with a lease row accepts only its current epoch, and a released
         lease none), then sealed, then the writes. Returns the written records.
         """
+        answer = await self._append(epoch, batch, session=session, unless_cancelled=False)
+        assert not isinstance(answer, Cancellation)
+        return answer
+
+    async def append_unless_cancelled(
+        self, epoch: int, batch: Sequence[Append]
+    ) -> list[Record] | Cancellation:
+        """:meth:`append`, unless the run has a stop request (:meth:`request_cancel`): then
+        nothing is written and the request is returned. The check and the write are one
+        transaction (an effect's start and its step boundary's cancellation check)."""
+        return await self._append(epoch, batch, session=None, unless_cancelled=True)
+
+    async def _append(
+        self,
+        epoch: int,
+        batch: Sequence[Append],
+        *,
+        session: AsyncSession | None,
+        unless_cancelled: bool,
+    ) -> list[Record] | Cancellation:
         epoch = check_int(epoch, "epoch")
         items, run = self._check_batch(batch)
         if run is None:
@@ -418,6 +444,10 @@ class SqlJournalStore(RunReads, AuditReads, RunControl, Admissions, Profiles, Co
 
         async def work(session: AsyncSession) -> list[Record]:
             state = await self._lock_run(session, run, epoch)
+            if unless_cancelled:
+                request = await self._cancel_request(session, run)
+                if request is not None:  # rolled back (nothing written), then answered
+                    raise CancelRequested(request.actor, request.reason)
             return await self._write_batch(session, run, epoch, state, items)
 
         if session is not None:  # the host's transaction: the general unit, no commit
@@ -445,11 +475,92 @@ class SqlJournalStore(RunReads, AuditReads, RunControl, Admissions, Profiles, Co
         # (The writer is a backends.writer.HotPath, typed Any in db/, which is below it.)
         try:
             records: list[Record] = await self._shared.writer.append(
-                self.tenant, self._signer, self._now(), run, epoch, items, keys, general, profile
+                self.tenant,
+                self._signer,
+                self._now(),
+                run,
+                epoch,
+                items,
+                keys,
+                general,
+                profile,
+                unless_cancelled=unless_cancelled,
             )
+        except CancelRequested as request:
+            return Cancellation(request.actor, request.reason)
         finally:
             self._wrote()  # ended: read-your-writes covers it from now on
         return records
+
+    # -- a durable-steps run's own transactions ----------------------------------------
+
+    async def admit(
+        self, run: RunId, owner: str, ttl: int | timedelta, batch: Sequence[Append]
+    ) -> tuple[Lease, list[Record]]:
+        """Claim a fresh run's lease and append its first batch, in one transaction.
+
+        What :meth:`acquire` then :meth:`append` do, committed together: the run and its
+        lease exist both or neither, so a refused admission (a duplicate admission key, a
+        database error) leaves nothing behind, not even an empty lease. A live lease on
+        ``run`` is :class:`LeaseHeldError`.
+        """
+        run = check_run(run)
+        owner = check_label(owner, "owner")
+        ttl = check_ttl(ttl)
+        items, batch_run = self._check_batch(batch)
+        if batch_run != run:
+            raise ValueError(f"admit's batch must be {run}'s records")
+        await self._ready()
+        now = self._now()
+        claim = self._claim_statement(run, owner, ttl, now, reclaim=False)
+
+        async def unit(session: AsyncSession) -> tuple[Lease, list[Record]]:
+            await self._take_mutex(session, run, claim=True)  # the append keeps the row
+            found = (await session.execute(claim)).scalar_one_or_none()
+            if found is None:
+                raise await self._holder(session, run, now)
+            epoch = stored_int(found, 0, "run_lease.epoch")
+            state = await self._lock_run(session, run, epoch)
+            return Lease(run, owner, epoch), await self._write_batch(
+                session, run, epoch, state, items
+            )
+
+        lease, records = await self._unit(unit, run=run)
+        if records:
+            self._shared.writer.remember(self.tenant, str(run), records[-1])
+        return lease, records
+
+    async def conclude(
+        self, epoch: int, batch: Sequence[Append], outcome: str
+    ) -> tuple[list[Record], Digest]:
+        """Append ``batch`` (ending with the run's ``RunSealed``), seal the run at its new
+        head and release the lease at ``epoch``, in one transaction; return the records and
+        the sealed head. Fenced and refused when sealed, as :meth:`append` and :meth:`seal`
+        are; nothing of it commits unless all of it does."""
+        epoch = check_int(epoch, "epoch")
+        outcome = check_label(outcome, "outcome")
+        items, run = self._check_batch(batch)
+        if run is None or items[-1].kind != RUN_SEALED:
+            raise ValueError("conclude's batch must end with the run's RunSealed record")
+        release = (
+            update(RunLease)
+            .where(
+                RunLease.tenant == self.tenant,
+                RunLease.run_id == str(run),
+                RunLease.epoch == epoch,
+            )
+            .values(owner=RELEASED_OWNER, expires_at=0)
+        )
+
+        async def unit(session: AsyncSession) -> tuple[list[Record], Digest]:
+            state = await self._lock_run(session, run, epoch)  # the lease row is locked too
+            records = await self._write_batch(session, run, epoch, state, items)
+            head = records[-1].hash
+            await self._log.append(session, [(str(run), bytes(head), self._now(), outcome)])
+            await session.execute(release)
+            return records, head
+
+        return await self._unit(unit, run=run)
 
     async def append_atomic(
         self,

@@ -164,13 +164,16 @@ class Writer(GroupWriter[Request, Result]):
         keys: Sequence[EffectKey],
         general: General,
         profile: WireProfile = AGENTPLANE_0_4,
+        *,
+        unless_cancelled: bool = False,
     ) -> list[Record]:
         """:class:`~agentplane_journal.backends.writer.HotPath`'s append: chain the batch onto
         the known head here, in the caller's task, and send it; ``general()`` without a
-        known head, or when the statement says so."""
+        known head, or when the statement says so, or ``unless_cancelled`` (the statement
+        does not read stop requests: the general unit checks it in its transaction)."""
         run_id = str(run)
         head = self._heads.get(tenant, run_id)
-        if head is None or not self.usable:
+        if head is None or not self.usable or unless_cancelled:
             records = await general()
         else:
             chained, rows, _ = chain_batch(

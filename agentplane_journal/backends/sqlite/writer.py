@@ -44,7 +44,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from agentplane_journal.backends.head_cache import HeadCache
-from agentplane_journal.backends.writer import General, GroupWriter
+from agentplane_journal.backends.writer import CancelRequested, General, GroupWriter
 from agentplane_journal.core.append import EFFECT_STARTED, Append
 from agentplane_journal.core.batch import COLUMNS, chain_batch, fenced
 from agentplane_journal.core.ids import Digest, EffectKey, RunId
@@ -89,6 +89,12 @@ _STATE = (
     " (SELECT seq = ?4 AND hash = ?5 FROM journal WHERE tenant = ?1 AND run_id = ?2"
     " ORDER BY seq DESC LIMIT 1)"
 )
+#: ``_STATE`` and the run's stop request, for an append made ``unless_cancelled`` (an
+#: effect's start): the check and the write in one transaction, under the write lock.
+_STATE_CANCEL = (
+    _STATE + ", (SELECT actor FROM run_cancel WHERE tenant = ?1 AND run_id = ?2),"
+    " (SELECT reason FROM run_cancel WHERE tenant = ?1 AND run_id = ?2)"
+)
 #: The whole last row, so the head is re-hashed and checked against its columns before
 #: anything is chained onto it (``statements.record_from_row``, as every read does), unless
 #: ``_STATE`` found the head this process wrote.
@@ -121,6 +127,7 @@ class _Request:
     keys: Sequence[EffectKey]
     known: tuple[int, Digest] | None  # the head after this process's last commit to the run
     sealed: tuple[list[Record], list[tuple[Any, ...]]] | None  # the batch chained onto it
+    unless_cancelled: bool
     future: asyncio.Future[list[Record]] = field(repr=False)
 
 
@@ -135,10 +142,11 @@ def _append_in(conn: sqlite3.Connection, r: _Request) -> list[Record]:
     a forged one is refused before anything is chained onto it.
     """
     tenant, run_id, known = r.tenant, str(r.run), r.known
-    lease_epoch, lease_owner, sealed_outcome, current, head_known = conn.execute(
-        _STATE,
+    state = conn.execute(
+        _STATE_CANCEL if r.unless_cancelled else _STATE,
         (tenant, run_id, r.now, *((None, None) if known is None else (known[0], bytes(known[1])))),
     ).fetchone()
+    lease_epoch, lease_owner, sealed_outcome, current, head_known = state[:5]
     if lease_epoch is not None:  # SQLite columns can hold any type: a hostile row is corrupt
         lease_epoch = stored_int(lease_epoch, 0, "run_lease.epoch")
         lease_owner = stored_text(lease_owner, 0, "run_lease.owner")
@@ -147,6 +155,9 @@ def _append_in(conn: sqlite3.Connection, r: _Request) -> list[Record]:
         raise error
     if sealed_outcome is not None:
         raise RunSealedError(r.run, stored_text(sealed_outcome, 0, "run_seal.outcome"))
+    if r.unless_cancelled and state[5] is not None:
+        actor = stored_text(state[5], 0, "run_cancel.actor")
+        raise CancelRequested(actor, stored_text(state[6], 0, "run_cancel.reason"))
     if current != 1:
         conn.execute(_MUTEX, (tenant, run_id, r.now))
     if known is not None and head_known == 1 and r.sealed is not None:
@@ -349,6 +360,8 @@ class Writer(GroupWriter[_Request, list[Record]]):
         keys: Sequence[EffectKey],
         general: General,
         profile: WireProfile = AGENTPLANE_0_4,
+        *,
+        unless_cancelled: bool = False,
     ) -> list[Record]:
         """:class:`~agentplane_journal.backends.writer.HotPath`'s append: one thread hop
         (``general`` is unused: under ``BEGIN IMMEDIATE`` every append can be settled here).
@@ -378,6 +391,7 @@ class Writer(GroupWriter[_Request, list[Record]]):
             list(keys),
             known,
             sealed,
+            unless_cancelled,
             asyncio.get_running_loop().create_future(),
         )
         try:
