@@ -50,6 +50,7 @@ from agentplane_journal.core.ids import Digest, EffectKey, RunId
 from agentplane_journal.errors import DuplicateEffectError, RunSealedError
 
 __all__ = [
+    "ONE_UNLESS_CANCELLED",
     "Outcome",
     "answered",
     "group_args",
@@ -110,6 +111,16 @@ SELECT lock.fresh, st.lease_epoch, st.lease_owner, st.sealed_outcome,
        (SELECT count(*) FROM ins) AS written
 FROM lock LEFT JOIN st ON true
 """
+
+#: :data:`ONE` for an effect's start, whose step boundary checks the run's stop request in
+#: the same statement: a request found writes nothing (the statement answers as for a
+#: stale head), and the general unit of work, sent the append, reads it and answers it.
+ONE_UNLESS_CANCELLED = ONE.replace(
+    "      AND st.head_seq = $5 AND st.head_hash = $6\n",
+    "      AND st.head_seq = $5 AND st.head_hash = $6\n"
+    "      AND NOT EXISTS (SELECT 1 FROM {s}run_cancel c WHERE c.tenant = $1 AND c.run_id = $2)\n",
+)
+assert ONE_UNLESS_CANCELLED != ONE
 
 MANY = f"""
 WITH req AS MATERIALIZED (

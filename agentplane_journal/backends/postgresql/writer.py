@@ -105,6 +105,8 @@ class Request:
     rows: list[tuple[Any, ...]]
     keys: Sequence[EffectKey]
     future: asyncio.Future[Any] = field(repr=False)
+    #: An effect's start: its own statement, which also checks for a stop request.
+    unless_cancelled: bool = False
 
 
 class _Lost(Exception):
@@ -169,11 +171,11 @@ class Writer(GroupWriter[Request, Result]):
     ) -> list[Record]:
         """:class:`~agentplane_journal.backends.writer.HotPath`'s append: chain the batch onto
         the known head here, in the caller's task, and send it; ``general()`` without a
-        known head, or when the statement says so, or ``unless_cancelled`` (the statement
-        does not read stop requests: the general unit checks it in its transaction)."""
+        known head, or when the statement says so (``unless_cancelled``: also when it found
+        a stop request, which the general unit then reads and answers)."""
         run_id = str(run)
         head = self._heads.get(tenant, run_id)
-        if head is None or not self.usable or unless_cancelled:
+        if head is None or not self.usable:
             records = await general()
         else:
             chained, rows, _ = chain_batch(
@@ -181,7 +183,9 @@ class Writer(GroupWriter[Request, Result]):
             )
             future = asyncio.get_running_loop().create_future()
             answer = await self.submit(
-                Request(tenant, run, epoch, now, head, chained, rows, keys, future)
+                Request(
+                    tenant, run, epoch, now, head, chained, rows, keys, future, unless_cancelled
+                )
             )
             records = await general() if isinstance(answer, _General) else answer
         if records:
@@ -200,6 +204,8 @@ class Writer(GroupWriter[Request, Result]):
                 continue  # its caller was cancelled before it was sent
             if not group or (
                 self.group_commit
+                and not request.unless_cancelled
+                and not group[0].unless_cancelled
                 and request.tenant == group[0].tenant
                 and request.run not in runs
                 and len(group) < MAX_GROUP_RUNS
@@ -266,8 +272,13 @@ class Writer(GroupWriter[Request, Result]):
     async def _one(self, driver: Any, r: Request) -> Answer:
         """One append by the single-run statement; raises :class:`_Lost`."""
         args = _pgsql.one_args(r.tenant, str(r.run), r.now, r.epoch, r.head, r.rows)
+        statement = _pgsql.ONE
+        if r.unless_cancelled:
+            if not getattr(driver, "_stmt_cache_enabled", True):
+                return GENERAL  # behind a pooler: no server-side function checks requests
+            statement = _pgsql.ONE_UNLESS_CANCELLED
         try:
-            rows = await self._fetch(driver, _pgsql.ONE, args)
+            rows = await self._fetch(driver, statement, args)
         except Exception as exc:
             if not _pgsql.answered(exc):
                 raise _Lost(exc) from exc
