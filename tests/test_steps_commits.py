@@ -9,11 +9,22 @@ conclusion (``RunSealed``, seal, release): 8. Counted at the client
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
+import pytest
 from counting import counting
+from test_steps_hiccups import refused
 
-from agentplane_journal import Finished, RunCancelledError, SqlJournalStore, Steps
+from agentplane_journal import (
+    Finished,
+    Fresh,
+    InFlight,
+    JournalUnavailableError,
+    RunCancelledError,
+    SqlJournalStore,
+    Steps,
+)
 
 TTL = 30
 
@@ -95,3 +106,42 @@ def current_run_id() -> Any:
     ctx = current_run.get()
     assert ctx is not None
     return ctx.run
+
+
+async def test_a_refused_admission_leaves_nothing_behind(store: SqlJournalStore) -> None:
+    """The lease, the key and RunAdmitted are one transaction: refused, none of them is
+    written (before, the lease was its own transaction and outlived a refused admission)."""
+    three = three_steps(Steps(store, instance="w1", lease_ttl=TTL))
+    async with refused(store, "RunAdmitted"):
+        with pytest.raises(JournalUnavailableError) as caught:
+            await three.start("k", 1)
+    assert caught.value.stage == "its RunAdmitted"
+    assert await store.admitted_as("k") is None
+    assert await store.lease_of(caught.value.run) is None
+    assert await store.read(caught.value.run) == []
+    fresh = await three.start("k", 1)
+    assert isinstance(fresh, Fresh) and fresh.result == 1
+
+
+async def test_concurrent_admissions_of_one_key_in_one_process_run_it_once(
+    store: SqlJournalStore,
+) -> None:
+    """Eight starts of one key at once (on SQLite they share the writer's transactions, each
+    in its own savepoint): one run, its effects called once, the others told about it."""
+    steps = Steps(store, instance="w1", lease_ttl=TTL)
+    calls: list[int] = []
+
+    @steps.effect("count")
+    async def count(x: int) -> int:
+        calls.append(x)
+        return x
+
+    @steps.workflow("once")
+    async def once(x: int) -> int:
+        return await count(x)
+
+    answers = await asyncio.gather(*(once.start("same", 7) for _ in range(8)))
+    fresh = [a for a in answers if isinstance(a, Fresh)]
+    assert len(fresh) == 1 and calls == [7]
+    assert all(a.run_id == fresh[0].run_id for a in answers)
+    assert all(isinstance(a, (InFlight, Finished)) for a in answers if a is not fresh[0])

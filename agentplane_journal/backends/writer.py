@@ -103,6 +103,23 @@ class HotPath(Protocol):
         """``record`` is the run's head, as a general unit of work just committed it."""
         ...
 
+    async def admit(
+        self,
+        tenant: str,
+        signer: Signer | None,
+        now: int,
+        run: RunId,
+        owner: str,
+        expires_at: int,
+        items: Sequence[Append],
+        keys: Sequence[str],
+        profile: WireProfile = AGENTPLANE_0_4,
+    ) -> list[Record] | None:
+        """A fresh run's admission (its lease claim for ``owner`` until ``expires_at``,
+        ``items`` and the claims of ``keys``) in one transaction, or ``None`` when this
+        path does not do admissions (the store then runs its general unit of work)."""
+        ...
+
     async def idle(self) -> None:
         """Wait until every queued append is answered and the connections are back."""
         ...
@@ -173,6 +190,21 @@ class GroupWriter(ABC, Generic[R, T]):
         """Know ``record`` as the run's head (a general unit committed it): the run's next
         append chains onto it without reading it back."""
         self._heads.put(tenant, run_id, record.seq, record.hash)
+
+    async def admit(
+        self,
+        tenant: str,
+        signer: Signer | None,
+        now: int,
+        run: RunId,
+        owner: str,
+        expires_at: int,
+        items: Sequence[Append],
+        keys: Sequence[str],
+        profile: WireProfile = AGENTPLANE_0_4,
+    ) -> list[Record] | None:
+        """Not on this path unless a database's writer says otherwise: ``None``."""
+        return None
 
     async def submit(self, request: R) -> T:
         """Queue ``request`` and wait for its answer (raised when it is an exception)."""

@@ -51,6 +51,7 @@ from agentplane_journal.core.checks import (
     check_run,
     check_text,
     check_ttl,
+    lease_expiry,
 )
 from agentplane_journal.core.ids import DEFAULT_TENANT, Digest, EffectKey, RunId, validate_tenant
 from agentplane_journal.core.profile import WireProfile
@@ -525,6 +526,24 @@ class SqlJournalStore(RunReads, AuditReads, RunControl, Admissions, Profiles, Co
                 session, run, epoch, state, items
             )
 
+        self._refuse_own_wait(run)
+        self._refuse_other_profile(items, self.profile)
+        try:  # SQLite: one thread hop, in the writer's queue (PostgreSQL: None)
+            hot: list[Record] | None = await self._shared.writer.admit(
+                self.tenant,
+                self._signer,
+                now,
+                run,
+                owner,
+                lease_expiry(now, ttl),
+                items,
+                claimed_keys(items),
+                self.profile,
+            )
+        finally:
+            self._wrote()
+        if hot is not None:
+            return Lease(run, owner, hot[-1].epoch), hot
         lease, records = await self._unit(unit, run=run)
         if records:
             self._shared.writer.remember(self.tenant, str(run), records[-1])
