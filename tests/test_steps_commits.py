@@ -145,3 +145,43 @@ async def test_concurrent_admissions_of_one_key_in_one_process_run_it_once(
     assert len(fresh) == 1 and calls == [7]
     assert all(a.run_id == fresh[0].run_id for a in answers)
     assert all(isinstance(a, (InFlight, Finished)) for a in answers if a is not fresh[0])
+
+
+async def test_a_stop_request_in_a_group_of_starts_stops_only_its_run(
+    store: SqlJournalStore,
+) -> None:
+    """Six runs reach their second effect together, so their starts share a group commit
+    (one statement on PostgreSQL, one transaction on SQLite); the one with a stop request
+    writes nothing and is cancelled, the other five start and finish."""
+    steps = Steps(store, instance="w1", lease_ttl=TTL)
+    arrived: list[int] = []
+    together = asyncio.Event()
+
+    @steps.effect("first")
+    async def first(i: int) -> int:
+        if i == 0:
+            await steps.cancel(current_run_id(), "operator", "only this one")
+        arrived.append(i)
+        if len(arrived) == 6:
+            together.set()
+        await together.wait()
+        return i
+
+    @steps.effect("second")
+    async def second(i: int) -> int:
+        return i
+
+    @steps.workflow("pair")
+    async def pair(i: int) -> int:
+        return await second(await first(i))
+
+    answers = await asyncio.gather(
+        *(pair.start(f"g{i}", i) for i in range(6)), return_exceptions=True
+    )
+    assert isinstance(answers[0], RunCancelledError), answers[0]
+    assert [a.result for a in answers[1:] if isinstance(a, Fresh)] == [1, 2, 3, 4, 5]
+    for i in range(6):
+        run = await store.admitted_as(f"g{i}")
+        assert run is not None
+        kinds = [r.kind for r in await store.read(run)]
+        assert kinds.count("EffectStarted") == (1 if i == 0 else 2), (i, kinds)

@@ -204,8 +204,6 @@ class Writer(GroupWriter[Request, Result]):
                 continue  # its caller was cancelled before it was sent
             if not group or (
                 self.group_commit
-                and not request.unless_cancelled
-                and not group[0].unless_cancelled
                 and request.tenant == group[0].tenant
                 and request.run not in runs
                 and len(group) < MAX_GROUP_RUNS
@@ -306,20 +304,20 @@ class Writer(GroupWriter[Request, Result]):
     async def _many(self, driver: Any, group: list[Request]) -> tuple[list[Answer], bool]:
         """A group by the multi-run statement: the answers, and whether the connection lives."""
         runs = [(str(r.run), r.now, r.epoch, r.head, r.rows) for r in group]
+        args = _pgsql.group_args(group[0].tenant, runs)
+        statement = _pgsql.MANY
+        if any(r.unless_cancelled for r in group):
+            if not getattr(driver, "_stmt_cache_enabled", True):
+                return await self._each(driver, group)  # no server-side function checks it
+            statement = _pgsql.MANY_UNLESS_CANCELLED
+            args = (*args, ["1" if r.unless_cancelled else "0" for r in group])
         try:
-            rows = await self._fetch(driver, _pgsql.MANY, _pgsql.group_args(group[0].tenant, runs))
+            rows = await self._fetch(driver, statement, args)
         except Exception as exc:
             if not _pgsql.answered(exc):
                 return [_unknown(exc)] * len(group), False
             # Refused as a whole, so nothing of it landed: each append on its own.
-            answers: list[Answer] = []
-            for i, r in enumerate(group):
-                try:
-                    answers.append(await self._one(driver, r))
-                except _Lost as lost:
-                    rest = [GENERAL] * (len(group) - i - 1)  # never sent: surely not written
-                    return [*answers, _unknown(lost.error), *rest], False
-            return answers, True
+            return await self._each(driver, group)
         if len(rows) != len(group):  # never the statement's answer; what it wrote is unknown
             error = CommitUnknownError(f"the group statement answered {len(rows)} rows")
             return [error] * len(group), True
@@ -327,6 +325,18 @@ class Writer(GroupWriter[Request, Result]):
             self._settle(r, _pgsql.group_outcome(r.run, r.epoch, row))
             for r, row in zip(group, rows, strict=True)
         ], True
+
+    async def _each(self, driver: Any, group: list[Request]) -> tuple[list[Answer], bool]:
+        """``group``'s appends one statement each: the answers, and whether the connection
+        lives (one lost mid-statement leaves the rest unsent, for the general unit)."""
+        answers: list[Answer] = []
+        for i, r in enumerate(group):
+            try:
+                answers.append(await self._one(driver, r))
+            except _Lost as lost:
+                rest = [GENERAL] * (len(group) - i - 1)  # never sent: surely not written
+                return [*answers, _unknown(lost.error), *rest], False
+        return answers, True
 
     @staticmethod
     def _settle(r: Request, outcome: _pgsql.Outcome) -> Answer:
