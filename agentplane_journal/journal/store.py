@@ -175,6 +175,7 @@ class SqlJournalStore(RunReads, AuditReads, RunControl, Admissions, Profiles, Co
                 engine=self._shared.engine,
                 heads=HeadCache(),
                 group_commit=bool(group_commit),
+                turn=self._shared.turn,
             )
         self._base_origin = origin
         self._signer = signer

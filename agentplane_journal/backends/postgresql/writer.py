@@ -55,6 +55,7 @@ from agentplane_journal.core.profile import AGENTPLANE_0_4, WireProfile
 from agentplane_journal.core.record import Record
 from agentplane_journal.core.signing import Signer
 from agentplane_journal.db.dialect import PostgresDialect
+from agentplane_journal.db.turns import WriteTurn
 from agentplane_journal.db.unit import describe
 from agentplane_journal.db.violations import Collision, journal_collision
 from agentplane_journal.errors import (
@@ -348,7 +349,12 @@ class Writer(GroupWriter[Request, Result]):
 
 
 def open_path(
-    *, bind: AsyncEngine, engine: AsyncEngine, heads: HeadCache, group_commit: bool
+    *,
+    bind: AsyncEngine,
+    engine: AsyncEngine,
+    heads: HeadCache,
+    group_commit: bool,
+    turn: WriteTurn | None = None,
 ) -> Writer:
     """The PostgreSQL hot path. Group commit: one statement in flight, carrying every append
     that waited for it (a second connection would split the groups). Without: one per

@@ -59,6 +59,7 @@ from agentplane_journal.db.statements import (
     stored_run,
     stored_text,
 )
+from agentplane_journal.db.turns import WriteTurn
 from agentplane_journal.db.violations import Collision, append_raced, journal_collision
 from agentplane_journal.errors import (
     BackendError,
@@ -361,8 +362,16 @@ class Writer(GroupWriter[_Request, list[Record]]):
     * Errors reach the caller as :class:`BackendError` (:func:`_translate`).
     """
 
-    def __init__(self, engine: AsyncEngine, heads: HeadCache, *, group_commit: bool = True) -> None:
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        heads: HeadCache,
+        *,
+        group_commit: bool = True,
+        turn: WriteTurn | None = None,
+    ) -> None:
         super().__init__(engine, heads, group_commit=group_commit, connections=1)
+        self._turn = turn
 
     def _take(self) -> list[_Request]:
         take = len(self._pending) if self.group_commit else 1
@@ -377,9 +386,13 @@ class Writer(GroupWriter[_Request, list[Record]]):
         :func:`_transaction`). aiosqlite's own queue onto that thread (``_execute``) and the
         sqlite3 connection it owns (``_conn``) are private, present since 0.17."""
         try:
-            answers: list[list[Record] | BaseException] = await driver._execute(
-                _transaction, driver._conn, group
-            )
+            if self._turn is None:
+                answers: list[list[Record] | BaseException] = await driver._execute(
+                    _transaction, driver._conn, group
+                )
+            else:
+                async with self._turn.taken():  # after the store's other write transactions
+                    answers = await driver._execute(_transaction, driver._conn, group)
         except sqlite3.Error as exc:  # a savepoint or rollback failed: nothing was committed
             return [exc] * len(group), True
         except Exception as exc:
@@ -500,8 +513,14 @@ class Writer(GroupWriter[_Request, list[Record]]):
 
 
 def open_path(
-    *, bind: AsyncEngine, engine: AsyncEngine, heads: HeadCache, group_commit: bool
+    *,
+    bind: AsyncEngine,
+    engine: AsyncEngine,
+    heads: HeadCache,
+    group_commit: bool,
+    turn: WriteTurn | None = None,
 ) -> Writer:
     """The SQLite hot path: the process's write queue for the store's engine (``bind``'s
-    schema translation does not apply: SQLite has no schemas)."""
-    return Writer(engine, heads, group_commit=group_commit)
+    schema translation does not apply: SQLite has no schemas); each group's transaction
+    takes ``turn`` with the store's other write transactions."""
+    return Writer(engine, heads, group_commit=group_commit, turn=turn)
