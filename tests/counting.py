@@ -13,7 +13,8 @@ asserts these counts per workflow and ``bench/steps.py`` prints them.
 
 A transaction is a ``BEGIN`` .. ``COMMIT``/``ROLLBACK`` pair, or a statement run outside
 one (autocommitted: the PostgreSQL hot path's single statement, a SQLite read); a commit is
-a transaction that wrote (ended by ``COMMIT`` after a write, or an autocommitted write).
+a transaction that wrote (ended by ``COMMIT`` after a write, or an autocommitted write). A
+new SQLite connection's ``PRAGMA`` set-up is not counted.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 __all__ = ["Counts", "counting"]
 
 _CONTROL = {"BEGIN", "COMMIT", "END", "ROLLBACK", "SAVEPOINT", "RELEASE"}
-_READS = {"SELECT", "SHOW", "PRAGMA"}
+_READS = {"SELECT", "SHOW"}
 
 
 @dataclass
@@ -71,7 +72,7 @@ class Counts:
                 self.transactions += 1
                 self.commits += int(wrote and verb != "ROLLBACK")
                 return
-            if verb in _CONTROL:
+            if verb in _CONTROL or verb == "PRAGMA":  # a new connection's set-up: no work
                 return
             self.statements += 1
             write = verb not in _READS and not (verb == "WITH" and "INSERT" not in sql.upper())
