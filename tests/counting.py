@@ -46,7 +46,10 @@ class Counts:
     hops: int = 0
     _open: dict[int, bool] = field(default_factory=dict)  # connection -> wrote in its tx
     _begun: set[int] = field(default_factory=set)  # a BEGIN that comes after its statement
+    #: The transactions that wrote nothing, by their first statement (to say what they were).
+    reads: list[str] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _first: dict[int, str] = field(default_factory=dict)
 
     def seen(self, conn: int, sql: str, *, begins: bool = False) -> None:
         """``sql`` sent on connection ``conn``; ``begins``: SQLAlchemy's asyncpg adapter
@@ -61,6 +64,7 @@ class Counts:
                     self._begun.discard(conn)
                 else:
                     self._open[conn] = False
+                    self._first.pop(conn, None)
                 return
             if begins and conn not in self._open:
                 self._open[conn] = False
@@ -71,6 +75,8 @@ class Counts:
                 wrote = self._open.pop(conn, False)
                 self.transactions += 1
                 self.commits += int(wrote and verb != "ROLLBACK")
+                if not wrote:
+                    self.reads.append(self._first.pop(conn, "") + f" .. {verb}")
                 return
             if verb in _CONTROL or verb == "PRAGMA":  # a new connection's set-up: no work
                 return
@@ -78,9 +84,12 @@ class Counts:
             write = verb not in _READS and not (verb == "WITH" and "INSERT" not in sql.upper())
             if conn in self._open:
                 self._open[conn] = self._open[conn] or write
+                self._first.setdefault(conn, " ".join(sql.split())[:80])
             else:
                 self.transactions += 1
                 self.commits += int(write)
+                if not write:
+                    self.reads.append(" ".join(sql.split())[:80])
 
     def per(self, n: int) -> dict[str, float]:
         return {
