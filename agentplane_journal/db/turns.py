@@ -37,8 +37,10 @@ class WriteTurn:
         """Hold the turn inside (or, after the timeout, go on without it)."""
         got = False
         try:
-            await asyncio.wait_for(self._lock.acquire(), self._timeout)
-            got = True
+            # asyncio.timeout, not wait_for: Lock.acquire, cancelled by it, never leaves the
+            # lock taken (wait_for runs it in a task of its own, which could).
+            async with asyncio.timeout(self._timeout):
+                got = await self._lock.acquire()
         except TimeoutError:
             pass  # held that long: the database's busy handler judges, as without turns
         try:
