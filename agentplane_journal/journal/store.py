@@ -264,14 +264,18 @@ class SqlJournalStore(RunReads, AuditReads, RunControl, Admissions, Profiles, Co
 
     # -- the run mutex, the fence and the head ----------------------------------------
 
-    async def _lock_run(self, session: AsyncSession, run: RunId, epoch: int) -> RunState:
-        """Take the run mutex, then fence; return what the transaction needs to know."""
+    async def _lock_run(
+        self, session: AsyncSession, run: RunId, epoch: int, *, held: bool = False
+    ) -> RunState:
+        """Take the run mutex (unless ``held``: this transaction took it already), then
+        fence; return what the transaction needs to know."""
         params = {"tenant": self.tenant, "run_id": str(run), "now": self._now()}
         statements = hot_statements(self._dialect)
         # Core statements on the session's own connection (same transaction), skipping the
         # ORM's statement handling, which the append path does not need.
         conn = await session.connection()
-        await conn.execute(statements.run_mutex, params)
+        if not held:
+            await conn.execute(statements.run_mutex, params)
         if conn.sync_connection is not None:  # so that this task never waits on it itself
             selfwait.hold(conn.sync_connection, self.tenant, str(run))
         # A later statement than the lock, so a fresh snapshot that sees the previous
@@ -517,12 +521,16 @@ class SqlJournalStore(RunReads, AuditReads, RunControl, Admissions, Profiles, Co
         claim = self._claim_statement(run, owner, ttl, now, reclaim=False)
 
         async def unit(session: AsyncSession) -> tuple[Lease, list[Record]]:
-            await self._take_mutex(session, run, claim=True)  # the append keeps the row
+            # The run mutex first, as for every lease change and append (the activity row
+            # the append keeps anyway), then the claim, then the fence under both.
+            params = {"tenant": self.tenant, "run_id": str(run), "now": now}
+            conn = await session.connection()
+            await conn.execute(hot_statements(self._dialect).run_mutex, params)
             found = (await session.execute(claim)).scalar_one_or_none()
             if found is None:
                 raise await self._holder(session, run, now)
             epoch = stored_int(found, 0, "run_lease.epoch")
-            state = await self._lock_run(session, run, epoch)
+            state = await self._lock_run(session, run, epoch, held=True)
             return Lease(run, owner, epoch), await self._write_batch(
                 session, run, epoch, state, items
             )

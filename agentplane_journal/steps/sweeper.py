@@ -27,6 +27,7 @@ from agentplane_journal.core.ids import RunId
 from agentplane_journal.errors import (
     DAMAGE,
     LeaseHeldError,
+    RunLostError,
     StoreError,
     WorkflowNotRegisteredError,
 )
@@ -171,7 +172,15 @@ class Sweeper:
             report.emptied.append(run)
             return
         if history.conclusion is not None:
-            await ctx.seal_and_release()
+            try:
+                await ctx.seal_and_release()
+            except RunLostError:
+                # Taken over meanwhile (its lease lapsed under this sweeper): the new owner
+                # seals it; nothing was written here.
+                if raise_errors:
+                    raise
+                report.skipped.append(run)
+                return
             report.concluded.append(run)
             return
         name, args, kwargs = admitted_call(history.admitted)
