@@ -34,6 +34,7 @@ from agentplane_journal.backends.postgresql import writer as postgresql
 from agentplane_journal.backends.sqlite import writer as sqlite
 from agentplane_journal.backends.writer import HotPath
 from agentplane_journal.db.dialect import Dialect, PostgresDialect, SqliteDialect
+from agentplane_journal.db.turns import WriteTurn
 
 __all__ = ["hot_path"]
 
@@ -42,7 +43,13 @@ class _Opens(Protocol):
     """A database's ``open_path``: its hot path over the store's engine."""
 
     def __call__(
-        self, *, bind: AsyncEngine, engine: AsyncEngine, heads: HeadCache, group_commit: bool
+        self,
+        *,
+        bind: AsyncEngine,
+        engine: AsyncEngine,
+        heads: HeadCache,
+        group_commit: bool,
+        turn: WriteTurn | None,
     ) -> HotPath: ...
 
 
@@ -60,7 +67,11 @@ def hot_path(
     engine: AsyncEngine,
     heads: HeadCache,
     group_commit: bool,
+    turn: WriteTurn | None = None,
 ) -> HotPath:
     """The store's hot path for ``dialect``: ``bind`` carries the schema translation,
-    ``engine`` is the bare engine, ``heads`` the store's shared :class:`HeadCache`."""
-    return _PATHS[type(dialect)](bind=bind, engine=engine, heads=heads, group_commit=group_commit)
+    ``engine`` is the bare engine, ``heads`` the store's shared :class:`HeadCache`, ``turn``
+    where the process's write transactions take turns (SQLite's, ``db.turns``)."""
+    return _PATHS[type(dialect)](
+        bind=bind, engine=engine, heads=heads, group_commit=group_commit, turn=turn
+    )

@@ -59,7 +59,7 @@ from agentplane_journal.core.record import Record
 from agentplane_journal.core.signing import Signer
 from agentplane_journal.errors import BackendError
 
-__all__ = ["General", "GroupWriter", "HotPath", "Waiting"]
+__all__ = ["CancelRequested", "General", "GroupWriter", "HotPath", "Waiting"]
 
 #: The same append as a general unit of work (``store.py``), whose answers are the reference.
 General = Callable[[], Awaitable[list[Record]]]
@@ -72,6 +72,17 @@ def _unreachable(exc: Exception) -> BackendError:
             f"cannot reach the database: no pooled connection came free in time: {exc}"
         )
     return BackendError(f"cannot reach the database: {exc}")
+
+
+class CancelRequested(Exception):
+    """Internal: an append made ``unless_cancelled`` found the run's stop request, and wrote
+    nothing (its transaction, or its savepoint, rolled back): ``actor`` and ``reason`` are
+    the request's. The store turns it into its answer; no caller of the store sees it."""
+
+    def __init__(self, actor: str, reason: str) -> None:
+        super().__init__(actor, reason)
+        self.actor = actor
+        self.reason = reason
 
 
 class HotPath(Protocol):
@@ -88,10 +99,35 @@ class HotPath(Protocol):
         keys: Sequence[EffectKey],
         general: General,
         profile: WireProfile = AGENTPLANE_0_4,
+        *,
+        unless_cancelled: bool = False,
     ) -> list[Record]:
         """Append ``items`` (one run's batch: no duplicate key, no conclusion, no admission
         key), sealed under the journal's wire ``profile``, or run ``general()`` when this path
-        cannot settle it; the contract's errors are raised."""
+        cannot settle it; the contract's errors are raised. ``unless_cancelled``: in the same
+        transaction, write nothing and raise :class:`CancelRequested` if the run has a stop
+        request (``general`` then checks it too)."""
+        ...
+
+    def remember(self, tenant: str, run_id: str, record: Record) -> None:
+        """``record`` is the run's head, as a general unit of work just committed it."""
+        ...
+
+    async def admit(
+        self,
+        tenant: str,
+        signer: Signer | None,
+        now: int,
+        run: RunId,
+        owner: str,
+        expires_at: int,
+        items: Sequence[Append],
+        keys: Sequence[str],
+        profile: WireProfile = AGENTPLANE_0_4,
+    ) -> list[Record] | None:
+        """A fresh run's admission (its lease claim for ``owner`` until ``expires_at``,
+        ``items`` and the claims of ``keys``) in one transaction, or ``None`` when this
+        path does not do admissions (the store then runs its general unit of work)."""
         ...
 
     async def idle(self) -> None:
@@ -159,6 +195,26 @@ class GroupWriter(ABC, Generic[R, T]):
         interrupted, before it goes back to the pool."""
 
     # -- the skeleton --------------------------------------------------------------------
+
+    def remember(self, tenant: str, run_id: str, record: Record) -> None:
+        """Know ``record`` as the run's head (a general unit committed it): the run's next
+        append chains onto it without reading it back."""
+        self._heads.put(tenant, run_id, record.seq, record.hash)
+
+    async def admit(
+        self,
+        tenant: str,
+        signer: Signer | None,
+        now: int,
+        run: RunId,
+        owner: str,
+        expires_at: int,
+        items: Sequence[Append],
+        keys: Sequence[str],
+        profile: WireProfile = AGENTPLANE_0_4,
+    ) -> list[Record] | None:
+        """Not on this path unless a database's writer says otherwise: ``None``."""
+        return None
 
     async def submit(self, request: R) -> T:
         """Queue ``request`` and wait for its answer (raised when it is an exception)."""

@@ -117,6 +117,10 @@ class Dialect(Protocol):
     schemas: bool
     #: Whether ``?pgbouncer=true`` applies (PgBouncer pools PostgreSQL connections).
     pgbouncer: bool
+    #: Whether a process's write transactions take turns in the process before they ask
+    #: the database (SQLite: one writer at a time, and a second connection's ``BEGIN
+    #: IMMEDIATE`` would wait in the busy handler's millisecond sleeps).
+    write_turns: bool
     #: A store's own engine's options (``connect``), under the caller's.
     engine_options: Mapping[str, Any]
 
@@ -271,6 +275,7 @@ class PostgresDialect:
     url_example = "postgresql+asyncpg://user@host/db"
     schemas = True
     pgbouncer = True
+    write_turns = False
     # Enough connections for a runtime's concurrent appends without queueing on the pool.
     engine_options: Mapping[str, Any] = {"pool_size": 10, "max_overflow": 40}
     driver_loggers: tuple[str, ...] = ()
@@ -438,6 +443,7 @@ class SqliteDialect:
     url_example = "sqlite+aiosqlite:///path/to/journal.db"
     schemas = False
     pgbouncer = False
+    write_turns = True
     engine_options: Mapping[str, Any] = {}
     driver_loggers: tuple[str, ...] = ("aiosqlite",)
 

@@ -50,6 +50,7 @@ from agentplane_journal.db.revision import (
     check_schema,
     schema_options,
 )
+from agentplane_journal.db.turns import WriteTurn
 from agentplane_journal.errors import (
     BackendError,
     CommitUnknownError,
@@ -104,6 +105,8 @@ class _Shared:
     #: apply), made at the first read (``reader_made``).
     reader: Any = None
     reader_made: bool = False
+    #: Where the process's write transactions take turns (``db.turns``; SQLite), or None.
+    turn: WriteTurn | None = None
 
 
 class Rollback(Exception):
@@ -158,6 +161,7 @@ class Repository:
                 schema=schema,
                 bind=bind,
                 read_your_writes=bool(read_your_writes),
+                turn=WriteTurn() if dialect.write_turns else None,
             )
             if read_engine is not None:
                 _shared.read_engine = _check_read_engine(read_engine, dialect)
@@ -300,6 +304,20 @@ class Repository:
         if not read_only:
             self._refuse_own_wait(run)
         await self._ready()
+        turn = self._shared.turn
+        if turn is not None and not read_only:
+            async with turn.taken():  # SQLite: after the writes before it, never asleep
+                return await self._own_unit(fn, read_only, primary, translate)
+        return await self._own_unit(fn, read_only, primary, translate)
+
+    async def _own_unit(
+        self,
+        fn: Callable[[AsyncSession], Awaitable[T]],
+        read_only: bool,
+        primary: bool,
+        translate: Callable[[DBAPIError], StoreError | None] | None,
+    ) -> T:
+        """:meth:`_unit`'s transaction on a session of the store's own."""
         shared = self._shared
         sessions = shared.sessions
         replica = read_only and not primary and shared.read_sessions is not None

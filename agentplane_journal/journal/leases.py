@@ -42,6 +42,7 @@ of one row are arbitrated by that row's lock either way, so at most one of them 
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 from sqlalchemy import exists, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -106,26 +107,7 @@ class RunControl(Repository):
             raise TypeError("reclaim must be True or False")
         ttl = check_ttl(ttl)
         now = self._now()
-        insert = self._dialect.insert(RunLease).values(
-            tenant=self.tenant,
-            run_id=str(run),
-            owner=owner,
-            epoch=1,
-            expires_at=lease_expiry(now, ttl),
-        )
-        claim = insert.on_conflict_do_update(
-            index_elements=[RunLease.tenant, RunLease.run_id],
-            set_={
-                "owner": insert.excluded.owner,
-                "epoch": RunLease.epoch + 1,
-                "expires_at": insert.excluded.expires_at,
-            },
-            # Lapsed or released (a released row has expires_at 0): the only claimable rows,
-            # and with ``reclaim`` the caller's own live lease.
-            where=(RunLease.expires_at <= now) | (RunLease.owner == owner)
-            if reclaim
-            else RunLease.expires_at <= now,
-        ).returning(RunLease.epoch)
+        claim = self._claim_statement(run, owner, ttl, now, reclaim=reclaim)
 
         async def unit(session: AsyncSession) -> Lease:
             claimed = await self._take_mutex(session, run, claim=True)
@@ -140,6 +122,29 @@ class RunControl(Repository):
             return Lease(run, owner, stored_int(epoch, 0, "run_lease.epoch"))
 
         return await self._unit(unit, session=session, run=run)
+
+    def _claim_statement(self, run: RunId, owner: str, ttl: int, now: int, *, reclaim: bool) -> Any:
+        """:meth:`acquire`'s one statement (``admit`` runs it too): the claim, or nothing."""
+        insert = self._dialect.insert(RunLease).values(
+            tenant=self.tenant,
+            run_id=str(run),
+            owner=owner,
+            epoch=1,
+            expires_at=lease_expiry(now, ttl),
+        )
+        return insert.on_conflict_do_update(
+            index_elements=[RunLease.tenant, RunLease.run_id],
+            set_={
+                "owner": insert.excluded.owner,
+                "epoch": RunLease.epoch + 1,
+                "expires_at": insert.excluded.expires_at,
+            },
+            # Lapsed or released (a released row has expires_at 0): the only claimable rows,
+            # and with ``reclaim`` the caller's own live lease.
+            where=(RunLease.expires_at <= now) | (RunLease.owner == owner)
+            if reclaim
+            else RunLease.expires_at <= now,
+        ).returning(RunLease.epoch)
 
     async def renew(
         self,
@@ -381,18 +386,22 @@ class RunControl(Repository):
     ) -> Cancellation | None:
         """The recorded stop request, or ``None``."""
         run = check_run(run)
+
+        async def unit(session: AsyncSession) -> Cancellation | None:
+            return await self._cancel_request(session, run)
+
+        return await self._unit(unit, read_only=True, primary=True, session=session)
+
+    async def _cancel_request(self, session: AsyncSession, run: RunId) -> Cancellation | None:
+        """The run's stop request read in ``session``'s transaction, checked, or ``None``."""
         stmt = select(RunCancel.actor, RunCancel.reason).where(
             RunCancel.tenant == self.tenant, RunCancel.run_id == str(run)
         )
-
-        async def unit(session: AsyncSession) -> Cancellation | None:
-            row = (await session.execute(stmt)).one_or_none()
-            if row is None:
-                return None
-            actor = stored_text(row.actor, 0, "run_cancel.actor")
-            return Cancellation(actor, stored_text(row.reason, 0, "run_cancel.reason"))
-
-        return await self._unit(unit, read_only=True, primary=True, session=session)
+        row = (await session.execute(stmt)).one_or_none()
+        if row is None:
+            return None
+        actor = stored_text(row.actor, 0, "run_cancel.actor")
+        return Cancellation(actor, stored_text(row.reason, 0, "run_cancel.reason"))
 
 
 def _described(found: tuple[str, int, int] | None, now: int) -> str:

@@ -31,32 +31,39 @@ from __future__ import annotations
 
 import unicodedata
 from collections.abc import Awaitable, Callable, Iterable, Sequence
+from datetime import timedelta
 from typing import Any
 
+from sqlalchemy import update
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 from agentplane_journal.backends import dispatch
 from agentplane_journal.backends.head_cache import HeadCache
+from agentplane_journal.backends.writer import CancelRequested
 from agentplane_journal.core.admission import claimed_keys
 from agentplane_journal.core.append import EFFECT_STARTED, RUN_SEALED, Append
-from agentplane_journal.core.batch import COLUMNS, chain_batch
+from agentplane_journal.core.batch import COLUMNS, RELEASED_OWNER, chain_batch
 from agentplane_journal.core.checks import (
     check_int,
     check_key_id,
     check_label,
     check_run,
     check_text,
+    check_ttl,
+    lease_expiry,
 )
 from agentplane_journal.core.ids import DEFAULT_TENANT, Digest, EffectKey, RunId, validate_tenant
 from agentplane_journal.core.profile import WireProfile
 from agentplane_journal.core.record import Record
 from agentplane_journal.core.signing import Signer
+from agentplane_journal.core.values import Cancellation, Lease
 from agentplane_journal.db import selfwait
-from agentplane_journal.db.models import RunOutcome
+from agentplane_journal.db.models import RunLease, RunOutcome
 from agentplane_journal.db.statements import (
     digest,
     hot_statements,
+    stored_int,
 )
 from agentplane_journal.db.txcontrol import refusing_transaction_control
 from agentplane_journal.db.unit import Passthrough, Rollback, TransactionAnchor
@@ -171,6 +178,7 @@ class SqlJournalStore(
                 engine=self._shared.engine,
                 heads=HeadCache(),
                 group_commit=bool(group_commit),
+                turn=self._shared.turn,
             )
         self._base_origin = origin
         self._signer = signer
@@ -259,14 +267,18 @@ class SqlJournalStore(
 
     # -- the run mutex, the fence and the head ----------------------------------------
 
-    async def _lock_run(self, session: AsyncSession, run: RunId, epoch: int) -> RunState:
-        """Take the run mutex, then fence; return what the transaction needs to know."""
+    async def _lock_run(
+        self, session: AsyncSession, run: RunId, epoch: int, *, held: bool = False
+    ) -> RunState:
+        """Take the run mutex (unless ``held``: this transaction took it already), then
+        fence; return what the transaction needs to know."""
         params = {"tenant": self.tenant, "run_id": str(run), "now": self._now()}
         statements = hot_statements(self._dialect)
         # Core statements on the session's own connection (same transaction), skipping the
         # ORM's statement handling, which the append path does not need.
         conn = await session.connection()
-        await conn.execute(statements.run_mutex, params)
+        if not held:
+            await conn.execute(statements.run_mutex, params)
         if conn.sync_connection is not None:  # so that this task never waits on it itself
             selfwait.hold(conn.sync_connection, self.tenant, str(run))
         # A later statement than the lock, so a fresh snapshot that sees the previous
@@ -414,6 +426,26 @@ class SqlJournalStore(
         Fence first (a run with a lease row accepts only its current epoch, and a released
         lease none), then sealed, then the writes. Returns the written records.
         """
+        answer = await self._append(epoch, batch, session=session, unless_cancelled=False)
+        assert not isinstance(answer, Cancellation)
+        return answer
+
+    async def append_unless_cancelled(
+        self, epoch: int, batch: Sequence[Append]
+    ) -> list[Record] | Cancellation:
+        """:meth:`append`, unless the run has a stop request (:meth:`request_cancel`): then
+        nothing is written and the request is returned. The check and the write are one
+        transaction (an effect's start and its step boundary's cancellation check)."""
+        return await self._append(epoch, batch, session=None, unless_cancelled=True)
+
+    async def _append(
+        self,
+        epoch: int,
+        batch: Sequence[Append],
+        *,
+        session: AsyncSession | None,
+        unless_cancelled: bool,
+    ) -> list[Record] | Cancellation:
         epoch = check_int(epoch, "epoch")
         items, run = self._check_batch(batch)
         if run is None:
@@ -421,6 +453,10 @@ class SqlJournalStore(
 
         async def work(session: AsyncSession) -> list[Record]:
             state = await self._lock_run(session, run, epoch)
+            if unless_cancelled:
+                request = await self._cancel_request(session, run)
+                if request is not None:  # rolled back (nothing written), then answered
+                    raise CancelRequested(request.actor, request.reason)
             return await self._write_batch(session, run, epoch, state, items)
 
         if session is not None:  # the host's transaction: the general unit, no commit
@@ -448,11 +484,114 @@ class SqlJournalStore(
         # (The writer is a backends.writer.HotPath, typed Any in db/, which is below it.)
         try:
             records: list[Record] = await self._shared.writer.append(
-                self.tenant, self._signer, self._now(), run, epoch, items, keys, general, profile
+                self.tenant,
+                self._signer,
+                self._now(),
+                run,
+                epoch,
+                items,
+                keys,
+                general,
+                profile,
+                unless_cancelled=unless_cancelled,
             )
+        except CancelRequested as request:
+            return Cancellation(request.actor, request.reason)
         finally:
             self._wrote()  # ended: read-your-writes covers it from now on
         return records
+
+    # -- a durable-steps run's own transactions ----------------------------------------
+
+    async def admit(
+        self, run: RunId, owner: str, ttl: int | timedelta, batch: Sequence[Append]
+    ) -> tuple[Lease, list[Record]]:
+        """Claim a fresh run's lease and append its first batch, in one transaction.
+
+        What :meth:`acquire` then :meth:`append` do, committed together: the run and its
+        lease exist both or neither, so a refused admission (a duplicate admission key, a
+        database error) leaves nothing behind, not even an empty lease. A live lease on
+        ``run`` is :class:`LeaseHeldError`.
+        """
+        run = check_run(run)
+        owner = check_label(owner, "owner")
+        ttl = check_ttl(ttl)
+        items, batch_run = self._check_batch(batch)
+        if batch_run != run:
+            raise ValueError(f"admit's batch must be {run}'s records")
+        await self._ready()
+        now = self._now()
+        claim = self._claim_statement(run, owner, ttl, now, reclaim=False)
+
+        async def unit(session: AsyncSession) -> tuple[Lease, list[Record]]:
+            # The run mutex first, as for every lease change and append (the activity row
+            # the append keeps anyway), then the claim, then the fence under both.
+            params = {"tenant": self.tenant, "run_id": str(run), "now": now}
+            conn = await session.connection()
+            await conn.execute(hot_statements(self._dialect).run_mutex, params)
+            found = (await session.execute(claim)).scalar_one_or_none()
+            if found is None:
+                raise await self._holder(session, run, now)
+            epoch = stored_int(found, 0, "run_lease.epoch")
+            state = await self._lock_run(session, run, epoch, held=True)
+            return Lease(run, owner, epoch), await self._write_batch(
+                session, run, epoch, state, items
+            )
+
+        self._refuse_own_wait(run)
+        self._refuse_other_profile(items, self.profile)
+        try:  # SQLite: one thread hop, in the writer's queue (PostgreSQL: None)
+            hot: list[Record] | None = await self._shared.writer.admit(
+                self.tenant,
+                self._signer,
+                now,
+                run,
+                owner,
+                lease_expiry(now, ttl),
+                items,
+                claimed_keys(items),
+                self.profile,
+            )
+        finally:
+            self._wrote()
+        if hot is not None:
+            return Lease(run, owner, hot[-1].epoch), hot
+        lease, records = await self._unit(unit, run=run)
+        if records:
+            self._shared.writer.remember(self.tenant, str(run), records[-1])
+        return lease, records
+
+    async def conclude(
+        self, epoch: int, batch: Sequence[Append], outcome: str
+    ) -> tuple[list[Record], Digest]:
+        """Append ``batch`` (ending with the run's ``RunSealed``), seal the run at its new
+        head and release the lease at ``epoch``, in one transaction; return the records and
+        the sealed head. Fenced and refused when sealed, as :meth:`append` and :meth:`seal`
+        are; nothing of it commits unless all of it does."""
+        epoch = check_int(epoch, "epoch")
+        outcome = check_label(outcome, "outcome")
+        items, run = self._check_batch(batch)
+        if run is None or items[-1].kind != RUN_SEALED:
+            raise ValueError("conclude's batch must end with the run's RunSealed record")
+        release = (
+            update(RunLease)
+            .where(
+                RunLease.tenant == self.tenant,
+                RunLease.run_id == str(run),
+                RunLease.epoch == epoch,
+            )
+            .values(owner=RELEASED_OWNER, expires_at=0)
+        )
+
+        async def unit(session: AsyncSession) -> tuple[list[Record], Digest]:
+            state = await self._lock_run(session, run, epoch)  # the lease row is locked too
+            records = await self._write_batch(session, run, epoch, state, items)
+            head = records[-1].hash
+            await self._log.append(session, [(str(run), bytes(head), self._now(), outcome)])
+            await session.execute(release)
+            return records, head
+
+        return await self._unit(unit, run=run)
 
     async def append_atomic(
         self,

@@ -14,13 +14,15 @@ and audits. Every other method is the store's own.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from datetime import timedelta
 from typing import Any
 
 from agentplane_journal.core.append import Append
 from agentplane_journal.core.envelope import ScopeErasedError
-from agentplane_journal.core.ids import RunId
+from agentplane_journal.core.ids import Digest, RunId
 from agentplane_journal.core.record import Record, stored_record
 from agentplane_journal.core.sealed import Erased, get_at, sealed_fields, set_at
+from agentplane_journal.core.values import Cancellation, Lease
 from agentplane_journal.journal.guarded import Tail
 from agentplane_journal.journal.store import SqlJournalStore
 from agentplane_journal.keyring.journal import Erasure, SealedJournal
@@ -96,26 +98,63 @@ class SealingStore(SqlJournalStore):
         records = await SqlJournalStore.read(self, run, from_seq, session=session)
         return [await self._opened(r) for r in records]
 
+    async def _sealed_batch(self, run: RunId, items: list[Append]) -> list[Append]:
+        """``items`` sealed under ``run``'s scope; :class:`ScopeErasedError` when the scope's
+        erasure is journaled. The store's one-transaction calls below (the durable steps'
+        admission, start and conclusion, the adapters' guarded change) check this before
+        their transaction, not under the scope's lock as :meth:`append` does: a write racing
+        an erasure can land after it, sealed under the destroyed key, so unreadable at once
+        (erased content, never tampering)."""
+        scope = self._scope_for(run)
+        erased = await self._journal.erasure(scope)
+        if erased is not None:
+            raise ScopeErasedError(scope, erased.at, erased.reason)
+        return [
+            await self.keyring.seal_append(item, tenant=self.tenant, scope=scope) for item in items
+        ]
+
+    async def admit(
+        self, run: RunId, owner: str, ttl: int | timedelta, batch: Sequence[Append]
+    ) -> tuple[Lease, list[Record]]:
+        """The store's admission (lease and first batch in one transaction), sealed."""
+        sealed = await self._sealed_batch(run, list(batch))
+        lease, written = await SqlJournalStore.admit(self, run, owner, ttl, sealed)
+        return lease, [await self._opened(r) for r in written]
+
+    async def append_unless_cancelled(
+        self, epoch: int, batch: Sequence[Append]
+    ) -> list[Record] | Cancellation:
+        """The store's append unless the run has a stop request, sealed."""
+        items = list(batch)
+        if not items:
+            return []
+        sealed = await self._sealed_batch(items[0].run, items)
+        written = await SqlJournalStore.append_unless_cancelled(self, epoch, sealed)
+        if not isinstance(written, list):
+            return written
+        return [await self._opened(r) for r in written]
+
+    async def conclude(
+        self, epoch: int, batch: Sequence[Append], outcome: str
+    ) -> tuple[list[Record], Digest]:
+        """The store's conclusion (closing records, seal, release in one transaction), sealed."""
+        items = list(batch)
+        sealed = await self._sealed_batch(items[0].run, items) if items else items
+        written, head = await SqlJournalStore.conclude(self, epoch, sealed, outcome)
+        return [await self._opened(r) for r in written], head
+
     async def guarded_append(
         self, run: RunId, batch: Sequence[Append], *, expected: Any = None
     ) -> list[Record]:
         """The store's guarded append (the session adapters' one-transaction change) with the
         batch sealed under ``run``'s scope first (records handed back opened).
 
-        :class:`ScopeErasedError` when the scope's erasure is journaled. Unlike
-        :meth:`append` this check is not under the scope's lock: a change racing an erasure
-        can land after it, sealed under the destroyed key, so it is unreadable at once (it
-        reads as erased content, never as tampering)."""
+        :class:`ScopeErasedError` when the scope's erasure is journaled (see
+        :meth:`_sealed_batch` for the race with an erasure)."""
         items = list(batch)
         if not items:
             return []
-        scope = self._scope_for(run)
-        erased = await self._journal.erasure(scope)
-        if erased is not None:
-            raise ScopeErasedError(scope, erased.at, erased.reason)
-        sealed = [
-            await self.keyring.seal_append(item, tenant=self.tenant, scope=scope) for item in items
-        ]
+        sealed = await self._sealed_batch(run, items)
         written = await SqlJournalStore.guarded_append(self, run, sealed, expected=expected)
         return [await self._opened(r) for r in written]
 

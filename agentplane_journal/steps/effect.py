@@ -217,7 +217,8 @@ class Effect(Generic[P, R]):
             f"effect {self.name}",
             **{spans.RUN_ID: str(ctx.run), spans.EFFECT: self.name, spans.EFFECT_KEY: key.hex()},
         ) as span:
-            await ctx.check_cancel()  # a step boundary: the only place a run stops on request
+            # A step boundary, the only place a run stops on request: checked in the start's
+            # own transaction, or on its own when this call journals no start.
             if announce:
                 ctx.boundary("before_start")
                 payload = {
@@ -228,8 +229,10 @@ class Effect(Generic[P, R]):
                     "backoff_ms": 0,
                     "ordinal": ordinal,
                 }
-                await ctx.append([ctx.effect_record(EFFECT_STARTED, payload, key)])
+                await ctx.start(ctx.effect_record(EFFECT_STARTED, payload, key))
                 ctx.boundary("after_start")
+            else:
+                await ctx.check_cancel()
             ctx.check_deadline()  # no await from here to the call: the fence's proof holds
             try:
                 output = await self.fn(*args, **kwargs)

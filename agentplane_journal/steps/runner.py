@@ -16,10 +16,14 @@ through :meth:`RunContext.append`, so the rules are kept in one place:
   stops, leaving the start in doubt for the next owner to reconcile, rather than calling
   into a window where a sweeper may already be resuming the run. The margin is what makes a
   lease TTL longer than any effect call the safety condition (see the durable-steps guide).
-* **Cancellation** is read at each step boundary (before a new effect starts) and acted on
-  by journaling ``RunCancelled`` and concluding ``cancelled``, never mid-effect.
-* **The conclusion** is a ``RunSealed`` record over the real head, then ``seal`` at that
-  record, then the lease's release.
+* **Cancellation** is read at each step boundary (before a new effect starts), in the same
+  transaction as the effect's start (:meth:`RunContext.start`), and acted on by journaling
+  ``RunCancelled`` and concluding ``cancelled``, never mid-effect.
+* **The conclusion** is a ``RunSealed`` record over the real head, ``seal`` at that record
+  and the lease's release, all in one transaction.
+
+So a run costs one transaction to be admitted (lease, key and ``RunAdmitted``), two per
+effect (its start with the cancellation check, its result) and one to conclude.
 """
 
 from __future__ import annotations
@@ -29,12 +33,13 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from agentplane_journal.core.append import RUN_SEALED, Append
 from agentplane_journal.core.ids import EffectKey, RunId
 from agentplane_journal.core.profile import WireProfile
 from agentplane_journal.core.record import Record
+from agentplane_journal.core.values import Cancellation
 from agentplane_journal.errors import (
     BackendError,
     CommitUnknownError,
@@ -66,6 +71,9 @@ Boundary = Callable[[str], None]
 #: commit whose fate is unknown. Either stops the worker with
 #: :class:`JournalUnavailableError`; neither is the workflow's failure.
 HICCUPS: tuple[type[Exception], ...] = (BackendError, CommitUnknownError)
+
+#: What refuses a run's own append: fenced or sealed (the run is lost), or a hiccup.
+REFUSALS: tuple[type[Exception], ...] = (FencedError, RunSealedError, *HICCUPS)
 
 #: The stops: errors that end this worker's part in a run without concluding it (in doubt,
 #: lost, diverged, the journal unavailable) or after concluding it itself (cancelled).
@@ -161,14 +169,17 @@ class RunContext:
             raise RunLostError(self.run, self.lost)
 
     async def check_cancel(self) -> None:
-        """At a step boundary: act on a stop request, if one was recorded."""
+        """At a step boundary with nothing to journal: act on a stop request, if recorded."""
         self.check()
         try:
             request = await self.store.cancellation(self.run)
         except HICCUPS as error:
             raise self.unavailable("the cancellation check", error) from error
-        if request is None:
-            return
+        if request is not None:
+            await self.cancelled(request)
+
+    async def cancelled(self, request: Cancellation) -> NoReturn:
+        """Act on ``request``: journal ``RunCancelled``, conclude ``cancelled``, stop."""
         await self.append(
             [self.record(RUN_CANCELLED, {"actor": request.actor, "reason": request.reason})]
         )
@@ -200,16 +211,33 @@ class RunContext:
         self.check()
         try:
             records = await self.store.append(self.epoch, batch)
-        except FencedError as error:
-            self.lost = f"fenced: epoch {error.held}, the run is at {error.current}"
-            raise RunLostError(self.run, self.lost) from error
-        except RunSealedError as error:
-            self.lost = f"the run was sealed {error.args[0]}"
-            raise RunLostError(self.run, self.lost) from error
-        except HICCUPS as error:
-            raise self.unavailable("its " + ", ".join(a.kind for a in batch), error) from error
+        except REFUSALS as error:
+            raise self._refused(batch, error) from error
         self.history.add(records)
         return records
+
+    async def start(self, started: Append) -> None:
+        """Journal an effect's start at a step boundary, in one transaction with the
+        boundary's cancellation check: a stop request found there writes nothing, and the
+        run is cancelled instead (:meth:`cancelled`)."""
+        self.check()
+        try:
+            answer = await self.store.append_unless_cancelled(self.epoch, [started])
+        except REFUSALS as error:
+            raise self._refused([started], error) from error
+        if isinstance(answer, Cancellation):
+            await self.cancelled(answer)
+        self.history.add(answer)
+
+    def _refused(self, batch: Sequence[Append], error: Exception) -> Exception:
+        """The stop for an append of ``batch`` that raised ``error`` (see the module)."""
+        if isinstance(error, FencedError):
+            self.lost = f"fenced: epoch {error.held}, the run is at {error.current}"
+            return RunLostError(self.run, self.lost)
+        if isinstance(error, RunSealedError):
+            self.lost = f"the run was sealed {error.args[0]}"
+            return RunLostError(self.run, self.lost)
+        return self.unavailable("its " + ", ".join(a.kind for a in batch), error)
 
     def unavailable(self, stage: str, error: BaseException) -> JournalUnavailableError:
         """The stop for a journal that could not record ``stage``: kept in :attr:`stopped`
@@ -221,24 +249,39 @@ class RunContext:
     async def conclude(
         self, outcome: str, *, output: Any = None, reason: str | None = None, span: Any = None
     ) -> None:
-        """``RunSealed`` over the real head, ``seal`` at it, then release the lease."""
-        if self.history.conclusion is None:
-            note = None if output is None else output_note(self.profile, self.run, output)
-            if (
-                note is not None
-            ):  # 0.22: the result goes before RunSealed, which has no member for it
-                await self.append([note])
-            payload: dict[str, Any] = {
-                "outcome": outcome,
-                "chain_head": self.history.head_hash.hex(),
-            }
-            if output is not None and note is None:
-                payload["output"] = output
-            if reason is not None:
-                payload["reason"] = reason
-            await self.append([self.record(RUN_SEALED, payload)])
+        """``RunSealed`` over the real head, the seal at it and the lease's release, in one
+        transaction (:meth:`SqlJournalStore.conclude`); a run found concluded but unsealed
+        (by a worker before this layer concluded in one transaction) is only sealed."""
+        if self.history.conclusion is not None:
+            self.boundary("concluding")
+            await self.seal_and_release(span)
+            return
+        note = None if output is None else output_note(self.profile, self.run, output)
+        if note is not None:  # 0.22: the result goes before RunSealed, which has no member for it
+            await self.append([note])
+        payload: dict[str, Any] = {"outcome": outcome, "chain_head": self.history.head_hash.hex()}
+        if output is not None and note is None:
+            payload["output"] = output
+        if reason is not None:
+            payload["reason"] = reason
+        sealed = self.record(RUN_SEALED, payload)
         self.boundary("concluding")
-        await self.seal_and_release(span)
+        self.check()
+        await self.stop_heartbeat()  # the conclusion releases the lease it would renew
+        try:
+            records, _ = await self.store.conclude(self.epoch, [sealed], outcome)
+        except REFUSALS as error:
+            raise self._refused([sealed], error) from error
+        self.history.add(records)
+        await self._spans_after(span)
+
+    async def _spans_after(self, span: Any) -> None:
+        conclusion = self.history.conclusion
+        if span is not None and span.recording and conclusion is not None:
+            span.record(conclusion)
+            inclusion = await self.store.inclusion_proof(self.run)
+            if inclusion is not None:
+                span.set(spans.LOG_INDEX, inclusion.index)
 
     async def seal_and_release(self, span: Any = None) -> None:
         conclusion = self.history.conclusion
@@ -255,8 +298,4 @@ class RunContext:
             await self.store.release_lease(self.run, self.epoch)
         except HICCUPS as error:  # sealed: the lease lapses, and a sweeper finds it concluded
             log.warning("run %s is sealed but its lease was not released: %s", self.run, error)
-        if span is not None and span.recording:
-            span.record(conclusion)
-            inclusion = await self.store.inclusion_proof(self.run)
-            if inclusion is not None:
-                span.set(spans.LOG_INDEX, inclusion.index)
+        await self._spans_after(span)

@@ -19,6 +19,7 @@ sweep: nothing was judged, so nothing is reported.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +27,7 @@ from agentplane_journal.core.ids import RunId
 from agentplane_journal.errors import (
     DAMAGE,
     LeaseHeldError,
+    RunLostError,
     StoreError,
     WorkflowNotRegisteredError,
 )
@@ -66,13 +68,22 @@ class SweepReport:
     skipped: list[RunId] = field(default_factory=list)
     damaged: list[tuple[RunId, StoreError]] = field(default_factory=list)
 
+    def extend(self, other: SweepReport) -> None:
+        self.resumed += other.resumed
+        self.concluded += other.concluded
+        self.emptied += other.emptied
+        self.skipped += other.skipped
+        self.damaged += other.damaged
+
 
 class Sweeper:
     """Drains the recovery queue for one :class:`~agentplane_journal.steps.api.Steps`."""
 
-    def __init__(self, steps: Steps, *, batch: int = 100) -> None:
+    def __init__(self, steps: Steps, *, batch: int = 100, concurrency: int = 8) -> None:
         self.steps = steps
         self.batch = batch
+        #: Runs resumed at once (a restarted worker's runs come back together, not in turn).
+        self.concurrency = max(1, int(concurrency))
 
     async def drain(self, *, reclaim_own: bool = False) -> SweepReport:
         """Resume every abandoned run this instance can, until the queue has none left for it.
@@ -87,14 +98,13 @@ class Sweeper:
         passed: set[RunId] = set()
         if reclaim_own:
             steps = self.steps
-            for run in await steps.store.held_by(steps.instance, self.batch):
-                if run in steps.active:
-                    continue
-                passed.add(run)
-                try:
-                    await self._sweep(run, report, reclaim=True)
-                except DAMAGE as error:
-                    report.damaged.append((run, error))
+            mine = [
+                r
+                for r in await steps.store.held_by(steps.instance, self.batch)
+                if r not in steps.active
+            ]
+            passed.update(mine)
+            await self._sweep_all(mine, report, reclaim=True)
         while True:
             runs = [
                 r
@@ -103,12 +113,27 @@ class Sweeper:
             ]
             if not runs:
                 return report
-            for run in runs:
-                passed.add(run)
+            passed.update(runs)
+            await self._sweep_all(runs, report)
+
+    async def _sweep_all(
+        self, runs: list[RunId], report: SweepReport, reclaim: bool = False
+    ) -> None:
+        """Sweep ``runs``, up to ``concurrency`` at once (each run is its own lease and its
+        own workflow, as concurrent starts are); reported in the order of ``runs``."""
+        gate = asyncio.Semaphore(self.concurrency)
+
+        async def one(run: RunId) -> SweepReport:
+            own = SweepReport()
+            async with gate:
                 try:
-                    await self._sweep(run, report)
+                    await self._sweep(run, own, reclaim=reclaim)
                 except DAMAGE as error:
-                    report.damaged.append((run, error))
+                    own.damaged.append((run, error))
+            return own
+
+        for own in await asyncio.gather(*(one(run) for run in runs)):
+            report.extend(own)
 
     async def resume(self, run: RunId) -> Any:
         """Take ``run`` over (it must not be leased live) and run it on; its result."""
@@ -147,7 +172,15 @@ class Sweeper:
             report.emptied.append(run)
             return
         if history.conclusion is not None:
-            await ctx.seal_and_release()
+            try:
+                await ctx.seal_and_release()
+            except RunLostError:
+                # Taken over meanwhile (its lease lapsed under this sweeper): the new owner
+                # seals it; nothing was written here.
+                if raise_errors:
+                    raise
+                report.skipped.append(run)
+                return
             report.concluded.append(run)
             return
         name, args, kwargs = admitted_call(history.admitted)

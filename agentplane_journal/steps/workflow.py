@@ -5,9 +5,9 @@ signature. ``await checkout.start(key, order)`` admits a run under admission key
 (``None`` for none) and runs it here; the key is the first argument because a keyword
 between ``*args: P.args`` and ``**kwargs: P.kwargs`` cannot be typed (PEP 612).
 
-Admission (agentplane 0.22.0's ``admit``): the run's lease is claimed first (so a crash
-from here on leaves a run the recovery queue lists), then ``RunAdmitted`` is appended with
-the key, which the store claims in the same transaction. A key already claimed answers
+Admission (agentplane 0.22.0's ``admit``): the run's lease, ``RunAdmitted`` and the claim of
+its key are one transaction (``SqlJournalStore.admit``), so a run exists leased (a crash from
+here on leaves a run the recovery queue lists) or not at all. A key already claimed answers
 :class:`Finished` (its recorded outcome) or :class:`InFlight` (its run id); nothing runs.
 The run the admission index names for the key is believed only if its first record, read
 and re-hashed, is a ``RunAdmitted`` claiming the key (:class:`CorruptRecordError` otherwise).
@@ -20,7 +20,6 @@ return concludes ``succeeded`` (the value in the ``RunSealed`` record), an excep
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
@@ -28,11 +27,9 @@ from agentplane_journal.core.admission import IDEMPOTENCY_KEY, RUN_ADMITTED
 from agentplane_journal.core.ids import RunId
 from agentplane_journal.core.record import Record
 from agentplane_journal.errors import (
-    CommitUnknownError,
     CorruptRecordError,
     DuplicateAdmissionError,
     EffectInDoubtError,
-    FencedError,
     JournalUnavailableError,
     WorkflowDivergedError,
 )
@@ -53,9 +50,6 @@ if TYPE_CHECKING:
     from agentplane_journal.steps.api import Steps
 
 __all__ = ["Workflow", "outcome_of"]
-
-#: Admissions tried when the fresh run's lease was taken before its RunAdmitted committed.
-_ADMIT_TRIES = 3
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -91,46 +85,30 @@ class Workflow(Generic[P, R]):
         its new owner, concluded, or waiting for a decision.
         """
         store = self.steps.store
-        if key is not None:
-            held = await store.admitted_as(key)
-            if held is not None:
-                return await self.steps.admission_of(held, key)
         profile = await store.wire_profile()
         value = arguments(args, kwargs)
         profile.canonical_bytes(value, path=f"workflow {self.name!r}'s arguments")
         payload: dict[str, Any] = {"capability": self.name, "input": value}
         if key is not None:
             payload[IDEMPOTENCY_KEY] = key
-        for tries_left in reversed(range(_ADMIT_TRIES)):
-            run = RunId.generate()
-            leased_at = self.steps.clock()
-            lease = await store.acquire(run, self.steps.instance, self.steps.lease_ttl)
-            try:
-                admitted = run_record(profile, run, RUN_ADMITTED, payload)
-                records = await store.append(lease.epoch, [admitted])
-            except DuplicateAdmissionError as error:
-                await store.release_lease(run, lease.epoch)  # a run that never became real
-                # The holder is named by the admission index: checked against its hashed
-                # RunAdmitted before its outcome is answered as this key's.
-                return await self.steps.admission_of(error.run, key)
-            except FencedError:
-                # The lease lapsed before the admission committed and a sweeper took the
-                # empty run: it never became real and the key is unclaimed, so admit anew.
-                if not tries_left:
-                    raise
-                continue
-            except HICCUPS as error:
-                # Refused: nothing was admitted, the empty lease is released (or lapses). A
-                # lost commit may have admitted it: the lease is left to lapse, and a sweeper
-                # finds the run admitted (and resumes it) or empty (and releases it).
-                if not isinstance(error, CommitUnknownError):
-                    with contextlib.suppress(*HICCUPS):
-                        await store.release_lease(run, lease.epoch)
-                raise JournalUnavailableError(run, "its RunAdmitted", error) from error
-            except BaseException:
-                await store.release_lease(run, lease.epoch)
-                raise
-            break
+        run = RunId.generate()
+        leased_at = self.steps.clock()
+        try:
+            # The lease, the key's claim and RunAdmitted: one transaction, all or nothing.
+            lease, records = await store.admit(
+                run,
+                self.steps.instance,
+                self.steps.lease_ttl,
+                [run_record(profile, run, RUN_ADMITTED, payload)],
+            )
+        except DuplicateAdmissionError as error:
+            # The holder is named by the admission index: checked against its hashed
+            # RunAdmitted before its outcome is answered as this key's.
+            return await self.steps.admission_of(error.run, key)
+        except HICCUPS as error:
+            # Refused: nothing at all was written (no lease either). A lost commit may have
+            # admitted it: its lease then lapses and a sweeper resumes the run.
+            raise JournalUnavailableError(run, "its RunAdmitted", error) from error
         ctx = self.steps.context(run, lease.epoch, RunHistory.of(records), leased_at)
         self.steps.active.add(run)
         try:

@@ -50,6 +50,8 @@ from agentplane_journal.core.ids import Digest, EffectKey, RunId
 from agentplane_journal.errors import DuplicateEffectError, RunSealedError
 
 __all__ = [
+    "MANY_UNLESS_CANCELLED",
+    "ONE_UNLESS_CANCELLED",
     "Outcome",
     "answered",
     "group_args",
@@ -110,6 +112,16 @@ SELECT lock.fresh, st.lease_epoch, st.lease_owner, st.sealed_outcome,
        (SELECT count(*) FROM ins) AS written
 FROM lock LEFT JOIN st ON true
 """
+
+#: :data:`ONE` for an effect's start, whose step boundary checks the run's stop request in
+#: the same statement: a request found writes nothing (the statement answers as for a
+#: stale head), and the general unit of work, sent the append, reads it and answers it.
+ONE_UNLESS_CANCELLED = ONE.replace(
+    "      AND st.head_seq = $5 AND st.head_hash = $6\n",
+    "      AND st.head_seq = $5 AND st.head_hash = $6\n"
+    "      AND NOT EXISTS (SELECT 1 FROM {s}run_cancel c WHERE c.tenant = $1 AND c.run_id = $2)\n",
+)
+assert ONE_UNLESS_CANCELLED != ONE
 
 MANY = f"""
 WITH req AS MATERIALIZED (
@@ -173,6 +185,42 @@ SELECT st.fresh, st.lease_epoch, st.lease_owner, st.sealed_outcome, st.started,
 FROM st ORDER BY st.i
 """
 
+
+def _checking(many: str) -> str:
+    """:data:`MANY` with a flag per run (``$17``, ``'1'`` for an effect's start): a flagged
+    run with a stop request writes nothing (answered as for a stale head, so the general
+    unit reads the request and answers it), as :data:`ONE_UNLESS_CANCELLED` does alone."""
+    steps = (
+        (
+            "           r.head_seq::bigint AS head_seq, decode(r.head_hash, 'hex') AS head_hash\n"
+            "    FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::text[])\n"
+            "         WITH ORDINALITY AS r(run_id, now, epoch, head_seq, head_hash, i)",
+            "           r.head_seq::bigint AS head_seq, decode(r.head_hash, 'hex') AS head_hash,\n"
+            "           r.cancel_check\n"
+            "    FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::text[],\n"
+            "                $17::text[])\n"
+            "         WITH ORDINALITY AS r(run_id, now, epoch, head_seq, head_hash, cancel_check,"
+            " i)",
+        ),
+        (
+            "    SELECT q.i, q.run_id, q.now, q.epoch, k.fresh, ls.epoch AS lease_epoch,\n",
+            "    SELECT q.i, q.run_id, q.now, q.epoch, k.fresh, ls.epoch AS lease_epoch,\n"
+            "        q.cancel_check, (SELECT true FROM {s}run_cancel c\n"
+            "            WHERE c.tenant = $1 AND c.run_id = q.run_id) AS cancelled,\n",
+        ),
+        (
+            "      AND st.sealed_outcome IS NULL AND st.at_head AND st.started IS NULL\n",
+            "      AND st.sealed_outcome IS NULL AND st.at_head AND st.started IS NULL\n"
+            "      AND (st.cancel_check = '0' OR st.cancelled IS NULL)\n",
+        ),
+    )
+    for old, new in steps:
+        assert old in many, old
+        many = many.replace(old, new)
+    return many
+
+
+MANY_UNLESS_CANCELLED = _checking(MANY)
 
 #: The same statements as server-side functions (revision ``0007_pooled_append`` holds their
 #: bodies, equal to :data:`ONE` and :data:`MANY`): what runs behind a transaction pooler,

@@ -55,6 +55,7 @@ from agentplane_journal.core.profile import AGENTPLANE_0_4, WireProfile
 from agentplane_journal.core.record import Record
 from agentplane_journal.core.signing import Signer
 from agentplane_journal.db.dialect import PostgresDialect
+from agentplane_journal.db.turns import WriteTurn
 from agentplane_journal.db.unit import describe
 from agentplane_journal.db.violations import Collision, journal_collision
 from agentplane_journal.errors import (
@@ -105,6 +106,8 @@ class Request:
     rows: list[tuple[Any, ...]]
     keys: Sequence[EffectKey]
     future: asyncio.Future[Any] = field(repr=False)
+    #: An effect's start: its own statement, which also checks for a stop request.
+    unless_cancelled: bool = False
 
 
 class _Lost(Exception):
@@ -164,10 +167,13 @@ class Writer(GroupWriter[Request, Result]):
         keys: Sequence[EffectKey],
         general: General,
         profile: WireProfile = AGENTPLANE_0_4,
+        *,
+        unless_cancelled: bool = False,
     ) -> list[Record]:
         """:class:`~agentplane_journal.backends.writer.HotPath`'s append: chain the batch onto
         the known head here, in the caller's task, and send it; ``general()`` without a
-        known head, or when the statement says so."""
+        known head, or when the statement says so (``unless_cancelled``: also when it found
+        a stop request, which the general unit then reads and answers)."""
         run_id = str(run)
         head = self._heads.get(tenant, run_id)
         if head is None or not self.usable:
@@ -178,7 +184,9 @@ class Writer(GroupWriter[Request, Result]):
             )
             future = asyncio.get_running_loop().create_future()
             answer = await self.submit(
-                Request(tenant, run, epoch, now, head, chained, rows, keys, future)
+                Request(
+                    tenant, run, epoch, now, head, chained, rows, keys, future, unless_cancelled
+                )
             )
             records = await general() if isinstance(answer, _General) else answer
         if records:
@@ -263,8 +271,13 @@ class Writer(GroupWriter[Request, Result]):
     async def _one(self, driver: Any, r: Request) -> Answer:
         """One append by the single-run statement; raises :class:`_Lost`."""
         args = _pgsql.one_args(r.tenant, str(r.run), r.now, r.epoch, r.head, r.rows)
+        statement = _pgsql.ONE
+        if r.unless_cancelled:
+            if not getattr(driver, "_stmt_cache_enabled", True):
+                return GENERAL  # behind a pooler: no server-side function checks requests
+            statement = _pgsql.ONE_UNLESS_CANCELLED
         try:
-            rows = await self._fetch(driver, _pgsql.ONE, args)
+            rows = await self._fetch(driver, statement, args)
         except Exception as exc:
             if not _pgsql.answered(exc):
                 raise _Lost(exc) from exc
@@ -292,20 +305,20 @@ class Writer(GroupWriter[Request, Result]):
     async def _many(self, driver: Any, group: list[Request]) -> tuple[list[Answer], bool]:
         """A group by the multi-run statement: the answers, and whether the connection lives."""
         runs = [(str(r.run), r.now, r.epoch, r.head, r.rows) for r in group]
+        args = _pgsql.group_args(group[0].tenant, runs)
+        statement = _pgsql.MANY
+        if any(r.unless_cancelled for r in group):
+            if not getattr(driver, "_stmt_cache_enabled", True):
+                return await self._each(driver, group)  # no server-side function checks it
+            statement = _pgsql.MANY_UNLESS_CANCELLED
+            args = (*args, ["1" if r.unless_cancelled else "0" for r in group])
         try:
-            rows = await self._fetch(driver, _pgsql.MANY, _pgsql.group_args(group[0].tenant, runs))
+            rows = await self._fetch(driver, statement, args)
         except Exception as exc:
             if not _pgsql.answered(exc):
                 return [_unknown(exc)] * len(group), False
             # Refused as a whole, so nothing of it landed: each append on its own.
-            answers: list[Answer] = []
-            for i, r in enumerate(group):
-                try:
-                    answers.append(await self._one(driver, r))
-                except _Lost as lost:
-                    rest = [GENERAL] * (len(group) - i - 1)  # never sent: surely not written
-                    return [*answers, _unknown(lost.error), *rest], False
-            return answers, True
+            return await self._each(driver, group)
         if len(rows) != len(group):  # never the statement's answer; what it wrote is unknown
             error = CommitUnknownError(f"the group statement answered {len(rows)} rows")
             return [error] * len(group), True
@@ -313,6 +326,18 @@ class Writer(GroupWriter[Request, Result]):
             self._settle(r, _pgsql.group_outcome(r.run, r.epoch, row))
             for r, row in zip(group, rows, strict=True)
         ], True
+
+    async def _each(self, driver: Any, group: list[Request]) -> tuple[list[Answer], bool]:
+        """``group``'s appends one statement each: the answers, and whether the connection
+        lives (one lost mid-statement leaves the rest unsent, for the general unit)."""
+        answers: list[Answer] = []
+        for i, r in enumerate(group):
+            try:
+                answers.append(await self._one(driver, r))
+            except _Lost as lost:
+                rest = [GENERAL] * (len(group) - i - 1)  # never sent: surely not written
+                return [*answers, _unknown(lost.error), *rest], False
+        return answers, True
 
     @staticmethod
     def _settle(r: Request, outcome: _pgsql.Outcome) -> Answer:
@@ -324,7 +349,12 @@ class Writer(GroupWriter[Request, Result]):
 
 
 def open_path(
-    *, bind: AsyncEngine, engine: AsyncEngine, heads: HeadCache, group_commit: bool
+    *,
+    bind: AsyncEngine,
+    engine: AsyncEngine,
+    heads: HeadCache,
+    group_commit: bool,
+    turn: WriteTurn | None = None,
 ) -> Writer:
     """The PostgreSQL hot path. Group commit: one statement in flight, carrying every append
     that waited for it (a second connection would split the groups). Without: one per

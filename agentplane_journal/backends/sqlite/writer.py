@@ -44,7 +44,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from agentplane_journal.backends.head_cache import HeadCache
-from agentplane_journal.backends.writer import General, GroupWriter
+from agentplane_journal.backends.writer import CancelRequested, General, GroupWriter
 from agentplane_journal.core.append import EFFECT_STARTED, Append
 from agentplane_journal.core.batch import COLUMNS, chain_batch, fenced
 from agentplane_journal.core.ids import Digest, EffectKey, RunId
@@ -56,12 +56,16 @@ from agentplane_journal.db.statements import (
     RECORD_COLUMNS,
     record_from_row,
     stored_int,
+    stored_run,
     stored_text,
 )
+from agentplane_journal.db.turns import WriteTurn
 from agentplane_journal.db.violations import Collision, append_raced, journal_collision
 from agentplane_journal.errors import (
     BackendError,
+    DuplicateAdmissionError,
     DuplicateEffectError,
+    LeaseHeldError,
     RunSealedError,
 )
 
@@ -89,6 +93,12 @@ _STATE = (
     " (SELECT seq = ?4 AND hash = ?5 FROM journal WHERE tenant = ?1 AND run_id = ?2"
     " ORDER BY seq DESC LIMIT 1)"
 )
+#: ``_STATE`` and the run's stop request, for an append made ``unless_cancelled`` (an
+#: effect's start): the check and the write in one transaction, under the write lock.
+_STATE_CANCEL = (
+    _STATE + ", (SELECT actor FROM run_cancel WHERE tenant = ?1 AND run_id = ?2),"
+    " (SELECT reason FROM run_cancel WHERE tenant = ?1 AND run_id = ?2)"
+)
 #: The whole last row, so the head is re-hashed and checked against its columns before
 #: anything is chained onto it (``statements.record_from_row``, as every read does), unless
 #: ``_STATE`` found the head this process wrote.
@@ -102,6 +112,21 @@ _STARTED = (
     f" AND kind = '{EFFECT_STARTED}'"
     " AND effect_key = ? AND seq <= ?"
 )
+#: An admission's lease claim (``RunControl.acquire``'s statement): a fresh row at epoch 1,
+#: a lapsed or released one at epoch + 1, a live one nothing.
+_CLAIM = (
+    "INSERT INTO run_lease (tenant, run_id, owner, epoch, expires_at) VALUES (?, ?, ?, 1, ?)"
+    " ON CONFLICT (tenant, run_id) DO UPDATE SET owner = excluded.owner,"
+    " epoch = run_lease.epoch + 1, expires_at = excluded.expires_at"
+    " WHERE run_lease.expires_at <= ? RETURNING epoch"
+)
+_LEASE = "SELECT owner, epoch, expires_at FROM run_lease WHERE tenant = ? AND run_id = ?"
+#: An admission key's claim (``Admissions._claim``'s statements): the primary key decides.
+_KEY = (
+    "INSERT INTO run_admission (tenant, key, run_id, admitted_at) VALUES (?, ?, ?, ?)"
+    " ON CONFLICT (tenant, key) DO NOTHING RETURNING key"
+)
+_KEY_HOLDER = "SELECT run_id FROM run_admission WHERE tenant = ? AND key = ?"
 _SAVEPOINT = "agentplane_journal_append"
 #: Reads this path's driver errors (which constraint a unique violation names).
 _DIALECT = SqliteDialect()
@@ -121,6 +146,10 @@ class _Request:
     keys: Sequence[EffectKey]
     known: tuple[int, Digest] | None  # the head after this process's last commit to the run
     sealed: tuple[list[Record], list[tuple[Any, ...]]] | None  # the batch chained onto it
+    unless_cancelled: bool
+    #: An admission (``SqlJournalStore.admit``): the lease's owner and expiry, and the
+    #: admission keys the batch claims; ``epoch`` is then the one the batch was chained at.
+    admit: tuple[str, int, list[str]] | None
     future: asyncio.Future[list[Record]] = field(repr=False)
 
 
@@ -135,10 +164,13 @@ def _append_in(conn: sqlite3.Connection, r: _Request) -> list[Record]:
     a forged one is refused before anything is chained onto it.
     """
     tenant, run_id, known = r.tenant, str(r.run), r.known
-    lease_epoch, lease_owner, sealed_outcome, current, head_known = conn.execute(
-        _STATE,
+    if r.admit is not None:
+        _claim_lease(conn, r)
+    state = conn.execute(
+        _STATE_CANCEL if r.unless_cancelled else _STATE,
         (tenant, run_id, r.now, *((None, None) if known is None else (known[0], bytes(known[1])))),
     ).fetchone()
+    lease_epoch, lease_owner, sealed_outcome, current, head_known = state[:5]
     if lease_epoch is not None:  # SQLite columns can hold any type: a hostile row is corrupt
         lease_epoch = stored_int(lease_epoch, 0, "run_lease.epoch")
         lease_owner = stored_text(lease_owner, 0, "run_lease.owner")
@@ -147,9 +179,16 @@ def _append_in(conn: sqlite3.Connection, r: _Request) -> list[Record]:
         raise error
     if sealed_outcome is not None:
         raise RunSealedError(r.run, stored_text(sealed_outcome, 0, "run_seal.outcome"))
+    if r.unless_cancelled and state[5] is not None:
+        actor = stored_text(state[5], 0, "run_cancel.actor")
+        raise CancelRequested(actor, stored_text(state[6], 0, "run_cancel.reason"))
     if current != 1:
         conn.execute(_MUTEX, (tenant, run_id, r.now))
-    if known is not None and head_known == 1 and r.sealed is not None:
+    if (
+        r.sealed is not None
+        and known is not None
+        and (head_known == 1 or (r.admit is not None and head_known is None))
+    ):  # the head this process knows, or an admission's run that has no record yet
         head_seq = known[0]
         records, rows = r.sealed
     else:
@@ -178,7 +217,34 @@ def _append_in(conn: sqlite3.Connection, r: _Request) -> list[Record]:
             if conn.execute(_STARTED, (tenant, run_id, key.hex(), head_seq)).fetchone():
                 raise DuplicateEffectError(key) from exc
         raise DuplicateEffectError(r.keys[0]) from exc
+    if r.admit is not None:
+        for claim in r.admit[2]:  # sorted, as the general unit claims them
+            if conn.execute(_KEY, (tenant, claim, run_id, r.now)).fetchone() is None:
+                held = conn.execute(_KEY_HOLDER, (tenant, claim)).fetchone()
+                if held is None:  # nothing retires a key while this holds the write lock
+                    raise BackendError(f"admission key {claim!r} was refused but has no holder")
+                raise DuplicateAdmissionError(claim, stored_run(held[0], "run_admission.run_id"))
     return records
+
+
+def _claim_lease(conn: sqlite3.Connection, r: _Request) -> None:
+    """An admission's lease claim, first in its transaction; the batch is chained again
+    (in :func:`_append_in`) unless it got the epoch it was chained at."""
+    assert r.admit is not None
+    owner, expires, _ = r.admit
+    tenant, run_id = r.tenant, str(r.run)
+    row = conn.execute(_CLAIM, (tenant, run_id, owner, expires, r.now)).fetchone()
+    if row is None:
+        held = conn.execute(_LEASE, (tenant, run_id)).fetchone()
+        if held is None:
+            raise BackendError(f"the lease claim of {r.run} was refused but it has no lease row")
+        holder = stored_text(held[0], 0, "run_lease.owner")
+        epoch = stored_int(held[1], 0, "run_lease.epoch")
+        remaining = max(stored_int(held[2], 0, "run_lease.expires_at") - r.now, 0)
+        raise LeaseHeldError(r.run, holder, epoch, remaining)
+    epoch = stored_int(row[0], 0, "run_lease.epoch")
+    if epoch != r.epoch:
+        r.epoch, r.sealed = epoch, None
 
 
 def _transaction(conn: sqlite3.Connection, group: list[_Request]) -> list[Any]:
@@ -296,8 +362,16 @@ class Writer(GroupWriter[_Request, list[Record]]):
     * Errors reach the caller as :class:`BackendError` (:func:`_translate`).
     """
 
-    def __init__(self, engine: AsyncEngine, heads: HeadCache, *, group_commit: bool = True) -> None:
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        heads: HeadCache,
+        *,
+        group_commit: bool = True,
+        turn: WriteTurn | None = None,
+    ) -> None:
         super().__init__(engine, heads, group_commit=group_commit, connections=1)
+        self._turn = turn
 
     def _take(self) -> list[_Request]:
         take = len(self._pending) if self.group_commit else 1
@@ -312,9 +386,13 @@ class Writer(GroupWriter[_Request, list[Record]]):
         :func:`_transaction`). aiosqlite's own queue onto that thread (``_execute``) and the
         sqlite3 connection it owns (``_conn``) are private, present since 0.17."""
         try:
-            answers: list[list[Record] | BaseException] = await driver._execute(
-                _transaction, driver._conn, group
-            )
+            if self._turn is None:
+                answers: list[list[Record] | BaseException] = await driver._execute(
+                    _transaction, driver._conn, group
+                )
+            else:
+                async with self._turn.taken():  # after the store's other write transactions
+                    answers = await driver._execute(_transaction, driver._conn, group)
         except sqlite3.Error as exc:  # a savepoint or rollback failed: nothing was committed
             return [exc] * len(group), True
         except Exception as exc:
@@ -349,6 +427,8 @@ class Writer(GroupWriter[_Request, list[Record]]):
         keys: Sequence[EffectKey],
         general: General,
         profile: WireProfile = AGENTPLANE_0_4,
+        *,
+        unless_cancelled: bool = False,
     ) -> list[Record]:
         """:class:`~agentplane_journal.backends.writer.HotPath`'s append: one thread hop
         (``general`` is unused: under ``BEGIN IMMEDIATE`` every append can be settled here).
@@ -378,8 +458,49 @@ class Writer(GroupWriter[_Request, list[Record]]):
             list(keys),
             known,
             sealed,
+            unless_cancelled,
+            None,
             asyncio.get_running_loop().create_future(),
         )
+        return await self._submit_remembering(request)
+
+    async def admit(
+        self,
+        tenant: str,
+        signer: Signer | None,
+        now: int,
+        run: RunId,
+        owner: str,
+        expires_at: int,
+        items: Sequence[Append],
+        keys: Sequence[str],
+        profile: WireProfile = AGENTPLANE_0_4,
+    ) -> list[Record] | None:
+        """:class:`~agentplane_journal.backends.writer.HotPath`'s admission: the lease
+        claim, the records and the keys' claims in one transaction, one thread hop, sharing
+        the commit of whatever else is queued. Chained here at epoch 1 (a fresh run's), and
+        again on the thread if the claim got another."""
+        run_id = str(run)
+        sealed = chain_batch(tenant, run_id, 1, 0, Digest.ZERO, items, signer, profile)[:2]
+        request = _Request(
+            tenant,
+            run,
+            1,
+            now,
+            list(items),
+            signer,
+            profile,
+            [],
+            (0, Digest.ZERO),
+            sealed,
+            False,
+            (owner, expires_at, sorted(keys)),
+            asyncio.get_running_loop().create_future(),
+        )
+        return await self._submit_remembering(request)
+
+    async def _submit_remembering(self, request: _Request) -> list[Record]:
+        tenant, run_id, heads = request.tenant, str(request.run), self._heads
         try:
             records = await self.submit(request)
         except BaseException:
@@ -392,8 +513,14 @@ class Writer(GroupWriter[_Request, list[Record]]):
 
 
 def open_path(
-    *, bind: AsyncEngine, engine: AsyncEngine, heads: HeadCache, group_commit: bool
+    *,
+    bind: AsyncEngine,
+    engine: AsyncEngine,
+    heads: HeadCache,
+    group_commit: bool,
+    turn: WriteTurn | None = None,
 ) -> Writer:
     """The SQLite hot path: the process's write queue for the store's engine (``bind``'s
-    schema translation does not apply: SQLite has no schemas)."""
-    return Writer(engine, heads, group_commit=group_commit)
+    schema translation does not apply: SQLite has no schemas); each group's transaction
+    takes ``turn`` with the store's other write transactions."""
+    return Writer(engine, heads, group_commit=group_commit, turn=turn)
