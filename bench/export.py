@@ -20,7 +20,7 @@ rebuilt root equals the source's at equal size. Bounded memory shows as figures 
 grow with the journal. Figures, never assertions.
 
 Without ``--pg-url``, PostgreSQL is a throwaway cluster started here with the settings
-users run (``tests/pgcluster.py``, ``durable=True``: fsync on).
+users run (``tests/support/pgcluster.py``, ``durable=True``: fsync on).
 """
 
 from __future__ import annotations
@@ -212,7 +212,7 @@ def main() -> None:
     cluster = None
     if "postgresql" in args.dialect and args.pg_url is None:
         sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-        from pgcluster import Cluster
+        from support.pgcluster import Cluster
 
         cluster = Cluster(durable=True)
         args.pg_url = cluster.url

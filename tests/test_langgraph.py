@@ -38,6 +38,8 @@ from agentplane_journal.core.batch import COLUMNS, chain_batch
 from agentplane_journal.core.canon_v1 import canonical_bytes_v1
 from agentplane_journal.db.models import Journal
 
+pytestmark = pytest.mark.slow
+
 try:
     from langgraph.checkpoint.base import empty_checkpoint
     from langgraph.checkpoint.base.id import uuid6
@@ -493,7 +495,7 @@ async def test_k_processes_resuming_one_thread_at_once_leave_one_line(
     """#8796 as a race on PostgreSQL: K savers, each on its own engine, read one thread
     and then all write the next checkpoint from the state they read. Exactly one lands;
     every other is refused (busy or moved), and the thread's history is one line."""
-    from races import no_surprises, race
+    from support.races import no_surprises, race
 
     stores = await instances(8)
     savers = [JournalSaver(store) for store in stores]

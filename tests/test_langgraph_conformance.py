@@ -15,6 +15,8 @@ import pytest
 
 from agentplane_journal import SqlJournalStore
 
+pytestmark = pytest.mark.slow
+
 
 def _require(module: str) -> None:
     try:

@@ -31,10 +31,6 @@ from typing import Any
 
 import asyncpg
 import pytest
-from migration_tools import alembic_ok, catalog, execute, only_tables, query, table_contents
-from reference import load_catalog_022, reference_dir, schema_022
-from test_admissions import admitted_under
-from test_schema_compat import Agentplane040, _dsn, new_pg  # noqa: F401 (a fixture)
 
 from agentplane_journal import (
     Append,
@@ -50,7 +46,11 @@ from agentplane_journal.db.models import COLUMN_FLOORS, VERSION_TABLE, metadata
 from agentplane_journal.db.revision import HEAD_REVISION
 from agentplane_journal.migrations.commands import current_revision, upgrade
 
-from helpers import admitted, concluded, note
+from support.admissions import admitted_under
+from support.agentplane040 import Agentplane040, dsn040, new_pg  # noqa: F401 (a fixture)
+from support.helpers import admitted, concluded, note
+from support.migration_tools import alembic_ok, catalog, execute, only_tables, query, table_contents
+from support.reference import load_catalog_022, reference_dir, schema_022
 
 pytestmark = pytest.mark.postgres
 
@@ -74,7 +74,7 @@ STRICTER = {
 
 async def run_022_ddl(url: str) -> None:
     """Apply 0.22.0's schema the way its store does on connect: one simple-query batch."""
-    conn = await asyncpg.connect(_dsn(url))
+    conn = await asyncpg.connect(dsn040(url))
     try:
         await conn.execute(schema_022())
     finally:
@@ -253,7 +253,7 @@ async def test_adopting_a_022_database_keeps_every_row_and_the_store_works_on_th
     # -- agentplane 0.22.0 at work ------------------------------------------------------
     signer = Ed25519Signer("plane-key-1", bytes(range(32)))
     run_a, run_b, run_x = (RunId.generate() for _ in range(3))
-    conn = await asyncpg.connect(_dsn(url))
+    conn = await asyncpg.connect(dsn040(url))
     try:
         acme, other = Agentplane022(conn, "acme"), Agentplane022(conn, "other")
         # run A: admitted under a key, concluded, released, sealed at position 3

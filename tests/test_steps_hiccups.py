@@ -34,7 +34,7 @@ from agentplane_journal import (
     Steps,
 )
 
-from conftest import FakeClock
+from support.clock import FakeClock
 
 TTL = 30
 

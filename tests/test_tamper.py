@@ -13,14 +13,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import subprocess
-import sys
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from checks_tools import around_checks
 from sqlalchemy import text
 
 from agentplane_journal import (
@@ -28,69 +24,13 @@ from agentplane_journal import (
     CaseId,
     CorruptRecordError,
     DuplicateEffectError,
-    Ed25519Signer,
-    Ed25519Verifier,
     RunId,
     SqlJournalStore,
     StoreError,
 )
 
-from helpers import admitted, concluded, key, note, started
-
-SIGNER = Ed25519Signer("tamper-key", bytes(range(32)))
-VERIFIER = Ed25519Verifier().trust("tamper-key", SIGNER.public_key)
-CLI = [sys.executable, "-m", "agentplane_journal.cli.main"]
-
-
-@dataclass
-class Victim:
-    """A run built honestly, then tampered with."""
-
-    store: SqlJournalStore
-    run: RunId
-    case: CaseId
-    sealed: bool
-
-    @property
-    def params(self) -> dict[str, Any]:
-        return {"t": self.store.tenant, "r": str(self.run)}
-
-    async def sql(self, statement: str, *, around: tuple[str, ...] = (), **params: Any) -> None:
-        """Run ``statement``; ``around``: tables whose floor CHECKs it must get past."""
-        async with self.store.engine.begin() as conn, around_checks(conn, *around):
-            await conn.execute(text(statement), {**self.params, **params})
-
-    async def row(self, seq: int) -> Any:
-        async with self.store.engine.connect() as conn:
-            return (
-                await conn.execute(
-                    text(f"SELECT prev_hash, raw FROM journal {_AT_SEQ}"),
-                    {**self.params, "s": seq},
-                )
-            ).one()
-
-    async def rewrite_body(self, seq: int, raw: bytes) -> None:
-        """Replace a row's bytes with ``raw`` and recompute its hash: the row re-hashes."""
-        prev, _ = await self.row(seq)
-        digest = hashlib.sha256(bytes(prev) + raw).digest()
-        await self.sql(
-            "UPDATE journal SET raw=:raw, hash=:h, key_id=NULL, signature=NULL "
-            "WHERE tenant=:t AND run_id=:r AND seq=:s",
-            raw=raw,
-            h=digest,
-            s=seq,
-        )
-
-
-async def honest_run(store: SqlJournalStore, *, seal: bool = False) -> Victim:
-    """seq 1 RunAdmitted (names a case), 2 EffectStarted key(1), 3 Note, [4 RunSealed]."""
-    run, case = RunId.generate(), CaseId.generate()
-    lease = await store.acquire(run, "worker", 60)
-    await store.append(lease.epoch, [admitted(run, case), started(run, key(1)), note(run)])
-    if seal:
-        await store.append(lease.epoch, [concluded(run, "succeeded")])
-        await store.seal(run, lease.epoch, "succeeded")
-    return Victim(store, run, case, seal)
+from support.helpers import admitted, key, note, started
+from support.tamper import SIGNER, VERIFIER, Victim, honest_run, run_cli
 
 
 def _body(victim: Victim, **members: Any) -> bytes:
@@ -102,7 +42,6 @@ def _body(victim: Victim, **members: Any) -> bytes:
 
 
 _DROP = object()
-_AT_SEQ = "WHERE tenant=:t AND run_id=:r AND seq=:s"
 _OTHER = RunId.generate()
 
 
@@ -480,13 +419,7 @@ async def test_case_history_is_exact_when_the_case_index_lies(
 # -- the command line, as an auditor runs it --------------------------------------------------
 
 
-def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "AGENTPLANE_JOURNAL_URL"}
-    return subprocess.run(
-        [*CLI, *args], capture_output=True, text=True, env=env, timeout=300, check=False
-    )
-
-
+@pytest.mark.slow
 async def test_verify_all_and_export_all_report_every_tampered_run_and_carry_on(
     make_store: Callable[..., Any], dialect: str, database_url: str
 ) -> None:
@@ -538,6 +471,7 @@ async def test_verify_all_and_export_all_report_every_tampered_run_and_carry_on(
             assert str(run) not in exported, name
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "edit",
     ["run_id='run_not-a-run'", "chain_head=:short"],
