@@ -403,7 +403,7 @@ class BackendError(UnavailableError):
 
 
 class SecretUnavailableError(UnavailableError):
-    """A sealed push secret cannot be opened: no key, wrong key, or a tampered/moved value.
+    """An encrypted push secret cannot be decrypted: no key, wrong key, or a tampered/moved value.
 
     The message names the key id and the column, never the secret.
     """
@@ -413,7 +413,7 @@ class SecretUnavailableError(UnavailableError):
         self.column = column
         self.detail = detail
         key = "no key id" if key_id is None else f"key id {key_id!r}"
-        super().__init__(f"cannot open the sealed {column} ({key}): {detail}")
+        super().__init__(f"cannot decrypt the stored {column} ({key}): {detail}")
 
 
 class CorruptRegistrationError(CorruptionError):

@@ -46,7 +46,7 @@ class CorruptionError(StoreError):
 
 
 class UnavailableError(StoreError):
-    """The database, a witness or a key could not be reached or did not answer.
+    """The database, a witness or a key failed, could not be reached or did not answer.
 
     Nothing was decided for the caller; where a write may have landed regardless
     (:class:`~agentplane_journal.errors.CommitUnknownError`, an effect in doubt, a restore
