@@ -5,6 +5,8 @@
   (copied from a migrated template database, so each costs one ``CREATE DATABASE``).
 * ``sqlite_database()``: a fresh SQLite file, migrated by Alembic (copied from a migrated
   template file).
+* ``new_pg()``: ``await``-able ``pg_database`` (unmigrated by default), created off the test's
+  loop (the schema-compatibility tests).
 * ``make_store(**kw)`` / ``store``: the behaviour battery's store, parametrized over
   ``sqlite`` and ``postgresql``. PostgreSQL stores share one migrated database and each test
   gets its own tenant (as agentplane's own harness does), which also exercises isolation.
@@ -144,6 +146,16 @@ def pgbouncer(pg_server: str) -> Iterator[Any]:
         yield bouncer
     finally:
         bouncer.stop()
+
+
+@pytest.fixture
+def new_pg(pg_database: Callable[..., str]) -> Callable[..., Any]:
+    """``await new_pg(migrated=False)``: a fresh database, created off the test's loop."""
+
+    async def make(migrated: bool = False) -> str:
+        return await asyncio.to_thread(pg_database, migrated)
+
+    return make
 
 
 @pytest.fixture(scope="session")

@@ -47,7 +47,7 @@ from agentplane_journal.db.revision import HEAD_REVISION
 from agentplane_journal.migrations.commands import current_revision, upgrade
 
 from support.admissions import admitted_under
-from support.agentplane040 import Agentplane040, dsn040, new_pg  # noqa: F401 (a fixture)
+from support.agentplane040 import Agentplane040, dsn040
 from support.helpers import admitted, concluded, note
 from support.migration_tools import alembic_ok, catalog, execute, only_tables, query, table_contents
 from support.reference import load_catalog_022, reference_dir, schema_022
@@ -125,7 +125,7 @@ def test_the_022_reference_schema_is_found_and_parsed() -> None:  # needs ../sha
 
 
 async def test_the_committed_022_catalog_is_what_022s_ddl_creates(  # needs ../shared
-    new_pg: Callable[..., Any],  # noqa: F811
+    new_pg: Callable[..., Any],
 ) -> None:
     theirs = await new_pg()
     await run_022_ddl(theirs)
@@ -136,7 +136,7 @@ async def test_the_committed_022_catalog_is_what_022s_ddl_creates(  # needs ../s
 
 
 async def test_our_schema_is_022s_table_for_table_but_for_two_floors(
-    new_pg: Callable[..., Any],  # noqa: F811
+    new_pg: Callable[..., Any],
 ) -> None:
     ours = await new_pg()
     await upgrade(ours)
@@ -168,7 +168,7 @@ async def test_our_schema_is_022s_table_for_table_but_for_two_floors(
 
 
 async def test_running_022_ddl_on_our_migrated_database_changes_nothing_and_fails_on_nothing(
-    new_pg: Callable[..., Any],  # noqa: F811
+    new_pg: Callable[..., Any],
 ) -> None:  # needs ../shared
     schema_022()  # skips (fails under CI) before any work when the source is absent
     url = await new_pg(migrated=True)
@@ -244,7 +244,7 @@ class Agentplane022(Agentplane040):
 
 
 async def test_adopting_a_022_database_keeps_every_row_and_the_store_works_on_them(
-    new_pg: Callable[..., Any],  # noqa: F811
+    new_pg: Callable[..., Any],
 ) -> None:
     url, fresh = await new_pg(), await new_pg()
     await make_022_database(url)

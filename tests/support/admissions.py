@@ -1,4 +1,5 @@
-"""Shared by the tests (moved from tests/test_admissions.py)."""
+"""Admission-key records and a run admitted under one, for the admission tests (test_admissions*,
+test_admission_race, test_bounds_audit, test_schema_compat_022)."""
 
 from __future__ import annotations
 

@@ -1,14 +1,12 @@
-"""Shared by the tests (moved from tests/test_schema_compat.py)."""
+"""Rows written the way agentplane 0.4.0 writes them (``Agentplane040``), on a database made by
+its own DDL (conftest's ``new_pg`` makes one), for the 0.4.0 and 0.22.0 compatibility tests."""
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 import asyncpg
-import pytest
 from sqlalchemy.engine import make_url
 
 from agentplane_journal import (
@@ -22,16 +20,6 @@ from agentplane_journal import (
 
 def dsn040(url: str) -> str:
     return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
-
-
-@pytest.fixture
-def new_pg(pg_database: Callable[..., str]) -> Callable[..., Any]:
-    """``await new_pg(migrated=False)``: a fresh database, created off the test's loop."""
-
-    async def make(migrated: bool = False) -> str:
-        return await asyncio.to_thread(pg_database, migrated)
-
-    return make
 
 
 class Agentplane040:

@@ -1,4 +1,5 @@
-"""Shared by the tests (moved from tests/test_tiles_serve.py)."""
+"""Headless Chromium (its flags, a page's DOM), for the audit page's browser tests; skipped without
+``chromium``, a failure under ``CI``."""
 
 from __future__ import annotations
 

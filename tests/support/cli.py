@@ -1,4 +1,5 @@
-"""What the in-process command line (conftest's ``cli`` fixture) returns."""
+"""The command line in tests: what the in-process ``cli`` fixture returns (``CliResult``), and
+the subprocess runner and journal builders the CLI tests share (``run_cli``, ``add_runs``)."""
 
 from __future__ import annotations
 

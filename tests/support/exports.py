@@ -1,4 +1,5 @@
-"""Shared by the tests (moved from tests/test_export_format1.py)."""
+"""Building a journal, exporting it in format 1 and editing its lines, for the export, verify-export
+and restore tests."""
 
 from __future__ import annotations
 

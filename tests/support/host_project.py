@@ -1,4 +1,5 @@
-"""Shared by the tests (moved from tests/test_host_alembic.py)."""
+"""A host application's own Alembic project with the journal's migrations added, for the host
+Alembic tests and the README's host recipe."""
 
 from __future__ import annotations
 

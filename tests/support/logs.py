@@ -1,4 +1,5 @@
-"""Shared by the tests (moved from tests/test_log.py)."""
+"""Sealed logs built in bulk and their leaves, and the tlog-tiles checks (``check_with_scales``),
+for the log, tiles and serve tests."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Shared by the tests (moved from tests/test_push.py)."""
+"""The push store battery's values (secrets, keys, configs) and raw-row helpers, shared by the push
+tests (test_push*, and the battery's PgBouncer run)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Shared by the tests (moved from tests/test_stream.py)."""
+"""Large runs written in bulk, for the streaming and paged-audit tests."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Shared by the tests (moved from tests/test_tamper.py)."""
+"""An honest run to tamper with (``Victim``, ``honest_run``) and the command line that must
+catch it, for the tamper-evidence tests."""
 
 from __future__ import annotations
 

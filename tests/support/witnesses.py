@@ -1,4 +1,5 @@
-"""Shared by the tests (moved from tests/test_witness.py)."""
+"""Fake tlog witnesses, witness policies and sealed runs to cosign, for the witness and receipt
+tests."""
 
 from __future__ import annotations
 
