@@ -3,7 +3,7 @@
 capability and every extended one the saver implements (all of them: delete_for_runs,
 copy_thread, prune), and once more on SQLite with every tenant in ``agentplane-0.22`` (the
 store refuses a record in another profile, so the suite passing there means the saver wrote
-0.22's). Slow (a few seconds a dialect): listed in conftest's SLOW_FILES."""
+0.22's). Slow (a few seconds a dialect): marked ``slow`` below."""
 
 from __future__ import annotations
 
