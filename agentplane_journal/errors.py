@@ -21,11 +21,24 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
+from agentplane_journal.core.error_groups import (
+    ConflictError,
+    CorruptionError,
+    OutcomeError,
+    RefusedError,
+    StoreError,
+    UnavailableError,
+)
 from agentplane_journal.core.ids import EffectKey, RunId
 
 __all__ = [
     "AppendConflictError",
     "PayloadsErasedError",
+    "ConflictError",
+    "CorruptionError",
+    "OutcomeError",
+    "RefusedError",
+    "UnavailableError",
     "Database",
     "BackendError",
     "CommitUnknownError",
@@ -92,11 +105,7 @@ def database_of(store: object) -> Database | None:
     return found if isinstance(found, Database) else None
 
 
-class StoreError(Exception):
-    """Base of every error the journal and push stores raise on purpose."""
-
-
-class FencedError(StoreError):
+class FencedError(ConflictError):
     """A writer's epoch is not the run's current lease epoch: it was displaced."""
 
     def __init__(self, run: RunId, held: int, current: int) -> None:
@@ -109,7 +118,7 @@ class FencedError(StoreError):
         )
 
 
-class LeaseHeldError(StoreError):
+class LeaseHeldError(ConflictError):
     """Another owner holds a live lease on the run."""
 
     def __init__(self, run: RunId, owner: str, epoch: int, remaining_secs: int) -> None:
@@ -123,7 +132,7 @@ class LeaseHeldError(StoreError):
         )
 
 
-class LeaseNotHeldError(StoreError):
+class LeaseNotHeldError(ConflictError):
     """A renewal found no live lease of this ``owner`` at this ``epoch``: stop working on the run.
 
     The lease was released (the run concluded), lapsed (anyone may have taken it) or is held
@@ -145,7 +154,7 @@ class LeaseNotHeldError(StoreError):
         )
 
 
-class DuplicateEffectError(StoreError):
+class DuplicateEffectError(ConflictError):
     """A second ``EffectStarted`` for one effect key in one run: exactly-once holding."""
 
     def __init__(self, effect_key: EffectKey) -> None:
@@ -158,7 +167,7 @@ class DuplicateEffectError(StoreError):
         )
 
 
-class AppendConflictError(StoreError):
+class AppendConflictError(ConflictError):
     """An append raced another writer: the chain position it wrote was taken meanwhile.
 
     The journal's primary key ``(tenant, run_id, seq)`` refused the batch's rows, so nothing of
@@ -181,7 +190,7 @@ class AppendConflictError(StoreError):
         )
 
 
-class DuplicateAdmissionError(StoreError):
+class DuplicateAdmissionError(ConflictError):
     """A second admission under a key this tenant already issued: at-most-once holding.
 
     ``key`` is the admission key, ``run`` the :class:`RunId` that holds it: the answer a
@@ -201,7 +210,7 @@ class DuplicateAdmissionError(StoreError):
         )
 
 
-class RunSealedError(StoreError):
+class RunSealedError(ConflictError):
     """The run is sealed into the log and accepts no more appends."""
 
     def __init__(self, run: RunId, outcome: str) -> None:
@@ -212,7 +221,7 @@ class RunSealedError(StoreError):
         )
 
 
-class RecordTooLargeError(StoreError):
+class RecordTooLargeError(RefusedError):
     """A record body's canonical bytes exceed the limit; nothing of its batch was written."""
 
     def __init__(self, size: int, limit: int) -> None:
@@ -224,7 +233,7 @@ class RecordTooLargeError(StoreError):
         )
 
 
-class CorruptRecordError(StoreError):
+class CorruptRecordError(CorruptionError):
     """A stored record does not verify: edited bytes, a gap, a broken link or a bad signature."""
 
     def __init__(self, seq: int, detail: str) -> None:
@@ -233,7 +242,7 @@ class CorruptRecordError(StoreError):
         super().__init__(f"corrupt record at seq {seq}: {detail}")
 
 
-class CorruptLogError(StoreError):
+class CorruptLogError(CorruptionError):
     """The stored Merkle tree disagrees with the sealed runs it is derived from.
 
     ``position`` is the first leaf position (0-based) whose part of the tree is wrong;
@@ -264,7 +273,7 @@ class CorruptLogError(StoreError):
 DAMAGE: tuple[type[StoreError], ...] = (CorruptRecordError, CorruptLogError)
 
 
-class DamagedRunsError(StoreError):
+class DamagedRunsError(CorruptionError):
     """A call over many runs did its work on every run that verified; these did not.
 
     ``damaged`` pairs each run with the error its records gave (a ``CorruptRecordError`` or
@@ -283,7 +292,7 @@ class DamagedRunsError(StoreError):
         )
 
 
-class CommitUnknownError(StoreError):
+class CommitUnknownError(UnavailableError):
     """The connection was lost during COMMIT: the transaction may or may not have landed."""
 
     def __init__(self, detail: str) -> None:
@@ -294,7 +303,7 @@ class CommitUnknownError(StoreError):
         )
 
 
-class SchemaOutOfDateError(StoreError):
+class SchemaOutOfDateError(RefusedError):
     """The database is not at the schema revision this package version expects.
 
     ``newer`` is true when the database's revision is one this package does not ship: a
@@ -354,7 +363,7 @@ class SchemaOutOfDateError(StoreError):
         )
 
 
-class SchemaConflictError(StoreError):
+class SchemaConflictError(RefusedError):
     """A table the journal would create already exists and is not the journal's.
 
     Raised by the upgrade before it creates anything, so a host's own ``journal`` table
@@ -386,7 +395,7 @@ class SchemaConflictError(StoreError):
         super().__init__(f"{said}: {way_out}")
 
 
-class BackendError(StoreError):
+class BackendError(UnavailableError):
     """The database refused or failed a statement for a reason the contract does not name."""
 
     def __init__(self, detail: str) -> None:
@@ -394,8 +403,8 @@ class BackendError(StoreError):
         super().__init__(f"backend: {detail}")
 
 
-class SecretUnavailableError(StoreError):
-    """A sealed push secret cannot be opened: no key, wrong key, or a tampered/moved value.
+class SecretUnavailableError(UnavailableError):
+    """An encrypted push secret cannot be decrypted: no key, wrong key, or a tampered/moved value.
 
     The message names the key id and the column, never the secret.
     """
@@ -405,10 +414,10 @@ class SecretUnavailableError(StoreError):
         self.column = column
         self.detail = detail
         key = "no key id" if key_id is None else f"key id {key_id!r}"
-        super().__init__(f"cannot open the sealed {column} ({key}): {detail}")
+        super().__init__(f"cannot decrypt the stored {column} ({key}): {detail}")
 
 
-class CorruptRegistrationError(StoreError):
+class CorruptRegistrationError(CorruptionError):
     """A stored push registration is not one this store can act on (a bad id or type).
 
     Rows are read as they are stored, so this means someone wrote the row by hand (or
@@ -424,7 +433,7 @@ class CorruptRegistrationError(StoreError):
         )
 
 
-class TransactionEndedError(StoreError):
+class TransactionEndedError(RefusedError):
     """``append_atomic``'s ``work`` ended, or tried to end, the transaction holding the run mutex.
 
     ``session.commit()``, ``rollback()`` or ``close()`` inside ``work`` releases the run mutex
@@ -457,7 +466,7 @@ class TransactionEndedError(StoreError):
         super().__init__(message)
 
 
-class ConversationBusyError(StoreError):
+class ConversationBusyError(ConflictError):
     """Another writer kept a conversation claimed for longer than this change would wait.
 
     The framework adapters (:mod:`agentplane_journal.adapters`) change a conversation under a
@@ -479,7 +488,7 @@ class ConversationBusyError(StoreError):
         )
 
 
-class ThreadBusyError(StoreError):
+class ThreadBusyError(ConflictError):
     """A LangGraph thread is being written by another saver: refused, nothing written.
 
     The thread's run is leased by another writer (another process, or another
@@ -507,7 +516,7 @@ class ThreadBusyError(StoreError):
         )
 
 
-class ThreadMovedError(StoreError):
+class ThreadMovedError(ConflictError):
     """A LangGraph thread was written by someone else since this saver last read it.
 
     The saver read the thread at ``seen`` records, and it now has ``found``: writing on
@@ -527,7 +536,7 @@ class ThreadMovedError(StoreError):
         )
 
 
-class PayloadsErasedError(StoreError):
+class PayloadsErasedError(UnavailableError):
     """A thread's or a conversation's live state is in payloads this reader cannot open.
 
     ``what`` names it (``thread 't1'``, ``conversation 'openai-agents:s1'``), ``seq`` the
@@ -550,7 +559,7 @@ class PayloadsErasedError(StoreError):
         )
 
 
-class WireProfileError(StoreError):
+class WireProfileError(RefusedError):
     """A store was opened in a wire profile other than the one its tenant's journal is in.
 
     ``recorded`` is the journal's profile (``agentplane-0.4`` when none was ever recorded and
@@ -616,7 +625,7 @@ class StepError(StoreError):
     """Base of the errors the durable-steps layer (:mod:`agentplane_journal.steps`) raises."""
 
 
-class EffectInDoubtError(StepError):
+class EffectInDoubtError(StepError, UnavailableError):
     """An effect started and recorded no result, and nothing could decide whether it landed.
 
     Raised instead of calling the effect again: a crash (or a failure that may have reached
@@ -642,7 +651,7 @@ class EffectInDoubtError(StepError):
         )
 
 
-class EffectFailedError(StepError):
+class EffectFailedError(StepError, OutcomeError):
     """An effect failed for good: permanently, or out of attempts; raised into the workflow.
 
     ``disposition`` says what the failure says about the outside world (``did_not_happen``,
@@ -665,7 +674,7 @@ class EffectFailedError(StepError):
         )
 
 
-class RunLostError(StepError):
+class RunLostError(StepError, ConflictError):
     """This worker no longer owns the run (fenced, lease not renewed, or lapsed): it stopped.
 
     Nothing more was done for the run after the loss was noticed; the new owner (or a
@@ -681,7 +690,7 @@ class RunLostError(StepError):
         )
 
 
-class JournalUnavailableError(StepError):
+class JournalUnavailableError(StepError, UnavailableError):
     """The journal could not record a step of a run: a database hiccup, not the workflow's
     failure.
 
@@ -706,7 +715,7 @@ class JournalUnavailableError(StepError):
         )
 
 
-class RunCancelledError(StepError):
+class RunCancelledError(StepError, OutcomeError):
     """The run was stopped at a step boundary on request; it is concluded ``cancelled``."""
 
     def __init__(self, run: RunId, actor: str, reason: str) -> None:
@@ -719,7 +728,7 @@ class RunCancelledError(StepError):
         )
 
 
-class WorkflowNotRegisteredError(StepError):
+class WorkflowNotRegisteredError(StepError, RefusedError):
     """A run's ``RunAdmitted`` names a workflow this :class:`Steps` has not registered."""
 
     def __init__(self, run: RunId, name: str) -> None:
@@ -731,7 +740,7 @@ class WorkflowNotRegisteredError(StepError):
         )
 
 
-class WorkflowDivergedError(StepError):
+class WorkflowDivergedError(StepError, ConflictError):
     """A resumed workflow called a different effect at a position the journal has filled.
 
     Its code (or its inputs) changed between the original run and its resumption, so the
@@ -766,7 +775,7 @@ class WitnessError(StoreError):
         self.witness = witness
 
 
-class WitnessStaleError(WitnessError):
+class WitnessStaleError(WitnessError, ConflictError):
     """409: the old size sent is not the witness's; ``witness_size`` is the size it holds.
 
     Not a fork: another submitter (or an earlier run of this one) moved the witness on. The
@@ -781,14 +790,14 @@ class WitnessStaleError(WitnessError):
         self.witness_size = witness_size
 
 
-class WitnessForkedError(WitnessError):
+class WitnessForkedError(WitnessError, CorruptionError):
     """The witness refused the checkpoint as inconsistent with what it saw (422), or it saw
     a larger tree than this log has. Either this log forked or shrank, or someone showed the
     witness another log under this origin and key: a split view. Investigate before anything
     else; re-submitting cannot fix it."""
 
 
-class WitnessUnavailableError(WitnessError):
+class WitnessUnavailableError(WitnessError, UnavailableError):
     """The witness could not be asked, or its answer was not a protocol answer (a timeout, a
     404 for an origin it does not know, a 403 for a log key it does not trust, a 200 without
     a valid cosignature from its key). Nothing is known about the log from it."""

@@ -1,7 +1,7 @@
 """The databases a benchmark runs on: a fresh SQLite file, then PostgreSQL.
 
 PostgreSQL is ``--pg-url`` / ``AGENTPLANE_JOURNAL_BENCH_PG_URL`` if given, else a throwaway
-cluster started here (``tests/pgcluster.py``) **with the settings users run**: ``fsync``,
+cluster started here (``tests/support/pgcluster.py``) **with the settings users run**: ``fsync``,
 ``synchronous_commit`` and ``full_page_writes`` on, so every commit waits for its WAL flush.
 (The test suite's cluster turns all three off; figures measured on it would describe a
 database nobody runs.) Each backend reports the durability settings it actually has, read
@@ -62,7 +62,7 @@ async def _pg_settings(dsn: str) -> str:
 async def postgres_backend(url: str | None) -> AsyncIterator[Backend]:
     cluster = None
     if url is None:
-        from pgcluster import Cluster
+        from support.pgcluster import Cluster
 
         cluster = Cluster(durable=True)
         url = cluster.url

@@ -27,7 +27,7 @@ to see them not grow with the journal (the 100k case seeds for a minute or two p
 so it is opt-in). Figures, never assertions.
 
 Without ``--pg-url``, PostgreSQL is a throwaway cluster started here with the settings users
-run (``tests/pgcluster.py``, ``durable=True``: fsync on).
+run (``tests/support/pgcluster.py``, ``durable=True``: fsync on).
 """
 
 from __future__ import annotations
@@ -407,7 +407,7 @@ def main() -> None:
     cluster = None
     if "postgresql" in args.dialect and args.pg_url is None:
         sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-        from pgcluster import Cluster  # type: ignore[import-not-found]
+        from support.pgcluster import Cluster
 
         cluster = Cluster(durable=True)
         args.pg_url = cluster.url

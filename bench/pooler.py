@@ -2,9 +2,9 @@
 
     python bench/pooler.py [--seconds 2] [--rounds 5] [--writers 8] [--durable]
 
-A throwaway cluster (``tests/pgcluster.py``; the test suite's fast settings unless
+A throwaway cluster (``tests/support/pgcluster.py``; the test suite's fast settings unless
 ``--durable``) and a PgBouncer in ``pool_mode = transaction`` in front of it
-(``tests/pgtopology.py``; Debian's ``pgbouncer``). ``--writers`` tasks, each on its own
+(``tests/support/pgtopology.py``; Debian's ``pgbouncer``). ``--writers`` tasks, each on its own
 store and its own leased run, append one record per call for ``--seconds``; contenders:
 
 * ``direct``: the server's URL as is (asyncpg's statement caches on);
@@ -86,8 +86,8 @@ async def main() -> None:
     parser.add_argument("--durable", action="store_true")
     args = parser.parse_args()
 
-    from pgcluster import Cluster
-    from pgtopology import PgBouncer
+    from support.pgcluster import Cluster
+    from support.pgtopology import PgBouncer
 
     cluster = Cluster(durable=args.durable)
     bouncer = None

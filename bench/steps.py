@@ -40,12 +40,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from backends import Backend, postgres_backend, sqlite_backend  # puts tests/ on the path
-from counting import counting
 from dbos import DBOS, SetWorkflowID
 from sqlalchemy import event
 from sqlalchemy.engine import make_url
 
 from agentplane_journal import DidNotHappen, SqlJournalStore, Steps
+
+from support.counting import counting
 
 # -- DBOS's workflow (registered once: DBOS's registry is global) ------------------------
 

@@ -1,221 +1,98 @@
-"""Shared fixtures: real databases only.
+"""Shared fixtures: real databases only. Their machinery lives in ``tests/support/``.
 
-* ``pg_server``: a throwaway PostgreSQL cluster for the session (see ``pgcluster.py``).
+* ``pg_server``: a throwaway PostgreSQL cluster for the session (see ``support/pgcluster.py``).
 * ``pg_database()``: a fresh PostgreSQL database, migrated by Alembic unless asked not to
   (copied from a migrated template database, so each costs one ``CREATE DATABASE``).
 * ``sqlite_database()``: a fresh SQLite file, migrated by Alembic (copied from a migrated
   template file).
+* ``new_pg()``: ``await``-able ``pg_database`` (unmigrated by default), created off the test's
+  loop (the schema-compatibility tests).
 * ``make_store(**kw)`` / ``store``: the behaviour battery's store, parametrized over
   ``sqlite`` and ``postgresql``. PostgreSQL stores share one migrated database and each test
   gets its own tenant (as agentplane's own harness does), which also exercises isolation.
+* ``via``: how the battery's PostgreSQL database is reached, ``direct`` or ``pgbouncer``; a
+  module marked ``support.markers.THROUGH_PGBOUNCER`` runs each case once more through a
+  PgBouncer (``pytest_generate_tests``).
 * ``clock``: a settable clock, so leases lapse without sleeping.
 
-Every test that reaches PostgreSQL carries the ``postgres`` marker (added at collection, see
-``pytest_collection_modifyitems``), so ``pytest -m "not postgres"`` is the quick SQLite-only
-loop. The cluster is started lazily, by the first test that asks for ``pg_server``; in a run
-that deselects ``postgres``, asking for it is an error naming the unmarked test.
+Markers say what a test needs and are set where the test is declared (pyproject.toml lists
+them). Every case that reaches PostgreSQL through a fixture is also marked ``postgres`` at
+collection (``support.markers.reaches_postgres``), so ``pytest -m "not postgres"`` is the
+quick SQLite-only loop. The cluster is started lazily, by the first test that asks for
+``pg_server``; in a run that deselects ``postgres``, asking for it is an error naming the
+unmarked test.
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import os
 import shutil
-import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import asyncpg
 import pytest
-from sqlalchemy.engine import make_url
 
 from agentplane_journal import RunId, SqlJournalStore
 from agentplane_journal.migrations.commands import upgrade
 
-from pgcluster import Cluster
+from support.cli import CliResult
+from support.clock import FakeClock
+from support.databases import admin, asyncpg_url, run_blocking
+from support.markers import postgres_deselected, reaches_postgres
+from support.pgcluster import Cluster
+from support.stores import store_factory
 
 DIALECTS = ["sqlite", "postgresql"]
 
-# Fixtures that reach the test cluster: a test depending on one (directly or through other
-# fixtures) is a PostgreSQL test.
-PG_FIXTURES = frozenset({"pg_server", "pg_template", "pg_database", "pg_battery_url"})
-# Files whose tests start clusters (standbys, failover) or a PgBouncer of their own.
-PG_FILES = frozenset(
-    {
-        "test_failover.py",
-        "test_replica.py",
-        "test_pgbouncer.py",
-        "test_patroni.py",
-        "test_pooler.py",
-        "test_libpq_urls.py",
-    }
-)
-
-
-def _reaches_postgres(item: pytest.Item) -> bool:
-    if item.path.name in PG_FILES:
-        return True
-    if PG_FIXTURES.intersection(getattr(item, "fixturenames", ())):
-        return True
-    # A dialect chosen by parameter (``dialect``, ``database_url``'s, a harness's own):
-    # its PostgreSQL fixture is taken with request.getfixturevalue, so it is not in
-    # fixturenames; the parameter says which database the case runs on.
-    callspec = getattr(item, "callspec", None)
-    return callspec is not None and "postgresql" in [
-        v for v in callspec.params.values() if isinstance(v, str)
-    ]
-
-
-# The ``slow`` ones: files that run tools in subprocesses (the CLI, Alembic's CLI, mypy, the
-# docs build, a wheel build, a pytester suite, several processes on one file), and single
-# tests that take seconds (large logs and runs, Hypothesis equivalence runs, CLI-driven
-# migrations). ``-m "not postgres and not slow"`` is the quick loop (docs/tests.md).
-SLOW_FILES = frozenset(
-    {
-        "test_admissions_cli.py",
-        "test_backup_cli.py",
-        "test_canon_fastpath.py",
-        "test_cli.py",
-        "test_cli_log.py",
-        "test_docs.py",
-        "test_export_format1.py",
-        "test_extras.py",
-        "test_advice.py",
-        "test_host_alembic.py",
-        "test_host_app.py",
-        "test_langgraph.py",
-        "test_langgraph_conformance.py",
-        "test_readme.py",
-        "test_sqlite_processes.py",
-        "test_tiles.py",
-        "test_tiles_go.py",
-        "test_tiles_serve.py",
-        "test_steps.py",
-        "test_steps_crash.py",
-        "test_steps_races.py",
-        "test_steps_spans.py",
-        "test_steps_profiles.py",
-        "test_testing_plugin.py",
-        "test_pooler.py",
-        "test_replica.py",
-        "test_types.py",
-        "test_witness_aics.py",
-        "test_wheel.py",
-        "test_patroni.py",
-        "test_restore_batches.py",
-        "test_restore_judged.py",
-        "test_bulk_race.py",
-    }
-)
-SLOW_TESTS = frozenset(
-    {
-        "test_eight_processes_upgrading_one_fresh_database_at_once_all_succeed",
-        # tests/test_docs_examples.py: its checks of the markers stay in the quick loop
-        "test_the_runnable_block_runs_twice_in_one_fresh_directory",
-        "test_the_runnable_python_blocks_pass_mypy_strict",
-        "test_verify_and_export_all_hold_a_page_not_a_run_of_large_records",
-        "test_a_sample_of_logs_up_to_10000_answers_as_the_pure_functions",
-        "test_audit_names_the_first_position_where_the_stored_tree_lies_and_reindex_repairs",
-        "test_every_log_size_up_to_300_answers_as_the_pure_functions",
-        "test_downgrading_to_the_previous_revision_drops_only_the_stored_tree",
-        "test_logs_sealed_before_the_stored_tree_are_adopted_with_the_same_roots",
-        "test_prove_on_an_edited_seal_fails_as_a_finding_and_says_what_is_wrong",
-        "test_a_host_table_with_one_of_our_names_is_refused_before_anything_is_created",
-        "test_cli_upgrade_sql_prints_the_ddl_and_connects_nowhere",
-        "test_a_database_newer_than_the_package_is_told_to_upgrade_the_package",
-        "test_cli_downgrade_to_base_removes_everything_and_upgrade_again_works",
-        "test_cli_upgrade_head_creates_the_schema_and_check_finds_no_difference",
-        "test_cli_url_from_x_argument_when_the_environment_names_none",
-        "test_cli_uses_its_own_version_table_and_never_creates_alembic_version",
-        "test_downgrade_base_refuses_to_drop_a_journal_that_holds_records",
-        "test_the_downgrade_refuses_while_a_registration_is_parked",
-        "test_steady_appends_do_not_starve_the_rest_of_a_one_connection_pool",
-        "test_a_run_of_50000_records_streams_and_verifies_in_a_few_mib",
-        "test_a_run_of_large_records_streams_and_verifies_in_pages_bounded_by_bytes",
-        "test_a_hostile_seal_row_is_reported_and_the_audit_carries_on",
-        "test_verify_all_and_export_all_report_every_tampered_run_and_carry_on",
-        "test_each_hostile_log_row_is_reported_and_reindex_repairs_what_the_seals_can",
-    }
-)
-
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark every PostgreSQL case ``postgres``, so ``-m "not postgres"`` needs no cluster, and
-    the cases that take seconds ``slow`` (see :data:`SLOW_FILES`)."""
+    """Mark every case that reaches PostgreSQL through a fixture ``postgres``, so
+    ``-m "not postgres"`` needs no cluster."""
     for item in items:
-        if _reaches_postgres(item) and item.get_closest_marker("postgres") is None:
+        if item.get_closest_marker("postgres") is None and reaches_postgres(item):
             item.add_marker(pytest.mark.postgres)
-        name = getattr(item, "originalname", item.name)
-        if item.path.name in SLOW_FILES or name in SLOW_TESTS:
-            item.add_marker(pytest.mark.slow)
 
 
-def _postgres_deselected(config: pytest.Config) -> bool:
-    """Whether this run's ``-m`` expression leaves out tests because they are ``postgres``."""
-    markexpr = config.getoption("markexpr", "")
-    if not markexpr:
-        return False
-    from _pytest.mark.expression import Expression
-
-    expr = Expression.compile(markexpr)
-
-    def evaluate(marked: Callable[[str], bool]) -> bool:
-        return bool(expr.evaluate(lambda name, **_kw: marked(name)))
-
-    return (evaluate(lambda n: n != "postgres") and not evaluate(lambda n: True)) or (
-        evaluate(lambda n: False) and not evaluate(lambda n: n == "postgres")
-    )
-
-
-class FakeClock:
-    """Seconds since the epoch, moved by the test instead of by time."""
-
-    def __init__(self, now: float | None = None) -> None:
-        self.now = float(int(time.time()) if now is None else now)
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
-
-
-def _dsn(url: str, database: str | None = None) -> str:
-    u = make_url(url)
-    if database is not None:
-        u = u.set(database=database)
-    return u.set(drivername="postgresql").render_as_string(hide_password=False)
-
-
-def _asyncpg_url(url: str, database: str) -> str:
-    return make_url(url).set(database=database).render_as_string(hide_password=False)
-
-
-def run_blocking(coro: Any) -> Any:
-    """Run a coroutine to completion from sync code, even inside a running event loop."""
-    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(asyncio.run, coro).result()
-
-
-async def _admin(url: str, sql: str) -> None:
-    conn = await asyncpg.connect(_dsn(url))
-    try:
-        await conn.execute(sql)
-    finally:
-        await conn.close()
+@pytest.hookimpl(tryfirst=True)
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """A ``through_pgbouncer`` module's cases run once more through PgBouncer: its
+    PostgreSQL side (``dialect``'s, or ``pg_battery_url`` itself) again with ``via`` set to
+    ``pgbouncer``; SQLite has nothing to pool."""
+    if metafunc.definition.get_closest_marker("through_pgbouncer") is None:
+        return
+    pooled = [pytest.mark.pgbouncer, pytest.mark.postgres]
+    if "dialect" in metafunc.fixturenames:
+        parametrize = pytest.mark.parametrize(
+            ("dialect", "via"),
+            [
+                pytest.param("sqlite", "direct", id="sqlite"),
+                pytest.param("postgresql", "direct", id="postgresql"),
+                pytest.param("postgresql", "pgbouncer", id="postgresql-pgbouncer", marks=pooled),
+            ],
+            indirect=True,
+            scope="session",
+        )
+    else:
+        parametrize = pytest.mark.parametrize(
+            "via",
+            [pytest.param("direct"), pytest.param("pgbouncer", marks=pooled)],
+            indirect=True,
+            scope="session",
+        )
+    # as a mark, so that it takes the place of ``dialect``'s own params (pytest gives a
+    # test's parametrize marks precedence over a fixture's params)
+    metafunc.definition.add_marker(parametrize)
 
 
 @pytest.fixture(scope="session")
 def pg_server(request: pytest.FixtureRequest) -> Iterator[str]:
-    if _postgres_deselected(request.config):
+    if postgres_deselected(request.config):
         pytest.fail(
             "a test deselected PostgreSQL (-m) but asked for the cluster: give it the "
-            "postgres marker (or teach tests/conftest.py's _reaches_postgres its fixture)",
+            "postgres marker (or teach tests/support/markers.py's PG_FIXTURES its fixture)",
             pytrace=False,
         )
     url = os.environ.get("AGENTPLANE_JOURNAL_TEST_PG_URL")
@@ -232,8 +109,8 @@ def pg_server(request: pytest.FixtureRequest) -> Iterator[str]:
 @pytest.fixture(scope="session")
 def pg_template(pg_server: str) -> str:
     name = f"apj_template_{uuid.uuid4().hex[:8]}"
-    run_blocking(_admin(pg_server, f'CREATE DATABASE "{name}"'))
-    run_blocking(upgrade(_asyncpg_url(pg_server, name)))
+    run_blocking(admin(pg_server, f'CREATE DATABASE "{name}"'))
+    run_blocking(upgrade(asyncpg_url(pg_server, name)))
     return name
 
 
@@ -244,14 +121,51 @@ def pg_database(pg_server: str, pg_template: str) -> Callable[..., str]:
     def make(migrated: bool = True) -> str:
         name = f"apj_{uuid.uuid4().hex[:12]}"
         template = f' TEMPLATE "{pg_template}"' if migrated else ""
-        run_blocking(_admin(pg_server, f'CREATE DATABASE "{name}"{template}'))
-        return _asyncpg_url(pg_server, name)
+        run_blocking(admin(pg_server, f'CREATE DATABASE "{name}"{template}'))
+        return asyncpg_url(pg_server, name)
 
     return make
 
 
 @pytest.fixture(scope="session")
-def pg_battery_url(pg_database: Callable[..., str]) -> str:
+def via(request: pytest.FixtureRequest) -> str:
+    """How the battery reaches PostgreSQL: ``direct``, or ``pgbouncer`` (a case of a
+    ``through_pgbouncer`` module; see ``pytest_generate_tests``)."""
+    return str(getattr(request, "param", "direct"))
+
+
+@pytest.fixture(scope="session")
+def pgbouncer(pg_server: str) -> Iterator[Any]:
+    """A PgBouncer in transaction-pooling mode in front of the test cluster; skipped without
+    ``pgbouncer`` (a failure under ``CI``)."""
+    from support.pgtopology import PgBouncer, need_pgbouncer
+
+    need_pgbouncer()
+    bouncer = PgBouncer(pg_server)
+    try:
+        yield bouncer
+    finally:
+        bouncer.stop()
+
+
+@pytest.fixture
+def new_pg(pg_database: Callable[..., str]) -> Callable[..., Any]:
+    """``await new_pg(migrated=False)``: a fresh database, created off the test's loop."""
+
+    async def make(migrated: bool = False) -> str:
+        return await asyncio.to_thread(pg_database, migrated)
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def pg_battery_url(
+    pg_database: Callable[..., str], via: str, request: pytest.FixtureRequest
+) -> str:
+    """The battery's and the races' shared database; through PgBouncer (with
+    ``?pgbouncer=true``) when ``via`` says so."""
+    if via == "pgbouncer":
+        return str(request.getfixturevalue("pgbouncer").url(pg_database()))
     return pg_database()
 
 
@@ -295,27 +209,6 @@ def database_url(
     return request.getfixturevalue("pg_battery_url")
 
 
-@asynccontextmanager
-async def store_factory(
-    cls: Any, url: str, tenant: str, clock: FakeClock
-) -> AsyncIterator[Callable[..., Any]]:
-    """``await make(**kw)`` -> a ``cls`` (journal or push store) on ``url``, closed afterwards."""
-    opened: list[Any] = []
-
-    async def make(**kw: Any) -> Any:
-        kw.setdefault("tenant", tenant)
-        kw.setdefault("clock", clock)
-        store = await cls.connect(url, **kw)
-        opened.append(store)
-        return store
-
-    try:
-        yield make
-    finally:
-        for store in opened:
-            await store.close()
-
-
 @pytest.fixture
 async def make_store(
     database_url: str, dialect: str, clock: FakeClock
@@ -335,7 +228,7 @@ async def store(make_store: Callable[..., object]) -> SqlJournalStore:
 async def instances(pg_battery_url: str, clock: Any) -> AsyncIterator[Callable[[int], Any]]:
     """``await instances(k)``: k stores of one fresh tenant, each on its own engine (the race
     tests' separate instances; ``k`` defaults to ``races.K``)."""
-    from races import K
+    from support.races import K
 
     tenant = f"race{uuid.uuid4().hex[:10]}"
     opened: list[SqlJournalStore] = []
@@ -355,20 +248,6 @@ async def instances(pg_battery_url: str, clock: Any) -> AsyncIterator[Callable[[
 
 
 # -- the command line, in process ---------------------------------------------------------
-
-
-@dataclass
-class CliResult:
-    """What one in-process ``agentplane-journal`` call returned and printed."""
-
-    returncode: int
-    stdout: str
-    stderr: str
-
-    @property
-    def out(self) -> str:
-        """Both streams, for a check that does not care which one said it."""
-        return self.stdout + self.stderr
 
 
 @pytest.fixture

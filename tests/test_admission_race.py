@@ -19,12 +19,13 @@ import uuid
 
 import asyncpg
 import pytest
-from test_admissions import admitted_under
 
 from agentplane_journal import DuplicateAdmissionError, RunId, SqlJournalStore
 
-from conftest import FakeClock, _dsn
-from races import no_surprises, race
+from support.admissions import admitted_under
+from support.clock import FakeClock
+from support.databases import dsn
+from support.races import no_surprises, race
 
 pytestmark = [pytest.mark.race, pytest.mark.postgres]
 
@@ -62,7 +63,7 @@ async def test_32_instances_admitting_one_key_admit_exactly_one_run(
         assert all(r.run == winner and r.key == key for r in refusals)
         assert await stores[0].admitted_as(key) == winner
 
-        conn = await asyncpg.connect(_dsn(pg_battery_url))
+        conn = await asyncpg.connect(dsn(pg_battery_url))
         try:
             held = await conn.fetch(
                 "SELECT key, run_id FROM run_admission WHERE tenant = $1", tenant

@@ -37,38 +37,9 @@ from agentplane_journal import (
 )
 from agentplane_journal.core.admission import MAX_ADMISSION_KEY_BYTES
 
-from conftest import FakeClock
-from helpers import TRUSTED, admitted, key, note, started
-
-LEASE = 300
-
-
-def admitted_under(run: RunId, idempotency_key: str) -> Append:
-    """The battery's ``admitted_under(run, key)``: a ``RunAdmitted`` claiming a key."""
-    return Append(
-        run,
-        "RunAdmitted",
-        {
-            "capability": "conformance",
-            "input": None,
-            "input_label": TRUSTED,
-            "idempotency_key": idempotency_key,
-        },
-    )
-
-
-async def admit(store: SqlJournalStore, idempotency_key: str | None) -> RunId:
-    """A fresh run, leased and admitted (under ``idempotency_key``, if one is given)."""
-    run = RunId.generate()
-    lease = await store.acquire(run, "conformance", LEASE)
-    record = admitted(run) if idempotency_key is None else admitted_under(run, idempotency_key)
-    await store.append(lease.epoch, [record])
-    return run
-
-
-async def sql(store: SqlJournalStore, statement: str, **params: Any) -> None:
-    async with store.engine.begin() as conn:
-        await conn.execute(text(statement), {"t": store.tenant, **params})
+from support.admissions import LEASE, admit, admitted_under, sql
+from support.clock import FakeClock
+from support.helpers import admitted, key, note, started
 
 
 async def rows(store: SqlJournalStore) -> list[tuple[Any, ...]]:

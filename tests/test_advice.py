@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from migration_tools import execute
 from sqlalchemy.engine import make_url
 
 from agentplane_journal import (
@@ -35,7 +34,10 @@ from agentplane_journal import (
 from agentplane_journal.db.revision import HEAD_REVISION
 from agentplane_journal.migrations.commands import current_revision
 
-from helpers import admitted
+from support.helpers import admitted
+from support.migration_tools import execute
+
+pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -18,16 +18,17 @@ from typing import Any
 
 import pytest
 from sqlalchemy import text
-from test_stream import MiB, _bulk_run
 
 from agentplane_journal import RunId, SqlJournalStore
 from agentplane_journal.cli import main as cli
 from agentplane_journal.journal import reads as reads
 from agentplane_journal.journal.reads import PAGE_BYTES
 
+from support.streams import MiB, bulk_run
+
 
 async def _runs(store: SqlJournalStore, pads: list[int]) -> list[RunId]:
-    return [await _bulk_run(store, 5, pad=pad) for pad in pads]
+    return [await bulk_run(store, 5, pad=pad) for pad in pads]
 
 
 async def test_read_runs_takes_a_prefix_of_the_runs_within_the_byte_budget(
@@ -67,8 +68,8 @@ async def test_read_runs_takes_a_prefix_of_the_runs_within_the_byte_budget(
 async def _large_journal(url: str) -> tuple[RunId, list[RunId]]:
     store = await SqlJournalStore.connect(url)
     try:
-        big = await _bulk_run(store, 200, pad=256 * 1024, chunk=20)
-        small = [await _bulk_run(store, 3) for _ in range(3)]
+        big = await bulk_run(store, 200, pad=256 * 1024, chunk=20)
+        small = [await bulk_run(store, 3) for _ in range(3)]
         return big, small
     finally:
         await store.close()
@@ -104,6 +105,7 @@ def _traced(argv: list[str]) -> tuple[int, _Sink, float]:
     return code, sink, peak
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dialect", ["sqlite", "postgresql"])
 def test_verify_and_export_all_hold_a_page_not_a_run_of_large_records(
     dialect: str, request: pytest.FixtureRequest, capsys: pytest.CaptureFixture[str]
@@ -168,7 +170,7 @@ def test_export_fails_a_run_whose_rows_change_between_its_check_and_its_writing(
     async def build() -> RunId:
         store = await SqlJournalStore.connect(url)
         try:
-            return await _bulk_run(store, 40, pad=100)
+            return await bulk_run(store, 40, pad=100)
         finally:
             await store.close()
 

@@ -9,13 +9,17 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from agentplane_journal import RunId, SqlJournalStore
 from agentplane_journal.core.checkpoint import Checkpoint
 from agentplane_journal.core.note import NoteSigner
 from agentplane_journal.core.signing import Ed25519Signer
 
-from conftest import CliResult
-from helpers import admitted, note
+from support.cli import CliResult
+from support.helpers import admitted, note
+
+pytestmark = pytest.mark.slow
 
 SIGNER = Ed25519Signer("rec-key", bytes(range(32)))
 TRUST = f"rec-key={SIGNER.public_key.hex()}"

@@ -32,7 +32,7 @@ from agentplane_journal.migrations.scratch import (
     leftover_schemas,
 )
 
-from conftest import CliResult
+from support.cli import CliResult
 
 TENANTS = {"default": "agentplane-0.4", "acme": "agentplane-0.22"}
 

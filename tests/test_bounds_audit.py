@@ -23,16 +23,16 @@ import traceback
 from collections.abc import Callable
 
 import pytest
-from checks_tools import drop_checks
-from migration_tools import execute
-from test_admissions import admitted_under
 
 from agentplane_journal import RunId, SqlJournalStore, SqlPushStore
 from agentplane_journal.cli.main import main as cli_main
 from agentplane_journal.db.models import COLUMN_FLOORS
 from agentplane_journal.journal.bounds import BoundsFinding
 
-from helpers import admitted, concluded
+from support.admissions import admitted_under
+from support.checks_tools import drop_checks
+from support.helpers import admitted, concluded
+from support.migration_tools import execute
 
 
 @pytest.fixture

@@ -25,11 +25,11 @@ import pytest
 from agentplane_journal import RunId, SqlJournalStore
 from agentplane_journal.journal.bulk import AppendStep, SealStep, write_steps
 
-from conftest import FakeClock
-from helpers import note
-from races import no_surprises, race
+from support.clock import FakeClock
+from support.helpers import note
+from support.races import no_surprises, race
 
-pytestmark = [pytest.mark.race, pytest.mark.postgres]
+pytestmark = [pytest.mark.race, pytest.mark.postgres, pytest.mark.slow]
 
 BATCHES = 8
 SINGLES = 8

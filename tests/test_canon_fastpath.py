@@ -31,6 +31,8 @@ from agentplane_journal.core.canon import MAX_DEPTH, canonical_bytes
 from agentplane_journal.core.checks import MAX_LABEL_BYTES, check_label
 from agentplane_journal.core.ids import PHASES, CaseId, EffectKey, validate_step
 
+pytestmark = pytest.mark.slow
+
 RUN = RunId.parse("run_01J9Z8Y7X6W5V4T3S2R1Q0P9NM")
 PAYLOAD = {"text": "a realistic note of a few dozen bytes", "step_output": {"ok": True, "n": 42}}
 

@@ -14,9 +14,10 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from test_tamper import VERIFIER, Victim, honest_run
 
 from agentplane_journal import CorruptRecordError
+
+from support.tamper import VERIFIER, Victim, honest_run
 
 
 def _escaped(victim: Victim, *, escape_key: bool = False) -> bytes:

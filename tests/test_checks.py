@@ -30,7 +30,6 @@ from typing import Any
 
 import pytest
 from alembic.script import ScriptDirectory
-from migration_tools import alembic_ok, catalog, execute, query, table_contents
 from sqlalchemy import CheckConstraint, insert, inspect, pool
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import create_async_engine
@@ -41,7 +40,8 @@ from agentplane_journal.db.revision import HEAD_REVISION
 from agentplane_journal.migrations import commands as migrate
 from agentplane_journal.migrations.commands import current_revision, upgrade, upgrade_sql
 
-from helpers import admitted, concluded, note
+from support.helpers import admitted, concluded, note
+from support.migration_tools import alembic_ok, catalog, execute, query, table_contents
 
 PREVIOUS = "0003_contract_0_22"
 CHECKS = "0004_checks"

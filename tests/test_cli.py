@@ -35,16 +35,16 @@ from agentplane_journal import (
     NoteSigner,
     Record,
     RunId,
-    SqlJournalStore,
     leaf_hash,
     verify_attested,
     verify_chain,
     verify_inclusion,
 )
 
-from helpers import admitted, concluded, key, note, started
+from support.cli import CLI, SIGNER, add_runs, db_path, run_cli
 
-CLI = [sys.executable, "-m", "agentplane_journal.cli.main"]
+pytestmark = pytest.mark.slow
+
 COMMANDS = (
     "upgrade",
     "demo",
@@ -70,30 +70,7 @@ COMMANDS = (
     "drill",
     "tenants",
 )
-SIGNER = Ed25519Signer("test-key", bytes(range(32)))
 TRUST = f"test-key={SIGNER.public_key.hex()}"
-
-
-def run_cli(
-    *args: str,
-    cwd: Path | None = None,
-    command: list[str] | None = None,
-    url_env: str | None = None,
-    **kw: object,
-) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "AGENTPLANE_JOURNAL_URL"}
-    if url_env is not None:
-        env["AGENTPLANE_JOURNAL_URL"] = url_env
-    kw.setdefault("stdout", subprocess.PIPE)
-    kw.setdefault("stderr", subprocess.PIPE)
-    return subprocess.run(  # type: ignore[call-overload, no-any-return]
-        [*(command or CLI), *args],
-        text=True,
-        cwd=cwd,
-        env=env,
-        timeout=60,
-        **kw,
-    )
 
 
 def fails_cleanly(result: subprocess.CompletedProcess[str], code: int = 2) -> str:
@@ -105,35 +82,12 @@ def fails_cleanly(result: subprocess.CompletedProcess[str], code: int = 2) -> st
     return lines[0]
 
 
-def db_path(url: str) -> str:
-    return url.split(":///", 1)[1]
-
-
 @dataclass
 class Journal:
     url: str
     sealed: list[str] = field(default_factory=list)
     open: list[str] = field(default_factory=list)
     acme: list[str] = field(default_factory=list)
-
-
-async def _run(store: SqlJournalStore, *, seal: bool) -> str:
-    run = RunId.generate()
-    lease = await store.acquire(run, "worker", 60)
-    await store.append(lease.epoch, [admitted(run), started(run, key(1)), note(run)])
-    if seal:
-        await store.append(lease.epoch, [concluded(run, "succeeded")])
-        await store.seal(run, lease.epoch, "succeeded")
-    return str(run)
-
-
-async def add_runs(url: str, sealed: int = 0, open_: int = 0, tenant: str | None = None) -> list:
-    store = await SqlJournalStore.connect(url, signer=SIGNER)
-    handle = store if tenant is None else store.for_tenant(tenant)
-    try:
-        return [await _run(handle, seal=i < sealed) for i in range(sealed + open_)]
-    finally:
-        await store.close()
 
 
 def build(url: str) -> Journal:

@@ -9,7 +9,11 @@ import json
 import sqlite3
 from collections.abc import Callable
 
-from test_cli import add_runs, db_path, run_cli
+import pytest
+
+from support.cli import add_runs, db_path, run_cli
+
+pytestmark = pytest.mark.slow
 
 
 def test_verify_all_names_the_first_bad_log_position_and_reindex_log_repairs_it(

@@ -25,7 +25,7 @@ from agentplane_journal import RunId, SqlJournalStore
 from agentplane_journal.cli.progress import Meter
 from agentplane_journal.web.access_log import clf_line
 
-from helpers import admitted, note
+from support.helpers import admitted, note
 
 ROOT = Path(__file__).resolve().parent.parent
 CLI = [sys.executable, "-m", "agentplane_journal"]

@@ -20,8 +20,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from agentplane_journal import Append, CommitUnknownError, RunId, SqlJournalStore
 
-from conftest import _dsn
-from helpers import note
+from support.databases import dsn
+from support.helpers import note
 
 
 @pytest.fixture
@@ -31,7 +31,7 @@ async def hanging_commits(pg_server: str) -> AsyncIterator[asyncpg.Connection]:
     Sessions at the cluster's default (``synchronous_commit=off``) are unaffected; only a
     transaction that sets ``synchronous_commit = on`` waits.
     """
-    admin = await asyncpg.connect(_dsn(pg_server))
+    admin = await asyncpg.connect(dsn(pg_server))
     await admin.execute("ALTER SYSTEM SET synchronous_standby_names = 'nobody'")
     await admin.execute("SELECT pg_reload_conf()")
     try:

@@ -44,8 +44,8 @@ except ImportError as missing:  # pragma: no cover - the extras are not installe
         raise
     pytest.skip(f"an adapter's framework is not installed: {missing}", allow_module_level=True)
 
-from conftest import FakeClock
-from races import K, no_surprises, race
+from support.clock import FakeClock
+from support.races import K, no_surprises, race
 
 
 def user(text_: str) -> dict[str, Any]:

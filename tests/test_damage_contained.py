@@ -19,7 +19,7 @@ from sqlalchemy import text
 from agentplane_journal import CorruptRecordError, DamagedRunsError, SqlJournalStore, Steps
 from agentplane_journal.steps.status import open_runs
 
-from conftest import FakeClock
+from support.clock import FakeClock
 
 TTL = 30
 

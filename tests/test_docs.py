@@ -1,6 +1,6 @@
 """The documentation site builds with warnings as errors, and says what the package holds.
 
-Its code blocks are run by tests/test_docs_examples.py (the markers: tests/docblocks.py and
+Its code blocks are run by tests/test_docs_examples.py (the markers: tests/support/docblocks.py and
 docs/tests.md).
 """
 
@@ -13,7 +13,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from docblocks import blocks
+import pytest
+
+from support.docblocks import blocks
+
+pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"

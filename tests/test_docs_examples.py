@@ -1,6 +1,6 @@
 """Every code block of README.md and docs/ runs, or says why it does not.
 
-The markers are tests/docblocks.py's (and docs/tests.md's): a ``runnable`` block runs twice
+The markers are tests/support/docblocks.py's (and docs/tests.md's): a ``runnable`` block runs twice
 in a row in one fresh directory (on SQLite files, or on a fresh PostgreSQL database with its
 URLs replaced), a ``fragment`` names its reason, a ``tested-by`` block is run by the test file
 it names. A block with no marker fails here, so none goes unaccounted for. The runnable
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from docblocks import (
+from support.docblocks import (
     PAGES,
     ROOT,
     Block,
@@ -104,6 +104,7 @@ def run_block(block: Block, cwd: Path, env: dict[str, str], url: str | None) -> 
     return result.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("block", "dialect"), CASES, ids=[f"{block.name}-{dialect}" for block, dialect in CASES]
 )
@@ -131,6 +132,7 @@ def test_the_runnable_block_runs_twice_in_one_fresh_directory(
         assert first.startswith("agentplane\n1\n") and second.startswith("agentplane\n2\n")
 
 
+@pytest.mark.slow
 def test_the_runnable_python_blocks_pass_mypy_strict(
     tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:

@@ -19,7 +19,7 @@ import pytest
 
 from agentplane_journal import DuplicateEffectError, RunId, SqlJournalStore
 
-from helpers import key, note, started
+from support.helpers import key, note, started
 
 
 async def test_a_multi_key_batch_names_the_started_key_on_a_one_connection_pool(

@@ -30,8 +30,8 @@ from agentplane_journal.keyring import (
 )
 from agentplane_journal.keyring.journal import journaled_erasures
 
-from conftest import run_blocking
-from interop22_journals import export
+from support.databases import run_blocking
+from support.interop22_journals import export
 
 LABEL = {"provenance": [], "trust": "trusted", "sensitivity": "confidential"}
 LABELS = {"input_label": LABEL}
@@ -244,7 +244,7 @@ async def test_an_erased_export_verifies_with_no_keys_and_restores_unopenable(
 async def test_agentplane_022_reads_our_sealed_records(
     make_store: Callable[..., Any], tmp_path: Path
 ) -> None:
-    import interop22
+    from support import interop22
 
     _, path = await _erased_export(make_store, tmp_path)
     report = interop22.check_export(path)

@@ -19,7 +19,8 @@ from agentplane_journal.core.sealed import Erased, sealed_fields, still_sealed, 
 from agentplane_journal.errors import PayloadsErasedError
 from agentplane_journal.keyring import FileKeySource, Keyring, ScopeErasedError
 from agentplane_journal.keyring.store import SealingStore
-from tests.conftest import run_blocking
+
+from support.databases import run_blocking
 
 # -- 1. the field lists (pure) -----------------------------------------------------------
 

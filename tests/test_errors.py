@@ -1,19 +1,41 @@
-"""Error attributes carry the caller's types, and messages still read as text."""
+"""Error attributes carry the caller's types, messages still read as text, and every public
+error sits in StoreError in exactly the group docs/reference/api.md names."""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 
+import agentplane_journal
 from agentplane_journal import (
     AppendConflictError,
+    BackendError,
+    ConflictError,
+    CorruptionError,
     DuplicateEffectError,
     EffectKey,
     FencedError,
+    IncoherentCheckpointError,
     LeaseHeldError,
     LeaseNotHeldError,
+    NoteVerificationError,
+    OutcomeError,
+    PoolerError,
+    RefusedError,
+    RestoreIncomplete,
+    RestoreRefused,
     RunId,
+    RunLostError,
     RunSealedError,
+    SafeToRetry,
+    StepError,
+    StoreError,
     TransactionEndedError,
+    UnavailableError,
+    WitnessError,
+    WitnessStaleError,
 )
 
 RUN = RunId.parse("run_01ARZ3NDEKTSV4RRFFQ69G5FAV")
@@ -61,3 +83,55 @@ def test_messages_read_the_same_as_before() -> None:
     assert str(RunSealedError(RUN, "ok")).startswith(
         "run run_01ARZ3NDEKTSV4RRFFQ69G5FAV is sealed as 'ok';"
     )
+
+
+# -- the groups ---------------------------------------------------------------------------
+
+GROUPS = (ConflictError, CorruptionError, UnavailableError, RefusedError, OutcomeError)
+#: Bases that are families by layer, not groups; and a signal the caller raises.
+FAMILIES = {StoreError, StepError, WitnessError, *GROUPS}
+NOT_OURS_TO_RAISE = {SafeToRetry}
+
+
+def documented_groups() -> dict[str, str]:
+    """error name -> group name, from the table in docs/reference/api.md."""
+    page = (Path(__file__).resolve().parents[1] / "docs" / "reference" / "api.md").read_text()
+    found: dict[str, str] = {}
+    for row in re.findall(r"^\| `(\w+Error)` \| [^|]+ \| (.+) \|$", page, re.M):
+        for name in re.findall(r"`(\w+)`", row[1]):
+            assert name not in found, f"{name} is listed in two groups"
+            found[name] = row[0]
+    return found
+
+
+def test_every_public_error_is_a_store_error_in_exactly_its_documented_group() -> None:
+    documented = documented_groups()
+    public = {
+        name: obj
+        for name in agentplane_journal.__all__
+        if isinstance(obj := getattr(agentplane_journal, name), type)
+        and issubclass(obj, BaseException)
+    }
+    assert set(documented) <= set(public), set(documented) - set(public)
+    for name, cls in public.items():
+        if cls in NOT_OURS_TO_RAISE:
+            continue
+        assert issubclass(cls, StoreError), f"{name} is outside StoreError"
+        if cls in FAMILIES:
+            continue
+        groups = [g.__name__ for g in GROUPS if issubclass(cls, g)]
+        assert len(groups) == 1, f"{name} is in {groups or 'no group'}"
+        assert documented.get(name) == groups[0], (
+            f"{name} is a {groups[0]}, docs/reference/api.md says {documented.get(name)}"
+        )
+
+
+def test_the_groups_are_extra_bases_so_old_except_clauses_still_catch() -> None:
+    """Adding a group took no base away: what ``except`` caught before it still catches."""
+    assert issubclass(RestoreRefused, ValueError) and issubclass(RestoreIncomplete, RuntimeError)
+    assert issubclass(NoteVerificationError, ValueError)
+    assert issubclass(IncoherentCheckpointError, ValueError)
+    assert issubclass(PoolerError, BackendError) and issubclass(RunLostError, StepError)
+    assert issubclass(WitnessStaleError, WitnessError)
+    with pytest.raises(ConflictError):
+        raise FencedError(RUN, 1, 2)

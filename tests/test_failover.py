@@ -44,7 +44,7 @@ import pytest
 from agentplane_journal import SqlJournalStore
 from agentplane_journal.migrations.commands import upgrade
 
-from failover_ledger import (
+from support.failover_ledger import (
     CLI,
     OUTCOMES,
     WRITERS,
@@ -57,10 +57,10 @@ from failover_ledger import (
     writer,
     writers_acked,
 )
-from pgcluster import Cluster
-from pgtopology import dsn
+from support.pgcluster import Cluster
+from support.pgtopology import dsn
 
-pytestmark = pytest.mark.race
+pytestmark = [pytest.mark.race, pytest.mark.postgres]
 
 
 async def _sql(cluster: Cluster, *statements: str) -> Any:

@@ -25,9 +25,10 @@ import pytest
 
 from agentplane_journal import FencedError, RunId, SqlJournalStore
 
-from conftest import FakeClock, _dsn
-from helpers import note
-from races import until_waiting
+from support.clock import FakeClock
+from support.databases import dsn
+from support.helpers import note
+from support.races import until_waiting
 
 
 @pytest.fixture
@@ -62,7 +63,7 @@ def judge(outcome: Any, seen_at_acquire: bool, final: list[Any], text: str) -> N
 
 
 async def _held_mutex(url: str, tenant: str, run: RunId) -> tuple[asyncpg.Connection, Any]:
-    conn = await asyncpg.connect(_dsn(url))
+    conn = await asyncpg.connect(dsn(url))
     tx = conn.transaction()
     await tx.start()
     await conn.execute(

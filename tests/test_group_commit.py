@@ -23,8 +23,8 @@ from agentplane_journal import (
     SqlJournalStore,
 )
 
-from conftest import FakeClock
-from helpers import admitted, key, note, started
+from support.clock import FakeClock
+from support.helpers import admitted, key, note, started
 
 pytestmark = pytest.mark.race
 

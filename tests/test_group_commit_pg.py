@@ -27,9 +27,10 @@ from agentplane_journal import (
 )
 from agentplane_journal.core.batch import chain_batch
 
-from conftest import FakeClock, _dsn
-from helpers import admitted, key, note, started
-from races import race, until_waiting
+from support.clock import FakeClock
+from support.databases import dsn
+from support.helpers import admitted, key, note, started
+from support.races import race, until_waiting
 
 pytestmark = [pytest.mark.race, pytest.mark.postgres]
 
@@ -207,7 +208,7 @@ async def test_a_refused_group_statement_still_commits_every_other_append(
     _, rows, _ = chain_batch(
         grouped.tenant, str(target), epochs[target], 1, head, [note(target, "x")], None
     )
-    intruder = await asyncpg.connect(_dsn(pg_battery_url))
+    intruder = await asyncpg.connect(dsn(pg_battery_url))
     try:
         tx = intruder.transaction()
         await tx.start()
@@ -265,7 +266,7 @@ async def test_two_processes_groups_over_the_same_runs_never_deadlock(
         for run in runs:  # each store knows a head (the first store's go stale: general)
             await store.append(1, [note(run, "warm")])
         refusals(store, refused)
-    blocker = await asyncpg.connect(_dsn(pg_battery_url))
+    blocker = await asyncpg.connect(dsn(pg_battery_url))
     try:
         tx = blocker.transaction()
         await tx.start()
@@ -282,7 +283,7 @@ async def test_two_processes_groups_over_the_same_runs_never_deadlock(
             for store, order in ((pair[0], runs), (pair[1], runs[::-1]))
         ]
         # Watched from another connection: pg_stat_activity is a snapshot per transaction.
-        watcher = await asyncpg.connect(_dsn(pg_battery_url))
+        watcher = await asyncpg.connect(dsn(pg_battery_url))
         try:
             await until_waiting(watcher, 2, tries=1000)  # both stores' appends to the held run
         finally:

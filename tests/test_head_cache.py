@@ -20,7 +20,7 @@ from sqlalchemy import text
 
 from agentplane_journal import CorruptRecordError, Record, RunId, SqlJournalStore
 
-from helpers import note
+from support.helpers import note
 
 _HEAD = "WHERE tenant=:t AND run_id=:r AND seq=:s"
 

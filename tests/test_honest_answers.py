@@ -40,8 +40,8 @@ from agentplane_journal import (
     SqlJournalStore,
 )
 
-from conftest import _dsn
-from helpers import note
+from support.databases import dsn
+from support.helpers import note
 
 #: Over the 1 MiB limit once canonicalised with the rest of its body.
 OVERSIZE = "x" * (1 << 20)
@@ -191,7 +191,7 @@ async def pg_store(pg_database: Callable[..., str]) -> Any:
 
 @pytest.fixture
 async def admin(pg_server: str) -> Any:
-    conn = await asyncpg.connect(_dsn(pg_server))
+    conn = await asyncpg.connect(dsn(pg_server))
     yield conn
     await conn.close()
 

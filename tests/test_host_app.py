@@ -28,7 +28,6 @@ from typing import Any
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from migration_tools import alembic_ok, output, query, run_alembic, table_names
 from sqlalchemy import pool, select
 from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
 
@@ -38,7 +37,10 @@ from agentplane_journal.db.revision import HEAD_REVISION
 from agentplane_journal.migrations.commands import current_revision
 from agentplane_journal.migrations.host import host_include_name, host_include_object
 
-from helpers import admitted, concluded, note
+from support.helpers import admitted, concluded, note
+from support.migration_tools import alembic_ok, output, query, run_alembic, table_names
+
+pytestmark = pytest.mark.slow
 
 HOST_REVISION = "h0001_invoices"
 

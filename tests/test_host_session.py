@@ -45,8 +45,8 @@ from agentplane_journal import (
 )
 from agentplane_journal.db.txcontrol import transaction_verb
 
-from conftest import FakeClock
-from helpers import admitted, note
+from support.clock import FakeClock
+from support.helpers import admitted, note
 
 
 class ShopBase(DeclarativeBase):

@@ -18,9 +18,9 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from agentplane_journal import Append, FencedError, RunId, RunSealedError, SqlJournalStore
 
-from conftest import FakeClock
-from helpers import admitted, key, note
-from races import K, no_surprises, race
+from support.clock import FakeClock
+from support.helpers import admitted, key, note
+from support.races import K, no_surprises, race
 
 pytestmark = pytest.mark.race
 

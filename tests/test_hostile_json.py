@@ -21,8 +21,8 @@ from agentplane_journal.core.note import NoteSigner
 from agentplane_journal.core.policy import parse_policy
 from agentplane_journal.core.receipt import HEADER, verify_receipt
 
-from conftest import CliResult
-from helpers import admitted, note
+from support.cli import CliResult
+from support.helpers import admitted, note
 
 DEEP = "[" * 100_000 + "]" * 100_000
 DEEP_OBJECT = '{"a":' * 100_000 + "1" + "}" * 100_000

@@ -1,6 +1,6 @@
 """agentplane 0.22.0's own code on our bytes, and ours on agentplane's (issue 36).
 
-``tests/interop22.py`` builds agentplane's verifier from ``../shared`` (skipped in a fresh
+``tests/support/interop22.py`` builds agentplane's verifier from ``../shared`` (skipped in a fresh
 clone, failed under CI when it cannot be built). Each test names the agreement it shows:
 attestations as agentplane serialises them, numbers as agentplane formats them (exact ties
 included), restores of agentplane-written exports byte for byte, and the steps layer's
@@ -33,9 +33,19 @@ from agentplane_journal.core.ids import EffectKey
 from agentplane_journal.core.signing import Ed25519Verifier
 from agentplane_journal.journal.restore import restore_export
 
-import interop22
-from helpers import TRUSTED as TRUSTED_LABEL
-from interop22_journals import NUMBERS, export, key_arg, plain_journal, signer, steps_journal
+from support import interop22
+from support.helpers import TRUSTED as TRUSTED_LABEL
+from support.interop22_journals import (
+    NUMBERS,
+    export,
+    key_arg,
+    plain_journal,
+    signer,
+    steps_journal,
+)
+
+# slow: builds agentplane's verifier with cargo (left to the CI stage that installs it)
+pytestmark = pytest.mark.slow
 
 STARTED = {
     "descriptor": {"kind": "probe", "args": [1]},

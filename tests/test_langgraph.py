@@ -16,74 +16,37 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import operator
 import os
 from collections.abc import Callable
-from typing import Annotated, Any, TypedDict
+from typing import Any
 
 import pytest
-from sqlalchemy import insert, text
 
 from agentplane_journal import (
     CorruptRecordError,
     Ed25519Signer,
     Ed25519Verifier,
     RunSealedError,
-    SqlJournalStore,
     ThreadBusyError,
     ThreadMovedError,
     verify_chain,
 )
-from agentplane_journal.core.batch import COLUMNS, chain_batch
 from agentplane_journal.core.canon_v1 import canonical_bytes_v1
-from agentplane_journal.db.models import Journal
+
+pytestmark = pytest.mark.slow
 
 try:
     from langgraph.checkpoint.base import empty_checkpoint
     from langgraph.checkpoint.base.id import uuid6
-    from langgraph.graph import END, START, StateGraph
-    from langgraph.types import Command, interrupt
+    from langgraph.types import Command
 
     from agentplane_journal.langgraph import JournalSaver, thread_run
-    from agentplane_journal.langgraph.records import checkpoint_append
+
+    from support.langgraph_graph import cfg, forge_tail, graph, sql
 except ImportError:  # pragma: no cover - the extra is absent
     if os.environ.get("CI"):
         raise
     pytest.skip("langgraph is not installed (pip install -e '.[test]')", allow_module_level=True)
-
-
-class State(TypedDict):
-    topic: str
-    log: Annotated[list[str], operator.add]
-
-
-def draft(state: State) -> dict[str, Any]:
-    return {"log": [f"draft:{state['topic']}"]}
-
-
-def review(state: State) -> dict[str, Any]:
-    answer = interrupt({"question": "publish?", "draft": state["log"][-1]})
-    return {"log": [f"review:{answer}"]}
-
-
-def publish(state: State) -> dict[str, Any]:
-    return {"log": ["published"]}
-
-
-def graph(saver: Any) -> Any:
-    builder = StateGraph(State)
-    builder.add_node("draft", draft)
-    builder.add_node("review", review)
-    builder.add_node("publish", publish)
-    builder.add_edge(START, "draft")
-    builder.add_edge("draft", "review")
-    builder.add_edge("review", "publish")
-    builder.add_edge("publish", END)
-    return builder.compile(checkpointer=saver)
-
-
-def cfg(thread: str) -> dict[str, Any]:
-    return {"configurable": {"thread_id": thread}}
 
 
 async def linear(saver: JournalSaver, thread: str) -> list[str]:
@@ -162,43 +125,6 @@ async def test_a_displaced_writer_is_fenced_when_its_lease_is_taken_over(
 
 
 # -- #8938: five at-rest edits, each caught on read -----------------------------------------
-
-
-async def sql(store: SqlJournalStore, statement: str, **params: Any) -> None:
-    async with store.engine.begin() as conn:
-        await conn.execute(text(statement), {"t": store.tenant, **params})
-
-
-async def forge_tail(store: SqlJournalStore, thread: str, saver: JournalSaver) -> None:
-    """What an attacker with write access and no key can do: chain a new checkpoint (its
-    state rewritten) onto the thread's head, with every hash right."""
-    run = thread_run(thread)
-    records = await store.read(run)
-    latest = await saver.aget_tuple(cfg(thread))
-    assert latest is not None
-    forged = dict(latest.checkpoint)
-    forged["id"] = str(uuid6(clock_seq=-1))
-    values = dict(forged.pop("channel_values"))
-    values["topic"] = "forged"
-    versions = dict(forged["channel_versions"])
-    versions["topic"] = 999
-    forged["channel_versions"] = versions
-    append = checkpoint_append(
-        run,
-        thread,
-        "",
-        forged["id"],
-        latest.checkpoint["id"],
-        saver.serde.dumps_typed(forged),
-        saver.serde.dumps_typed(latest.metadata),
-        [("topic", "999", saver.serde.dumps_typed(values["topic"]))],
-    )
-    head = records[-1]
-    _, rows, _ = chain_batch(
-        store.tenant, str(run), head.body["epoch"], head.seq, head.hash, [append], None
-    )
-    async with store.engine.begin() as conn:
-        await conn.execute(insert(Journal), [dict(zip(COLUMNS, rows[0], strict=True))])
 
 
 async def written(make_store: Callable[..., Any], thread: str, **kw: Any) -> JournalSaver:
@@ -493,7 +419,7 @@ async def test_k_processes_resuming_one_thread_at_once_leave_one_line(
     """#8796 as a race on PostgreSQL: K savers, each on its own engine, read one thread
     and then all write the next checkpoint from the state they read. Exactly one lands;
     every other is refused (busy or moved), and the thread's history is one line."""
-    from races import no_surprises, race
+    from support.races import no_surprises, race
 
     stores = await instances(8)
     savers = [JournalSaver(store) for store in stores]

@@ -3,7 +3,7 @@
 capability and every extended one the saver implements (all of them: delete_for_runs,
 copy_thread, prune), and once more on SQLite with every tenant in ``agentplane-0.22`` (the
 store refuses a record in another profile, so the suite passing there means the saver wrote
-0.22's). Slow (a few seconds a dialect): listed in conftest's SLOW_FILES."""
+0.22's). Slow (a few seconds a dialect): marked ``slow`` below."""
 
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ from typing import Any
 import pytest
 
 from agentplane_journal import SqlJournalStore
+
+pytestmark = pytest.mark.slow
 
 
 def _require(module: str) -> None:

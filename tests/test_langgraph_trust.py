@@ -17,10 +17,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from test_langgraph import cfg, forge_tail, graph, sql
-from test_tamper import run_cli
 
 from agentplane_journal import CorruptRecordError, SqlJournalStore
+
+from support.langgraph_graph import cfg, forge_tail, graph, sql
+from support.tamper import run_cli
 
 try:
     from langgraph.types import Command

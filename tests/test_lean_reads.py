@@ -8,13 +8,14 @@ from typing import Any
 
 import aiosqlite
 import pytest
-from test_tamper import CASES, SIGNER, tamper
 
 from agentplane_journal import RunId, SqlJournalStore, StoreError
 from agentplane_journal.core.values import Head
 from agentplane_journal.errors import CorruptRecordError
 
-from helpers import note
+from support.helpers import note
+from support.tamper import SIGNER
+from support.tamper_cases import CASES, tamper
 
 
 async def _written(store: SqlJournalStore, n: int) -> RunId:

@@ -27,9 +27,9 @@ from agentplane_journal import (
     SqlJournalStore,
 )
 
-from conftest import FakeClock
-from helpers import admitted, note
-from races import K, no_surprises, race
+from support.clock import FakeClock
+from support.helpers import admitted, note
+from support.races import K, no_surprises, race
 
 pytestmark = [pytest.mark.race, pytest.mark.postgres]
 

@@ -30,8 +30,8 @@ from agentplane_journal import (
 )
 from agentplane_journal.core.checks import MAX_I64
 
-from conftest import FakeClock
-from helpers import admitted, note
+from support.clock import FakeClock
+from support.helpers import admitted, note
 
 LEASE = 300
 SHORT = 1

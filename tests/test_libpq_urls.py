@@ -37,8 +37,10 @@ from agentplane_journal import BackendError, RunId, SqlJournalStore
 from agentplane_journal.db.engine import create_engine
 from agentplane_journal.migrations.commands import upgrade
 
-from helpers import admitted
-from pgcluster import Cluster
+from support.helpers import admitted
+from support.pgcluster import Cluster
+
+pytestmark = pytest.mark.postgres
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -39,8 +39,8 @@ from agentplane_journal import (
     SqlJournalStore,
 )
 
-from conftest import FakeClock
-from helpers import note
+from support.clock import FakeClock
+from support.helpers import note
 
 pytestmark = [pytest.mark.postgres, pytest.mark.race]
 

@@ -27,7 +27,8 @@ from agentplane_journal import (
 )
 from agentplane_journal.core.merkle import EMPTY_ROOT
 
-from helpers import admitted
+from support.helpers import admitted
+from support.logs import bulk_seal
 
 
 def heads(n: int, salt: int = 0) -> list[bytes]:
@@ -43,17 +44,6 @@ async def in_one_unit(store: SqlJournalStore, fn: Callable[[Any], Any]) -> Any:
     return await store._unit(fn)
 
 
-async def bulk_seal(store: SqlJournalStore, leaves: list[tuple[str, bytes, int, str]]) -> None:
-    """Seal many runs at once through the log's own append (no records, no run mutex)."""
-    for start in range(0, len(leaves), 2000):
-        chunk = leaves[start : start + 2000]
-
-        async def unit(session: Any, chunk: Any = chunk) -> None:
-            await store._log.append(session, chunk)
-
-        await store._unit(unit)
-
-
 def _sample(n: int, rng: random.Random) -> list[int]:
     """Positions 0..n to ask about at size n: the edges and a random one."""
     return sorted({0, 1, n - 1, n, rng.randrange(n + 1)} & set(range(n + 1)))
@@ -64,6 +54,7 @@ def _sample(n: int, rng: random.Random) -> list[int]:
 EVERY = {*range(1, 33), 63, 64, 65, 127, 128, 129, 255, 256, 257, 300}
 
 
+@pytest.mark.slow
 async def test_every_log_size_up_to_300_answers_as_the_pure_functions(
     make_store: Callable[..., Any],
 ) -> None:
@@ -104,6 +95,7 @@ async def test_every_log_size_up_to_300_answers_as_the_pure_functions(
     assert await store.consistency_proof(255) == consistency_proof(leaves, 255)
 
 
+@pytest.mark.slow
 async def test_a_sample_of_logs_up_to_10000_answers_as_the_pure_functions(
     make_store: Callable[..., Any],
 ) -> None:
@@ -191,6 +183,7 @@ async def test_a_tampered_leaf_row_is_refused_by_its_inclusion_proof(
         await store.checkpoint()
 
 
+@pytest.mark.slow
 async def test_audit_names_the_first_position_where_the_stored_tree_lies_and_reindex_repairs(
     make_store: Callable[..., Any],
 ) -> None:

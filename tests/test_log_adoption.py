@@ -14,7 +14,6 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from migration_tools import alembic_ok, query
 from sqlalchemy import pool, text
 from sqlalchemy.ext.asyncio import create_async_engine
 
@@ -30,7 +29,8 @@ from agentplane_journal import (
 from agentplane_journal.db.revision import HEAD_REVISION
 from agentplane_journal.migrations.commands import current_revision, upgrade
 
-from helpers import admitted
+from support.helpers import admitted
+from support.migration_tools import alembic_ok, query
 
 PREVIOUS = "0001_journal_schema"
 
@@ -75,6 +75,7 @@ def _seal(tenant: str, index: int, salt: str) -> dict[str, Any]:
     }
 
 
+@pytest.mark.slow
 async def test_logs_sealed_before_the_stored_tree_are_adopted_with_the_same_roots(
     empty_url: str,
 ) -> None:
@@ -126,6 +127,7 @@ async def test_logs_sealed_before_the_stored_tree_are_adopted_with_the_same_root
             await store.close()
 
 
+@pytest.mark.slow
 async def test_downgrading_to_the_previous_revision_drops_only_the_stored_tree(
     empty_url: str,
 ) -> None:

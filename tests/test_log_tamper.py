@@ -16,20 +16,16 @@ then, on both dialects:
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import io
 import json
-import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from test_tamper import SIGNER, Victim, honest_run, run_cli
 
 from agentplane_journal import CorruptLogError, SqlJournalStore, StoreError
-from agentplane_journal.cli.main import main as cli_main
+
+from support.tamper import SIGNER, Victim, honest_run, run_cli, tamper_cli
 
 BIG = 2**63 - 1
 
@@ -157,33 +153,6 @@ async def _seal_or_refuse(store: SqlJournalStore) -> bool:
     return True
 
 
-@dataclass(frozen=True)
-class Ran:
-    returncode: int
-    stdout: str
-    stderr: str
-
-
-def _main(args: tuple[str, ...]) -> Ran:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            code = cli_main(list(args))
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else 2
-        except BaseException:
-            traceback.print_exc()
-            code = 70
-    return Ran(code, out.getvalue(), err.getvalue())
-
-
-async def _cli(*args: str) -> Any:
-    """The command line's ``main`` on a thread of its own (it runs its own event loop)."""
-    result = await asyncio.to_thread(_main, args)
-    assert "Traceback" not in result.stderr, result.stderr
-    return result
-
-
 def _installed(*args: str) -> Any:
     result = run_cli(*args)
     assert "Traceback" not in result.stderr, result.stderr
@@ -194,6 +163,7 @@ def _cases(dialect: str) -> list[str]:
     return [n for n, c in CASES.items() if dialect == "sqlite" or not c.sqlite_only]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(CASES))
 async def test_each_hostile_log_row_is_reported_and_reindex_repairs_what_the_seals_can(
     make_store: Callable[..., Any], dialect: str, database_url: str, name: str
@@ -209,11 +179,11 @@ async def test_each_hostile_log_row_is_reported_and_reindex_repairs_what_the_sea
     audit = await store.audit_log()  # never raises
     assert not audit.ok and audit.detail, audit
     common = ["--url", database_url, "--tenant", store.tenant]
-    verify = await _cli("verify", "--all", "--json", *common)
+    verify = await tamper_cli("verify", "--all", "--json", *common)
     assert verify.returncode == 1, verify.stdout + verify.stderr
     log = json.loads(verify.stdout)["log"]
     assert not log["ok"] and log["error"], log
-    prove = await _cli("prove", str(victim.run), *common)
+    prove = await tamper_cli("prove", str(victim.run), *common)
     assert prove.returncode in (0, 1), prove.stdout + prove.stderr
     if prove.returncode:
         assert "FAILED" in prove.stdout + prove.stderr, prove.stdout + prove.stderr
@@ -224,13 +194,13 @@ async def test_each_hostile_log_row_is_reported_and_reindex_repairs_what_the_sea
             pass
     await _seal_or_refuse(store)
 
-    fixed = await _cli("reindex-log", "--json", *common)
+    fixed = await tamper_cli("reindex-log", "--json", *common)
     assert fixed.returncode in (0, 1), fixed.stdout + fixed.stderr
     after = await store.audit_log()
     if case.repairable:
         assert fixed.returncode == 0, fixed.stdout + fixed.stderr
         assert after.ok, after
-        assert (await _cli("verify", "--all", *common)).returncode == 0
+        assert (await tamper_cli("verify", "--all", *common)).returncode == 0
     else:
         assert fixed.returncode == 1, fixed.stdout + fixed.stderr
         assert not after.ok and "seal" in (after.detail or ""), after
@@ -239,6 +209,7 @@ async def test_each_hostile_log_row_is_reported_and_reindex_repairs_what_the_sea
     assert (await store.audit_log()).ok == case.repairable
 
 
+@pytest.mark.slow
 async def test_prove_on_an_edited_seal_fails_as_a_finding_and_says_what_is_wrong(
     make_store: Callable[..., Any], database_url: str
 ) -> None:

@@ -21,7 +21,6 @@ from typing import Any
 
 import asyncpg
 import pytest
-from migration_tools import catalog, execute, query, table_names
 from sqlalchemy import Text, pool
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
@@ -45,7 +44,8 @@ from agentplane_journal.migrations.commands import (
     upgrade_connection,
 )
 
-from helpers import admitted, concluded
+from support.helpers import admitted, concluded
+from support.migration_tools import catalog, execute, query, table_names
 
 SCHEMA = "agent_journal"
 PREVIOUS = "0001_journal_schema"
@@ -278,6 +278,7 @@ async def test_sqlite_refuses_a_schema_before_touching_anything(
 # -- name collisions ------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_a_host_table_with_one_of_our_names_is_refused_before_anything_is_created(
     url: str,
 ) -> None:
@@ -299,6 +300,7 @@ async def test_a_host_table_with_one_of_our_names_is_refused_before_anything_is_
 # -- the DDL for review -----------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dialect", ["sqlite", "postgresql"])
 def test_cli_upgrade_sql_prints_the_ddl_and_connects_nowhere(dialect: str, tmp_path: Path) -> None:
     url = (

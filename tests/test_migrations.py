@@ -21,7 +21,17 @@ from pathlib import Path
 import pytest
 from alembic.config import Config
 from alembic.script import ScriptDirectory
-from migration_tools import (
+from sqlalchemy import create_engine, pool
+from sqlalchemy.ext.asyncio import create_async_engine
+
+from agentplane_journal import RunId, SchemaOutOfDateError, SqlJournalStore
+from agentplane_journal.db.models import TABLE_NAMES, VERSION_TABLE, Journal, RunActivity, metadata
+from agentplane_journal.db.revision import HEAD_REVISION, KNOWN_REVISIONS
+from agentplane_journal.migrations import commands as migrate
+from agentplane_journal.migrations.commands import current_revision, known_revisions, upgrade
+
+from support.helpers import admitted
+from support.migration_tools import (
     REPO,
     alembic_ok,
     catalog,
@@ -32,16 +42,6 @@ from migration_tools import (
     table_contents,
     table_names,
 )
-from sqlalchemy import create_engine, pool
-from sqlalchemy.ext.asyncio import create_async_engine
-
-from agentplane_journal import RunId, SchemaOutOfDateError, SqlJournalStore
-from agentplane_journal.db.models import TABLE_NAMES, VERSION_TABLE, Journal, RunActivity, metadata
-from agentplane_journal.db.revision import HEAD_REVISION, KNOWN_REVISIONS
-from agentplane_journal.migrations import commands as migrate
-from agentplane_journal.migrations.commands import current_revision, known_revisions, upgrade
-
-from helpers import admitted
 
 OUR_TABLES = set(metadata.tables)
 SEQUENCES = {"run_log_position", "run_conclusion_ordinal"}
@@ -91,6 +91,7 @@ async def _version_rows(url: str) -> list[str]:
 # -- the CLI -------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_cli_upgrade_head_creates_the_schema_and_check_finds_no_difference(
     empty_url: str,
 ) -> None:
@@ -106,6 +107,7 @@ async def test_cli_upgrade_head_creates_the_schema_and_check_finds_no_difference
     assert "No new upgrade operations detected" in checked
 
 
+@pytest.mark.slow
 async def test_cli_uses_its_own_version_table_and_never_creates_alembic_version(
     empty_url: str,
 ) -> None:
@@ -117,6 +119,7 @@ async def test_cli_uses_its_own_version_table_and_never_creates_alembic_version(
     assert VERSION_TABLE in tables
 
 
+@pytest.mark.slow
 async def test_cli_downgrade_to_base_removes_everything_and_upgrade_again_works(
     empty_url: str,
 ) -> None:
@@ -142,6 +145,7 @@ async def test_cli_upgrade_head_twice_is_a_no_op(migrated_url: str) -> None:
     assert await _version_rows(migrated_url) == [HEAD_REVISION]
 
 
+@pytest.mark.slow
 def test_cli_url_from_x_argument_when_the_environment_names_none(tmp_path: Path) -> None:
     url = f"sqlite+aiosqlite:///{tmp_path / 'x.db'}"
     alembic_ok("-x", f"url={url}", "upgrade", "head")
@@ -365,6 +369,7 @@ async def test_store_refuses_an_unmigrated_database_and_creates_nothing(empty_ur
 NEWER = "0099_from_a_newer_package"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shape", ["version_table_only", "migrated_then_moved_on"])
 async def test_a_database_newer_than_the_package_is_told_to_upgrade_the_package(
     shape: str, empty_url: str
@@ -492,6 +497,7 @@ def test_every_table_the_package_owns_is_named_for_host_filters() -> None:
     }
 
 
+@pytest.mark.slow
 async def test_downgrade_base_refuses_to_drop_a_journal_that_holds_records(
     empty_url: str,
 ) -> None:

@@ -22,6 +22,9 @@ import pytest
 
 from agentplane_journal import Checkpoint, Digest, NoteSigner, NoteVerificationError
 
+# slow: builds and runs a Go program (and needs Go: left to the CI stage that installs it)
+pytestmark = pytest.mark.slow
+
 GOCODE = Path("/usr/share/gocode")
 NOTE_SRC = GOCODE / "src/golang.org/x/mod/sumdb/note/note.go"
 

@@ -1,6 +1,6 @@
 """Automatic failover and a planned switchover under Patroni, with 16 writers and a sealer.
 
-Patroni (``tests/patroni.py``: etcd and two nodes on loopback ports, ``synchronous_mode``
+Patroni (``tests/support/patroni.py``: etcd and two nodes on loopback ports, ``synchronous_mode``
 on, ``ttl`` 8 s) decides who leads; the stores reach the leader by the multi-host URL with
 ``target_session_attrs=read-write`` and are never re-pointed or restarted. The writers,
 the checkpoint reader and the audit are ``failover_ledger.py``'s, shared with
@@ -16,7 +16,7 @@ the checkpoint reader and the audit are ``failover_ledger.py``'s, shared with
   log, and every writer writes again on the same store object.
 * **switchover**: ``patronictl switchover`` moves the leader in mid-traffic (the old leader
   shuts down cleanly and follows the new one); the same holds. Once more with the stores on
-  one address, HAProxy's (``tests/haproxy.py``), which routes by Patroni's ``/primary``
+  one address, HAProxy's (``tests/support/haproxy.py``), which routes by Patroni's ``/primary``
   health check and cuts the sessions it holds to a node that stops leading.
 
 Each is shown able to fail by a deliberately broken setting: a parameter, skipped unless
@@ -44,12 +44,11 @@ from pathlib import Path
 
 import asyncpg
 import pytest
-from haproxy import HAProxy
 
 from agentplane_journal import SqlJournalStore
 from agentplane_journal.migrations.commands import upgrade
 
-from failover_ledger import (
+from support.failover_ledger import (
     CLI,
     OUTCOMES,
     WRITERS,
@@ -62,10 +61,11 @@ from failover_ledger import (
     writer,
     writers_acked,
 )
-from patroni import Node, PatroniCluster
-from pgtopology import dsn
+from support.haproxy import HAProxy
+from support.patroni import Node, PatroniCluster
+from support.pgtopology import dsn
 
-pytestmark = pytest.mark.race
+pytestmark = [pytest.mark.race, pytest.mark.postgres, pytest.mark.patroni, pytest.mark.slow]
 
 RED = os.environ.get("AGENTPLANE_JOURNAL_TEST_PATRONI_RED") == "1"
 red = pytest.mark.skipif(

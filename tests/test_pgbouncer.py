@@ -1,12 +1,13 @@
 """Behind PgBouncer in transaction-pooling mode: the store, the push store, the CLI, migrations.
 
 A PgBouncer (``pool_mode = transaction``) is started on a loopback port in front of the
-test cluster (``pgtopology.py``). With ``?pgbouncer=true`` on the URL the whole behaviour
-battery of both stores and the contract's races run again through it: the battery's and the
-races' modules are imported here with ``pg_battery_url`` pointing at the pooler, and
-``dialect`` fixed to ``postgresql`` (the SQLite half has nothing to pool). Without the
-option the known trap is shown to bite: asyncpg's cached, per-client statement names meet
-on a shared server connection.
+test cluster (``support/pgtopology.py``). With ``?pgbouncer=true`` on the URL the whole
+behaviour battery of both stores and the contract's races run again through it: their
+modules (test_store, test_push, test_races, test_push_races) are marked
+``THROUGH_PGBOUNCER``, so each PostgreSQL case runs once more with ``via=pgbouncer``
+(tests/conftest.py; the SQLite half has nothing to pool). Without the option the known trap
+is shown to bite: asyncpg's cached, per-client statement names meet on a shared server
+connection.
 
 Skipped without ``pgbouncer`` on a developer's machine; a failure in CI (``CI`` set).
 """
@@ -18,7 +19,7 @@ import os
 import subprocess
 import sys
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 from sqlalchemy import text
@@ -34,38 +35,19 @@ from agentplane_journal import (
 from agentplane_journal.db.engine import split_url
 from agentplane_journal.migrations.commands import current_revision, upgrade
 
-from conftest import run_blocking
-from helpers import admitted, note
-from pgtopology import PgBouncer, need_pgbouncer
+from support.databases import run_blocking
+from support.helpers import admitted, note
+from support.pgtopology import PgBouncer, need_pgbouncer
 
-# The battery and the races, collected again in this module with the fixtures below.
-from test_push import *  # noqa: F403
-from test_push_races import *  # noqa: F403
-from test_races import *  # noqa: F403
-from test_store import *  # noqa: F403
+pytestmark = [pytest.mark.pgbouncer, pytest.mark.postgres]
 
 CLI = [sys.executable, "-m", "agentplane_journal.cli.main"]
 
 
 @pytest.fixture(scope="module")
-def pgbouncer(pg_server: str) -> Iterator[PgBouncer]:
-    need_pgbouncer()
-    bouncer = PgBouncer(pg_server)
-    try:
-        yield bouncer
-    finally:
-        bouncer.stop()
-
-
-@pytest.fixture(scope="module")
 def pg_battery_url(pg_database: Callable[..., str], pgbouncer: PgBouncer) -> str:
-    """The battery's and the races' shared database, reached through the pooler."""
+    """This module's shared database, reached through the pooler."""
     return pgbouncer.url(pg_database())
-
-
-@pytest.fixture(params=["postgresql"])
-def dialect(request: pytest.FixtureRequest) -> str:
-    return request.param
 
 
 # -- the option itself ----------------------------------------------------------------

@@ -25,7 +25,6 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-from migration_tools import execute, query
 from sqlalchemy import pool
 from sqlalchemy.ext.asyncio import create_async_engine
 
@@ -39,7 +38,8 @@ from agentplane_journal import (
 from agentplane_journal.backends.postgresql import sql as pgsql
 from agentplane_journal.migrations.commands import downgrade_connection, upgrade
 
-from helpers import admitted, key, note, started
+from support.helpers import admitted, key, note, started
+from support.migration_tools import execute, query
 
 ROOT = Path(__file__).resolve().parent.parent
 FUNCTIONS = {"agentplane_journal_append_one", "agentplane_journal_append_many"}

@@ -30,8 +30,10 @@ from agentplane_journal import RunId, SqlJournalStore
 from agentplane_journal.db.pgnames import unique_names
 from agentplane_journal.migrations.commands import upgrade
 
-from pgcluster import Cluster
-from pgtopology import PgBouncer, need_pgbouncer
+from support.pgcluster import Cluster
+from support.pgtopology import PgBouncer, need_pgbouncer
+
+pytestmark = [pytest.mark.postgres, pytest.mark.pgbouncer, pytest.mark.slow]
 
 ROOT = str(Path(__file__).resolve().parent.parent)
 WRITERS = 3

@@ -17,7 +17,6 @@ from typing import Any
 import pytest
 from sqlalchemy import func, pool, select
 from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
-from test_log_tamper import _cli
 
 from agentplane_journal import (
     AGENTPLANE_0_4,
@@ -37,7 +36,8 @@ from agentplane_journal.db.models import Journal, JournalProfile
 from agentplane_journal.db.revision import HEAD_REVISION
 from agentplane_journal.migrations import commands as migrate
 
-from helpers import TRUSTED
+from support.helpers import TRUSTED
+from support.tamper import tamper_cli
 
 PROFILES = [AGENTPLANE_0_4, AGENTPLANE_0_22]
 DECLARED = {"sensitivity": "public", "trust": "trusted"}
@@ -262,7 +262,7 @@ async def test_the_cli_shows_and_migrates_the_profile(
     store: SqlJournalStore = await make_store()
     await store.append(0, [_admitted(AGENTPLANE_0_4, RunId.generate())])
     common = ["--url", database_url, "--tenant", store.tenant]
-    shown = await _cli("profile", "--json", *common)
+    shown = await tamper_cli("profile", "--json", *common)
     assert shown.returncode == 0, shown.stderr
     assert json.loads(shown.stdout) == {
         "tenant": store.tenant,
@@ -270,10 +270,10 @@ async def test_the_cli_shows_and_migrates_the_profile(
         "record_version": 4,
         "canon_version": None,
     }
-    moved = await _cli("migrate-profile", "agentplane-0.22", *common)
+    moved = await tamper_cli("migrate-profile", "agentplane-0.22", *common)
     assert moved.returncode == 0, moved.stderr
     assert "agentplane-0.4 -> agentplane-0.22" in moved.stdout
-    shown = await _cli("profile", *common)
+    shown = await tamper_cli("profile", *common)
     assert "wire profile agentplane-0.22 (record v1, canon version 1)" in shown.stdout
     with pytest.raises(WireProfileError):
         await make_store(profile=AGENTPLANE_0_4)

@@ -8,13 +8,11 @@ and no token, credentials or key may appear in any record.
 
 from __future__ import annotations
 
-import os
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import pytest
-from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from agentplane_journal import CorruptRegistrationError, RunId, SecretUnavailableError
@@ -29,17 +27,28 @@ from agentplane_journal.push.values import (
     PushRegistration,
 )
 
-import logcheck
-from conftest import store_factory
+from support import logcheck
+from support.markers import THROUGH_PGBOUNCER
+from support.push import (
+    CREDENTIALS,
+    KEYS,
+    SECRETS,
+    TOKEN,
+    URL,
+    config,
+    full,
+    insert_plaintext_row,
+    key,
+    raw_row,
+    sql,
+    state,
+)
+from support.stores import store_factory
 
-URL = "https://receiver.example/hook"
-TOKEN = "opaque-a2a-token-7f3e"
-CREDENTIALS = "the-receivers-token-91ac"
+# The battery runs once more through PgBouncer (tests/test_pgbouncer.py).
+pytestmark = THROUGH_PGBOUNCER
+
 MAX_ATTEMPTS = 2**31 - 1
-#: Every secret the battery stores: none may reach a log.
-SECRETS = [TOKEN, CREDENTIALS, "new-token", "attackers-own", "hunter2", "swapped-in"]
-#: Every key the battery uses (see :func:`key`): no form of one may reach a log.
-KEYS: list[bytes] = [bytes(range(32))]
 
 
 @pytest.fixture(autouse=True)
@@ -61,53 +70,6 @@ async def make_push(database_url: str, clock: Any) -> AsyncIterator[Callable[...
 @pytest.fixture
 async def push(make_push: Callable[..., Any]) -> SqlPushStore:
     return await make_push()
-
-
-def config(
-    task: RunId,
-    id: str = "cfg",
-    *,
-    url: str = URL,
-    token: str | None = None,
-    auth: tuple[str, str] | None = None,
-) -> PushConfig:
-    authentication = None if auth is None else PushAuthentication(*auth)
-    return PushConfig(id, task, url, token=token, authentication=authentication)
-
-
-def full(task: RunId, id: str = "cfg", **kw: Any) -> PushConfig:
-    return config(task, id, token=TOKEN, auth=("Bearer", CREDENTIALS), **kw)
-
-
-async def sql(store: SqlPushStore, statement: str, **params: Any) -> list[Any]:
-    """Plain SQL on the store's engine, committed (an operator, or agentplane itself).
-
-    Its own log records are not the store's and are not checked (it reads secrets back).
-    """
-    with logcheck.current().paused():
-        async with store.engine.begin() as conn:
-            result = await conn.execute(text(statement), params)
-            return list(result.all()) if result.returns_rows else []
-
-
-async def raw_row(store: SqlPushStore, task: RunId, id: str = "cfg") -> Any:
-    rows = await sql(
-        store,
-        "SELECT url, token, auth_scheme, auth_credentials, next_seq, attempts, "
-        "next_attempt_at, last_error FROM push_delivery "
-        "WHERE tenant = :tenant AND task_id = :task AND config_id = :id",
-        tenant=store.tenant,
-        task=str(task),
-        id=id,
-    )
-    return rows[0] if rows else None
-
-
-async def state(store: SqlPushStore, task: RunId, id: str = "cfg") -> tuple[int, int, int, Any]:
-    """(next_seq, attempts, next_attempt_at, last_error) of one registration."""
-    row = await raw_row(store, task, id)
-    assert row is not None, f"registration {id} is missing"
-    return (row.next_seq, row.attempts, row.next_attempt_at, row.last_error)
 
 
 async def row_count(store: SqlPushStore) -> int:
@@ -456,12 +418,6 @@ def test_secrets_never_appear_in_repr_or_str() -> None:
 # -- secrets at rest --------------------------------------------------------------------
 
 
-def key() -> bytes:
-    k = os.urandom(32)
-    KEYS.append(k)
-    return k
-
-
 async def test_sealed_columns_never_hold_the_secret(make_push: Callable[..., Any]) -> None:
     k = key()
     push = await make_push(secret_key=k)
@@ -620,21 +576,6 @@ async def test_a_bare_key_and_a_keyring_of_it_agree(make_push: Callable[..., Any
     with pytest.raises(SecretUnavailableError) as info:
         await wrong.get(task, "cfg")
     assert info.value.key_id == first.key_id
-
-
-async def insert_plaintext_row(store: SqlPushStore, task: RunId, id: str = "cfg") -> None:
-    """A row as agentplane itself writes it, secrets in the clear."""
-    await sql(
-        store,
-        "INSERT INTO push_delivery (tenant, task_id, config_id, url, token, auth_scheme, "
-        "auth_credentials, next_seq) VALUES (:t, :task, :id, :url, :tok, 'Bearer', :cred, 4)",
-        t=store.tenant,
-        task=str(task),
-        id=id,
-        url=URL,
-        tok=TOKEN,
-        cred=CREDENTIALS,
-    )
 
 
 async def test_plaintext_reads_without_a_key_and_is_refused_with_one(

@@ -18,7 +18,6 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import pytest
-from checks_tools import around_checks
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
@@ -35,10 +34,10 @@ from agentplane_journal.push.rows import PushListing, ReencryptReport
 from agentplane_journal.push.secretbox import Keyring
 from agentplane_journal.push.store import SqlPushStore
 
-import logcheck
-from conftest import store_factory
-from logcheck import Capture, leaks, no_secret_logged
-from test_push import (
+from support import logcheck
+from support.checks_tools import around_checks
+from support.logcheck import Capture, leaks, no_secret_logged
+from support.push import (
     CREDENTIALS,
     KEYS,
     SECRETS,
@@ -52,6 +51,7 @@ from test_push import (
     sql,
     state,
 )
+from support.stores import store_factory
 
 EVIL = "https://attacker.example/hook"
 

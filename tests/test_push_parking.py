@@ -29,7 +29,6 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import pytest
-from migration_tools import alembic_ok, catalog, query, run_alembic, table_contents
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
@@ -39,9 +38,10 @@ from agentplane_journal.db.revision import HEAD_REVISION
 from agentplane_journal.push.store import SqlPushStore
 from agentplane_journal.push.values import MAX_ERROR_BYTES, PushRegistration
 
-import logcheck
-from conftest import store_factory
-from test_push import KEYS, SECRETS, config, full, key, sql, state
+from support import logcheck
+from support.migration_tools import alembic_ok, catalog, query, run_alembic, table_contents
+from support.push import KEYS, SECRETS, config, full, key, sql, state
+from support.stores import store_factory
 
 MAX_ATTEMPTS = 2**31 - 1
 LOG_TREE = "0002_log_tree"
@@ -543,6 +543,7 @@ async def test_a_null_flag_is_reported_by_parked(private_url: str, dialect: str)
 # -- the downgrade below 0003 ------------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_the_downgrade_refuses_while_a_registration_is_parked(private_url: str) -> None:
     """Dropping the column would make a parked registration due again: refused, nothing
     changed; once it is unparked the downgrade runs, and the cursor survives it."""

@@ -25,9 +25,10 @@ from agentplane_journal import RunId
 from agentplane_journal.push.store import SqlPushStore
 from agentplane_journal.push.values import PushConfig
 
-from races import no_surprises, race
+from support.markers import THROUGH_PGBOUNCER
+from support.races import no_surprises, race
 
-pytestmark = [pytest.mark.postgres, pytest.mark.race]
+pytestmark = [pytest.mark.postgres, pytest.mark.race, *THROUGH_PGBOUNCER]
 
 RACERS = 16
 ROUNDS = 6

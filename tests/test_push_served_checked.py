@@ -20,9 +20,9 @@ import pytest
 from agentplane_journal import CorruptRegistrationError, RunId, SecretUnavailableError
 from agentplane_journal.push.store import SqlPushStore
 
-from conftest import store_factory
-from logcheck import Capture, no_secret_logged
-from test_push import CREDENTIALS, KEYS, SECRETS, TOKEN, config, full, key, raw_row, sql
+from support.logcheck import Capture, no_secret_logged
+from support.push import CREDENTIALS, KEYS, SECRETS, TOKEN, config, full, key, raw_row, sql
+from support.stores import store_factory
 
 
 @pytest.fixture(autouse=True)

@@ -29,11 +29,12 @@ from agentplane_journal import (
     verify_inclusion,
 )
 
-from conftest import FakeClock
-from helpers import admitted, key, note, started
-from races import K, no_surprises, race
+from support.clock import FakeClock
+from support.helpers import admitted, key, note, started
+from support.markers import THROUGH_PGBOUNCER
+from support.races import K, no_surprises, race
 
-pytestmark = pytest.mark.race
+pytestmark = [pytest.mark.race, *THROUGH_PGBOUNCER]
 
 
 # 1 -------------------------------------------------------------------------------------

@@ -19,9 +19,9 @@ import pytest
 
 from agentplane_journal import FencedError, RunId, RunSealedError, SqlJournalStore
 
-from conftest import FakeClock
-from helpers import admitted, note
-from races import no_surprises, race
+from support.clock import FakeClock
+from support.helpers import admitted, note
+from support.races import no_surprises, race
 
 pytestmark = pytest.mark.race
 

@@ -16,12 +16,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from migration_tools import alembic_ok, query, table_names
-from test_host_alembic import HOST_OWN, add_journal, make_host
-from test_host_alembic import _edit as edit
 
 from agentplane_journal.db.revision import HEAD_REVISION
 from agentplane_journal.migrations.commands import current_revision, upgrade
+
+from support.host_project import HOST_OWN, add_journal, make_host
+from support.host_project import edit as edit
+from support.migration_tools import alembic_ok, query, table_names
+
+pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[1]
 HOST_GUIDE = ROOT / "docs" / "host-guide.md"

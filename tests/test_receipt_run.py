@@ -14,12 +14,13 @@ import json
 from pathlib import Path
 
 import pytest
-from test_witness import LOG_SEED, _seal
 
 from agentplane_journal import NoteSigner, RunId, SqlJournalStore
 from agentplane_journal.cli.main import main
 from agentplane_journal.core.policy import parse_policy
 from agentplane_journal.core.receipt import verify_receipt
+
+from support.witnesses import LOG_SEED, seal_runs
 
 
 async def test_the_run_of_a_receipt_is_a_claim_never_ok(
@@ -30,7 +31,7 @@ async def test_the_run_of_a_receipt_is_a_claim_never_ok(
     signer = NoteSigner(store.origin, LOG_SEED)
     policy_text = f"log {signer.verifier_key}\nquorum none\n"
     policy = parse_policy(policy_text)
-    run_a, run_b = await _seal(store, 2)
+    run_a, run_b = await seal_runs(store, 2)
     receipt, _, _ = await _receipt(store, str(run_a), signer)
     text = receipt.to_text()
     line = text.split("\n")[1]

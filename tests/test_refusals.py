@@ -45,9 +45,11 @@ from agentplane_journal.db.dialect import PostgresDialect, SqliteDialect, dialec
 from agentplane_journal.db.models import Journal
 from agentplane_journal.db.violations import Collision, journal_collision
 
-from conftest import FakeClock, _dsn, store_factory
-from helpers import admitted, key, note, started
-from races import K, race, until_waiting
+from support.clock import FakeClock
+from support.databases import dsn
+from support.helpers import admitted, key, note, started
+from support.races import K, race, until_waiting
+from support.stores import store_factory
 
 # -- a batch spans one run ----------------------------------------------------------------
 
@@ -216,7 +218,7 @@ async def test_postgresql_an_append_racing_a_writer_behind_the_mutex_is_an_appen
     store = await pg_stores()
     run = RunId.generate()
     await store.append(1, [admitted(run)])
-    rogue = await asyncpg.connect(_dsn(pg_battery_url))
+    rogue = await asyncpg.connect(dsn(pg_battery_url))
     try:
         # 1. The general unit of work: the primary key names the race.
         fresh = await pg_stores()
@@ -294,7 +296,7 @@ async def test_postgresql_appends_racing_rogue_writers_conflict_and_never_duplic
     :class:`DuplicateEffectError` (no key ever repeats) or a bare ``BackendError``, and the
     chain stays whole. Rounds repeat until at least one conflict was seen (bounded)."""
     stores = [await pg_stores() for _ in range(K)]
-    rogues = [await asyncpg.connect(_dsn(pg_battery_url)) for _ in range(K)]
+    rogues = [await asyncpg.connect(dsn(pg_battery_url)) for _ in range(K)]
     probe = stores[0]
     conflicts = 0
     try:

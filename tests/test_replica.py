@@ -26,9 +26,11 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from agentplane_journal import Checkpoint, RunId, SqlJournalStore, verify_consistency
 from agentplane_journal.migrations.commands import upgrade
 
-from helpers import admitted, note
-from pgcluster import Cluster
-from pgtopology import dsn, wait_replayed
+from support.helpers import admitted, note
+from support.pgcluster import Cluster
+from support.pgtopology import dsn, wait_replayed
+
+pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
 CLI = [sys.executable, "-m", "agentplane_journal.cli.main"]
 README = Path(__file__).resolve().parent.parent / "README.md"

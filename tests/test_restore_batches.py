@@ -14,7 +14,6 @@ import json
 from pathlib import Path
 
 import pytest
-from test_export_format1 import build, export_to, lines_of, other_tenant, write_lines
 
 from agentplane_journal import RunId, SqlJournalStore
 from agentplane_journal.errors import (
@@ -27,7 +26,10 @@ from agentplane_journal.journal import restore as restore_mod
 from agentplane_journal.journal.bulk import AppendStep, SealStep, write_steps
 from agentplane_journal.journal.restore import RestoreIncomplete, RestoreRefused, restore_export
 
-from helpers import key, note, started
+from support.exports import build, export_to, lines_of, other_tenant, write_lines
+from support.helpers import key, note, started
+
+pytestmark = pytest.mark.slow
 
 RUN_BLOCK = '"kind":"agentplane.export.run"'
 

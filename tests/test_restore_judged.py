@@ -21,16 +21,6 @@ from typing import Any
 
 import pytest
 from sqlalchemy import select
-from test_export_format1 import (
-    build,
-    export_to,
-    fix_trailer,
-    lines_of,
-    other_tenant,
-    verify_lines,
-    write_lines,
-)
-from test_log_tamper import _cli
 
 from agentplane_journal import AGENTPLANE_0_4, AGENTPLANE_0_22, RunId, SqlJournalStore
 from agentplane_journal.core.export_verify import ExportVerifier
@@ -39,7 +29,19 @@ from agentplane_journal.db.models import JournalProfile
 from agentplane_journal.journal import restore as restore_mod
 from agentplane_journal.journal.restore import RestoreRefused, restore_export
 
-from conftest import store_factory
+from support.exports import (
+    build,
+    export_to,
+    fix_trailer,
+    lines_of,
+    other_tenant,
+    verify_lines,
+    write_lines,
+)
+from support.stores import store_factory
+from support.tamper import tamper_cli
+
+pytestmark = pytest.mark.slow
 
 RUN_BLOCK = "agentplane.export.run"
 AMOUNTS = {"amount": 100.0, "big": 1e16, "neg": -0.0, "exact": 2**53 + 1}
@@ -181,9 +183,11 @@ async def test_a_file_restore_would_misread_is_unsound_and_refused_with_nothing_
         await restore_export(target, file)
     assert await _empty(target), damage
     # The commands say the same: FAILED (exit 1), and refused with nothing written (exit 2).
-    verified = await _cli("verify-export", str(file))
+    verified = await tamper_cli("verify-export", str(file))
     assert verified.returncode == 1 and verified.stdout.startswith("FAILED"), verified.stdout
-    restored = await _cli("restore", str(file), "--url", database_url, "--tenant", target.tenant)
+    restored = await tamper_cli(
+        "restore", str(file), "--url", database_url, "--tenant", target.tenant
+    )
     assert restored.returncode == 2 and "nothing written" in restored.stderr, restored.stderr
     assert await _empty(target), damage
 
@@ -358,7 +362,7 @@ async def test_a_tenant_two_handles_wrote_in_two_profiles_restores_byte_for_byte
 
 async def test_drill_passes_on_a_migrated_tenant(store: SqlJournalStore, database_url: str) -> None:
     await migrated(store)
-    drill = await _cli("drill", "--url", database_url, "--tenant", store.tenant, "--json")
+    drill = await tamper_cli("drill", "--url", database_url, "--tenant", store.tenant, "--json")
     assert drill.returncode == 0, drill.stdout + drill.stderr
     report = json.loads(drill.stdout)
     (tenant,) = report["tenants"]
@@ -373,7 +377,7 @@ async def test_drill_on_a_tenant_holding_a_damaged_sealed_run_fails_not_refuses(
     for a drill that is the backup path failing (1, DRILL FAILED), never "not run" (2)."""
     from sqlalchemy import text
 
-    from helpers import note
+    from support.helpers import note
 
     run = RunId.generate()
     lease = await store.acquire(run, "w", 30)
@@ -387,7 +391,7 @@ async def test_drill_on_a_tenant_holding_a_damaged_sealed_run_fails_not_refuses(
         await conn.execute(
             text(f"UPDATE journal SET raw = :raw {where}"), {**params, "raw": edited}
         )
-    drill = await _cli("drill", "--url", database_url, "--tenant", store.tenant)
+    drill = await tamper_cli("drill", "--url", database_url, "--tenant", store.tenant)
     assert drill.returncode == 1, drill.stdout + drill.stderr
     assert "DRILL FAILED" in drill.stdout + drill.stderr and "Traceback" not in drill.stderr
 
@@ -418,5 +422,5 @@ async def test_a_022_tenant_holding_our_own_kinds_restores_and_drills(
         again = tmp_path / "again.jsonl"
         await export_to(target, again)
         assert again.read_bytes() == path.read_bytes()
-    drill = await _cli("drill", "--url", database_url, "--tenant", tenant)
+    drill = await tamper_cli("drill", "--url", database_url, "--tenant", tenant)
     assert drill.returncode == 0, drill.stdout + drill.stderr

@@ -20,7 +20,7 @@ from sqlalchemy import event
 
 from agentplane_journal import RunId, SqlJournalStore
 
-from helpers import concluded, note
+from support.helpers import concluded, note
 
 
 @contextmanager

@@ -24,34 +24,19 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import asyncpg
 import pytest
-from migration_tools import (
-    alembic_ok,
-    catalog,
-    execute,
-    only_tables,
-    query,
-    table_contents,
-    table_names,
-)
-from reference import load_catalog_040, reference_dir, schema_040
-from sqlalchemy.engine import make_url
 
 from agentplane_journal import (
-    Append,
     Cancellation,
     CaseId,
-    Digest,
     DuplicateEffectError,
     Ed25519Signer,
     Ed25519Verifier,
     LeaseHeldError,
-    Record,
     RunId,
     RunSealedError,
     SqlJournalStore,
@@ -63,7 +48,18 @@ from agentplane_journal.db.models import COLUMN_FLOORS, VERSION_TABLE
 from agentplane_journal.db.revision import HEAD_REVISION
 from agentplane_journal.migrations.commands import current_revision, upgrade
 
-from helpers import admitted, concluded, key, note, started
+from support.agentplane040 import Agentplane040, dsn040
+from support.helpers import admitted, concluded, key, note, started
+from support.migration_tools import (
+    alembic_ok,
+    catalog,
+    execute,
+    only_tables,
+    query,
+    table_contents,
+    table_names,
+)
+from support.reference import load_catalog_040, reference_dir, schema_040
 
 pytestmark = pytest.mark.postgres
 
@@ -79,13 +75,9 @@ TABLES_040 = {
 SEQUENCES_040 = {"run_log_position", "run_conclusion_ordinal"}
 
 
-def _dsn(url: str) -> str:
-    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
-
-
 async def run_040_ddl(url: str) -> None:
     """Apply 0.4.0's schema the way its store does on connect: one simple-query batch."""
-    conn = await asyncpg.connect(_dsn(url))
+    conn = await asyncpg.connect(dsn040(url))
     try:
         await conn.execute(schema_040())
     finally:
@@ -118,16 +110,6 @@ def _journal_cli(*args: str) -> str:
     )
     assert result.returncode == 0, f"{result.stdout}\n{result.stderr}"
     return result.stdout
-
-
-@pytest.fixture
-def new_pg(pg_database: Callable[..., str]) -> Callable[..., Any]:
-    """``await new_pg(migrated=False)``: a fresh database, created off the test's loop."""
-
-    async def make(migrated: bool = False) -> str:
-        return await asyncio.to_thread(pg_database, migrated)
-
-    return make
 
 
 def test_the_reference_schema_is_found_and_parsed() -> None:  # needs ../shared
@@ -277,129 +259,6 @@ async def test_adopting_an_empty_040_database_with_alembic_cli_yields_exactly_ou
 TOUCHED_BY_022 = frozenset({"push_delivery_due", "run_lease_abandoned"})
 
 
-class Agentplane040:
-    """Writes rows the way agentplane 0.4.0's ``PostgresStore`` does: its SQL, its sequences.
-
-    Only what a test database needs; the record bytes come from the core's ``Record.seal``,
-    which is agentplane's wire format byte for byte.
-    """
-
-    def __init__(self, conn: asyncpg.Connection, tenant: str) -> None:
-        self.conn = conn
-        self.tenant = tenant
-
-    async def head(self, run: RunId) -> tuple[int, Digest]:
-        row = await self.conn.fetchrow(
-            "SELECT seq, hash FROM journal WHERE tenant = $1 AND run_id = $2 "
-            "ORDER BY seq DESC LIMIT 1",
-            self.tenant,
-            str(run),
-        )
-        return (0, Digest.ZERO) if row is None else (row["seq"], Digest(bytes(row["hash"])))
-
-    async def append(
-        self, epoch: int, batch: Sequence[Append], signer: Ed25519Signer | None = None
-    ) -> list[Record]:
-        run = batch[0].run
-        async with self.conn.transaction():
-            seq, prev = await self.head(run)
-            records, conclusion = [], None
-            for item in batch:
-                seq += 1
-                record = Record.seal(item.body(seq, epoch), prev, signer)
-                prev = record.hash
-                att = record.attestation
-                await self.conn.execute(
-                    "INSERT INTO journal (tenant, run_id, seq, epoch, kind, effect_key, "
-                    "prev_hash, hash, raw, key_id, signature, case_id) "
-                    "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
-                    self.tenant,
-                    str(run),
-                    seq,
-                    epoch,
-                    item.kind,
-                    None if item.effect_key is None else item.effect_key.hex(),
-                    bytes(record.prev_hash),
-                    bytes(record.hash),
-                    record.raw,
-                    None if att is None else att.key_id,
-                    None if att is None else att.signature,
-                    None if item.case is None else str(item.case),
-                )
-                if item.kind == "RunSealed":
-                    conclusion = item.payload["outcome"]
-                records.append(record)
-            await self.conn.execute(
-                "INSERT INTO run_activity (tenant, run_id, updated_at) VALUES ($1, $2, $3) "
-                "ON CONFLICT (tenant, run_id) DO UPDATE SET updated_at = EXCLUDED.updated_at",
-                self.tenant,
-                str(run),
-                int(time.time()),
-            )
-            if conclusion is not None:
-                await self.conn.execute(
-                    "INSERT INTO run_outcome (tenant, run_id, outcome, ordinal) "
-                    "VALUES ($1, $2, $3, nextval('run_conclusion_ordinal')) "
-                    "ON CONFLICT (tenant, run_id) DO UPDATE "
-                    "SET outcome = EXCLUDED.outcome, ordinal = EXCLUDED.ordinal",
-                    self.tenant,
-                    str(run),
-                    conclusion,
-                )
-        return records
-
-    async def acquire(self, run: RunId, owner: str, epoch: int, ttl: int) -> None:
-        await self.conn.execute(
-            "INSERT INTO run_lease (tenant, run_id, owner, epoch, expires_at) "
-            "VALUES ($1, $2, $3, $4, $5) ON CONFLICT (tenant, run_id) DO UPDATE SET "
-            "owner = EXCLUDED.owner, epoch = EXCLUDED.epoch, expires_at = EXCLUDED.expires_at",
-            self.tenant,
-            str(run),
-            owner,
-            epoch,
-            int(time.time()) + ttl,
-        )
-
-    async def release(self, run: RunId, epoch: int) -> None:
-        await self.conn.execute(
-            "UPDATE run_lease SET owner = '', expires_at = 0 "
-            "WHERE tenant = $1 AND run_id = $2 AND epoch = $3",
-            self.tenant,
-            str(run),
-            epoch,
-        )
-
-    async def burn_log_positions(self, n: int) -> None:
-        """Seals that rolled back: the global sequence moved, the log did not."""
-        for _ in range(n):
-            await self.conn.fetchval("SELECT nextval('run_log_position')")
-
-    async def seal(self, run: RunId, outcome: str) -> Digest:
-        _, head = await self.head(run)
-        await self.conn.execute(
-            "INSERT INTO run_seal (tenant, run_id, chain_head, log_index, sealed_at, outcome) "
-            "VALUES ($1, $2, $3, nextval('run_log_position'), $4, $5) "
-            "ON CONFLICT (tenant, run_id) DO NOTHING",
-            self.tenant,
-            str(run),
-            bytes(head),
-            int(time.time()),
-            outcome,
-        )
-        return head
-
-    async def request_cancel(self, run: RunId, actor: str, reason: str) -> None:
-        await self.conn.execute(
-            "INSERT INTO run_cancel (tenant, run_id, actor, reason, requested_at) "
-            "VALUES ($1, $2, $3, $4, $5) ON CONFLICT (tenant, run_id) DO NOTHING",
-            self.tenant,
-            str(run),
-            actor,
-            reason,
-            int(time.time()),
-        )
-
-
 @pytest.mark.parametrize("how", ["migrate.upgrade", "agentplane-journal upgrade"])
 async def test_adopting_a_040_database_keeps_every_row_and_the_store_works_on_them(
     how: str, new_pg: Callable[..., Any]
@@ -411,7 +270,7 @@ async def test_adopting_a_040_database_keeps_every_row_and_the_store_works_on_th
     signer = Ed25519Signer("plane-key-1", bytes(range(32)))
     case = CaseId.generate()
     run_a, run_b, run_c, run_x = (RunId.generate() for _ in range(4))
-    conn = await asyncpg.connect(_dsn(url))
+    conn = await asyncpg.connect(dsn040(url))
     try:
         acme, other = Agentplane040(conn, "acme"), Agentplane040(conn, "other")
         # run A: signed, with a case and an effect; concluded, released, sealed at 7.
@@ -581,7 +440,7 @@ async def test_a_040_database_upgrades_to_the_checks_and_downgrades_from_them(
     await make_040_database(url)
     await make_040_database(at_0003)
     await upgrade(at_0003, "0003_contract_0_22")
-    conn = await asyncpg.connect(_dsn(url))
+    conn = await asyncpg.connect(dsn040(url))
     try:
         plane = Agentplane040(conn, "acme")
         run = RunId.generate()

@@ -31,10 +31,6 @@ from typing import Any
 
 import asyncpg
 import pytest
-from migration_tools import alembic_ok, catalog, execute, only_tables, query, table_contents
-from reference import load_catalog_022, reference_dir, schema_022
-from test_admissions import admitted_under
-from test_schema_compat import Agentplane040, _dsn, new_pg  # noqa: F401 (a fixture)
 
 from agentplane_journal import (
     Append,
@@ -50,7 +46,11 @@ from agentplane_journal.db.models import COLUMN_FLOORS, VERSION_TABLE, metadata
 from agentplane_journal.db.revision import HEAD_REVISION
 from agentplane_journal.migrations.commands import current_revision, upgrade
 
-from helpers import admitted, concluded, note
+from support.admissions import admitted_under
+from support.agentplane040 import Agentplane040, dsn040
+from support.helpers import admitted, concluded, note
+from support.migration_tools import alembic_ok, catalog, execute, only_tables, query, table_contents
+from support.reference import load_catalog_022, reference_dir, schema_022
 
 pytestmark = pytest.mark.postgres
 
@@ -74,7 +74,7 @@ STRICTER = {
 
 async def run_022_ddl(url: str) -> None:
     """Apply 0.22.0's schema the way its store does on connect: one simple-query batch."""
-    conn = await asyncpg.connect(_dsn(url))
+    conn = await asyncpg.connect(dsn040(url))
     try:
         await conn.execute(schema_022())
     finally:
@@ -125,7 +125,7 @@ def test_the_022_reference_schema_is_found_and_parsed() -> None:  # needs ../sha
 
 
 async def test_the_committed_022_catalog_is_what_022s_ddl_creates(  # needs ../shared
-    new_pg: Callable[..., Any],  # noqa: F811
+    new_pg: Callable[..., Any],
 ) -> None:
     theirs = await new_pg()
     await run_022_ddl(theirs)
@@ -136,7 +136,7 @@ async def test_the_committed_022_catalog_is_what_022s_ddl_creates(  # needs ../s
 
 
 async def test_our_schema_is_022s_table_for_table_but_for_two_floors(
-    new_pg: Callable[..., Any],  # noqa: F811
+    new_pg: Callable[..., Any],
 ) -> None:
     ours = await new_pg()
     await upgrade(ours)
@@ -168,7 +168,7 @@ async def test_our_schema_is_022s_table_for_table_but_for_two_floors(
 
 
 async def test_running_022_ddl_on_our_migrated_database_changes_nothing_and_fails_on_nothing(
-    new_pg: Callable[..., Any],  # noqa: F811
+    new_pg: Callable[..., Any],
 ) -> None:  # needs ../shared
     schema_022()  # skips (fails under CI) before any work when the source is absent
     url = await new_pg(migrated=True)
@@ -244,7 +244,7 @@ class Agentplane022(Agentplane040):
 
 
 async def test_adopting_a_022_database_keeps_every_row_and_the_store_works_on_them(
-    new_pg: Callable[..., Any],  # noqa: F811
+    new_pg: Callable[..., Any],
 ) -> None:
     url, fresh = await new_pg(), await new_pg()
     await make_022_database(url)
@@ -253,7 +253,7 @@ async def test_adopting_a_022_database_keeps_every_row_and_the_store_works_on_th
     # -- agentplane 0.22.0 at work ------------------------------------------------------
     signer = Ed25519Signer("plane-key-1", bytes(range(32)))
     run_a, run_b, run_x = (RunId.generate() for _ in range(3))
-    conn = await asyncpg.connect(_dsn(url))
+    conn = await asyncpg.connect(dsn040(url))
     try:
         acme, other = Agentplane022(conn, "acme"), Agentplane022(conn, "other")
         # run A: admitted under a key, concluded, released, sealed at position 3

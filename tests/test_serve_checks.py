@@ -25,14 +25,14 @@ from typing import Any
 import httpx
 import pytest
 from sqlalchemy import text
-from test_log import bulk_seal
-from test_tiles import SEED, sealed_leaves
-from test_tiles_serve import CHROMIUM_FLAGS
 
 from agentplane_journal import Append, RunId, SqlJournalStore
 from agentplane_journal.core.note import NoteSigner
 from agentplane_journal.web.app import make_app
 from agentplane_journal.web.readers import parse_readers
+
+from support.chromium import CHROMIUM_FLAGS
+from support.logs import SEED, bulk_seal, sealed_leaves
 
 TOKEN_A = "reader-of-a-" + "x" * 20
 TOKEN_ALL = "operator-" + "y" * 20
@@ -266,6 +266,7 @@ def _chromium(args: list[str], profile: Path) -> str:
 
 # The layout is the same on both dialects (the pages' reads are tested on both): one run.
 @pytest.mark.parametrize("dialect", ["sqlite"])
+@pytest.mark.chromium
 async def test_the_audit_pages_fit_a_1280_pixel_window(
     store: SqlJournalStore, client: Client, tmp_path: Path
 ) -> None:

@@ -18,11 +18,12 @@ import pytest
 
 from agentplane_journal import BackendError, RunId
 
-from helpers import note
+from support.helpers import note
 
 SMALL_POOL = {"pool_size": 1, "max_overflow": 0, "pool_timeout": 5}
 
 
+@pytest.mark.slow
 async def test_steady_appends_do_not_starve_the_rest_of_a_one_connection_pool(
     make_store: Callable[..., Any],
 ) -> None:

@@ -12,7 +12,11 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from agentplane_journal import RunId, SqlJournalStore
+
+pytestmark = pytest.mark.slow
 
 PROCESSES = 4
 APPENDS = 25

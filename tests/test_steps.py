@@ -37,7 +37,9 @@ from agentplane_journal import (
     Unknown,
 )
 
-from conftest import FakeClock
+from support.clock import FakeClock
+
+pytestmark = pytest.mark.slow
 
 TTL = 30
 PROFILES = ["agentplane-0.4", "agentplane-0.22"]

@@ -13,8 +13,6 @@ import asyncio
 from typing import Any
 
 import pytest
-from counting import counting
-from test_steps_hiccups import refused
 
 from agentplane_journal import (
     Finished,
@@ -25,6 +23,9 @@ from agentplane_journal import (
     SqlJournalStore,
     Steps,
 )
+
+from support.counting import counting
+from support.faults import refused
 
 TTL = 30
 

@@ -33,7 +33,9 @@ import pytest
 from agentplane_journal import RunId, SqlJournalStore
 from agentplane_journal.steps.history import RunHistory
 
-WORKER = Path(__file__).with_name("steps_crash_worker.py")
+pytestmark = pytest.mark.slow
+
+WORKER = Path(__file__).parent / "support" / "steps_crash_worker.py"
 ROOT = Path(__file__).resolve().parents[1]
 BOUNDARIES = ("before_start", "after_start", "after_call", "after_result", "concluding")
 #: The boundaries that leave an effect started without a result: they must be reconciled.

@@ -14,15 +14,10 @@ result was lost for good and the key answered "failed".
 
 from __future__ import annotations
 
-import asyncio
-import uuid
 from collections import Counter
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
-from sqlalchemy import text
 
 from agentplane_journal import (
     DidNotHappen,
@@ -34,75 +29,10 @@ from agentplane_journal import (
     Steps,
 )
 
-from conftest import FakeClock
+from support.clock import FakeClock
+from support.faults import refused
 
 TTL = 30
-
-
-@asynccontextmanager
-async def refused(store: SqlJournalStore, kind: str, mode: str = "raise") -> AsyncIterator[None]:
-    """While inside, the database refuses to journal a ``kind`` record of ``store``'s tenant.
-
-    ``raise``: a trigger raises (a refused statement, both dialects). PostgreSQL only:
-    ``cancel``/``terminate``: the trigger sleeps and a watcher cancels the query or kills the
-    connection from another session, as an operator or a failover would.
-    """
-    name = f"fault_{uuid.uuid4().hex[:8]}"
-    tenant = store.tenant.replace("'", "''")
-    postgres = store.engine.dialect.name == "postgresql"
-    body = "PERFORM pg_sleep(30);" if mode != "raise" else "RAISE EXCEPTION 'injected fault';"
-    async with store.engine.begin() as conn:
-        if postgres:
-            await conn.execute(
-                text(
-                    f"CREATE FUNCTION {name}() RETURNS trigger LANGUAGE plpgsql AS "
-                    f"$$ BEGIN {body} RETURN NEW; END $$"
-                )
-            )
-            await conn.execute(
-                text(
-                    f"CREATE TRIGGER {name} BEFORE INSERT ON journal FOR EACH ROW WHEN "
-                    f"(NEW.kind = '{kind}' AND NEW.tenant = '{tenant}') "
-                    f"EXECUTE FUNCTION {name}()"
-                )
-            )
-        else:
-            assert mode == "raise"
-            await conn.execute(
-                text(
-                    f"CREATE TRIGGER {name} BEFORE INSERT ON journal WHEN "
-                    f"NEW.kind = '{kind}' AND NEW.tenant = '{tenant}' "
-                    "BEGIN SELECT RAISE(ABORT, 'injected fault'); END"
-                )
-            )
-    watcher = None
-    if mode != "raise":
-        verb = "pg_cancel_backend" if mode == "cancel" else "pg_terminate_backend"
-
-        async def watch() -> None:
-            while True:
-                async with store.engine.connect() as conn:
-                    hit = await conn.execute(
-                        text(
-                            f"SELECT {verb}(pid) FROM pg_stat_activity "
-                            "WHERE wait_event = 'PgSleep' AND pid <> pg_backend_pid()"
-                        )
-                    )
-                    if hit.first() is not None:
-                        return
-                await asyncio.sleep(0.05)
-
-        watcher = asyncio.create_task(watch())
-    try:
-        yield
-    finally:
-        if watcher is not None:
-            watcher.cancel()
-            await asyncio.gather(watcher, return_exceptions=True)
-        async with store.engine.begin() as conn:
-            await conn.execute(text(f"DROP TRIGGER {name}" + (" ON journal" if postgres else "")))
-            if postgres:
-                await conn.execute(text(f"DROP FUNCTION {name}()"))
 
 
 class Shop:

@@ -23,7 +23,7 @@ from agentplane_journal import Finished, SqlJournalStore, Steps
 from agentplane_journal.cli.main import main
 from agentplane_journal.steps.status import open_runs
 
-from conftest import FakeClock
+from support.clock import FakeClock
 
 ROOT = Path(__file__).resolve().parent.parent
 APP = """

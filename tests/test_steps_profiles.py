@@ -29,7 +29,9 @@ from agentplane_journal.core.canon import canonical_bytes
 from agentplane_journal.core.canon_v1 import canonical_bytes_v1
 from agentplane_journal.steps.records import DECLARED
 
-from conftest import FakeClock
+from support.clock import FakeClock
+
+pytestmark = pytest.mark.slow
 
 TTL = 30
 AMOUNT = 100.0  # 100.0 in 0.4's bytes, 100 in 0.22's: a different key in each

@@ -41,9 +41,9 @@ from agentplane_journal import (
 from agentplane_journal.steps.effect import current_run
 from agentplane_journal.steps.history import RunHistory
 
-from conftest import FakeClock
+from support.clock import FakeClock
 
-pytestmark = pytest.mark.postgres
+pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
 TTL = 30
 WORKERS = 16

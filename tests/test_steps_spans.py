@@ -15,6 +15,8 @@ import pytest
 
 from agentplane_journal import Fresh, SqlJournalStore, Steps
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def exporter() -> Any:

@@ -42,7 +42,11 @@ from agentplane_journal import (
 )
 from agentplane_journal.db.models import Journal, RunActivity
 
-from helpers import admitted, concluded, key, note, started
+from support.helpers import admitted, concluded, key, note, started
+from support.markers import THROUGH_PGBOUNCER
+
+# The battery runs once more through PgBouncer (tests/test_pgbouncer.py).
+pytestmark = THROUGH_PGBOUNCER
 
 LEASE = 300
 

@@ -17,14 +17,13 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-from agentplane_journal import Append, CorruptRecordError, Digest, Record, RunId, SqlJournalStore
+from agentplane_journal import Append, CorruptRecordError, RunId, SqlJournalStore
 from agentplane_journal.db.models import Journal
 from agentplane_journal.journal import reads as reads
 from agentplane_journal.journal.reads import PAGE_BYTES
 
-from helpers import admitted
-
-MiB = 2**20
+from support.helpers import admitted
+from support.streams import MiB, bulk_run
 
 
 async def _run_of(store: SqlJournalStore, n: int) -> RunId:
@@ -86,44 +85,12 @@ async def test_verify_names_the_first_bad_seq_across_pages(
     assert caught.value.seq == victim + 1  # the record after the gap
 
 
-async def _bulk_run(store: SqlJournalStore, n: int, pad: int = 0, chunk: int = 1000) -> RunId:
-    """A run of ``n`` chained records inserted in bulk (what ``n`` appends would write),
-    each padded with ``pad`` bytes of text."""
-    run, prev, rows = RunId.generate(), Digest.ZERO, []
-    for seq in range(1, n + 1):
-        text = f"n{seq}" + "x" * pad
-        record = Record.seal(Append(run, "Note", {"text": text}).body(seq, 1), prev, None)
-        rows.append(
-            {
-                "tenant": store.tenant,
-                "run_id": str(run),
-                "seq": seq,
-                "epoch": 1,
-                "kind": "Note",
-                "effect_key": None,
-                "prev_hash": bytes(prev),
-                "hash": bytes(record.hash),
-                "raw": record.raw,
-                "key_id": None,
-                "signature": None,
-                "case_id": None,
-            }
-        )
-        prev = record.hash
-
-    async def unit(session: Any) -> None:
-        for start in range(0, n, chunk):
-            await session.execute(Journal.__table__.insert(), rows[start : start + chunk])
-
-    await store._unit(unit)
-    return run
-
-
+@pytest.mark.slow
 async def test_a_run_of_50000_records_streams_and_verifies_in_a_few_mib(
     make_store: Callable[..., Any],
 ) -> None:
     store = await make_store()
-    run = await _bulk_run(store, 50_000)
+    run = await bulk_run(store, 50_000)
     await store.verify(run)  # warm: statement caches, connections
 
     tracemalloc.start()  # (it slows Python down about tenfold: the stream's check is shorter)
@@ -143,6 +110,7 @@ async def test_a_run_of_50000_records_streams_and_verifies_in_a_few_mib(
     assert verified < 8 * MiB, f"verify peaked at {verified / MiB:.1f} MiB"
 
 
+@pytest.mark.slow
 async def test_a_run_of_large_records_streams_and_verifies_in_pages_bounded_by_bytes(
     make_store: Callable[..., Any],
 ) -> None:
@@ -150,7 +118,7 @@ async def test_a_run_of_large_records_streams_and_verifies_in_pages_bounded_by_b
     # decoded text). Pages of 1,000 records would hold the whole run; pages of at most
     # PAGE_BYTES hold ~16 records.
     store = await make_store()
-    run = await _bulk_run(store, 200, pad=256 * 1024, chunk=20)
+    run = await bulk_run(store, 200, pad=256 * 1024, chunk=20)
     await store.verify(run)  # warm
 
     tracemalloc.start()
@@ -180,7 +148,7 @@ async def test_pages_end_at_the_byte_budget_and_join_up(
     make_store: Callable[..., Any], budget: int
 ) -> None:
     store = await make_store()
-    run = await _bulk_run(store, 40)
+    run = await bulk_run(store, 40)
     sizes = {r.seq: len(r.raw) for r in await store.read(run)}
     everything = await store.read(run)
     for size in (1, 7, 1000):
@@ -214,7 +182,7 @@ async def test_verify_names_the_first_bad_seq_across_byte_bounded_pages(
     make_store: Callable[..., Any], monkeypatch: pytest.MonkeyPatch, victim: int
 ) -> None:
     store = await make_store()
-    run = await _bulk_run(store, 40, pad=1000)
+    run = await bulk_run(store, 40, pad=1000)
     # Pages of ~6 records: the victims sit at, before and after a boundary, and mid-run.
     monkeypatch.setattr(reads, "PAGE_BYTES", 6 * 1000)
     head = await store.verify(run)

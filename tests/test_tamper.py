@@ -10,326 +10,25 @@ reports every victim, carries on past it and exits 1. On both dialects.
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
-import subprocess
-import sys
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
 import pytest
-from checks_tools import around_checks
-from sqlalchemy import text
 
 from agentplane_journal import (
     Append,
     CaseId,
     CorruptRecordError,
     DuplicateEffectError,
-    Ed25519Signer,
-    Ed25519Verifier,
     RunId,
     SqlJournalStore,
     StoreError,
 )
 
-from helpers import admitted, concluded, key, note, started
-
-SIGNER = Ed25519Signer("tamper-key", bytes(range(32)))
-VERIFIER = Ed25519Verifier().trust("tamper-key", SIGNER.public_key)
-CLI = [sys.executable, "-m", "agentplane_journal.cli.main"]
-
-
-@dataclass
-class Victim:
-    """A run built honestly, then tampered with."""
-
-    store: SqlJournalStore
-    run: RunId
-    case: CaseId
-    sealed: bool
-
-    @property
-    def params(self) -> dict[str, Any]:
-        return {"t": self.store.tenant, "r": str(self.run)}
-
-    async def sql(self, statement: str, *, around: tuple[str, ...] = (), **params: Any) -> None:
-        """Run ``statement``; ``around``: tables whose floor CHECKs it must get past."""
-        async with self.store.engine.begin() as conn, around_checks(conn, *around):
-            await conn.execute(text(statement), {**self.params, **params})
-
-    async def row(self, seq: int) -> Any:
-        async with self.store.engine.connect() as conn:
-            return (
-                await conn.execute(
-                    text(f"SELECT prev_hash, raw FROM journal {_AT_SEQ}"),
-                    {**self.params, "s": seq},
-                )
-            ).one()
-
-    async def rewrite_body(self, seq: int, raw: bytes) -> None:
-        """Replace a row's bytes with ``raw`` and recompute its hash: the row re-hashes."""
-        prev, _ = await self.row(seq)
-        digest = hashlib.sha256(bytes(prev) + raw).digest()
-        await self.sql(
-            "UPDATE journal SET raw=:raw, hash=:h, key_id=NULL, signature=NULL "
-            "WHERE tenant=:t AND run_id=:r AND seq=:s",
-            raw=raw,
-            h=digest,
-            s=seq,
-        )
-
-
-async def honest_run(store: SqlJournalStore, *, seal: bool = False) -> Victim:
-    """seq 1 RunAdmitted (names a case), 2 EffectStarted key(1), 3 Note, [4 RunSealed]."""
-    run, case = RunId.generate(), CaseId.generate()
-    lease = await store.acquire(run, "worker", 60)
-    await store.append(lease.epoch, [admitted(run, case), started(run, key(1)), note(run)])
-    if seal:
-        await store.append(lease.epoch, [concluded(run, "succeeded")])
-        await store.seal(run, lease.epoch, "succeeded")
-    return Victim(store, run, case, seal)
-
-
-def _body(victim: Victim, **members: Any) -> bytes:
-    body = {"seq": 3, "run": victim.run.ulid, "epoch": 1, "v": 4, "kind": "Note", "text": "x"}
-    body.update(members)
-    return json.dumps(
-        {k: v for k, v in body.items() if v is not _DROP}, separators=(",", ":")
-    ).encode()
-
-
-_DROP = object()
-_AT_SEQ = "WHERE tenant=:t AND run_id=:r AND seq=:s"
-_OTHER = RunId.generate()
-
-
-# -- the cases: each edits one thing --------------------------------------------------------
-
-#: A case returns the runs it broke, or None for just the victim.
-Tamper = Callable[[Victim], Awaitable["list[RunId] | None"]]
-CASES: dict[str, Tamper] = {}
-
-
-def case(name: str) -> Callable[[Tamper], Tamper]:
-    def register(fn: Tamper) -> Tamper:
-        CASES[name] = fn
-        return fn
-
-    return register
-
-
-@case("kind column")
-async def _kind(v: Victim) -> None:
-    await v.sql("UPDATE journal SET kind='Note' WHERE tenant=:t AND run_id=:r AND seq=2")
-
-
-@case("effect_key column edited")
-async def _effect_key(v: Victim) -> None:
-    await v.sql(
-        "UPDATE journal SET effect_key=:k WHERE tenant=:t AND run_id=:r AND seq=2", k=key(9).hex()
-    )
-
-
-@case("effect_key column removed")
-async def _effect_key_null(v: Victim) -> None:
-    await v.sql("UPDATE journal SET effect_key=NULL WHERE tenant=:t AND run_id=:r AND seq=2")
-
-
-@case("effect_key column added")
-async def _effect_key_added(v: Victim) -> None:
-    await v.sql(
-        "UPDATE journal SET effect_key=:k WHERE tenant=:t AND run_id=:r AND seq=3", k=key(9).hex()
-    )
-
-
-@case("case_id column edited")
-async def _case_edited(v: Victim) -> None:
-    await v.sql(
-        "UPDATE journal SET case_id=:c WHERE tenant=:t AND run_id=:r AND seq=1",
-        c=str(CaseId.generate()),
-    )
-
-
-@case("case_id column removed")
-async def _case_removed(v: Victim) -> None:
-    await v.sql("UPDATE journal SET case_id=NULL WHERE tenant=:t AND run_id=:r AND seq=1")
-
-
-@case("case_id column added")
-async def _case_added(v: Victim) -> None:
-    await v.sql(
-        "UPDATE journal SET case_id=:c WHERE tenant=:t AND run_id=:r AND seq=3", c=str(v.case)
-    )
-
-
-@case("epoch column")
-async def _epoch(v: Victim) -> None:
-    await v.sql("UPDATE journal SET epoch=7 WHERE tenant=:t AND run_id=:r AND seq=2")
-
-
-@case("seq column")
-async def _seq(v: Victim) -> None:
-    await v.sql("UPDATE journal SET seq=9 WHERE tenant=:t AND run_id=:r AND seq=3")
-
-
-@case("run_id column of one row")
-async def _run_id(v: Victim) -> list[RunId]:
-    other = RunId.generate()
-    await v.sql(
-        "UPDATE journal SET run_id=:o WHERE tenant=:t AND run_id=:r AND seq=1", o=str(other)
-    )
-    return [v.run, other]  # seq 1 of v.run now lives under `other`: both runs are broken
-
-
-@case("rows copied under another run id")
-async def _copied(v: Victim) -> list[RunId]:
-    other = RunId.generate()
-    await v.sql(
-        "INSERT INTO journal (tenant, run_id, seq, epoch, kind, effect_key, prev_hash, hash, "
-        "raw, key_id, signature, case_id) SELECT tenant, :o, seq, epoch, kind, effect_key, "
-        "prev_hash, hash, raw, key_id, signature, case_id FROM journal "
-        "WHERE tenant=:t AND run_id=:r",
-        o=str(other),
-    )
-    await v.sql(
-        "INSERT INTO run_activity (tenant, run_id, updated_at) VALUES (:t, :o, 1)", o=str(other)
-    )
-    return [other]  # the copy is what must not verify
-
-
-@case("head forged")
-async def _head(v: Victim) -> None:
-    await v.sql(
-        "UPDATE journal SET hash=:h WHERE tenant=:t AND run_id=:r AND seq=3", h=os.urandom(32)
-    )
-
-
-@case("activity row deleted")
-async def _activity(v: Victim) -> None:
-    await v.sql("DELETE FROM run_activity WHERE tenant=:t AND run_id=:r")
-    await v.sql("UPDATE journal SET epoch=5 WHERE tenant=:t AND run_id=:r AND seq=3")
-
-
-@case(
-    "tail deleted under a seal",
-)
-async def _sealed_tail(v: Victim) -> None:
-    await v.sql("DELETE FROM journal WHERE tenant=:t AND run_id=:r AND seq=4")
-
-
-@case("every record deleted under a seal")
-async def _sealed_all(v: Victim) -> None:
-    await v.sql("DELETE FROM journal WHERE tenant=:t AND run_id=:r")
-    await v.sql("DELETE FROM run_activity WHERE tenant=:t AND run_id=:r")
-
-
-@case("a record appended under a seal")
-async def _sealed_extended(v: Victim) -> None:
-    _, raw = await v.row(4)
-    body = json.loads(raw)
-    body.update(seq=5, kind="Note", text="after the seal")
-    body.pop("outcome"), body.pop("chain_head")
-    extra = json.dumps(body, separators=(",", ":"), sort_keys=True).encode()
-    prev = await _hash(v, 4)
-    await v.sql(
-        "INSERT INTO journal (tenant, run_id, seq, epoch, kind, prev_hash, hash, raw) "
-        "VALUES (:t, :r, 5, 1, 'Note', :p, :h, :raw)",
-        p=prev,
-        h=hashlib.sha256(prev + extra).digest(),
-        raw=extra,
-    )
-
-
-async def _hash(v: Victim, seq: int) -> bytes:
-    async with v.store.engine.connect() as conn:
-        return bytes(
-            (
-                await conn.execute(
-                    text("SELECT hash FROM journal WHERE tenant=:t AND run_id=:r AND seq=:s"),
-                    {**v.params, "s": seq},
-                )
-            ).scalar_one()
-        )
-
-
-@case("100k-deep body")
-async def _deep(v: Victim) -> None:
-    await v.rewrite_body(3, b'{"seq":3,"x":' + b"[" * 100_000 + b"]" * 100_000 + b"}")
-
-
-@case("200-deep body")
-async def _deepish(v: Victim) -> None:
-    await v.rewrite_body(3, _body(v, text=json.loads("[" * 200 + "]" * 200)))
-
-
-@case("body without epoch")
-async def _no_epoch(v: Victim) -> None:
-    await v.rewrite_body(3, _body(v, epoch=_DROP))
-
-
-@case("body with a text epoch")
-async def _text_epoch(v: Victim) -> None:
-    await v.rewrite_body(3, _body(v, epoch="1"))
-
-
-@case("body with a run that is not an id")
-async def _bad_run(v: Victim) -> None:
-    await v.rewrite_body(3, _body(v, run="not-a-ulid"))
-
-
-@case("body with a case that is not an id")
-async def _bad_case(v: Victim) -> None:
-    await v.rewrite_body(3, _body(v, case=12))
-
-
-@case("body with an effect key that is not a key")
-async def _bad_key(v: Victim) -> None:
-    await v.rewrite_body(3, _body(v, effect_key="ek:nothex"))
-
-
-@case("body that is an array")
-async def _array(v: Victim) -> None:
-    await v.rewrite_body(3, b"[1,2,3]")
-
-
-@case("body naming another run")
-async def _foreign_run(v: Victim) -> None:
-    await v.rewrite_body(3, _body(v, run=_OTHER.ulid))
-
-
-_ROW = "WHERE tenant=:t AND run_id=:r AND seq=3"
-SQLITE_ONLY: dict[str, str] = {
-    "raw as TEXT": f"UPDATE journal SET raw=CAST(raw AS TEXT) {_ROW}",
-    "hash as TEXT": f"UPDATE journal SET hash='0123456789abcdef0123456789abcdef' {_ROW}",
-    "prev_hash as TEXT": f"UPDATE journal SET prev_hash=hex(prev_hash) {_ROW}",
-    "seq as TEXT": f"UPDATE journal SET seq='three' {_ROW}",
-    "epoch as TEXT": f"UPDATE journal SET epoch='one' {_ROW}",
-    "kind as BLOB": f"UPDATE journal SET kind=CAST('Note' AS BLOB) {_ROW}",
-    "key_id as BLOB": f"UPDATE journal SET key_id=CAST(key_id AS BLOB) {_ROW}",
-    "signature as TEXT": f"UPDATE journal SET signature='sig' {_ROW}",
-    # The row drops out of `run_id = ?` (a BLOB never equals TEXT): a sealed run shows it.
-    "run_id as BLOB (sealed run)": f"UPDATE journal SET run_id=CAST(run_id AS BLOB) {_ROW}",
-}
-
-SEALED = {
-    "tail deleted under a seal",
-    "every record deleted under a seal",
-    "a record appended under a seal",
-    "run_id as BLOB (sealed run)",
-}
-
-
-async def tamper(store: SqlJournalStore, name: str) -> tuple[Victim, list[RunId]]:
-    """Build an honest run, apply case ``name``; the victim and every run it broke."""
-    victim = await honest_run(store, seal=name in SEALED)
-    if name in SQLITE_ONLY:
-        await victim.sql(SQLITE_ONLY[name])
-        return victim, [victim.run]
-    broken = await CASES[name](victim)
-    return victim, [victim.run] if broken is None else broken
+from support.helpers import admitted, key, note, started
+from support.tamper import SIGNER, VERIFIER, Victim, honest_run, run_cli
+from support.tamper_cases import CASES, SQLITE_ONLY, tamper
 
 
 async def assert_detected(store: SqlJournalStore, run: RunId) -> None:
@@ -480,13 +179,7 @@ async def test_case_history_is_exact_when_the_case_index_lies(
 # -- the command line, as an auditor runs it --------------------------------------------------
 
 
-def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "AGENTPLANE_JOURNAL_URL"}
-    return subprocess.run(
-        [*CLI, *args], capture_output=True, text=True, env=env, timeout=300, check=False
-    )
-
-
+@pytest.mark.slow
 async def test_verify_all_and_export_all_report_every_tampered_run_and_carry_on(
     make_store: Callable[..., Any], dialect: str, database_url: str
 ) -> None:
@@ -538,6 +231,7 @@ async def test_verify_all_and_export_all_report_every_tampered_run_and_carry_on(
             assert str(run) not in exported, name
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "edit",
     ["run_id='run_not-a-run'", "chain_head=:short"],

@@ -15,7 +15,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from migration_tools import query
+
+from support.migration_tools import query
+
+pytestmark = pytest.mark.slow
 
 HOST_CONFTEST = 'pytest_plugins = ["agentplane_journal.testing"]\n'
 

@@ -15,11 +15,9 @@ import os
 from pathlib import Path
 
 import pytest
-from test_log import bulk_seal
 
-from agentplane_journal import Digest, NoteSigner, RunId, SqlJournalStore
+from agentplane_journal import NoteSigner, SqlJournalStore
 from agentplane_journal.cli.tiles import TileConflictError, export_tiles
-from agentplane_journal.core.merkle import raw_leaf
 from agentplane_journal.core.tiles import (
     Tile,
     decode_bundle,
@@ -30,7 +28,10 @@ from agentplane_journal.core.tiles import (
     tiles_for_size,
 )
 
-SEED = bytes(range(1, 33))
+from support.logs import SEED, _scales, bulk_seal, check_with_scales, sealed_leaves
+
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -108,53 +109,12 @@ def test_bundles_round_trip() -> None:
 # -- the export, read back by tlog-scales -------------------------------------------------
 
 
-def _scales() -> object:
-    try:
-        from tlog_scales import backend, reader
-    except ImportError:
-        if os.environ.get("CI"):
-            pytest.fail("CI must run the tlog-scales interop test (pip install -e '.[test]')")
-        pytest.skip("tlog-scales is not installed (pip install tlog-scales)")
-    return backend, reader
-
-
-def sealed_leaves(n: int, salt: str = "") -> list[tuple[str, bytes, int, str]]:
-    return [
-        (str(RunId.generate()), bytes(Digest.of(f"{salt}{i}".encode())), 1_700_000_000, "ok")
-        for i in range(n)
-    ]
-
-
 def tree_files(directory: Path) -> dict[str, tuple[int, int]]:
     return {
         str(p.relative_to(directory)): (p.stat().st_ino, p.stat().st_mtime_ns)
         for p in directory.rglob("*")
         if p.is_file()
     }
-
-
-async def check_with_scales(
-    location: str, store: SqlJournalStore, leaves: list[tuple[str, bytes, int, str]]
-) -> None:
-    """tlog-scales reads the log at ``location``: same root, entries, inclusion proofs."""
-    backend, reader = _scales()  # type: ignore[misc]
-    from tlog_scales import signing, tiles
-
-    tr = reader.TilesReader(backend.make_backend(location))
-    cp = tr.get_checkpoint()
-    ours = await store.checkpoint()
-    assert (cp.origin, cp.size) == (ours.origin, ours.size) == (store.origin, len(leaves))
-    assert tr.calculate_root_hash() == bytes(ours.root)
-    cp.verify(signing.Vkey.from_string(NoteSigner(store.origin, SEED).verifier_key))
-    for index in sorted({0, 255, 256, 257, len(leaves) // 2, len(leaves) - 1}):
-        run, head = leaves[index][0], leaves[index][1]
-        assert tr.get_entry(index) == head
-        proof = tr.get_inclusion_proof(index, cp.size)
-        inc = await store.inclusion_proof(RunId.parse(run))
-        assert inc is not None and inc.index == index
-        assert proof.node_hashes == [bytes(p) for p in inc.proof]
-        proof.check(tiles.leaf_hash(head), cp.root_hash)
-        assert tiles.leaf_hash(head) == raw_leaf(head)
 
 
 async def test_export_is_read_back_by_tlog_scales_and_grows_incrementally(

@@ -18,11 +18,13 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from test_log import bulk_seal
-from test_tiles import SEED, sealed_leaves
 
 from agentplane_journal import NoteSigner, SqlJournalStore
 from agentplane_journal.cli.tiles import export_tiles
+
+from support.logs import SEED, bulk_seal, sealed_leaves
+
+pytestmark = pytest.mark.slow
 
 GOCODE = Path("/usr/share/gocode")
 TLOG_SRC = GOCODE / "src/golang.org/x/mod/sumdb/tlog/tile.go"

@@ -25,32 +25,17 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import text
-from test_log import bulk_seal
-from test_tiles import SEED, check_with_scales, sealed_leaves
 
 from agentplane_journal import Append, RunId, SqlJournalStore
 from agentplane_journal.web import page
 
+from support.chromium import _need, chromium_dom
+from support.logs import SEED, bulk_seal, check_with_scales, sealed_leaves
+
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parent.parent
 READER_TOKEN = "test-reader-token-0123456789"
-CHROMIUM_FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-
-
-def _need(tool: str | None, what: str) -> str:
-    if tool is None:
-        if os.environ.get("CI"):
-            pytest.fail(f"CI must run the serve tests: {what} is not installed")
-        pytest.skip(f"{what} is not installed")
-    return tool
 
 
 def _free_port() -> int:
@@ -161,18 +146,6 @@ def reader_page(url: str, path: Path) -> str:
     return path.as_uri()
 
 
-def chromium_dom(url: str, profile: Path) -> str:
-    binary = _need(shutil.which("chromium"), "chromium (apt-get install chromium)")
-    done = subprocess.run(
-        [binary, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--dump-dom", url],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    return done.stdout
-
-
 async def test_served_log_is_read_by_tlog_scales_with_the_specs_headers(
     store: SqlJournalStore, serve: object
 ) -> None:
@@ -213,6 +186,7 @@ async def test_served_log_is_read_by_tlog_scales_with_the_specs_headers(
 
 # The page is the same on both dialects (its reads are tested on both); one browser run.
 @pytest.mark.parametrize("dialect", ["sqlite"])
+@pytest.mark.chromium
 async def test_audit_page_in_chromium(
     store: SqlJournalStore, serve: object, tmp_path: Path
 ) -> None:

@@ -16,7 +16,7 @@ from agentplane_journal import RunId, SqlJournalStore
 from agentplane_journal.cli.main import main
 from agentplane_journal.core.typed_022 import decode_problem, dropped_members
 
-from helpers import TRUSTED
+from support.helpers import TRUSTED
 
 ENV = {"seq": 1, "run": "01ARZ3NDEKTSV4RRFFQ69G5FAV", "epoch": 1, "v": 1}
 STARTED = {

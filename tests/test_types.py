@@ -19,6 +19,10 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[1]
 HOST_GUIDE = ROOT / "docs" / "host-guide.md"
 

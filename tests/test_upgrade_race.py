@@ -90,6 +90,7 @@ def race_upgrades(url: str, processes: int = PROCESSES) -> list[subprocess.Compl
     return done
 
 
+@pytest.mark.slow
 async def test_eight_processes_upgrading_one_fresh_database_at_once_all_succeed(
     fresh_url: str,
 ) -> None:

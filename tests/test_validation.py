@@ -34,8 +34,8 @@ from agentplane_journal import (
     SqlJournalStore,
 )
 
-from conftest import FakeClock
-from helpers import note
+from support.clock import FakeClock
+from support.helpers import note
 
 SETTINGS = settings(
     max_examples=30,

@@ -10,9 +10,9 @@ import importlib.metadata
 import re
 import tomllib
 
-from migration_tools import REPO
-
 import agentplane_journal
+
+from support.migration_tools import REPO
 
 
 def test_the_installed_metadata_names_the_packages_version() -> None:

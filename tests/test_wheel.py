@@ -19,11 +19,14 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from migration_tools import REPO
 
 import agentplane_journal
 from agentplane_journal.db.models import VERSION_TABLE, metadata
 from agentplane_journal.db.revision import HEAD_REVISION
+
+from support.migration_tools import REPO
+
+pytestmark = pytest.mark.slow
 
 SNIPPET = """
 import asyncio, json, sys

@@ -13,7 +13,7 @@ import pytest
 from agentplane_journal import Append, RunId, SqlJournalStore
 from agentplane_journal.core import canon as canon
 
-from helpers import admitted
+from support.helpers import admitted
 
 _new_format_float = canon.format_float
 

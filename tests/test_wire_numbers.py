@@ -19,8 +19,8 @@ from agentplane_journal.cli.main import main
 from agentplane_journal.journal.export import write_export
 from agentplane_journal.journal.restore import restore_export
 
-from conftest import FakeClock
-from helpers import TRUSTED
+from support.clock import FakeClock
+from support.helpers import TRUSTED
 
 #: doubles canon v1 prints as integers wider than 64 bits, and the 64-bit edges beside them
 WIDE: list[Any] = [

@@ -12,16 +12,15 @@ from __future__ import annotations
 import base64
 import dataclasses
 import json
-import time
 from typing import Any
 
 import httpx
 import pytest
 from sqlalchemy import text
 
-from agentplane_journal import Checkpoint, Digest, NoteSigner, RunId, SqlJournalStore
+from agentplane_journal import Checkpoint, Digest, NoteSigner, SqlJournalStore
 from agentplane_journal.core.cosignature import Cosignature, Cosigner, CosignerKey
-from agentplane_journal.core.merkle import EMPTY_ROOT, verify_consistency
+from agentplane_journal.core.merkle import verify_consistency
 from agentplane_journal.core.note import open_note
 from agentplane_journal.core.policy import parse_policy
 from agentplane_journal.core.receipt import parse_receipt, verify_receipt
@@ -33,72 +32,10 @@ from agentplane_journal.errors import (
 )
 from agentplane_journal.witness.client import witness_round
 
-from helpers import admitted, concluded, key, note, started
+from support.witnesses import LOG_SEED, W1, FakeWitness, seal_runs, witness_policy
 
-LOG_SEED = bytes(range(32))
-W1 = Cosigner("witness.example/w1", bytes(range(1, 33)))
 W2 = Cosigner("witness.example/w2", bytes(range(2, 34)))
 W3 = Cosigner("witness.example/w3", bytes(range(3, 35)))
-
-
-class FakeWitness:
-    """A tlog-witness in memory: verifies the log signature and the consistency proof."""
-
-    def __init__(self, cosigner: Cosigner, log_vkey: str) -> None:
-        self.cosigner = cosigner
-        self.log_vkey = log_vkey
-        self.state: dict[str, tuple[int, Digest]] = {}
-        self.requests = 0
-
-    def handle(self, request: httpx.Request) -> httpx.Response:
-        self.requests += 1
-        body = request.content.decode()
-        head, _, note_text = body.partition("\n\n")
-        lines = head.split("\n")
-        old = int(lines[0].removeprefix("old "))
-        proof = [Digest(base64.b64decode(x)) for x in lines[1:]]
-        try:
-            cp = Checkpoint.from_signed_note(note_text, [self.log_vkey])
-        except ValueError:
-            return httpx.Response(403)
-        if old > cp.size:
-            return httpx.Response(400)
-        size, root = self.state.get(cp.origin, (0, EMPTY_ROOT))
-        if old != size:
-            return httpx.Response(
-                409, content=f"{size}\n", headers={"content-type": "text/x.tlog.size"}
-            )
-        if old == cp.size:
-            ok = root == cp.root
-        elif old == 0:
-            ok = not proof
-        else:
-            ok = verify_consistency(old, root, cp.size, cp.root, proof)
-        if not ok:
-            return httpx.Response(422)
-        self.state[cp.origin] = (cp.size, cp.root)
-        cosig = self.cosigner.cosign(cp.to_note(), int(time.time()))
-        return httpx.Response(200, content=cosig.line)
-
-
-def _policy(*witnesses: tuple[str, Cosigner, str | None], quorum: str, logs: str = "") -> Any:
-    lines = [logs] if logs else []
-    for name, cosigner, url in witnesses:
-        lines.append(f"witness {name} {cosigner.key.vkey}" + (f" {url}" if url else ""))
-    lines.append(quorum)
-    return parse_policy("\n".join(lines) + "\n")
-
-
-async def _seal(store: SqlJournalStore, n: int) -> list[RunId]:
-    runs = []
-    for _ in range(n):
-        run = RunId.generate()
-        lease = await store.acquire(run, "worker", 60)
-        await store.append(lease.epoch, [admitted(run), started(run, key(1)), note(run)])
-        await store.append(lease.epoch, [concluded(run, "succeeded")])
-        await store.seal(run, lease.epoch, "succeeded")
-        runs.append(run)
-    return runs
 
 
 def _client(*witnesses: FakeWitness) -> httpx.AsyncClient:
@@ -198,12 +135,12 @@ async def test_a_round_cosigns_stores_and_later_rounds_send_consistency_proofs(
 ) -> None:
     signer = NoteSigner(store.origin, LOG_SEED)
     w1, w2 = FakeWitness(W1, signer.verifier_key), FakeWitness(W2, signer.verifier_key)
-    policy = _policy(
+    policy = witness_policy(
         ("a", W1, "http://w1.test"),
         ("b", W2, "http://w2.test"),
         quorum="group both all a b\nquorum both",
     )
-    await _seal(store, 3)
+    await seal_runs(store, 3)
     async with _client(w1, w2) as client:
         first = await witness_round(store, signer, policy, client=client)
         assert first.quorum_met and [o.status for o in first.outcomes] == ["cosigned"] * 2
@@ -212,16 +149,16 @@ async def test_a_round_cosigns_stores_and_later_rounds_send_consistency_proofs(
         assert len(lines) == 2
         opened = open_note(first.signed_note + "".join(lines), [signer.verifier_key])
         assert {n for n, _ in opened.unverified} == {W1.key.name, W2.key.name}
-        await _seal(store, 4)
+        await seal_runs(store, 4)
         second = await witness_round(store, signer, policy, client=client)
         assert second.quorum_met and second.checkpoint.size == 7
         assert all(o.detail == "old size 3" for o in second.outcomes)
         # Someone else moved w2 on: 409, and the client retries from the size it names.
-        await _seal(store, 2)
+        await seal_runs(store, 2)
         cp9, proof = await store.checkpoint_at(9, 7)
         w2.state[store.origin] = (9, cp9.root)
         assert verify_consistency(7, second.checkpoint.root, 9, cp9.root, proof)
-        await _seal(store, 1)
+        await seal_runs(store, 1)
         third = await witness_round(store, signer, policy, client=client)
         assert [o.detail for o in third.outcomes] == ["old size 7", "old size 9"]
         assert third.quorum_met
@@ -234,8 +171,8 @@ async def test_a_forked_log_is_reported_forked_and_nothing_is_stored(
     store = await make_store()
     signer = NoteSigner(store.origin, LOG_SEED)
     w1 = FakeWitness(W1, signer.verifier_key)
-    policy = _policy(("a", W1, "http://w1.test"), quorum="quorum a")
-    await _seal(store, 2)
+    policy = witness_policy(("a", W1, "http://w1.test"), quorum="quorum a")
+    await seal_runs(store, 2)
     # The witness saw another log of this origin and key at size 2 (a split view).
     w1.state[store.origin] = (2, Digest.of(b"the other branch"))
     async with _client(w1) as client:
@@ -251,8 +188,8 @@ async def test_a_witness_ahead_of_the_round_is_stale_if_the_log_grew_and_forked_
 ) -> None:
     signer = NoteSigner(store.origin, LOG_SEED)
     w1 = FakeWitness(W1, signer.verifier_key)
-    policy = _policy(("a", W1, "http://w1.test"), quorum="quorum a")
-    await _seal(store, 3)
+    policy = witness_policy(("a", W1, "http://w1.test"), quorum="quorum a")
+    await seal_runs(store, 3)
     async with _client(w1) as client:
         # A newer round (size 3) got there first; this round's checkpoint is of size 2.
         cp3, _ = await store.checkpoint_at(3)
@@ -277,10 +214,10 @@ async def test_an_unreachable_witness_is_unavailable_and_a_url_less_one_not_aske
     def refuse(request: httpx.Request) -> httpx.Response:
         raise httpx.ConnectError("connection refused", request=request)
 
-    policy = _policy(
+    policy = witness_policy(
         ("a", W1, "http://w1.test"), ("b", W2, None), quorum="group g any a b\nquorum g"
     )
-    await _seal(store, 1)
+    await seal_runs(store, 1)
     async with httpx.AsyncClient(transport=httpx.MockTransport(refuse)) as client:
         result = await witness_round(store, signer, policy, client=client)
     assert [(o.witness, o.status) for o in result.outcomes] == [
@@ -300,16 +237,16 @@ async def test_a_receipt_verifies_offline_and_every_tampering_is_a_failed_check(
 
     signer = NoteSigner(store.origin, LOG_SEED)
     w1, w2 = FakeWitness(W1, signer.verifier_key), FakeWitness(W2, signer.verifier_key)
-    policy = _policy(
+    policy = witness_policy(
         ("a", W1, "http://w1.test"),
         ("b", W2, "http://w2.test"),
         quorum="group g 2 a b\nquorum g",
         logs=f"log {signer.verifier_key}",
     )
-    runs = await _seal(store, 5)
+    runs = await seal_runs(store, 5)
     async with _client(w1, w2) as client:
         await witness_round(store, signer, policy, client=client)
-    after = await _seal(store, 2)  # sealed after the cosigned checkpoint
+    after = await seal_runs(store, 2)  # sealed after the cosigned checkpoint
     receipt, cosigned, _ = await _receipt(store, str(runs[3]), signer)
     assert cosigned == 2 and receipt.index == 3
     text = receipt.to_text()
@@ -317,7 +254,7 @@ async def test_a_receipt_verifies_offline_and_every_tampering_is_a_failed_check(
     assert report.ok, report.checks
     assert parse_receipt(text).head == receipt.head
     assert not verify_receipt(text, policy, str(runs[0])).ok  # another run's
-    one_witness = _policy(
+    one_witness = witness_policy(
         ("a", W1, None),
         ("c", W3, None),
         quorum="group g all a c\nquorum g",
@@ -365,12 +302,12 @@ async def test_a_hostile_stored_cosignature_is_reported_and_never_served(
 ) -> None:
     signer = NoteSigner(store.origin, LOG_SEED)
     w1, w2 = FakeWitness(W1, signer.verifier_key), FakeWitness(W2, signer.verifier_key)
-    policy = _policy(
+    policy = witness_policy(
         ("a", W1, "http://w1.test"),
         ("b", W2, "http://w2.test"),
         quorum="group g all a b\nquorum g",
     )
-    await _seal(store, 2)
+    await seal_runs(store, 2)
     async with _client(w1, w2) as client:
         result = await witness_round(store, signer, policy, client=client)
     cp = result.checkpoint

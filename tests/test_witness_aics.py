@@ -36,12 +36,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_cli import add_runs
 
 from agentplane_journal import NoteSigner, SqlJournalStore
 from agentplane_journal.cli.main import main
 from agentplane_journal.core.merkle import leaf_hash
 from agentplane_journal.core.receipt import parse_receipt
+
+from support.cli import add_runs
+
+pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parent.parent
 VENV = Path(os.environ.get("AGENTPLANE_AICS_VENV", ROOT / ".ci-cache" / "aics-venv"))

@@ -19,11 +19,12 @@ from typing import Any
 import httpx
 import pytest
 from sqlalchemy import text
-from test_witness import W1, FakeWitness, _policy, _seal
 
 from agentplane_journal import NoteSigner, SqlJournalStore
 from agentplane_journal.core.cosignature import Cosigner
 from agentplane_journal.witness.client import witness_round
+
+from support.witnesses import W1, FakeWitness, seal_runs, witness_policy
 
 LOG_SEED = bytes(range(32))
 HUGE = 256 * 1024 * 1024
@@ -110,8 +111,8 @@ async def test_hostile_witnesses_are_each_their_own_failure(
     for i, (name, mode) in enumerate(hostile.items()):
         cosigner = Cosigner(f"witness.example/{name}", bytes([i + 10] * 32))
         witnesses.append((name, cosigner, await serve(mode)))
-    policy = _policy(*witnesses, quorum="quorum a")
-    await _seal(store, 3)
+    policy = witness_policy(*witnesses, quorum="quorum a")
+    await seal_runs(store, 3)
 
     tracemalloc.start()
     started = time.monotonic()
@@ -140,8 +141,8 @@ async def test_a_garbage_cosignature_row_is_never_used(
 
     signer = NoteSigner(store.origin, LOG_SEED)
     honest = FakeWitness(W1, signer.verifier_key)
-    policy = _policy(("a", W1, await serve("honest", honest)), quorum="quorum a")
-    runs = await _seal(store, 2)
+    policy = witness_policy(("a", W1, await serve("honest", honest)), quorum="quorum a")
+    runs = await seal_runs(store, 2)
     first = await witness_round(store, signer, policy)
     assert first.quorum_met
     async with store.engine.begin() as conn:
@@ -160,7 +161,7 @@ async def test_a_garbage_cosignature_row_is_never_used(
                     "v": W1.key.vkey,
                 },
             )
-    await _seal(store, 1)
+    await seal_runs(store, 1)
     second = await witness_round(store, signer, policy)
     (outcome,) = second.outcomes
     assert outcome.status == "cosigned" and "old size 2" in outcome.detail, outcome

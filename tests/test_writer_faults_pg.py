@@ -24,9 +24,10 @@ from agentplane_journal import BackendError, CommitUnknownError, RunId, SqlJourn
 from agentplane_journal.backends.postgresql import writer as pgpath
 from agentplane_journal.core.batch import chain_batch
 
-from conftest import FakeClock, _dsn
-from helpers import note
-from races import until_waiting
+from support.clock import FakeClock
+from support.databases import dsn
+from support.helpers import note
+from support.races import until_waiting
 
 pytestmark = [pytest.mark.postgres, pytest.mark.race]
 
@@ -50,7 +51,7 @@ async def warm(store: SqlJournalStore, *runs: RunId) -> None:
 
 async def hold(url: str, sql: str, *args: Any) -> tuple[asyncpg.Connection, Any]:
     """Another transaction that runs ``sql`` and keeps its locks until rolled back."""
-    conn = await asyncpg.connect(_dsn(url))
+    conn = await asyncpg.connect(dsn(url))
     tx = conn.transaction()
     await tx.start()
     await conn.execute(sql, *args)
@@ -154,7 +155,7 @@ async def test_a_pooled_connection_closed_by_the_server_is_not_an_unknown_commit
         await warm(store, run)
         async with store.engine.connect() as c:
             pid = (await c.exec_driver_sql("SELECT pg_backend_pid()")).scalar_one()
-        admin = await asyncpg.connect(_dsn(pg_battery_url))
+        admin = await asyncpg.connect(dsn(pg_battery_url))
         try:
             assert await admin.fetchval("SELECT pg_terminate_backend($1)", pid)
         finally:

@@ -18,7 +18,7 @@ from typing import Any
 
 from agentplane_journal import BackendError, RunId, SqlJournalStore
 
-from helpers import note
+from support.helpers import note
 
 BOUND = 10.0  # seconds: any append not answered by then has hung
 

@@ -66,18 +66,12 @@ HEAD = (
 )
 #: One record by seq.
 AT = f"SELECT {_COLUMNS} FROM {{s}}journal WHERE tenant = $1 AND run_id = $2 AND seq = $3"
-#: The records at the seqs listed in ``$3`` (a JSON array on SQLite, a ``bigint[]`` written
-#: as text on PostgreSQL: asyncpg's text codec needs no introspection), by seq.
-SEQS = {
-    "postgresql": (
-        f"SELECT {_COLUMNS} FROM {{s}}journal WHERE tenant = $1 AND run_id = $2"
-        " AND seq = ANY($3::text::bigint[]) ORDER BY seq"
-    ),
-    "sqlite": (
-        f"SELECT {_COLUMNS} FROM {{s}}journal WHERE tenant = $1 AND run_id = $2"
-        " AND seq IN (SELECT value FROM json_each($3)) ORDER BY seq"
-    ),
-}
+#: The records at the seqs listed in ``$3``, by seq: ``{seqs}`` is the dialect's subquery over
+#: that one text parameter (``Dialect.seqs_from_param``, ``Dialect.seq_list``).
+SEQS = (
+    f"SELECT {_COLUMNS} FROM {{s}}journal WHERE tenant = $1 AND run_id = $2"
+    " AND seq IN ({seqs}) ORDER BY seq"
+)
 #: The run's sealed head alone.
 SEAL = "SELECT chain_head FROM {s}run_seal WHERE tenant = $1 AND run_id = $2"
 #: The run's seal (``chain_head``, the last column of every row) and its records from ``$3``

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from agentplane_journal.core.b64 import b64decode_canonical
+from agentplane_journal.core.error_groups import CorruptionError
 from agentplane_journal.core.ids import Digest
 from agentplane_journal.core.merkle import EMPTY_ROOT, leaf_hash, verify_inclusion
 
@@ -37,7 +38,7 @@ Notes 0.4.0 published for an empty log carry it; see :attr:`Checkpoint.is_v040_e
 _U64_MAX = 2**64 - 1
 
 
-class IncoherentCheckpointError(ValueError):
+class IncoherentCheckpointError(ValueError, CorruptionError):
     """A checkpoint note whose size and root cannot both be true: size 0 beside a root that
     is not the empty log's. Well formed, but it names a log that cannot exist, so it was
     altered or is not a checkpoint of an empty log (the command line reports it as FAILED)."""

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentplane_journal.core.canon_v1 import canonical_bytes_v1
-from agentplane_journal.errors import StoreError
+from agentplane_journal.errors import CorruptionError, RefusedError
 
 __all__ = [
     "ENVELOPE_FORMAT_VERSION",
@@ -58,7 +58,7 @@ KEY_BYTES = 32
 _HEADER = 1 + 4
 
 
-class EnvelopeRefusedError(StoreError):
+class EnvelopeRefusedError(CorruptionError):
     """A sealed payload that is damaged, or was moved: it does not authenticate where it is.
 
     This is the tampering answer: a truncated header, a wrapped key that does not parse, a
@@ -76,7 +76,7 @@ class EnvelopeRefusedError(StoreError):
         )
 
 
-class UnknownEnvelopeFormatError(StoreError):
+class UnknownEnvelopeFormatError(RefusedError):
     """An envelope of a format version this build does not read: not damage, not erasure."""
 
     def __init__(self, version: int) -> None:
@@ -89,7 +89,7 @@ class UnknownEnvelopeFormatError(StoreError):
         )
 
 
-class ScopeErasedError(StoreError):
+class ScopeErasedError(RefusedError):
     """The scope's wrapping key was destroyed: the payloads it sealed are gone by design."""
 
     def __init__(self, scope: str, at: float | None = None, reason: str | None = None) -> None:

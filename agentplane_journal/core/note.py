@@ -44,6 +44,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from agentplane_journal.core.b64 import b64decode_canonical
+from agentplane_journal.core.error_groups import CorruptionError
 
 __all__ = [
     "ED25519_TYPE",
@@ -70,7 +71,7 @@ _SIGNATURE_BYTES = 64
 _HEX8 = re.compile(r"[0-9a-fA-F]{8}")
 
 
-class NoteVerificationError(ValueError):
+class NoteVerificationError(ValueError, CorruptionError):
     """A signed note failed its signature check (not merely malformed text).
 
     Raised when a trusted key's signature does not verify, or when no signature from a

@@ -110,6 +110,14 @@ class Dialect(Protocol):
     url_scheme: str
     #: The URL schemes that reach this database: the bare backend names get the driver.
     url_schemes: tuple[str, ...]
+    #: A subquery over the seqs bound as ``$3`` (:meth:`seq_list`), for the lean reads'
+    #: records-by-seq statement (``backends.reader.SEQS``).
+    seqs_from_param: str
+
+    def seq_list(self, seqs: list[int]) -> str:
+        """``seqs`` as the one text parameter :attr:`seqs_from_param` reads."""
+        ...
+
     #: A URL of this database, for messages.
     url_example: str
     #: Whether the database has schemas (``schema=``, ``--schema``); without them, the
@@ -267,6 +275,8 @@ class PostgresDialect:
 
     name = "postgresql"
     title = "PostgreSQL"
+    # a bigint[] written as text: asyncpg's text codec needs no type introspection
+    seqs_from_param = "SELECT unnest($3::text::bigint[])"
     driver = "asyncpg"
     url_scheme = "postgresql+asyncpg"
     # Heroku-style ``postgres://`` too, so one URL works for the library, the migrations
@@ -315,6 +325,9 @@ class PostgresDialect:
         # PostgreSQL's default isolation level; what is installed is statement names no
         # other client of a pooler can hold.
         self.name_statements(engine)
+
+    def seq_list(self, seqs: list[int]) -> str:
+        return "{" + ",".join(map(str, seqs)) + "}"
 
     def name_statements(self, engine: AsyncEngine) -> None:
         pgnames.install(engine)
@@ -437,6 +450,7 @@ class SqliteDialect:
 
     name = "sqlite"
     title = "SQLite"
+    seqs_from_param = "SELECT value FROM json_each($3)"
     driver = "aiosqlite"
     url_scheme = "sqlite+aiosqlite"
     url_schemes: tuple[str, ...] = ("sqlite", "sqlite+aiosqlite")
@@ -570,6 +584,9 @@ class SqliteDialect:
 
     async def standbys(self, conn: AsyncConnection, position: str) -> list[dict[str, Any]]:
         return []
+
+    def seq_list(self, seqs: list[int]) -> str:
+        return "[" + ",".join(map(str, seqs)) + "]"
 
     def name_statements(self, engine: AsyncEngine) -> None:
         return None  # no server, no pooler: statements live in this process

@@ -58,10 +58,10 @@ from agentplane_journal.db.statements import (
 )
 from agentplane_journal.db.unit import Repository
 from agentplane_journal.errors import (
+    ConflictError,
     CorruptLogError,
     LeaseHeldError,
     RunSealedError,
-    StoreError,
 )
 from agentplane_journal.journal.reads import driver_rows
 from agentplane_journal.journal.run_state import RunState
@@ -69,7 +69,7 @@ from agentplane_journal.journal.run_state import RunState
 __all__ = ["GuardedAppends", "HeadMovedError", "Tail"]
 
 
-class HeadMovedError(StoreError):
+class HeadMovedError(ConflictError):
     """A guarded append found another head than the one its change was computed from.
 
     Nothing was written. ``seq``/``head`` are the head found (re-hashed from its row under the

@@ -347,10 +347,9 @@ class RunReads(Repository):
             return []
         reader = await self._lean(session, primary=False)
         if reader is not None:
-            listed = "[" + ",".join(map(str, wanted)) + "]"
-            if reader.dialect == "postgresql":
-                listed = "{" + listed[1:-1] + "}"
-            rows = await reader.rows(lean.SEQS[reader.dialect], self.tenant, str(run), listed)
+            statement = lean.SEQS.replace("{seqs}", self._dialect.seqs_from_param)
+            listed = self._dialect.seq_list(wanted)
+            rows = await reader.rows(statement, self.tenant, str(run), listed)
             return [record_from_row(tuple(row)) for row in rows]
         stmt = (
             select(*RECORD_COLUMNS)

@@ -44,7 +44,7 @@ from agentplane_journal.core.export_read import RunBlock, read_line, run_block
 from agentplane_journal.core.ids import RunId
 from agentplane_journal.core.profile import WireProfile, profile_named, profile_of_record
 from agentplane_journal.core.record import decode_wire
-from agentplane_journal.errors import CommitUnknownError
+from agentplane_journal.errors import CommitUnknownError, UnavailableError
 from agentplane_journal.journal.bulk import AppendStep, SealStep, Step, write_steps
 from agentplane_journal.journal.restore_check import Frame, Judge, RestoreRefused
 from agentplane_journal.journal.store import SqlJournalStore
@@ -58,7 +58,7 @@ run). One batch is written while the next is read."""
 _FALLBACK_OUTCOME = "restored"
 
 
-class RestoreIncomplete(RuntimeError):
+class RestoreIncomplete(RuntimeError, UnavailableError):
     """Writing failed part-way (the database refused a batch, or could not be reached).
 
     Each batch is one transaction, so the target holds whole batches only: ``records``

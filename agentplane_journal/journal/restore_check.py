@@ -50,7 +50,7 @@ from agentplane_journal.core.export_verify import ExportVerifier
 from agentplane_journal.core.ids import Digest, EffectKey, RunId
 from agentplane_journal.core.profile import PROFILES, WireProfile, profile_of_record
 from agentplane_journal.core.record import Record
-from agentplane_journal.errors import RecordTooLargeError
+from agentplane_journal.errors import RecordTooLargeError, RefusedError
 
 __all__ = ["Frame", "Judge", "RestoreRefused"]
 
@@ -58,7 +58,7 @@ _SHOWN = 5
 """Findings quoted in a refusal (the rest are counted; ``verify-export`` lists them all)."""
 
 
-class RestoreRefused(ValueError):
+class RestoreRefused(ValueError, RefusedError):
     """The export cannot be restored, or the target is not empty; nothing was written."""
 
 

@@ -38,7 +38,7 @@ from agentplane_journal.core.envelope import (
     aead_encrypt,
     random_bytes,
 )
-from agentplane_journal.errors import StoreError
+from agentplane_journal.errors import UnavailableError
 
 __all__ = [
     "CallbackKeySource",
@@ -50,7 +50,7 @@ __all__ = [
 ]
 
 
-class KeyCustodyError(StoreError):
+class KeyCustodyError(UnavailableError):
     """The key source cannot do what was asked (unreadable, unsafe, read-only, unreachable).
 
     Not an erasure and not tampering: the remedy is the operator's (a file mode, a variable,

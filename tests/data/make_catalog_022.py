@@ -22,7 +22,8 @@ sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
 from make_catalog_040 import run, write  # noqa: E402
-from reference import CATALOG_022, REFERENCE_022, schema_022  # noqa: E402
+
+from support.reference import CATALOG_022, REFERENCE_022, schema_022  # noqa: E402
 
 if __name__ == "__main__":
     run(

@@ -5,7 +5,7 @@ reference source (or point ``AGENTPLANE_JOURNAL_REFERENCE`` at it)::
 
     python tests/data/make_catalog_040.py
 
-It starts a throwaway PostgreSQL cluster (``tests/pgcluster.py``; or uses
+It starts a throwaway PostgreSQL cluster (``tests/support/pgcluster.py``; or uses
 ``AGENTPLANE_JOURNAL_TEST_PG_URL``), creates an empty database, runs 0.4.0's ``SCHEMA``
 exactly as its store does on connect, and writes what the catalogs say about it. Commit
 the result; ``tests/test_schema_compat.py`` checks it against the source whenever the
@@ -26,11 +26,11 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 import asyncpg  # noqa: E402
-from migration_tools import catalog  # noqa: E402
-from reference import CATALOG_040, REFERENCE, reference_dir, schema_040, to_json  # noqa: E402
 from sqlalchemy.engine import make_url  # noqa: E402
 
-from pgcluster import Cluster  # noqa: E402
+from support.migration_tools import catalog  # noqa: E402
+from support.pgcluster import Cluster  # noqa: E402
+from support.reference import CATALOG_040, REFERENCE, reference_dir, schema_040, to_json  # noqa: E402
 
 
 def _dsn(url: str, database: str | None = None) -> str:

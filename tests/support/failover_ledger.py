@@ -39,7 +39,7 @@ from agentplane_journal import (
 )
 from agentplane_journal.db.models import RunSeal
 
-from helpers import note
+from support.helpers import note
 
 WRITERS = 16
 OUTCOMES = ("acked", "unknown", "refused")

@@ -20,9 +20,9 @@ import subprocess
 import time
 from pathlib import Path
 
-from patroni import PatroniCluster
-from pgcluster import _free_port
-from pgtopology import need_binary
+from support.patroni import PatroniCluster
+from support.pgcluster import _free_port
+from support.pgtopology import need_binary
 
 CONFIG = """global
     maxconn 200

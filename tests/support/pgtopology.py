@@ -25,7 +25,7 @@ import asyncpg
 import pytest
 from sqlalchemy.engine import make_url
 
-from pgcluster import Cluster, _free_port
+from support.pgcluster import Cluster, _free_port
 
 
 def need_binary(name: str) -> str:

@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from migration_tools import REPO, Catalog
+
+from support.migration_tools import REPO, Catalog
 
 REFERENCE = "seed-postgres-store-0.4.0.rs.txt"
 CATALOG_040 = REPO / "tests" / "data" / "agentplane-0.4.0-catalog.json"

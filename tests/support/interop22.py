@@ -28,11 +28,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from migration_tools import REPO
+
+from support.migration_tools import REPO
 
 SOURCE = REPO.parent / "shared" / "interop" / "agentplane-0.22-verifier"
 if not SOURCE.is_dir() and os.environ.get("AGENTPLANE_JOURNAL_REFERENCE"):
-    # the checkout is elsewhere: shared/ found through its reference folder (tests/reference.py)
+    # the checkout is elsewhere: shared/ found through its reference folder (support/reference.py)
     SOURCE = Path(os.environ["AGENTPLANE_JOURNAL_REFERENCE"]).parent / SOURCE.relative_to(
         REPO.parent / "shared"
     )

@@ -18,7 +18,7 @@ from typing import Any
 from sqlalchemy import pool, text
 from sqlalchemy.ext.asyncio import AsyncConnection, create_async_engine
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 Catalog = dict[str, list[tuple[Any, ...]]]
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import asyncpg
 
-from conftest import _dsn
+from support.databases import dsn
 
 K = 16  # racers in a race of store instances
 
@@ -49,7 +49,7 @@ async def _connection(target: str | asyncpg.Connection) -> AsyncIterator[asyncpg
     if not isinstance(target, str):
         yield target
         return
-    conn = await asyncpg.connect(_dsn(target))
+    conn = await asyncpg.connect(dsn(target))
     try:
         yield conn
     finally:

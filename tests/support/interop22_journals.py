@@ -9,7 +9,7 @@ from typing import Any
 from agentplane_journal import Ed25519Signer, RunId, SqlJournalStore, Steps
 from agentplane_journal.journal.export import write_export
 
-from helpers import TRUSTED
+from support.helpers import TRUSTED
 
 SEED = bytes(range(32))
 KEY_ID = "interop-k1"

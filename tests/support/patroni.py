@@ -36,7 +36,7 @@ from typing import Any
 
 import pytest
 
-from pgcluster import _bindir, _free_port
+from support.pgcluster import _bindir, _free_port
 
 
 def need_patroni() -> tuple[str, str, str]:

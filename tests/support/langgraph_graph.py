@@ -1,0 +1,90 @@
+"""The LangGraph graph the saver's tests run (draft, review with an interrupt, publish), and
+what an attacker with write access and no key does to a thread: shared by tests/test_langgraph.py
+and tests/test_langgraph_trust.py. Import it after checking that langgraph is installed."""
+
+from __future__ import annotations
+
+import operator
+from typing import Annotated, Any, TypedDict
+
+from langgraph.checkpoint.base.id import uuid6
+from langgraph.graph import END, START, StateGraph
+from langgraph.types import interrupt
+from sqlalchemy import insert, text
+
+from agentplane_journal import SqlJournalStore
+from agentplane_journal.core.batch import COLUMNS, chain_batch
+from agentplane_journal.db.models import Journal
+from agentplane_journal.langgraph import JournalSaver, thread_run
+from agentplane_journal.langgraph.records import checkpoint_append
+
+
+class State(TypedDict):
+    topic: str
+    log: Annotated[list[str], operator.add]
+
+
+def draft(state: State) -> dict[str, Any]:
+    return {"log": [f"draft:{state['topic']}"]}
+
+
+def review(state: State) -> dict[str, Any]:
+    answer = interrupt({"question": "publish?", "draft": state["log"][-1]})
+    return {"log": [f"review:{answer}"]}
+
+
+def publish(state: State) -> dict[str, Any]:
+    return {"log": ["published"]}
+
+
+def graph(saver: Any) -> Any:
+    builder = StateGraph(State)
+    builder.add_node("draft", draft)
+    builder.add_node("review", review)
+    builder.add_node("publish", publish)
+    builder.add_edge(START, "draft")
+    builder.add_edge("draft", "review")
+    builder.add_edge("review", "publish")
+    builder.add_edge("publish", END)
+    return builder.compile(checkpointer=saver)
+
+
+def cfg(thread: str) -> dict[str, Any]:
+    return {"configurable": {"thread_id": thread}}
+
+
+async def sql(store: SqlJournalStore, statement: str, **params: Any) -> None:
+    async with store.engine.begin() as conn:
+        await conn.execute(text(statement), {"t": store.tenant, **params})
+
+
+async def forge_tail(store: SqlJournalStore, thread: str, saver: JournalSaver) -> None:
+    """What an attacker with write access and no key can do: chain a new checkpoint (its
+    state rewritten) onto the thread's head, with every hash right."""
+    run = thread_run(thread)
+    records = await store.read(run)
+    latest = await saver.aget_tuple(cfg(thread))
+    assert latest is not None
+    forged = dict(latest.checkpoint)
+    forged["id"] = str(uuid6(clock_seq=-1))
+    values = dict(forged.pop("channel_values"))
+    values["topic"] = "forged"
+    versions = dict(forged["channel_versions"])
+    versions["topic"] = 999
+    forged["channel_versions"] = versions
+    append = checkpoint_append(
+        run,
+        thread,
+        "",
+        forged["id"],
+        latest.checkpoint["id"],
+        saver.serde.dumps_typed(forged),
+        saver.serde.dumps_typed(latest.metadata),
+        [("topic", "999", saver.serde.dumps_typed(values["topic"]))],
+    )
+    head = records[-1]
+    _, rows, _ = chain_batch(
+        store.tenant, str(run), head.body["epoch"], head.seq, head.hash, [append], None
+    )
+    async with store.engine.begin() as conn:
+        await conn.execute(insert(Journal), [dict(zip(COLUMNS, rows[0], strict=True))])
