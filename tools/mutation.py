@@ -18,7 +18,8 @@ marked slow), bounded by ``budget_seconds``. A survivor fails the run unless:
 * it is listed in ``tools/mutation-equivalents.toml`` with the change it makes (so an entry
   whose mutant now makes another change, because the function was edited, is stale and no
   longer excuses anything) and the reason it changes no behaviour; or
-* it only changes the text of an error message (inside a ``raise``: a string literal, an
+* it only changes the text of an error message (inside a ``raise``, or in a line a
+  verifier appends to its report's ``findings``/``not_checked``: a string literal, an
   f-string or what it interpolates): what a person reads, never what is accepted or
   refused. Counted and reported as ``message``.
 
@@ -103,6 +104,8 @@ def prepare(module: str, spec: dict[str, Any], run: dict[str, Any]) -> Path:
     ignore = shutil.ignore_patterns("__pycache__", ".hypothesis", "*.pyc")
     shutil.copytree(ROOT / "agentplane_journal", scratch / "agentplane_journal", ignore=ignore)
     shutil.copytree(ROOT / "tests", scratch / "tests", ignore=ignore)
+    # The migrations, for a covering test that opens a SQLite store (schema only via them).
+    shutil.copytree(ROOT / "alembic", scratch / "alembic", ignore=ignore)
     pytest_ini = tomllib.loads((ROOT / "pyproject.toml").read_text("utf-8"))["tool"]["pytest"]
 
     def timeout(key: str, default: float) -> Any:  # a module's own value, else the run's
@@ -115,6 +118,7 @@ def prepare(module: str, spec: dict[str, Any], run: dict[str, Any]) -> Path:
         f"pytest_add_cli_args_test_selection = {_toml_value(spec['tests'])}",
         f"pytest_add_cli_args = {_toml_value(run['pytest_args'])}",
         "use_git_change_detection = false",
+        'also_copy = ["alembic"]',
         f"timeout_multiplier = {_toml_value(float(timeout('timeout_multiplier', 15.0)))}",
         f"timeout_constant = {_toml_value(float(timeout('timeout_constant', 1.0)))}",
         "",
@@ -212,12 +216,29 @@ def _original(source: ast.Module, stem: str) -> ast.AST | None:
     return None
 
 
+# A verifier's report lists (``report.findings.append(...)``): their text is what a person
+# reads; whether a finding is written at all (the verdict) is not text.
+_REPORT_LISTS = {"findings", "not_checked"}
+
+
+def _is_report_line(node: ast.AST) -> bool:
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "append"
+        and isinstance(node.func.value, ast.Attribute)
+        and node.func.value.attr in _REPORT_LISTS
+    )
+
+
 def _in_message(node: Any, ancestors: list[ast.AST]) -> bool:
-    """Whether the change is to the text of an error message only: inside a ``raise``, a
-    string literal, an f-string, or anything an f-string there interpolates (the type named
-    in ``f"not {type(x).__name__}"``). A change to the exception's other arguments (the seq a
-    ``CorruptRecordError`` names) or to its class is not."""
-    if not any(isinstance(n, ast.Raise) for n in ancestors):
+    """Whether the change is to the text of a message only: inside a ``raise``, or inside
+    the line a verifier appends to its report's ``findings`` or ``not_checked``, a string
+    literal, an f-string, or anything an f-string there interpolates (the type named in
+    ``f"not {type(x).__name__}"``). A change to the exception's other arguments (the seq a
+    ``CorruptRecordError`` names), to its class, or to whether a finding is appended at all
+    is not."""
+    if not any(isinstance(n, ast.Raise) or _is_report_line(n) for n in ancestors):
         return False
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
         return True
