@@ -18,6 +18,8 @@ marked slow), bounded by ``budget_seconds``. A survivor fails the run unless:
 * it is listed in ``tools/mutation-equivalents.toml`` with the change it makes (so an entry
   whose mutant now makes another change, because the function was edited, is stale and no
   longer excuses anything) and the reason it changes no behaviour; or
+* mutmut's change parses to the same code (a literal rewritten as its own value: ``1e16``
+  as ``1e16 + 1``, which is ``1e16`` as a double), counted as ``equivalent``; or
 * it only changes the text of an error message (inside a ``raise``, or in a line a
   verifier appends to its report's ``findings``/``not_checked``: a string literal, an
   f-string or what it interpolates): what a person reads, never what is accepted or
@@ -251,6 +253,14 @@ def _text(node: Any) -> str:
     return repr(node)
 
 
+IDENTICAL = "(the same code once parsed)"
+
+
+def _same_code(a: ast.FunctionDef | ast.AsyncFunctionDef, b: Any) -> bool:
+    """Whether two functions differ only in their names."""
+    return ast.dump(a).replace(a.name, "", 1) == ast.dump(b).replace(b.name, "", 1)
+
+
 def describe(scratch: Path, path: str, mutants: list[Mutant]) -> None:
     """Fill each mutant's ``change`` and ``line`` (in the real file), and whether it only
     changes an error message's text."""
@@ -265,6 +275,10 @@ def describe(scratch: Path, path: str, mutants: list[Mutant]) -> None:
             mutant.change = "(mutant not found in mutmut's output)"
             continue
         a, b, ancestors = _first_difference(orig, new, [])
+        if a is orig and _same_code(orig, new):
+            # mutmut rewrote a literal as the same value (1e16 + 1 is 1e16 as a double)
+            mutant.change = IDENTICAL
+            continue
         mutant.change = f"{_text(a)} -> {_text(b)}"
         real = _original(source, stem)
         offset = getattr(a, "lineno", orig.lineno) - orig.lineno
@@ -293,6 +307,8 @@ def judge(report: ModuleReport, equivalents: dict[str, dict[str, str]]) -> None:
             continue
         elif mutant.status == "not checked":
             mutant.verdict = "unchecked"  # the budget ran out before it
+        elif mutant.change == IDENTICAL:
+            mutant.verdict = "equivalent"  # the same AST: the same behaviour
         elif entry is not None and entry["change"] == mutant.change:
             mutant.verdict = "equivalent"
         else:
