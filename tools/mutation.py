@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import fnmatch
 import json
 import os
 import shutil
@@ -133,12 +134,25 @@ def prepare(module: str, spec: dict[str, Any], run: dict[str, Any]) -> Path:
     return scratch
 
 
-def run_mutmut(scratch: Path, max_children: int, budget: float) -> tuple[bool, str]:
+def _patterns(spec: dict[str, Any]) -> list[str]:
+    """mutmut's names (fnmatch patterns) of the mutants of ``spec["functions"]``, if it names
+    any: the pure parts of a module whose other functions need a database."""
+    module = spec["path"].removesuffix(".py").replace("/", ".")
+    out = []
+    for name in spec.get("functions", []):
+        cls, _, func = name.rpartition(".")
+        out.append(f"{module}.{'xǁ' + cls + 'ǁ' + func if cls else 'x_' + func}__mutmut_*")
+    return out
+
+
+def run_mutmut(
+    scratch: Path, max_children: int, budget: float, names: list[str]
+) -> tuple[bool, str]:
     """Run mutmut in ``scratch``; (finished within the budget, error text)."""
     env = dict(os.environ, PYTHONPATH=str(scratch))
     log = (scratch / "mutmut.log").open("w")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "mutmut", "run", "--max-children", str(max_children)],
+        [sys.executable, "-m", "mutmut", "run", "--max-children", str(max_children), *names],
         cwd=scratch,
         env=env,
         stdout=log,
@@ -323,12 +337,16 @@ def run_module(module: str, spec: dict[str, Any], run: dict[str, Any], eq: Any) 
     report = ModuleReport(module, spec["path"])
     started = time.monotonic()
     scratch = prepare(module, spec, run)
-    report.finished, report.error = run_mutmut(
-        scratch, int(run["max_children"]), float(spec.get("budget_seconds", run["budget_seconds"]))
-    )
+    names = _patterns(spec)
+    budget = float(spec.get("budget_seconds", run["budget_seconds"]))
+    report.finished, report.error = run_mutmut(scratch, int(run["max_children"]), budget, names)
     report.seconds = time.monotonic() - started
     if (scratch / "mutants" / (spec["path"] + ".meta")).exists():
         report.mutants = collect(scratch, spec["path"])
+        if names:  # only the functions named: the others are out of scope, not survivors
+            report.mutants = [
+                m for m in report.mutants if any(fnmatch.fnmatch(m.name, p) for p in names)
+            ]
         unsettled = [m for m in report.mutants if m.status not in CAUGHT | {"not checked"}]
         describe(scratch, spec["path"], unsettled)
         judge(report, eq)
