@@ -91,6 +91,9 @@ def test_the_nodes_completed_high_in_the_tree() -> None:
         (level, (1 << (40 - level)) - 1, (1 << (40 - level)) - 1) for level in range(41)
     ]
     assert _completed_ranges(0, top)[-1] == (40, 0, 0)
+    # The log's last position completes the root of the largest tree it can hold.
+    last = MAX_LOG_INDEX + 1
+    assert _completed_ranges(last - 1, last)[-1] == (tree.MAX_LEVEL, 0, 0)
     assert _completed_ranges(top, top + 3) == [(0, top, top + 2), (1, top // 2, top // 2)]
 
 
@@ -102,7 +105,8 @@ def test_an_admission_row_holds_a_text_key_and_a_run_id() -> None:
     assert _row_problem(b"x" * 200, run) == (
         f"the key column holds {repr(b'x' * 200)[:80]}, not text"
     )
-    problem = _row_problem("k", "run_nope")
-    assert problem is not None and "run_admission.run_id" in problem
-    assert _row_problem("k", None) is not None
+    assert _row_problem("k", "run_nope") == (
+        "the run_admission.run_id column holds 'run_nope', not a run id"
+    )
+    assert _row_problem("k", None) == "the run_admission.run_id column holds None, not a run id"
     assert _show("s") == "s" and _show(b"s") == "b's'" and _show(None) == "None"
