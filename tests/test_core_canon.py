@@ -300,3 +300,62 @@ def test_keys_from_u_d800_up_sort_by_utf16_in_both_rules() -> None:
     expected = '{"a":4,"\ud7ff":1,"\U0001f600":3,"\ue000":2}'.encode()
     assert canonical_bytes(value) == expected
     assert canonical_bytes_v1(value) == expected
+
+
+def test_agentplane_takes_the_upper_digits_on_an_exact_tie_of_16_digits() -> None:
+    """Exact ties occur at 16 digits as well as 17 (``739539868053668.25`` lies halfway
+    between ``…668.2`` and ``…668.3``): a check that started at 17 would write the standard's
+    even digits where agentplane writes the upper ones."""
+    x = 739539868053668.25
+    assert repr(x) == "739539868053668.2"
+    assert canon_v1.es_number(x) == "739539868053668.2"
+    assert canon_v1.agentplane_number(x) == "739539868053668.3"
+    assert canon_v1.agentplane_number(-x) == "-739539868053668.3"
+    assert canonical_bytes_v1([x, -x]) == b"[739539868053668.3,-739539868053668.3]"
+    assert canon_v1.canonical_bytes_rfc8785([x]) == b"[739539868053668.2]"
+    y = 1259266790452956.25  # 17 digits
+    assert canon_v1.agentplane_number(y) == "1259266790452956.3"
+    assert canon_v1.es_number(y) == "1259266790452956.2"
+
+
+@pytest.mark.parametrize(
+    ("x", "text"),
+    [
+        (1.5e-7, "1.5e-7"),
+        (-2.5e-7, "-2.5e-7"),
+        (1.5e21, "1.5e+21"),
+        (1e21, "1e+21"),
+        (1.25e-7, "1.25e-7"),
+        (1e-7, "1e-7"),
+    ],
+)
+def test_the_exponent_form_keeps_every_digit(x: float, text: str) -> None:
+    assert canon_v1.es_number(x) == text
+    assert canon_v1.agentplane_number(x) == text
+
+
+def test_the_standards_writer_refuses_naming_the_path() -> None:
+    with pytest.raises(ValueError, match=r"^value: "):
+        canon_v1.canonical_bytes_rfc8785(2**70)
+    with pytest.raises(ValueError, match=r"^value\[0\]: "):
+        canon_v1.canonical_bytes_rfc8785([float("nan")])
+    with pytest.raises(ValueError, match=r"^args\.a: "):
+        canon_v1.canonical_bytes_rfc8785({"a": 2**70}, path="args")
+
+
+@pytest.mark.parametrize("container", ["list", "object"])
+def test_canon_v1s_general_writer_keeps_the_exact_depth_limit(container: str) -> None:
+    """A value the fast path hands on (an integral float, written ``100`` by ECMAScript)
+    nested exactly MAX_DEPTH deep is written; one level more is refused."""
+
+    def deep(levels: int) -> Any:
+        value: Any = [100.0] if container == "list" else {"k": 100.0}
+        for _ in range(levels - 1):
+            value = [value] if container == "list" else {"k": value}
+        return value
+
+    at_limit = canonical_bytes_v1(deep(MAX_DEPTH))
+    assert at_limit.count(b"100") == 1 and b"100.0" not in at_limit
+    assert at_limit == general_v1(deep(MAX_DEPTH))
+    with pytest.raises(ValueError, match=f"nested more than {MAX_DEPTH} levels deep"):
+        canonical_bytes_v1(deep(MAX_DEPTH + 1))

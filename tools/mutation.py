@@ -18,7 +18,10 @@ marked slow), bounded by ``budget_seconds``. A survivor fails the run unless:
 * it is listed in ``tools/mutation-equivalents.toml`` with the change it makes (so an entry
   whose mutant now makes another change, because the function was edited, is stale and no
   longer excuses anything) and the reason it changes no behaviour; or
-* it only changes the text of an error message (inside a ``raise``: a string literal, an
+* mutmut's change parses to the same code (a literal rewritten as its own value: ``1e16``
+  as ``1e16 + 1``, which is ``1e16`` as a double), counted as ``equivalent``; or
+* it only changes the text of an error message (inside a ``raise``, or in a line a
+  verifier appends to its report's ``findings``/``not_checked``: a string literal, an
   f-string or what it interpolates): what a person reads, never what is accepted or
   refused. Counted and reported as ``message``.
 
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import fnmatch
 import json
 import os
 import shutil
@@ -103,6 +107,8 @@ def prepare(module: str, spec: dict[str, Any], run: dict[str, Any]) -> Path:
     ignore = shutil.ignore_patterns("__pycache__", ".hypothesis", "*.pyc")
     shutil.copytree(ROOT / "agentplane_journal", scratch / "agentplane_journal", ignore=ignore)
     shutil.copytree(ROOT / "tests", scratch / "tests", ignore=ignore)
+    # The migrations, for a covering test that opens a SQLite store (schema only via them).
+    shutil.copytree(ROOT / "alembic", scratch / "alembic", ignore=ignore)
     pytest_ini = tomllib.loads((ROOT / "pyproject.toml").read_text("utf-8"))["tool"]["pytest"]
 
     def timeout(key: str, default: float) -> Any:  # a module's own value, else the run's
@@ -115,6 +121,7 @@ def prepare(module: str, spec: dict[str, Any], run: dict[str, Any]) -> Path:
         f"pytest_add_cli_args_test_selection = {_toml_value(spec['tests'])}",
         f"pytest_add_cli_args = {_toml_value(run['pytest_args'])}",
         "use_git_change_detection = false",
+        'also_copy = ["alembic"]',
         f"timeout_multiplier = {_toml_value(float(timeout('timeout_multiplier', 15.0)))}",
         f"timeout_constant = {_toml_value(float(timeout('timeout_constant', 1.0)))}",
         "",
@@ -127,12 +134,25 @@ def prepare(module: str, spec: dict[str, Any], run: dict[str, Any]) -> Path:
     return scratch
 
 
-def run_mutmut(scratch: Path, max_children: int, budget: float) -> tuple[bool, str]:
+def _patterns(spec: dict[str, Any]) -> list[str]:
+    """mutmut's names (fnmatch patterns) of the mutants of ``spec["functions"]``, if it names
+    any: the pure parts of a module whose other functions need a database."""
+    module = spec["path"].removesuffix(".py").replace("/", ".")
+    out = []
+    for name in spec.get("functions", []):
+        cls, _, func = name.rpartition(".")
+        out.append(f"{module}.{'xǁ' + cls + 'ǁ' + func if cls else 'x_' + func}__mutmut_*")
+    return out
+
+
+def run_mutmut(
+    scratch: Path, max_children: int, budget: float, names: list[str]
+) -> tuple[bool, str]:
     """Run mutmut in ``scratch``; (finished within the budget, error text)."""
     env = dict(os.environ, PYTHONPATH=str(scratch))
     log = (scratch / "mutmut.log").open("w")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "mutmut", "run", "--max-children", str(max_children)],
+        [sys.executable, "-m", "mutmut", "run", "--max-children", str(max_children), *names],
         cwd=scratch,
         env=env,
         stdout=log,
@@ -212,12 +232,29 @@ def _original(source: ast.Module, stem: str) -> ast.AST | None:
     return None
 
 
+# A verifier's report lists (``report.findings.append(...)``): their text is what a person
+# reads; whether a finding is written at all (the verdict) is not text.
+_REPORT_LISTS = {"findings", "not_checked"}
+
+
+def _is_report_line(node: ast.AST) -> bool:
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "append"
+        and isinstance(node.func.value, ast.Attribute)
+        and node.func.value.attr in _REPORT_LISTS
+    )
+
+
 def _in_message(node: Any, ancestors: list[ast.AST]) -> bool:
-    """Whether the change is to the text of an error message only: inside a ``raise``, a
-    string literal, an f-string, or anything an f-string there interpolates (the type named
-    in ``f"not {type(x).__name__}"``). A change to the exception's other arguments (the seq a
-    ``CorruptRecordError`` names) or to its class is not."""
-    if not any(isinstance(n, ast.Raise) for n in ancestors):
+    """Whether the change is to the text of a message only: inside a ``raise``, or inside
+    the line a verifier appends to its report's ``findings`` or ``not_checked``, a string
+    literal, an f-string, or anything an f-string there interpolates (the type named in
+    ``f"not {type(x).__name__}"``). A change to the exception's other arguments (the seq a
+    ``CorruptRecordError`` names), to its class, or to whether a finding is appended at all
+    is not."""
+    if not any(isinstance(n, ast.Raise) or _is_report_line(n) for n in ancestors):
         return False
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
         return True
@@ -228,6 +265,14 @@ def _text(node: Any) -> str:
     if isinstance(node, ast.AST):
         return ast.unparse(node)
     return repr(node)
+
+
+IDENTICAL = "(the same code once parsed)"
+
+
+def _same_code(a: ast.FunctionDef | ast.AsyncFunctionDef, b: Any) -> bool:
+    """Whether two functions differ only in their names."""
+    return ast.dump(a).replace(a.name, "", 1) == ast.dump(b).replace(b.name, "", 1)
 
 
 def describe(scratch: Path, path: str, mutants: list[Mutant]) -> None:
@@ -244,6 +289,10 @@ def describe(scratch: Path, path: str, mutants: list[Mutant]) -> None:
             mutant.change = "(mutant not found in mutmut's output)"
             continue
         a, b, ancestors = _first_difference(orig, new, [])
+        if a is orig and _same_code(orig, new):
+            # mutmut rewrote a literal as the same value (1e16 + 1 is 1e16 as a double)
+            mutant.change = IDENTICAL
+            continue
         mutant.change = f"{_text(a)} -> {_text(b)}"
         real = _original(source, stem)
         offset = getattr(a, "lineno", orig.lineno) - orig.lineno
@@ -272,6 +321,8 @@ def judge(report: ModuleReport, equivalents: dict[str, dict[str, str]]) -> None:
             continue
         elif mutant.status == "not checked":
             mutant.verdict = "unchecked"  # the budget ran out before it
+        elif mutant.change == IDENTICAL:
+            mutant.verdict = "equivalent"  # the same AST: the same behaviour
         elif entry is not None and entry["change"] == mutant.change:
             mutant.verdict = "equivalent"
         else:
@@ -286,12 +337,16 @@ def run_module(module: str, spec: dict[str, Any], run: dict[str, Any], eq: Any) 
     report = ModuleReport(module, spec["path"])
     started = time.monotonic()
     scratch = prepare(module, spec, run)
-    report.finished, report.error = run_mutmut(
-        scratch, int(run["max_children"]), float(spec.get("budget_seconds", run["budget_seconds"]))
-    )
+    names = _patterns(spec)
+    budget = float(spec.get("budget_seconds", run["budget_seconds"]))
+    report.finished, report.error = run_mutmut(scratch, int(run["max_children"]), budget, names)
     report.seconds = time.monotonic() - started
     if (scratch / "mutants" / (spec["path"] + ".meta")).exists():
         report.mutants = collect(scratch, spec["path"])
+        if names:  # only the functions named: the others are out of scope, not survivors
+            report.mutants = [
+                m for m in report.mutants if any(fnmatch.fnmatch(m.name, p) for p in names)
+            ]
         unsettled = [m for m in report.mutants if m.status not in CAUGHT | {"not checked"}]
         describe(scratch, spec["path"], unsettled)
         judge(report, eq)
