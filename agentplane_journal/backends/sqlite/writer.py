@@ -43,6 +43,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from agentplane_journal.backends import pool_share as _pool
 from agentplane_journal.backends.head_cache import HeadCache
 from agentplane_journal.backends.writer import CancelRequested, General, GroupWriter
 from agentplane_journal.core.append import EFFECT_STARTED, Append
@@ -386,7 +387,12 @@ class Writer(GroupWriter[_Request, list[Record]]):
         :func:`_transaction`). aiosqlite's own queue onto that thread (``_execute``) and the
         sqlite3 connection it owns (``_conn``) are private, present since 0.17."""
         try:
-            if self._turn is None:
+            if self._turn is None or _pool.is_short(self._bind):
+                # No turn while this writer holds the pool's last connection: the store's
+                # other write units take their turn before they check one out, so one that
+                # holds the turn may be waiting for this very connection (a deadlock until
+                # the pool's timeout). Without the turn the database's lock judges, as it
+                # did before turns; a short pool then gets the connection back at once.
                 answers: list[list[Record] | BaseException] = await driver._execute(
                     _transaction, driver._conn, group
                 )
