@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sqlalchemy import and_, bindparam, literal, select, true, update
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -40,9 +40,7 @@ from agentplane_journal.core.batch import RELEASED_OWNER
 from agentplane_journal.core.checks import check_int, check_run, check_text
 from agentplane_journal.core.ids import Digest, RunId
 from agentplane_journal.core.merkle import raw_leaf
-from agentplane_journal.core.profile import WireProfile
 from agentplane_journal.core.record import Record
-from agentplane_journal.core.signing import Signer
 from agentplane_journal.db import selfwait
 from agentplane_journal.db.dialect import Dialect, SqliteDialect
 from agentplane_journal.db.models import Journal, LogTree, RunAdmission, RunLease, RunSeal
@@ -56,7 +54,6 @@ from agentplane_journal.db.statements import (
     stored_run,
     stored_text,
 )
-from agentplane_journal.db.unit import Repository
 from agentplane_journal.errors import (
     ConflictError,
     CorruptLogError,
@@ -64,7 +61,7 @@ from agentplane_journal.errors import (
     RunSealedError,
 )
 from agentplane_journal.journal.reads import driver_rows
-from agentplane_journal.journal.run_state import RunState
+from agentplane_journal.journal.writes import RunState, RunWrites
 
 __all__ = ["GuardedAppends", "HeadMovedError", "Tail"]
 
@@ -206,29 +203,9 @@ def judge(
     return epoch, fence, head_seq, head_hash
 
 
-class GuardedAppends(Repository):
-    """The store's guarded appends and the tail read they pair with (no state of its own)."""
-
-    if TYPE_CHECKING:  # SqlJournalStore's own; declared for the type checker
-
-        async def _write_batch(
-            self,
-            session: AsyncSession,
-            run: RunId,
-            epoch: int,
-            state: RunState,
-            batch: list[Append],
-        ) -> list[Record]: ...
-
-        def _check_batch(self, batch: Sequence[Append]) -> tuple[list[Append], RunId | None]: ...
-
-        @property
-        def profile(self) -> WireProfile: ...
-
-        @staticmethod
-        def _refuse_other_profile(batch: Sequence[Append], profile: WireProfile) -> None: ...
-
-        _signer: Signer | None
+class GuardedAppends(RunWrites):
+    """The store's guarded appends and the tail read they pair with (no state of its own);
+    the unit of work's steps are :class:`~agentplane_journal.journal.writes.RunWrites`'s."""
 
     async def guarded_read(self, run: RunId, from_seq: int = 1) -> Tail:
         """The run's records from ``from_seq`` on (hash-checked, as every read) and its seal,
@@ -297,7 +274,7 @@ class GuardedAppends(Repository):
         an admission claim) runs in the general unit of work on SQLite too.
         """
         run = check_run(run)
-        items, of = self._check_batch(batch)
+        items, of = self.check_batch(batch)
         if of is None:
             return []
         if of != run:
@@ -309,7 +286,7 @@ class GuardedAppends(Repository):
         if plain and isinstance(self._dialect, SqliteDialect):
             await self._ready()
             profile = self.profile
-            self._refuse_other_profile(items, profile)
+            self.refuse_other_profile(items, profile)
             try:
                 async with self._bind.connect() as conn:
                     driver = (await conn.get_raw_connection()).driver_connection
@@ -341,7 +318,7 @@ class GuardedAppends(Repository):
             if fence:
                 await session.execute(_fence(self.tenant, run, epoch - 1))
             state = RunState(None, None, head_seq, head_hash)
-            return await self._write_batch(session, run, epoch, state, items)
+            return await self.write_batch(session, run, epoch, state, items)
 
         return await self._unit(unit, run=run)
 
