@@ -115,7 +115,7 @@ async def write_steps(store: SqlJournalStore, steps: Sequence[Step]) -> list[lis
     if not checked:
         return []
     for _, run in checked:
-        store._refuse_own_wait(run)
+        store.refuse_own_wait(run)
 
     async def unit(session: AsyncSession) -> list[list[Record] | Digest]:
         results: list[list[Record] | Digest] = []
@@ -153,13 +153,13 @@ async def write_steps(store: SqlJournalStore, steps: Sequence[Step]) -> list[lis
                 results.append(sealed[run][1])
             else:
                 sealed[run] = (step.outcome, state.head_hash)
-                leaves.append((str(run), bytes(state.head_hash), store._now(), step.outcome))
+                leaves.append((str(run), bytes(state.head_hash), store.now(), step.outcome))
                 results.append(state.head_hash)
         await pending.write(store, session)
-        await store._log.append(session, leaves)
+        await store.tenant_log.append(session, leaves)
         return results
 
-    return await store._unit(unit)
+    return await store.unit(unit)
 
 
 class _Rows:
@@ -184,7 +184,7 @@ class _Rows:
 
     async def write(self, store: SqlJournalStore, session: AsyncSession) -> None:
         conn = await session.connection()
-        insert = _insert_statement(store._dialect)
+        insert = _insert_statement(store.dialect)
         for start in range(0, len(self.rows), MAX_INSERT_ROWS):
             chunk = self.rows[start : start + MAX_INSERT_ROWS]
             try:
@@ -237,8 +237,8 @@ async def _lock_runs(
     if not ids:
         return {}
     conn = await session.connection()
-    now = store._now()
-    mutex = hot_statements(store._dialect).run_mutex
+    now = store.now()
+    mutex = hot_statements(store.dialect).run_mutex
     for start in range(0, len(ids), _IN_LIST):
         await conn.execute(
             mutex,

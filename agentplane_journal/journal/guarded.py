@@ -214,7 +214,7 @@ class GuardedAppends(RunWrites):
         the seal row was edited."""
         run = check_run(run)
         from_seq = check_int(from_seq, "from_seq")
-        if isinstance(self._dialect, SqliteDialect):
+        if isinstance(self.dialect, SqliteDialect):
             await self._ready()
             async with self._bind.connect() as conn:
                 driver = (await conn.get_raw_connection()).driver_connection
@@ -222,7 +222,7 @@ class GuardedAppends(RunWrites):
                     driver, self.tenant, str(run), from_seq
                 )
             return Tail(records, _sealed(run, seal, leaf))
-        tail, _ = _statements(self._dialect)
+        tail, _ = _statements(self.dialect)
         params = {"tenant": self.tenant, "run_id": str(run), "seq": from_seq}
 
         async def unit(session: AsyncSession) -> Tail:
@@ -231,7 +231,7 @@ class GuardedAppends(RunWrites):
             records = records_from_rows(r[2:] for r in rows if r[2] is not None)
             return Tail(records, _sealed(run, first[0], first[1]))
 
-        return await self._unit(unit, read_only=True, primary=True)
+        return await self.unit(unit, read_only=True, primary=True)
 
     async def guarded_read_admitted(self, key: str) -> tuple[RunId | None, Tail]:
         """The run admission key ``key`` names (``None``: no run holds it), with its seal and
@@ -239,7 +239,7 @@ class GuardedAppends(RunWrites):
         cold read. The index is not trusted: the caller checks that the run's first record
         claims ``key``."""
         key = check_text(key, "key", allow_empty=True)
-        if isinstance(self._dialect, SqliteDialect):
+        if isinstance(self.dialect, SqliteDialect):
             await self._ready()
             async with self._bind.connect() as conn:
                 driver = (await conn.get_raw_connection()).driver_connection
@@ -247,7 +247,7 @@ class GuardedAppends(RunWrites):
                     driver, self.tenant, key
                 )
         else:
-            stmt = _admitted_read(self._dialect)
+            stmt = _admitted_read(self.dialect)
             params = {"tenant": self.tenant, "key": key}
 
             async def unit(session: AsyncSession) -> list[Any]:
@@ -255,7 +255,7 @@ class GuardedAppends(RunWrites):
                 first = rows[0] if rows else (None, None, None)
                 return [first[:3], records_from_rows(r[3:] for r in rows if r[3] is not None)]
 
-            (held, seal, leaf), records = await self._unit(unit, read_only=True, primary=True)
+            (held, seal, leaf), records = await self.unit(unit, read_only=True, primary=True)
         if held is None:
             return None, Tail([], None)
         run = stored_run(held, "run_admission.run_id")
@@ -279,11 +279,11 @@ class GuardedAppends(RunWrites):
             return []
         if of != run:
             raise ValueError(f"the batch is for {of}, not {run}")
-        self._refuse_own_wait(run)
+        self.refuse_own_wait(run)
         plain = not claimed_keys(items) and all(
             i.kind not in (RUN_SEALED, EFFECT_STARTED) for i in items
         )
-        if plain and isinstance(self._dialect, SqliteDialect):
+        if plain and isinstance(self.dialect, SqliteDialect):
             await self._ready()
             profile = self.profile
             self.refuse_other_profile(items, profile)
@@ -295,7 +295,7 @@ class GuardedAppends(RunWrites):
                         judge,
                         tenant=self.tenant,
                         run=run,
-                        now=self._now(),
+                        now=self.now(),
                         expected=expected,
                         items=items,
                         signer=self._signer,
@@ -303,11 +303,11 @@ class GuardedAppends(RunWrites):
                     )
             finally:
                 self._wrote()
-        _, state_read = _statements(self._dialect)
-        statements = hot_statements(self._dialect)
+        _, state_read = _statements(self.dialect)
+        statements = hot_statements(self.dialect)
 
         async def unit(session: AsyncSession) -> list[Record]:
-            now = self._now()
+            now = self.now()
             params = {"tenant": self.tenant, "run_id": str(run), "now": now}
             conn = await session.connection()
             await conn.execute(statements.run_mutex, params)
@@ -320,7 +320,7 @@ class GuardedAppends(RunWrites):
             state = RunState(None, None, head_seq, head_hash)
             return await self.write_batch(session, run, epoch, state, items)
 
-        return await self._unit(unit, run=run)
+        return await self.unit(unit, run=run)
 
 
 def _fence(tenant: str, run: RunId, epoch: int) -> Any:

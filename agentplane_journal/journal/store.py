@@ -172,7 +172,7 @@ class SqlJournalStore(
         )
         if self._shared.writer is None:
             self._shared.writer = dispatch.hot_path(
-                self._dialect,
+                self.dialect,
                 bind=self._bind,
                 engine=self._shared.engine,
                 heads=HeadCache(),
@@ -187,7 +187,14 @@ class SqlJournalStore(
         # names its log "{origin}/{tenant}", as agentplane does.
         named = _named or self.tenant != DEFAULT_TENANT
         self.origin: str = f"{origin}/{self.tenant}" if named else origin
-        self._log = TenantLog(self._dialect, self.tenant, self.origin)
+        # This tenant's Merkle log (package-internal: the bulk writer, export and tiles
+        # append to it and read it inside their own units).
+        self.tenant_log = TenantLog(self.dialect, self.tenant, self.origin)
+
+    @property
+    def _log(self) -> TenantLog:
+        """The old private name of :attr:`tenant_log`, kept for the tests that reach it."""
+        return self.tenant_log
 
     @classmethod
     async def connect(
@@ -252,6 +259,19 @@ class SqlJournalStore(
             _named=True,
         )
 
+    def handle_options(self) -> dict[str, Any]:
+        """The constructor arguments of another handle onto this one: the same tenant, log
+        name, signer, clock and shared state (engine, writer, schema check). Package-internal:
+        :class:`~agentplane_journal.keyring.store.SealingStore` wraps a store with it."""
+        return {
+            "tenant": self.tenant,
+            "origin": self._base_origin,
+            "signer": self._signer,
+            "clock": self._clock,
+            "_shared": self._shared,
+            "_named": self.origin != self._base_origin,
+        }
+
     def is_shared(self) -> bool:
         """Whether several processes may append to this store's durable state at once.
 
@@ -262,7 +282,7 @@ class SqlJournalStore(
         IMMEDIATE``); an in-memory SQLite database ``False`` (no other process can reach
         it). Decided by the dialect object from the engine's URL; no statement runs.
         """
-        return self._dialect.is_shared(self._shared.engine.url)
+        return self.dialect.is_shared(self._shared.engine.url)
 
     async def append(
         self, epoch: int, batch: Sequence[Append], *, session: AsyncSession | None = None
@@ -306,12 +326,12 @@ class SqlJournalStore(
             return await self.write_batch(session, run, epoch, state, items)
 
         if session is not None:  # the host's transaction: the general unit, no commit
-            return await self._unit(work, session=session)
+            return await self.unit(work, session=session)
 
         async def general() -> list[Record]:
-            return await self._unit(work, run=run)
+            return await self.unit(work, run=run)
 
-        self._refuse_own_wait(run)
+        self.refuse_own_wait(run)
         await self._ready()
         profile = self.profile
         self.refuse_other_profile(items, profile)
@@ -332,7 +352,7 @@ class SqlJournalStore(
             records: list[Record] = await self._shared.writer.append(
                 self.tenant,
                 self._signer,
-                self._now(),
+                self.now(),
                 run,
                 epoch,
                 items,
@@ -366,7 +386,7 @@ class SqlJournalStore(
         if batch_run != run:
             raise ValueError(f"admit's batch must be {run}'s records")
         await self._ready()
-        now = self._now()
+        now = self.now()
         claim = self._claim_statement(run, owner, ttl, now, reclaim=False)
 
         async def unit(session: AsyncSession) -> tuple[Lease, list[Record]]:
@@ -374,7 +394,7 @@ class SqlJournalStore(
             # the append keeps anyway), then the claim, then the fence under both.
             params = {"tenant": self.tenant, "run_id": str(run), "now": now}
             conn = await session.connection()
-            await conn.execute(hot_statements(self._dialect).run_mutex, params)
+            await conn.execute(hot_statements(self.dialect).run_mutex, params)
             found = (await session.execute(claim)).scalar_one_or_none()
             if found is None:
                 raise await self._holder(session, run, now)
@@ -384,7 +404,7 @@ class SqlJournalStore(
                 session, run, epoch, state, items
             )
 
-        self._refuse_own_wait(run)
+        self.refuse_own_wait(run)
         self.refuse_other_profile(items, self.profile)
         try:  # SQLite: one thread hop, in the writer's queue (PostgreSQL: None)
             hot: list[Record] | None = await self._shared.writer.admit(
@@ -402,7 +422,7 @@ class SqlJournalStore(
             self._wrote()
         if hot is not None:
             return Lease(run, owner, hot[-1].epoch), hot
-        lease, records = await self._unit(unit, run=run)
+        lease, records = await self.unit(unit, run=run)
         if records:
             self._shared.writer.remember(self.tenant, str(run), records[-1])
         return lease, records
@@ -433,11 +453,11 @@ class SqlJournalStore(
             state = await self.lock_run(session, run, epoch)  # the lease row is locked too
             records = await self.write_batch(session, run, epoch, state, items)
             head = records[-1].hash
-            await self._log.append(session, [(str(run), bytes(head), self._now(), outcome)])
+            await self.tenant_log.append(session, [(str(run), bytes(head), self.now(), outcome)])
             await session.execute(release)
             return records, head
 
-        return await self._unit(unit, run=run)
+        return await self.unit(unit, run=run)
 
     async def append_atomic(
         self,
@@ -490,7 +510,7 @@ class SqlJournalStore(
             await session.flush()
             return await self.write_batch(session, run, epoch, state, items)
 
-        return await self._unit(unit, session=session, run=run)
+        return await self.unit(unit, session=session, run=run)
 
     # -- sealing and the log -----------------------------------------------------------
 
@@ -512,8 +532,8 @@ class SqlJournalStore(
             state = await self.lock_run(session, run, epoch)
             if state.sealed_head is not None:
                 raise Rollback(digest(state.sealed_head, state.head_seq))
-            leaf = (str(run), bytes(state.head_hash), self._now(), outcome)
-            await self._log.append(session, [leaf])
+            leaf = (str(run), bytes(state.head_hash), self.now(), outcome)
+            await self.tenant_log.append(session, [leaf])
             return state.head_hash
 
-        return await self._unit(unit, session=session, run=run)
+        return await self.unit(unit, session=session, run=run)

@@ -124,8 +124,8 @@ class RunWrites(Repository):
     ) -> RunState:
         """Take the run mutex (unless ``held``: this transaction took it already), then
         fence; return what the transaction needs to know."""
-        params = {"tenant": self.tenant, "run_id": str(run), "now": self._now()}
-        statements = hot_statements(self._dialect)
+        params = {"tenant": self.tenant, "run_id": str(run), "now": self.now()}
+        statements = hot_statements(self.dialect)
         # Core statements on the session's own connection (same transaction), skipping the
         # ORM's statement handling, which the append path does not need.
         conn = await session.connection()
@@ -183,7 +183,7 @@ class RunWrites(Repository):
         if chained is None:
             return []
         records, rows, conclusion, seen = chained
-        insert = hot_statements(self._dialect).insert_records
+        insert = hot_statements(self.dialect).insert_records
         conn = await session.connection()
         for start in range(0, len(rows), MAX_INSERT_ROWS):
             chunk = rows[start : start + MAX_INSERT_ROWS]
@@ -241,7 +241,7 @@ class RunWrites(Repository):
         self, exc: DBAPIError, run: RunId, seq: int, seen: set[EffectKey]
     ) -> BaseException:
         """What the records' INSERT failing with ``exc`` means (``run``'s rows from ``seq``)."""
-        what, name = journal_collision(self._dialect, exc) or (None, "")
+        what, name = journal_collision(self.dialect, exc) or (None, "")
         if what is Collision.CHAIN_POSITION:
             # A record already holds one of these positions: another writer bypassed
             # the run mutex (raw SQL, or append_atomic's work inserting records).
@@ -260,7 +260,7 @@ class RunWrites(Repository):
         # A keyed RunAdmitted claims its key here, in this transaction (journal/admissions.py).
         await self._claim_admissions(session, run, batch)
         if conclusion is not None:
-            d = self._dialect
+            d = self.dialect
             ordinal = await d.conclusion_ordinal(await session.connection())
             stmt = d.insert(RunOutcome).values(
                 tenant=self.tenant, run_id=str(run), outcome=conclusion, ordinal=ordinal
