@@ -43,6 +43,7 @@ from agentplane_journal.db.dialect import (
     dialect_for,
 )
 from agentplane_journal.db.engine import database_named, open_engine
+from agentplane_journal.db.hotpath import HotPath
 from agentplane_journal.db.replication import ReplicationState, replication, wait_received
 from agentplane_journal.db.revision import (
     HEAD_REVISION,
@@ -99,8 +100,8 @@ class _Shared:
     caught_up: int = 0
     host_writes: bool = False
     #: The process's hot append path for this store, chosen by the dialect object
-    #: (``backends.dispatch.hot_path``; a ``backends.writer.HotPath``).
-    writer: Any = None
+    #: (``backends.dispatch.hot_path``), set by the store's first handle.
+    writer: HotPath | None = None
     #: The store's lean reads (``backends.reader.Reader``, or ``None`` where they do not
     #: apply), made at the first read (``reader_made``).
     reader: Any = None

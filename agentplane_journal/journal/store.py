@@ -39,7 +39,6 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 from agentplane_journal.backends import dispatch
 from agentplane_journal.backends.head_cache import HeadCache
-from agentplane_journal.backends.writer import CancelRequested
 from agentplane_journal.core.admission import claimed_keys
 from agentplane_journal.core.append import EFFECT_STARTED, RUN_SEALED, Append
 from agentplane_journal.core.batch import RELEASED_OWNER
@@ -57,6 +56,7 @@ from agentplane_journal.core.profile import WireProfile
 from agentplane_journal.core.record import Record
 from agentplane_journal.core.signing import Signer
 from agentplane_journal.core.values import Cancellation, Lease
+from agentplane_journal.db.hotpath import CancelRequested, HotPath
 from agentplane_journal.db.models import RunLease
 from agentplane_journal.db.statements import (
     digest,
@@ -170,8 +170,9 @@ class SqlJournalStore(
             read_your_writes=read_your_writes,
             _shared=_shared,
         )
-        if self._shared.writer is None:
-            self._shared.writer = dispatch.hot_path(
+        writer = self._shared.writer
+        if writer is None:
+            writer = self._shared.writer = dispatch.hot_path(
                 self.dialect,
                 bind=self._bind,
                 engine=self._shared.engine,
@@ -179,6 +180,8 @@ class SqlJournalStore(
                 group_commit=bool(group_commit),
                 turn=self._shared.turn,
             )
+        # The hot append path, typed (db/hotpath.py): one per store, shared by its handles.
+        self._writer: HotPath = writer
         self._base_origin = origin
         self._signer = signer
         self._request_profile(profile)
@@ -347,9 +350,8 @@ class SqlJournalStore(
             # a key (once per run; the claim lives in the general unit only).
             return await general()
         # One round trip on PostgreSQL, one thread hop on SQLite; `general` when it cannot.
-        # (The writer is a backends.writer.HotPath, typed Any in db/, which is below it.)
         try:
-            records: list[Record] = await self._shared.writer.append(
+            records: list[Record] = await self._writer.append(
                 self.tenant,
                 self._signer,
                 self.now(),
@@ -407,7 +409,7 @@ class SqlJournalStore(
         self.refuse_own_wait(run)
         self.refuse_other_profile(items, self.profile)
         try:  # SQLite: one thread hop, in the writer's queue (PostgreSQL: None)
-            hot: list[Record] | None = await self._shared.writer.admit(
+            hot: list[Record] | None = await self._writer.admit(
                 self.tenant,
                 self._signer,
                 now,
@@ -424,7 +426,7 @@ class SqlJournalStore(
             return Lease(run, owner, hot[-1].epoch), hot
         lease, records = await self.unit(unit, run=run)
         if records:
-            self._shared.writer.remember(self.tenant, str(run), records[-1])
+            self._writer.remember(self.tenant, str(run), records[-1])
         return lease, records
 
     async def conclude(
