@@ -40,7 +40,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 from agentplane_journal.backends import dispatch
 from agentplane_journal.backends.head_cache import HeadCache
 from agentplane_journal.core.admission import claimed_keys
-from agentplane_journal.core.append import EFFECT_STARTED, RUN_SEALED, Append
+from agentplane_journal.core.append import RUN_SEALED, Append
 from agentplane_journal.core.batch import RELEASED_OWNER
 from agentplane_journal.core.checks import (
     check_int,
@@ -56,7 +56,7 @@ from agentplane_journal.core.profile import WireProfile
 from agentplane_journal.core.record import Record
 from agentplane_journal.core.signing import Signer
 from agentplane_journal.core.values import Cancellation, Lease
-from agentplane_journal.db.hotpath import CancelRequested, HotPath
+from agentplane_journal.db.hotpath import HotPath
 from agentplane_journal.db.models import RunLease
 from agentplane_journal.db.statements import (
     digest,
@@ -295,7 +295,7 @@ class SqlJournalStore(
         Fence first (a run with a lease row accepts only its current epoch, and a released
         lease none), then sealed, then the writes. Returns the written records.
         """
-        answer = await self._append(epoch, batch, session=session, unless_cancelled=False)
+        answer = await self.append_batch(epoch, batch, session=session, unless_cancelled=False)
         assert not isinstance(answer, Cancellation)
         return answer
 
@@ -305,69 +305,7 @@ class SqlJournalStore(
         """:meth:`append`, unless the run has a stop request (:meth:`request_cancel`): then
         nothing is written and the request is returned. The check and the write are one
         transaction (an effect's start and its step boundary's cancellation check)."""
-        return await self._append(epoch, batch, session=None, unless_cancelled=True)
-
-    async def _append(
-        self,
-        epoch: int,
-        batch: Sequence[Append],
-        *,
-        session: AsyncSession | None,
-        unless_cancelled: bool,
-    ) -> list[Record] | Cancellation:
-        epoch = check_int(epoch, "epoch")
-        items, run = self.check_batch(batch)
-        if run is None:
-            return []
-
-        async def work(session: AsyncSession) -> list[Record]:
-            state = await self.lock_run(session, run, epoch)
-            if unless_cancelled:
-                request = await self._cancel_request(session, run)
-                if request is not None:  # rolled back (nothing written), then answered
-                    raise CancelRequested(request.actor, request.reason)
-            return await self.write_batch(session, run, epoch, state, items)
-
-        if session is not None:  # the host's transaction: the general unit, no commit
-            return await self.unit(work, session=session)
-
-        async def general() -> list[Record]:
-            return await self.unit(work, run=run)
-
-        self.refuse_own_wait(run)
-        await self._ready()
-        profile = self.profile
-        self.refuse_other_profile(items, profile)
-        keys = [
-            i.effect_key for i in items if i.kind == EFFECT_STARTED and i.effect_key is not None
-        ]
-        if (
-            len(set(keys)) != len(keys)
-            or any(i.kind == RUN_SEALED for i in items)
-            or claimed_keys(items)
-        ):
-            # Rare batches: a duplicate in the batch, a conclusion, or an admission claiming
-            # a key (once per run; the claim lives in the general unit only).
-            return await general()
-        # One round trip on PostgreSQL, one thread hop on SQLite; `general` when it cannot.
-        try:
-            records: list[Record] = await self._writer.append(
-                self.tenant,
-                self._signer,
-                self.now(),
-                run,
-                epoch,
-                items,
-                keys,
-                general,
-                profile,
-                unless_cancelled=unless_cancelled,
-            )
-        except CancelRequested as request:
-            return Cancellation(request.actor, request.reason)
-        finally:
-            self._wrote()  # ended: read-your-writes covers it from now on
-        return records
+        return await self.append_batch(epoch, batch, session=None, unless_cancelled=True)
 
     # -- a durable-steps run's own transactions ----------------------------------------
 

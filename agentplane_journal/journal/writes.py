@@ -10,8 +10,9 @@ record of the other wire profile, chain and sign the batch onto the head
 (:meth:`RunWrites.after_rows`). Keeping them here, under names without underscores, makes them
 the package's internal API for writing: :mod:`~agentplane_journal.journal.store` is the facade
 that opens the units, and the bulk writer, restore and the guarded appends call these rather
-than the store's private members. The hot path (the store's ``writer``) does the same in its own
-SQL, and hands a batch it cannot take back to a general unit that calls these.
+than the store's private members. An append's route is :meth:`RunWrites.append_batch`: the
+hot path (:class:`agentplane_journal.db.hotpath.HotPath`, the store's writer) does the same
+in its own SQL, and hands a batch it cannot take back to a general unit that calls these.
 """
 
 from __future__ import annotations
@@ -23,14 +24,17 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from agentplane_journal.core.admission import claimed_keys
 from agentplane_journal.core.append import EFFECT_STARTED, RUN_SEALED, Append
 from agentplane_journal.core.batch import COLUMNS, chain_batch, fenced
-from agentplane_journal.core.checks import check_label
+from agentplane_journal.core.checks import check_int, check_label
 from agentplane_journal.core.ids import Digest, EffectKey, RunId
 from agentplane_journal.core.profile import WireProfile
 from agentplane_journal.core.record import Record
 from agentplane_journal.core.signing import Signer
+from agentplane_journal.core.values import Cancellation
 from agentplane_journal.db import selfwait
+from agentplane_journal.db.hotpath import CancelRequested, HotPath
 from agentplane_journal.db.models import RunOutcome
 from agentplane_journal.db.statements import (
     hot_statements,
@@ -112,6 +116,12 @@ class RunWrites(Repository):
 
         @property
         def profile(self) -> WireProfile: ...
+
+        _writer: HotPath
+
+        async def _cancel_request(
+            self, session: AsyncSession, run: RunId
+        ) -> Cancellation | None: ...
 
         async def _claim_admissions(
             self, session: AsyncSession, run: RunId, items: Sequence[Append]
@@ -271,3 +281,70 @@ class RunWrites(Repository):
                     set_={"outcome": stmt.excluded.outcome, "ordinal": stmt.excluded.ordinal},
                 )
             )
+
+    # -- the route of an append ------------------------------------------------------
+
+    async def append_batch(
+        self,
+        epoch: int,
+        batch: Sequence[Append],
+        *,
+        session: AsyncSession | None,
+        unless_cancelled: bool,
+    ) -> list[Record] | Cancellation:
+        """``append``'s and ``append_unless_cancelled``'s route: the hot path (one statement on
+        PostgreSQL, one thread hop on SQLite) for a plain batch, else the general unit (the
+        steps above, in a unit of work; in the host's transaction with ``session``)."""
+        epoch = check_int(epoch, "epoch")
+        items, run = self.check_batch(batch)
+        if run is None:
+            return []
+
+        async def work(session: AsyncSession) -> list[Record]:
+            state = await self.lock_run(session, run, epoch)
+            if unless_cancelled:
+                request = await self._cancel_request(session, run)
+                if request is not None:  # rolled back (nothing written), then answered
+                    raise CancelRequested(request.actor, request.reason)
+            return await self.write_batch(session, run, epoch, state, items)
+
+        if session is not None:  # the host's transaction: the general unit, no commit
+            return await self.unit(work, session=session)
+
+        async def general() -> list[Record]:
+            return await self.unit(work, run=run)
+
+        self.refuse_own_wait(run)
+        await self._ready()
+        profile = self.profile
+        self.refuse_other_profile(items, profile)
+        keys = [
+            i.effect_key for i in items if i.kind == EFFECT_STARTED and i.effect_key is not None
+        ]
+        if (
+            len(set(keys)) != len(keys)
+            or any(i.kind == RUN_SEALED for i in items)
+            or claimed_keys(items)
+        ):
+            # Rare batches: a duplicate in the batch, a conclusion, or an admission claiming
+            # a key (once per run; the claim lives in the general unit only).
+            return await general()
+        # One round trip on PostgreSQL, one thread hop on SQLite; `general` when it cannot.
+        try:
+            records: list[Record] = await self._writer.append(
+                self.tenant,
+                self._signer,
+                self.now(),
+                run,
+                epoch,
+                items,
+                keys,
+                general,
+                profile,
+                unless_cancelled=unless_cancelled,
+            )
+        except CancelRequested as request:
+            return Cancellation(request.actor, request.reason)
+        finally:
+            self._wrote()  # ended: read-your-writes covers it from now on
+        return records
