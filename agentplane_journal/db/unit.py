@@ -1,6 +1,6 @@
 """What both stores share: the engine, the schema check, units of work, and error translation.
 
-One choke point (:meth:`Repository._unit`) opens the session, commits, rolls back and turns
+One choke point (:meth:`Repository.unit`) opens the session, commits, rolls back and turns
 driver errors into the contract's errors, keeping the driver's exception as ``__cause__``.
 A write's COMMIT lost after it was sent is :class:`CommitUnknownError` (it may have landed); any
 other driver error is :class:`BackendError` unless the caller names a constraint it expects.
@@ -329,7 +329,7 @@ class Repository:
         primary: bool,
         translate: Callable[[DBAPIError], StoreError | None] | None,
     ) -> T:
-        """:meth:`_unit`'s transaction on a session of the store's own."""
+        """:meth:`unit`'s transaction on a session of the store's own."""
         shared = self._shared
         sessions = shared.sessions
         replica = read_only and not primary and shared.read_sessions is not None

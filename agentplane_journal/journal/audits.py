@@ -12,7 +12,7 @@ compared with its columns on the way out, so a row an attacker edited is
 :class:`CorruptRecordError`, never an answer.
 
 :class:`AuditReads` is a base of ``SqlJournalStore``; it holds no state of its own (the
-store's ``__init__`` sets ``_log``).
+store's ``__init__`` sets ``tenant_log``).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Who may write a run and whether it should stop: leases, the recovery queue, stop requests.
 
 A base of :class:`~agentplane_journal.journal.store.SqlJournalStore`. The fence that a lease
-protects is checked by the store's writers under the run mutex (``SqlJournalStore._lock_run``);
+protects is checked by the store's writers under the run mutex (``RunWrites.lock_run``);
 this module only claims, renews and frees leases, lists the abandoned ones, and records stop
 requests. The lease protocol is agentplane 0.22.0's: ``acquire`` claims, ``renew`` extends.
 

@@ -61,7 +61,7 @@ async def driver_rows(
 
     Executed by SQLAlchemy Core on the session's connection (its transaction, execution
     options, compiled-statement cache, and its wrapping of driver errors, which
-    ``Repository._unit`` translates), but the rows are taken from the DBAPI cursor, which
+    ``Repository.unit`` translates), but the rows are taken from the DBAPI cursor, which
     already holds them all: the ORM's and even Core's per-row ``Row`` objects cost more than
     a read of a long run spends anywhere but on its checks. If SQLAlchemy ever buffers
     the rows itself (another fetch strategy), they come through its result instead, so no
