@@ -68,7 +68,7 @@ def build(steps: Steps, ledger: str) -> Any:
 
 def break_the_fence() -> None:
     from agentplane_journal.backends.postgresql import sql
-    from agentplane_journal.journal import run_state
+    from agentplane_journal.journal import writes as run_state
 
     run_state.fenced = lambda *args: None  # type: ignore[attr-defined]
     sql.fenced = lambda *args: None  # type: ignore[attr-defined]

@@ -26,7 +26,7 @@ from agentplane_journal.core.signing import (
     signing_hash,
 )
 from agentplane_journal.errors import CorruptRecordError, FencedError
-from agentplane_journal.journal.run_state import RunState, run_state_from
+from agentplane_journal.journal.writes import RunState, run_state_from
 
 RUN = RunId.parse("01ARZ3NDEKTSV4RRFFQ69G5FAV")
 CASE = CaseId.parse("01BX5ZZKBKACTAV9WEVGEMMVRZ")

@@ -32,8 +32,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from agentplane_journal.backends.head_cache import HeadCache
 from agentplane_journal.backends.postgresql import writer as postgresql
 from agentplane_journal.backends.sqlite import writer as sqlite
-from agentplane_journal.backends.writer import HotPath
 from agentplane_journal.db.dialect import Dialect, PostgresDialect, SqliteDialect
+from agentplane_journal.db.hotpath import HotPath
 from agentplane_journal.db.turns import WriteTurn
 
 __all__ = ["hot_path"]

@@ -1,10 +1,7 @@
-"""What a database's hot append path offers the store, and the writer both databases share.
+"""The writer both databases' hot append paths share.
 
-:class:`HotPath` is all the store (:mod:`agentplane_journal.journal.store`) sees: it hands an
-append that it cannot settle more cheaply elsewhere to its hot path, chosen once by the
-dialect object (:func:`agentplane_journal.backends.dispatch.hot_path`), and never reaches
-into a writer's fields; a writer gets what it needs of the store as arguments, never the
-store itself.
+What a hot path offers the store is :class:`agentplane_journal.db.hotpath.HotPath` (below this
+package, so the store's shared state is typed with it); both writers here implement it.
 
 :class:`GroupWriter` is the skeleton of both databases' writers (one per store, shared by
 its tenant handles): the queue of appends, the leader tasks that drain it group by group on
@@ -44,7 +41,7 @@ from __future__ import annotations
 
 import asyncio
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, Generic, Protocol, TypeVar
 
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
@@ -53,16 +50,13 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from agentplane_journal.backends import pool_share as _pool
 from agentplane_journal.backends.head_cache import HeadCache
 from agentplane_journal.core.append import Append
-from agentplane_journal.core.ids import EffectKey, RunId
+from agentplane_journal.core.ids import RunId
 from agentplane_journal.core.profile import AGENTPLANE_0_4, WireProfile
 from agentplane_journal.core.record import Record
 from agentplane_journal.core.signing import Signer
 from agentplane_journal.errors import BackendError
 
-__all__ = ["CancelRequested", "General", "GroupWriter", "HotPath", "Waiting"]
-
-#: The same append as a general unit of work (``store.py``), whose answers are the reference.
-General = Callable[[], Awaitable[list[Record]]]
+__all__ = ["GroupWriter", "Waiting"]
 
 
 def _unreachable(exc: Exception) -> BackendError:
@@ -72,67 +66,6 @@ def _unreachable(exc: Exception) -> BackendError:
             f"cannot reach the database: no pooled connection came free in time: {exc}"
         )
     return BackendError(f"cannot reach the database: {exc}")
-
-
-class CancelRequested(Exception):
-    """Internal: an append made ``unless_cancelled`` found the run's stop request, and wrote
-    nothing (its transaction, or its savepoint, rolled back): ``actor`` and ``reason`` are
-    the request's. The store turns it into its answer; no caller of the store sees it."""
-
-    def __init__(self, actor: str, reason: str) -> None:
-        super().__init__(actor, reason)
-        self.actor = actor
-        self.reason = reason
-
-
-class HotPath(Protocol):
-    """One database's append path: one statement (PostgreSQL) or one thread hop (SQLite)."""
-
-    async def append(
-        self,
-        tenant: str,
-        signer: Signer | None,
-        now: int,
-        run: RunId,
-        epoch: int,
-        items: Sequence[Append],
-        keys: Sequence[EffectKey],
-        general: General,
-        profile: WireProfile = AGENTPLANE_0_4,
-        *,
-        unless_cancelled: bool = False,
-    ) -> list[Record]:
-        """Append ``items`` (one run's batch: no duplicate key, no conclusion, no admission
-        key), sealed under the journal's wire ``profile``, or run ``general()`` when this path
-        cannot settle it; the contract's errors are raised. ``unless_cancelled``: in the same
-        transaction, write nothing and raise :class:`CancelRequested` if the run has a stop
-        request (``general`` then checks it too)."""
-        ...
-
-    def remember(self, tenant: str, run_id: str, record: Record) -> None:
-        """``record`` is the run's head, as a general unit of work just committed it."""
-        ...
-
-    async def admit(
-        self,
-        tenant: str,
-        signer: Signer | None,
-        now: int,
-        run: RunId,
-        owner: str,
-        expires_at: int,
-        items: Sequence[Append],
-        keys: Sequence[str],
-        profile: WireProfile = AGENTPLANE_0_4,
-    ) -> list[Record] | None:
-        """A fresh run's admission (its lease claim for ``owner`` until ``expires_at``,
-        ``items`` and the claims of ``keys``) in one transaction, or ``None`` when this
-        path does not do admissions (the store then runs its general unit of work)."""
-        ...
-
-    async def idle(self) -> None:
-        """Wait until every queued append is answered and the connections are back."""
-        ...
 
 
 class Waiting(Protocol):

@@ -368,7 +368,7 @@ class PostgresDialect:
             ),
             {"p": position},
         )
-        return [dict(row._mapping) for row in rows]
+        return [dict(row) for row in rows.mappings()]
 
     def pooler_misrouted(self, exc: BaseException) -> bool:
         return pgnames.pooler_misrouted(exc)

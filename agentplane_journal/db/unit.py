@@ -1,6 +1,6 @@
 """What both stores share: the engine, the schema check, units of work, and error translation.
 
-One choke point (:meth:`Repository._unit`) opens the session, commits, rolls back and turns
+One choke point (:meth:`Repository.unit`) opens the session, commits, rolls back and turns
 driver errors into the contract's errors, keeping the driver's exception as ``__cause__``.
 A write's COMMIT lost after it was sent is :class:`CommitUnknownError` (it may have landed); any
 other driver error is :class:`BackendError` unless the caller names a constraint it expects.
@@ -43,6 +43,7 @@ from agentplane_journal.db.dialect import (
     dialect_for,
 )
 from agentplane_journal.db.engine import database_named, open_engine
+from agentplane_journal.db.hotpath import HotPath
 from agentplane_journal.db.replication import ReplicationState, replication, wait_received
 from agentplane_journal.db.revision import (
     HEAD_REVISION,
@@ -99,8 +100,8 @@ class _Shared:
     caught_up: int = 0
     host_writes: bool = False
     #: The process's hot append path for this store, chosen by the dialect object
-    #: (``backends.dispatch.hot_path``; a ``backends.writer.HotPath``).
-    writer: Any = None
+    #: (``backends.dispatch.hot_path``), set by the store's first handle.
+    writer: HotPath | None = None
     #: The store's lean reads (``backends.reader.Reader``, or ``None`` where they do not
     #: apply), made at the first read (``reader_made``).
     reader: Any = None
@@ -233,7 +234,9 @@ class Repository:
         return self._shared.schema
 
     @property
-    def _dialect(self) -> Dialect:
+    def dialect(self) -> Dialect:
+        """The dialect object: every backend difference the modules of this package ask
+        about (package-internal)."""
         return self._shared.dialect
 
     @property
@@ -241,8 +244,12 @@ class Repository:
         """The engine the store's own connections come from (carrying the schema)."""
         return self._shared.bind or self._shared.engine
 
-    def _now(self) -> int:
+    def now(self) -> int:
+        """The store's clock in whole seconds, as rows store instants (package-internal)."""
         return math.floor(self._clock())
+
+    #: The old private name, kept for the tests that drive the clock through it.
+    _now = now
 
     @property
     def database(self) -> Database:
@@ -277,7 +284,7 @@ class Repository:
                 raise BackendError(f"cannot connect to the database: {exc}") from exc
             shared.schema_checked = True
 
-    async def _unit(
+    async def unit(
         self,
         fn: Callable[[AsyncSession], Awaitable[T]],
         *,
@@ -289,6 +296,7 @@ class Repository:
     ) -> T:
         """Run ``fn`` in one transaction and commit it, translating driver errors once, here.
 
+        The package's modules open every unit of work through this (package-internal).
         ``fn`` may raise ``Rollback(value)`` to end without committing and return ``value``.
         A read-only unit goes to the read engine (a replica, possibly behind) when there is
         one, unless ``primary``: a read whose answer a writer acts on must see the latest
@@ -297,18 +305,22 @@ class Repository:
         With ``session`` (the host's), ``fn`` runs in that session's transaction instead and
         nothing is committed: see :meth:`_host_unit`.
         Without it, a write that would wait on a transaction this task holds open itself is
-        refused first (:meth:`_refuse_own_wait`; ``run``, when the unit takes a run mutex).
+        refused first (:meth:`refuse_own_wait`; ``run``, when the unit takes a run mutex).
         """
         if session is not None:
             return await self._host_unit(session, fn, read_only=read_only, translate=translate)
         if not read_only:
-            self._refuse_own_wait(run)
+            self.refuse_own_wait(run)
         await self._ready()
         turn = self._shared.turn
         if turn is not None and not read_only:
             async with turn.taken():  # SQLite: after the writes before it, never asleep
                 return await self._own_unit(fn, read_only, primary, translate)
         return await self._own_unit(fn, read_only, primary, translate)
+
+    def _unit(self, fn: Callable[[AsyncSession], Awaitable[T]], **kw: Any) -> Awaitable[T]:
+        """The old private name of :meth:`unit`, kept for the tests that open units with it."""
+        return self.unit(fn, **kw)
 
     async def _own_unit(
         self,
@@ -317,7 +329,7 @@ class Repository:
         primary: bool,
         translate: Callable[[DBAPIError], StoreError | None] | None,
     ) -> T:
-        """:meth:`_unit`'s transaction on a session of the store's own."""
+        """:meth:`unit`'s transaction on a session of the store's own."""
         shared = self._shared
         sessions = shared.sessions
         replica = read_only and not primary and shared.read_sessions is not None
@@ -360,7 +372,7 @@ class Repository:
         async def unit(session: AsyncSession) -> bool:
             return await dialect.standby(await session.connection())
 
-        return await self._unit(unit, read_only=True)
+        return await self.unit(unit, read_only=True)
 
     async def replication(self) -> ReplicationState:
         """What a failover could lose now: the primary's WAL end and how far each streaming
@@ -452,7 +464,7 @@ class Repository:
             fresh = transaction is None or not getattr(transaction, "_connections", None)
             options = {WRITE_TRANSACTION: True} if fresh and not read_only else None
             conn = await session.connection(execution_options=options)
-            if not read_only and not self._dialect.writable(conn):
+            if not read_only and not self.dialect.writable(conn):
                 raise ValueError(
                     "this SQLite transaction began as a read (BEGIN DEFERRED) and has already "
                     "run statements: its first write would fail at once with 'database is "
@@ -490,7 +502,7 @@ class Repository:
         if sync is not None:
             selfwait.restore(sync, held)
 
-    def _refuse_own_wait(self, run: Any = None) -> None:
+    def refuse_own_wait(self, run: Any = None) -> None:
         """Refuse (``ValueError``, before any statement) a call without ``session=`` that
         would wait on this task's own open transaction: on SQLite one holding the write
         lock, on PostgreSQL one holding ``run``'s mutex (see :mod:`.selfwait`)."""
@@ -519,10 +531,10 @@ class Repository:
             raise exc.error from None
         if isinstance(exc, CorruptLogError):  # its advice: commands naming this database
             raise exc.naming(self.database) from None
-        if committing and isinstance(exc, Exception) and self._dialect.commit_in_doubt(exc):
+        if committing and isinstance(exc, Exception) and self.dialect.commit_in_doubt(exc):
             raise CommitUnknownError(describe(exc)) from exc
         if isinstance(exc, DBAPIError):
-            if self._dialect.pooler_misrouted(exc):  # a refusal: the statement never ran
+            if self.dialect.pooler_misrouted(exc):  # a refusal: the statement never ran
                 raise PoolerError(describe(exc)) from exc
             raise self._translated(exc, translate) from exc
         if isinstance(exc, OSError):
@@ -580,7 +592,7 @@ class Repository:
         ours = self._shared.engine.sync_engine
         if engine.pool is ours.pool:
             return
-        dialect = self._dialect
+        dialect = self.dialect
         if not _same_database(engine, ours, dialect):
             raise ValueError(
                 "session is bound to "

@@ -74,13 +74,13 @@ class Admissions(Repository):
         if not keys:
             return
         conn = await session.connection()
-        now = self._now()
+        now = self.now()
         for key in keys:  # sorted: overlapping claims take their keys in one order
             await self._claim(conn, run, key, now)
 
     async def _claim(self, conn: AsyncConnection, run: RunId, key: str, now: int) -> None:
         claim = (
-            self._dialect.insert(RunAdmission)
+            self.dialect.insert(RunAdmission)
             .values(tenant=self.tenant, key=key, run_id=str(run), admitted_at=now)
             .on_conflict_do_nothing(index_elements=[RunAdmission.tenant, RunAdmission.key])
             .returning(RunAdmission.key)
@@ -118,7 +118,7 @@ class Admissions(Repository):
             held = (await session.execute(stmt)).scalar_one_or_none()
             return None if held is None else stored_run(held, "run_admission.run_id")
 
-        return await self._unit(unit, read_only=True, primary=True, session=session)
+        return await self.unit(unit, read_only=True, primary=True, session=session)
 
     async def forget_admissions(
         self, older_than: int | datetime, *, session: AsyncSession | None = None
@@ -142,7 +142,7 @@ class Admissions(Repository):
             conn = await session.connection()
             return int((await conn.execute(stmt)).rowcount)
 
-        return await self._unit(unit, session=session)
+        return await self.unit(unit, session=session)
 
     async def audit_admissions(self) -> AdmissionAudit:
         """Where ``run_admission`` disagrees with the ``RunAdmitted`` records; writes nothing.
@@ -166,9 +166,9 @@ class Admissions(Repository):
 
     async def _audit(self, *, fix: bool) -> AdmissionAudit:
         async def read(fn: Callable[[AsyncSession], Awaitable[T]]) -> T:
-            return await self._unit(fn, read_only=True)
+            return await self.unit(fn, read_only=True)
 
         async def write(fn: Callable[[AsyncSession], Awaitable[T]]) -> T:
-            return await self._unit(fn)
+            return await self.unit(fn)
 
-        return await audit(self.tenant, self._dialect, self._now, read, write, fix=fix)
+        return await audit(self.tenant, self.dialect, self._now, read, write, fix=fix)

@@ -12,7 +12,7 @@ compared with its columns on the way out, so a row an attacker edited is
 :class:`CorruptRecordError`, never an answer.
 
 :class:`AuditReads` is a base of ``SqlJournalStore``; it holds no state of its own (the
-store's ``__init__`` sets ``_log``).
+store's ``__init__`` sets ``tenant_log``).
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ class AuditReads(Repository):
     """The store's audit reads: every method here only reads (``reindex_log`` repairs the
     log's derived tree from the seals, never a record)."""
 
-    _log: TenantLog
+    tenant_log: TenantLog
 
     async def read_runs(
         self,
@@ -110,7 +110,7 @@ class AuditReads(Repository):
             # Seals before records, as verify does: a sealed run's records cannot change
             # after it.
             for run_id, (head, position) in (
-                await self._log.seals_of(session, list(taken))
+                await self.tenant_log.seals_of(session, list(taken))
             ).items():
                 out[taken[run_id]].sealed, out[taken[run_id]].position = head, position
             if total > budget:  # one run, too large for a page: its pages are read apart
@@ -130,7 +130,7 @@ class AuditReads(Repository):
                         entry.error = error
             return out
 
-        return await self._unit(unit, read_only=True, session=session)
+        return await self.unit(unit, read_only=True, session=session)
 
     async def inclusion_paths_at(
         self, size: int, positions: Sequence[int], *, session: AsyncSession | None = None
@@ -140,9 +140,9 @@ class AuditReads(Repository):
         positions = [check_int(p, "position") for p in positions]
 
         async def unit(session: AsyncSession) -> dict[int, list[Digest]]:
-            return await self._log.paths_at(session, size, positions)
+            return await self.tenant_log.paths_at(session, size, positions)
 
-        return await self._unit(unit, read_only=True, session=session)
+        return await self.unit(unit, read_only=True, session=session)
 
     async def audit_runs(
         self,
@@ -180,7 +180,7 @@ class AuditReads(Repository):
         async def unit(session: AsyncSession) -> list[object]:
             return list((await session.execute(stmt)).scalars())
 
-        return await self._unit(unit, read_only=True, session=session)
+        return await self.unit(unit, read_only=True, session=session)
 
     # -- the log -----------------------------------------------------------------------
 
@@ -192,11 +192,11 @@ class AuditReads(Repository):
         An auditor's index: position ``i`` is leaf ``i``, so every run's current head can be
         compared with the head the log committed to, in one read of the log.
         """
-        return await self._unit(self._log.sealed_runs, read_only=True, session=session)
+        return await self.unit(self.tenant_log.sealed_runs, read_only=True, session=session)
 
     async def checkpoint(self, *, session: AsyncSession | None = None) -> Checkpoint:
         """``Checkpoint(origin, size, root)`` over this tenant's sealed runs in log order."""
-        return await self._unit(self._log.checkpoint, read_only=True, session=session)
+        return await self.unit(self.tenant_log.checkpoint, read_only=True, session=session)
 
     async def consistency_proof(
         self, old_size: int, *, session: AsyncSession | None = None
@@ -205,9 +205,9 @@ class AuditReads(Repository):
         old_size = check_int(old_size, "old_size")
 
         async def unit(session: AsyncSession) -> list[Digest]:
-            return await self._log.consistency_proof(session, old_size)
+            return await self.tenant_log.consistency_proof(session, old_size)
 
-        return await self._unit(unit, read_only=True, session=session)
+        return await self.unit(unit, read_only=True, session=session)
 
     async def audit_log(self, progress: Callable[[int, int], None] | None = None) -> LogAudit:
         """Re-derive the stored Merkle tree from the seals; the first bad position is named.
@@ -217,9 +217,9 @@ class AuditReads(Repository):
         """
 
         async def unit(fn: Callable[[AsyncSession], Awaitable[Any]], primary: bool = False) -> Any:
-            return await self._unit(fn, read_only=True)
+            return await self.unit(fn, read_only=True)
 
-        return await self._log.audit(unit, progress)
+        return await self.tenant_log.audit(unit, progress)
 
     async def audit_bounds(self, *, session: AsyncSession | None = None) -> list[BoundsFinding]:
         """This tenant's stored counters and instants below their floors, by table and column.
@@ -232,16 +232,16 @@ class AuditReads(Repository):
         async def unit(session: AsyncSession) -> list[BoundsFinding]:
             return await audit_bounds(session, self.tenant)
 
-        return await self._unit(unit, read_only=True, session=session)
+        return await self.unit(unit, read_only=True, session=session)
 
     async def reindex_log(self, progress: Callable[[int, int], None] | None = None) -> LogAudit:
         """Rebuild the stored tree where it disagrees with the seals (resumable; see
         :meth:`TenantLog.reindex <agentplane_journal.journal.log.TenantLog.reindex>`)."""
 
         async def unit(fn: Callable[[AsyncSession], Awaitable[Any]], primary: bool = False) -> Any:
-            return await self._unit(fn)
+            return await self.unit(fn)
 
-        return await self._log.reindex(unit, progress)
+        return await self.tenant_log.reindex(unit, progress)
 
     async def inclusion_proof(
         self, run: RunId, *, session: AsyncSession | None = None
@@ -250,9 +250,9 @@ class AuditReads(Repository):
         run = check_run(run)
 
         async def unit(session: AsyncSession) -> Inclusion | None:
-            return await self._log.inclusion_proof(session, run)
+            return await self.tenant_log.inclusion_proof(session, run)
 
-        return await self._unit(unit, read_only=True, session=session)
+        return await self.unit(unit, read_only=True, session=session)
 
 
 def _check_after(after: object) -> str | None:

@@ -6,14 +6,14 @@ SQLite, thread hops); this module writes a *batch of steps* — appends and seal
 number of runs, in the order given — in ONE unit of work, all or nothing, in a handful of
 statements per batch rather than several per run. Nothing is bypassed:
 
-* the batch's runs are locked as ``_lock_run`` locks one (the store's mutex statement, then
+* the batch's runs are locked as ``lock_run`` locks one (the store's mutex statement, then
   in later statements the lease rows ``FOR UPDATE``, the seals and the re-hashed heads), and
   every step is judged by the same :func:`~agentplane_journal.journal.run_state.run_state_from`
   (the fence for that step's epoch, sealed or not, the head);
-* every append is checked and chained by the store's own ``_chain_rows`` onto the head the
+* every append is checked and chained by the store's own ``chain_rows`` onto the head the
   batch's earlier steps left, its rows inserted with the others' by the store's INSERT
   (exactly-once rows skipped and named, as ``append`` names them), then its admission claims
-  and outcome written by the store's ``_after_rows``;
+  and outcome written by the store's ``after_rows``;
 * the seals' leaves are entered into the log together, at the end, by the same
   :meth:`TenantLog.append <agentplane_journal.journal.log.TenantLog.append>` a live seal
   calls (it takes a list): in the order the seal steps were given, one leaf after another
@@ -48,8 +48,8 @@ from agentplane_journal.db.models import EFFECT_STARTED_PREDICATE, Journal, RunL
 from agentplane_journal.db.statements import RECORD_COLUMNS, digest, hot_statements
 from agentplane_journal.errors import DuplicateEffectError, RunSealedError
 from agentplane_journal.journal.log import SealedLeaf
-from agentplane_journal.journal.run_state import RunState, run_state_from
 from agentplane_journal.journal.store import MAX_INSERT_ROWS, SqlJournalStore
+from agentplane_journal.journal.writes import RunState, run_state_from
 
 __all__ = ["AppendStep", "SealStep", "Step", "write_steps"]
 
@@ -90,7 +90,7 @@ def _checked(steps: Sequence[Step], store: SqlJournalStore) -> list[tuple[Step, 
     for i, step in enumerate(steps):
         if isinstance(step, AppendStep):
             epoch = check_int(step.epoch, f"steps[{i}].epoch")
-            items, run = store._check_batch(step.batch)
+            items, run = store.check_batch(step.batch)
             profile = None if step.profile is None else profile_named(step.profile)
             out.append((AppendStep(epoch, items, profile), run))
         elif isinstance(step, SealStep):
@@ -115,7 +115,7 @@ async def write_steps(store: SqlJournalStore, steps: Sequence[Step]) -> list[lis
     if not checked:
         return []
     for _, run in checked:
-        store._refuse_own_wait(run)
+        store.refuse_own_wait(run)
 
     async def unit(session: AsyncSession) -> list[list[Record] | Digest]:
         results: list[list[Record] | Digest] = []
@@ -138,7 +138,7 @@ async def write_steps(store: SqlJournalStore, steps: Sequence[Step]) -> list[lis
                 if run in sealed:
                     raise RunSealedError(run, sealed[run][0])
                 batch = [*step.batch]
-                chained = store._chain_rows(run, step.epoch, state, batch, step.profile)
+                chained = store.chain_rows(run, step.epoch, state, batch, step.profile)
                 written = [] if chained is None else chained[0]
                 if chained is not None:
                     pending.add(run, state.head_seq + 1, batch, chained)
@@ -153,17 +153,17 @@ async def write_steps(store: SqlJournalStore, steps: Sequence[Step]) -> list[lis
                 results.append(sealed[run][1])
             else:
                 sealed[run] = (step.outcome, state.head_hash)
-                leaves.append((str(run), bytes(state.head_hash), store._now(), step.outcome))
+                leaves.append((str(run), bytes(state.head_hash), store.now(), step.outcome))
                 results.append(state.head_hash)
         await pending.write(store, session)
-        await store._log.append(session, leaves)
+        await store.tenant_log.append(session, leaves)
         return results
 
-    return await store._unit(unit)
+    return await store.unit(unit)
 
 
 class _Rows:
-    """The batch's records, chained and checked (``_chain_rows``), inserted together: one
+    """The batch's records, chained and checked (``chain_rows``), inserted together: one
     multi-row INSERT per :data:`~agentplane_journal.journal.store.MAX_INSERT_ROWS` rows
     instead of one per append; then each append's admission claims and outcome, in order."""
 
@@ -184,7 +184,7 @@ class _Rows:
 
     async def write(self, store: SqlJournalStore, session: AsyncSession) -> None:
         conn = await session.connection()
-        insert = _insert_statement(store._dialect)
+        insert = _insert_statement(store.dialect)
         for start in range(0, len(self.rows), MAX_INSERT_ROWS):
             chunk = self.rows[start : start + MAX_INSERT_ROWS]
             try:
@@ -195,14 +195,14 @@ class _Rows:
                 first = chunk[0]
                 seen = {k for _, _, _, _, keys in self.appends for k in keys}
                 run = RunId.parse(first["run_id"])
-                raise store._insert_refused(exc, run, first["seq"], seen) from exc
+                raise store.insert_refused(exc, run, first["seq"], seen) from exc
             if len(written) != len(chunk):
                 # The exactly-once index skipped a row: its key had already started.
                 for row in chunk:
                     if (row["run_id"], row["seq"]) not in written:
                         raise DuplicateEffectError(EffectKey.from_hex(row["effect_key"]))
         for run, _, batch, conclusion, _ in self.appends:
-            await store._after_rows(session, run, batch, conclusion)
+            await store.after_rows(session, run, batch, conclusion)
 
 
 @functools.cache
@@ -222,7 +222,7 @@ def _insert_statement(dialect: Dialect) -> Any:
 async def _lock_runs(
     store: SqlJournalStore, session: AsyncSession, runs: list[RunId]
 ) -> dict[RunId, tuple[Any, ...]]:
-    """``_lock_run`` for many runs at once: each run's ``run_state`` row, read under its mutex.
+    """``lock_run`` for many runs at once: each run's ``run_state`` row, read under its mutex.
 
     The mutexes first, in run id order (so two batches take shared runs in one order), in one
     executemany of the store's own mutex statement; then, in later statements (fresh
@@ -237,8 +237,8 @@ async def _lock_runs(
     if not ids:
         return {}
     conn = await session.connection()
-    now = store._now()
-    mutex = hot_statements(store._dialect).run_mutex
+    now = store.now()
+    mutex = hot_statements(store.dialect).run_mutex
     for start in range(0, len(ids), _IN_LIST):
         await conn.execute(
             mutex,

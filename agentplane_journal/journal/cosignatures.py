@@ -152,7 +152,7 @@ class Cosignatures(Repository):
             return 0
 
         async def unit(session: AsyncSession) -> int:
-            stmt = self._dialect.insert(LogCosignature).on_conflict_do_nothing(
+            stmt = self.dialect.insert(LogCosignature).on_conflict_do_nothing(
                 index_elements=["tenant", "tree_size", "cosigner", "key_id"]
             )
             stored = 0
@@ -162,7 +162,7 @@ class Cosignatures(Repository):
                 stored += max(result.rowcount or 0, 0)
             return stored
 
-        return await self._unit(unit)
+        return await self.unit(unit)
 
     async def read_cosignatures(self, checkpoint: Checkpoint) -> CosignatureRead:
         """The stored cosignatures of ``checkpoint``, each verified again; the failures as
@@ -188,7 +188,7 @@ class Cosignatures(Repository):
 
         valid: list[tuple[CosignerKey, Cosignature]] = []
         findings: list[str] = []
-        for row in await self._unit(unit, read_only=True):
+        for row in await self.unit(unit, read_only=True):
             checked = _check_row(checkpoint, row)
             if isinstance(checked, str):
                 findings.append(checked)
@@ -233,7 +233,7 @@ class Cosignatures(Repository):
             )
             return [tuple(r) for r in rows]
 
-        for size, *row in await self._unit(unit, read_only=True, primary=True):
+        for size, *row in await self.unit(unit, read_only=True, primary=True):
             if type(size) is not int or not 0 < size <= MAX_LOG_INDEX + 1:
                 continue
             try:
@@ -268,7 +268,7 @@ class Cosignatures(Repository):
         async def unit(session: AsyncSession) -> dict[tree.Node, bytes]:
             return await _nodes(session, self.tenant, wanted)
 
-        nodes = await self._unit(unit, read_only=True, primary=True)
+        nodes = await self.unit(unit, read_only=True, primary=True)
         if (0, size - 1) not in nodes:
             raise ValueError(f"this log has fewer than {size} leaves")
         try:
@@ -293,6 +293,6 @@ class Cosignatures(Repository):
 
         return [
             s
-            for s in await self._unit(unit, read_only=True)
+            for s in await self.unit(unit, read_only=True)
             if type(s) is int and 0 <= s <= MAX_LOG_INDEX + 1
         ]

@@ -38,4 +38,4 @@ def erasure_run(tenant: str, scope: str) -> RunId:
 async def lock_scope(store: Any, session: AsyncSession, scope: str, *, exclusive: bool) -> None:
     """Take ``scope``'s lock in ``session``'s transaction (``store``: the SqlJournalStore)."""
     conn = await session.connection()
-    await scope_lock(store._dialect, conn, scope_key(store.tenant, scope), exclusive=exclusive)
+    await scope_lock(store.dialect, conn, scope_key(store.tenant, scope), exclusive=exclusive)

@@ -74,7 +74,7 @@ async def _sealed_page(
     async def unit(session: AsyncSession) -> list[tuple[int, str]]:
         return [(int(i), str(r)) for i, r in (await session.execute(stmt)).all()]
 
-    return await store._unit(unit, read_only=True)
+    return await store.unit(unit, read_only=True)
 
 
 async def export_runs(store: SqlJournalStore, size: int) -> AsyncIterator[tuple[list[RunId], bool]]:
@@ -110,10 +110,10 @@ async def _not_in_log(store: SqlJournalStore, page: list[RunId], size: int) -> l
     written in log order), asked of the seals alone so their records are not read twice."""
 
     async def unit(session: AsyncSession) -> set[str]:
-        seals = await store._log.seals_of(session, [str(r) for r in page])
+        seals = await store.tenant_log.seals_of(session, [str(r) for r in page])
         return {run for run, (_, at) in seals.items() if at is not None and at < size}
 
-    logged = await store._unit(unit, read_only=True)
+    logged = await store.unit(unit, read_only=True)
     return [r for r in page if str(r) not in logged]
 
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sqlalchemy import and_, bindparam, literal, select, true, update
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -40,9 +40,7 @@ from agentplane_journal.core.batch import RELEASED_OWNER
 from agentplane_journal.core.checks import check_int, check_run, check_text
 from agentplane_journal.core.ids import Digest, RunId
 from agentplane_journal.core.merkle import raw_leaf
-from agentplane_journal.core.profile import WireProfile
 from agentplane_journal.core.record import Record
-from agentplane_journal.core.signing import Signer
 from agentplane_journal.db import selfwait
 from agentplane_journal.db.dialect import Dialect, SqliteDialect
 from agentplane_journal.db.models import Journal, LogTree, RunAdmission, RunLease, RunSeal
@@ -56,7 +54,6 @@ from agentplane_journal.db.statements import (
     stored_run,
     stored_text,
 )
-from agentplane_journal.db.unit import Repository
 from agentplane_journal.errors import (
     ConflictError,
     CorruptLogError,
@@ -64,7 +61,7 @@ from agentplane_journal.errors import (
     RunSealedError,
 )
 from agentplane_journal.journal.reads import driver_rows
-from agentplane_journal.journal.run_state import RunState
+from agentplane_journal.journal.writes import RunState, RunWrites
 
 __all__ = ["GuardedAppends", "HeadMovedError", "Tail"]
 
@@ -206,29 +203,9 @@ def judge(
     return epoch, fence, head_seq, head_hash
 
 
-class GuardedAppends(Repository):
-    """The store's guarded appends and the tail read they pair with (no state of its own)."""
-
-    if TYPE_CHECKING:  # SqlJournalStore's own; declared for the type checker
-
-        async def _write_batch(
-            self,
-            session: AsyncSession,
-            run: RunId,
-            epoch: int,
-            state: RunState,
-            batch: list[Append],
-        ) -> list[Record]: ...
-
-        def _check_batch(self, batch: Sequence[Append]) -> tuple[list[Append], RunId | None]: ...
-
-        @property
-        def profile(self) -> WireProfile: ...
-
-        @staticmethod
-        def _refuse_other_profile(batch: Sequence[Append], profile: WireProfile) -> None: ...
-
-        _signer: Signer | None
+class GuardedAppends(RunWrites):
+    """The store's guarded appends and the tail read they pair with (no state of its own);
+    the unit of work's steps are :class:`~agentplane_journal.journal.writes.RunWrites`'s."""
 
     async def guarded_read(self, run: RunId, from_seq: int = 1) -> Tail:
         """The run's records from ``from_seq`` on (hash-checked, as every read) and its seal,
@@ -237,7 +214,7 @@ class GuardedAppends(Repository):
         the seal row was edited."""
         run = check_run(run)
         from_seq = check_int(from_seq, "from_seq")
-        if isinstance(self._dialect, SqliteDialect):
+        if isinstance(self.dialect, SqliteDialect):
             await self._ready()
             async with self._bind.connect() as conn:
                 driver = (await conn.get_raw_connection()).driver_connection
@@ -245,7 +222,7 @@ class GuardedAppends(Repository):
                     driver, self.tenant, str(run), from_seq
                 )
             return Tail(records, _sealed(run, seal, leaf))
-        tail, _ = _statements(self._dialect)
+        tail, _ = _statements(self.dialect)
         params = {"tenant": self.tenant, "run_id": str(run), "seq": from_seq}
 
         async def unit(session: AsyncSession) -> Tail:
@@ -254,7 +231,7 @@ class GuardedAppends(Repository):
             records = records_from_rows(r[2:] for r in rows if r[2] is not None)
             return Tail(records, _sealed(run, first[0], first[1]))
 
-        return await self._unit(unit, read_only=True, primary=True)
+        return await self.unit(unit, read_only=True, primary=True)
 
     async def guarded_read_admitted(self, key: str) -> tuple[RunId | None, Tail]:
         """The run admission key ``key`` names (``None``: no run holds it), with its seal and
@@ -262,7 +239,7 @@ class GuardedAppends(Repository):
         cold read. The index is not trusted: the caller checks that the run's first record
         claims ``key``."""
         key = check_text(key, "key", allow_empty=True)
-        if isinstance(self._dialect, SqliteDialect):
+        if isinstance(self.dialect, SqliteDialect):
             await self._ready()
             async with self._bind.connect() as conn:
                 driver = (await conn.get_raw_connection()).driver_connection
@@ -270,7 +247,7 @@ class GuardedAppends(Repository):
                     driver, self.tenant, key
                 )
         else:
-            stmt = _admitted_read(self._dialect)
+            stmt = _admitted_read(self.dialect)
             params = {"tenant": self.tenant, "key": key}
 
             async def unit(session: AsyncSession) -> list[Any]:
@@ -278,7 +255,7 @@ class GuardedAppends(Repository):
                 first = rows[0] if rows else (None, None, None)
                 return [first[:3], records_from_rows(r[3:] for r in rows if r[3] is not None)]
 
-            (held, seal, leaf), records = await self._unit(unit, read_only=True, primary=True)
+            (held, seal, leaf), records = await self.unit(unit, read_only=True, primary=True)
         if held is None:
             return None, Tail([], None)
         run = stored_run(held, "run_admission.run_id")
@@ -297,19 +274,19 @@ class GuardedAppends(Repository):
         an admission claim) runs in the general unit of work on SQLite too.
         """
         run = check_run(run)
-        items, of = self._check_batch(batch)
+        items, of = self.check_batch(batch)
         if of is None:
             return []
         if of != run:
             raise ValueError(f"the batch is for {of}, not {run}")
-        self._refuse_own_wait(run)
+        self.refuse_own_wait(run)
         plain = not claimed_keys(items) and all(
             i.kind not in (RUN_SEALED, EFFECT_STARTED) for i in items
         )
-        if plain and isinstance(self._dialect, SqliteDialect):
+        if plain and isinstance(self.dialect, SqliteDialect):
             await self._ready()
             profile = self.profile
-            self._refuse_other_profile(items, profile)
+            self.refuse_other_profile(items, profile)
             try:
                 async with self._bind.connect() as conn:
                     driver = (await conn.get_raw_connection()).driver_connection
@@ -318,7 +295,7 @@ class GuardedAppends(Repository):
                         judge,
                         tenant=self.tenant,
                         run=run,
-                        now=self._now(),
+                        now=self.now(),
                         expected=expected,
                         items=items,
                         signer=self._signer,
@@ -326,11 +303,11 @@ class GuardedAppends(Repository):
                     )
             finally:
                 self._wrote()
-        _, state_read = _statements(self._dialect)
-        statements = hot_statements(self._dialect)
+        _, state_read = _statements(self.dialect)
+        statements = hot_statements(self.dialect)
 
         async def unit(session: AsyncSession) -> list[Record]:
-            now = self._now()
+            now = self.now()
             params = {"tenant": self.tenant, "run_id": str(run), "now": now}
             conn = await session.connection()
             await conn.execute(statements.run_mutex, params)
@@ -341,9 +318,9 @@ class GuardedAppends(Repository):
             if fence:
                 await session.execute(_fence(self.tenant, run, epoch - 1))
             state = RunState(None, None, head_seq, head_hash)
-            return await self._write_batch(session, run, epoch, state, items)
+            return await self.write_batch(session, run, epoch, state, items)
 
-        return await self._unit(unit, run=run)
+        return await self.unit(unit, run=run)
 
 
 def _fence(tenant: str, run: RunId, epoch: int) -> Any:

@@ -1,7 +1,7 @@
 """Who may write a run and whether it should stop: leases, the recovery queue, stop requests.
 
 A base of :class:`~agentplane_journal.journal.store.SqlJournalStore`. The fence that a lease
-protects is checked by the store's writers under the run mutex (``SqlJournalStore._lock_run``);
+protects is checked by the store's writers under the run mutex (``RunWrites.lock_run``);
 this module only claims, renews and frees leases, lists the abandoned ones, and records stop
 requests. The lease protocol is agentplane 0.22.0's: ``acquire`` claims, ``renew`` extends.
 
@@ -106,7 +106,7 @@ class RunControl(Repository):
         if not isinstance(reclaim, bool):
             raise TypeError("reclaim must be True or False")
         ttl = check_ttl(ttl)
-        now = self._now()
+        now = self.now()
         claim = self._claim_statement(run, owner, ttl, now, reclaim=reclaim)
 
         async def unit(session: AsyncSession) -> Lease:
@@ -121,11 +121,11 @@ class RunControl(Repository):
                 await self._drop_claim(session, run)
             return Lease(run, owner, stored_int(epoch, 0, "run_lease.epoch"))
 
-        return await self._unit(unit, session=session, run=run)
+        return await self.unit(unit, session=session, run=run)
 
     def _claim_statement(self, run: RunId, owner: str, ttl: int, now: int, *, reclaim: bool) -> Any:
         """:meth:`acquire`'s one statement (``admit`` runs it too): the claim, or nothing."""
-        insert = self._dialect.insert(RunLease).values(
+        insert = self.dialect.insert(RunLease).values(
             tenant=self.tenant,
             run_id=str(run),
             owner=owner,
@@ -169,7 +169,7 @@ class RunControl(Repository):
         owner = check_label(owner, "owner")
         epoch = check_int(epoch, "epoch")
         ttl = check_ttl(ttl)
-        now = self._now()
+        now = self.now()
         extend = (
             update(RunLease)
             .where(
@@ -192,7 +192,7 @@ class RunControl(Repository):
                 raise LeaseNotHeldError(run, owner, epoch, _described(found, now))
             return Lease(run, owner, epoch)
 
-        return await self._unit(unit, session=session, run=run)
+        return await self.unit(unit, session=session, run=run)
 
     async def abandoned_runs(
         self, limit: int, *, session: AsyncSession | None = None
@@ -218,7 +218,7 @@ class RunControl(Repository):
             .where(
                 RunLease.tenant == self.tenant,
                 LEASE_HELD_PREDICATE,
-                RunLease.expires_at <= self._now(),
+                RunLease.expires_at <= self.now(),
                 ~sealed,
             )
             .order_by(RunLease.expires_at, RunLease.run_id)
@@ -231,7 +231,7 @@ class RunControl(Repository):
 
         # The primary: a sweeper acts on the answer, and a replica behind would list runs
         # that were taken over already.
-        return await self._unit(unit, read_only=True, primary=True, session=session)
+        return await self.unit(unit, read_only=True, primary=True, session=session)
 
     async def held_by(
         self, owner: str, limit: int, *, session: AsyncSession | None = None
@@ -249,7 +249,7 @@ class RunControl(Repository):
             .where(
                 RunLease.tenant == self.tenant,
                 RunLease.owner == owner,
-                RunLease.expires_at > self._now(),
+                RunLease.expires_at > self.now(),
                 ~sealed,
             )
             .order_by(RunLease.run_id)
@@ -260,7 +260,7 @@ class RunControl(Repository):
             rows = (await session.execute(stmt)).scalars()
             return [stored_run(r, "run_lease.run_id") for r in rows]
 
-        return await self._unit(unit, read_only=True, primary=True, session=session)
+        return await self.unit(unit, read_only=True, primary=True, session=session)
 
     async def lease_of(
         self, run: RunId, *, session: AsyncSession | None = None
@@ -275,7 +275,7 @@ class RunControl(Repository):
         async def unit(session: AsyncSession) -> tuple[str, int, int] | None:
             return await self._lease_row(session, run)
 
-        return await self._unit(unit, read_only=True, primary=True, session=session)
+        return await self.unit(unit, read_only=True, primary=True, session=session)
 
     async def _lease_row(self, session: AsyncSession, run: RunId) -> tuple[str, int, int] | None:
         """The run's lease row as ``(owner, epoch, expires_at)``, checked, or ``None``."""
@@ -329,13 +329,13 @@ class RunControl(Repository):
             await self._take_mutex(session, run, claim=False)  # no row: no append to fence
             await session.execute(stmt)
 
-        await self._unit(unit, session=session, run=run)
+        await self.unit(unit, session=session, run=run)
 
     async def _take_mutex(self, session: AsyncSession, run: RunId, *, claim: bool) -> bool:
         """Take the run mutex for a lease change; ``True`` if that inserted the activity row,
         which :meth:`_drop_claim` must delete before COMMIT (a lease is not activity)."""
-        statements = hot_statements(self._dialect)
-        params = {"tenant": self.tenant, "run_id": str(run), "now": self._now()}
+        statements = hot_statements(self.dialect)
+        params = {"tenant": self.tenant, "run_id": str(run), "now": self.now()}
         of = {"of_tenant": self.tenant, "of_run_id": str(run)}
         conn = await session.connection()
         for _ in range(8):
@@ -351,7 +351,7 @@ class RunControl(Repository):
 
     async def _drop_claim(self, session: AsyncSession, run: RunId) -> None:
         of = {"of_tenant": self.tenant, "of_run_id": str(run)}
-        await (await session.connection()).execute(hot_statements(self._dialect).run_unclaim, of)
+        await (await session.connection()).execute(hot_statements(self.dialect).run_unclaim, of)
 
     # -- cancellation ------------------------------------------------------------------
 
@@ -362,7 +362,7 @@ class RunControl(Repository):
         run = check_run(run)
         actor = check_label(actor, "actor")
         reason = check_text(reason, "reason", allow_empty=True)
-        d = self._dialect
+        d = self.dialect
 
         async def unit(session: AsyncSession) -> bool:
             stmt = (
@@ -372,14 +372,14 @@ class RunControl(Repository):
                     run_id=str(run),
                     actor=actor,
                     reason=reason,
-                    requested_at=self._now(),
+                    requested_at=self.now(),
                 )
                 .on_conflict_do_nothing(index_elements=[RunCancel.tenant, RunCancel.run_id])
                 .returning(RunCancel.run_id)
             )
             return (await session.execute(stmt)).first() is not None
 
-        return await self._unit(unit, session=session)
+        return await self.unit(unit, session=session)
 
     async def cancellation(
         self, run: RunId, *, session: AsyncSession | None = None
@@ -390,7 +390,7 @@ class RunControl(Repository):
         async def unit(session: AsyncSession) -> Cancellation | None:
             return await self._cancel_request(session, run)
 
-        return await self._unit(unit, read_only=True, primary=True, session=session)
+        return await self.unit(unit, read_only=True, primary=True, session=session)
 
     async def _cancel_request(self, session: AsyncSession, run: RunId) -> Cancellation | None:
         """The run's stop request read in ``session``'s transaction, checked, or ``None``."""

@@ -233,13 +233,15 @@ class TenantLog:
     """One tenant's Merkle log, spoken to through the session of the store's unit of work."""
 
     def __init__(self, dialect: Dialect, tenant: str, origin: str) -> None:
-        self._dialect = dialect
+        self.dialect = dialect
         self.tenant = tenant
         self.origin = origin
         # The tenant's row in journal_counter: a seal and a rebuild's page hold its lock.
         self.counter_name = _LOG_POSITION + tenant
 
-    async def _snapshot(self, session: AsyncSession, kind: str, **params: Any) -> _Snapshot:
+    async def snapshot(self, session: AsyncSession, kind: str, **params: Any) -> _Snapshot:
+        """The stored tree as one statement of ``kind`` reads it (one snapshot: a proof or a
+        frontier from it is consistent); package-internal, also `serve`'s incremental tree."""
         conn = await session.connection()
         result = await conn.execute(_statements()[kind], {"tenant": self.tenant, **params})
         return _Snapshot(result.all())
@@ -268,7 +270,7 @@ class TenantLog:
                 "resets it",
             )
         indexes = list(range(last - len(leaves) + 1, last + 1))
-        snap = await self._snapshot(session, "frontier")
+        snap = await self.snapshot(session, "frontier")
         try:
             builder = tree.TreeBuilder(snap.size, snap.nodes)
         except tree.MissingNodeError as error:
@@ -307,7 +309,7 @@ class TenantLog:
         Never below the largest ``log_index`` sealed (a row some other writer put there,
         agentplane 0.4.0 say): log order stays commit order for every seal made here.
         """
-        d = self._dialect
+        d = self.dialect
         last = (
             select(RunSeal.log_index)
             .where(RunSeal.tenant == self.tenant)
@@ -340,7 +342,7 @@ class TenantLog:
 
     async def checkpoint(self, session: AsyncSession) -> Checkpoint:
         """``Checkpoint(origin, size, root)`` from the size and its frontier nodes."""
-        snap = await self._snapshot(session, "frontier")
+        snap = await self.snapshot(session, "frontier")
         if snap.size == 0:
             return Checkpoint(self.origin, 0, EMPTY_ROOT)
         try:
@@ -351,7 +353,7 @@ class TenantLog:
 
     async def consistency_proof(self, session: AsyncSession, old_size: int) -> list[Digest]:
         """RFC 6962 proof that the log of ``old_size`` is a prefix of the current one."""
-        snap = await self._snapshot(session, "last", last=max(old_size - 1, 0))
+        snap = await self.snapshot(session, "last", last=max(old_size - 1, 0))
         if old_size > snap.size:
             raise BackendError(
                 f"a checkpoint of size {old_size} is larger than this log ({snap.size}): "
@@ -364,7 +366,7 @@ class TenantLog:
 
     async def inclusion_proof(self, session: AsyncSession, run: RunId) -> Inclusion | None:
         """``Inclusion`` for a sealed run from one snapshot; ``None`` if never sealed."""
-        snap = await self._snapshot(session, "run", run_id=str(run))
+        snap = await self.snapshot(session, "run", run_id=str(run))
         if snap.leaf is None or snap.leaf[1] is None:
             return None  # not sealed (a leaf row naming an unsealed run is audit's to report)
         position, head = snap.leaf

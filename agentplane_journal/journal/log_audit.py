@@ -54,7 +54,7 @@ class TenantLog(Protocol):
 
     tenant: str
     counter_name: str
-    _dialect: Dialect
+    dialect: Dialect
 
 
 __all__ = ["AUDIT_PAGE", "MAX_LOG_INDEX", "LogAudit", "Progress", "Unit", "audit_pages"]
@@ -138,7 +138,7 @@ class _Census:
 
 async def _census(session: AsyncSession, log: TenantLog) -> _Census:
     """One snapshot: the tree's size and shape, the seals, and what in them is hostile."""
-    tenant, dialect = log.tenant, log._dialect
+    tenant, dialect = log.tenant, log.dialect
     valid = and_(LogTree.tenant == tenant, _valid_node(dialect))
     size = (
         select(func.coalesce(func.max(LogTree.idx) + 1, 0))
@@ -201,7 +201,7 @@ async def _renumber(session: AsyncSession, log: TenantLog, finding: _Finding) ->
     conn = await session.connection()
     bad = (
         await session.execute(
-            select(func.count()).where(RunSeal.tenant == tenant, not_(_valid_index(log._dialect)))
+            select(func.count()).where(RunSeal.tenant == tenant, not_(_valid_index(log.dialect)))
         )
     ).scalar_one()
     rewritten = 0
@@ -250,7 +250,7 @@ async def _renumber(session: AsyncSession, log: TenantLog, finding: _Finding) ->
             .where(RunSeal.tenant == tenant)
             .scalar_subquery()
         )
-        d = log._dialect
+        d = log.dialect
         reset = d.insert(JournalCounter).values(name=log.counter_name, value=top)
         await conn.execute(
             reset.on_conflict_do_update(
@@ -294,7 +294,7 @@ async def _audit_page(
     session: AsyncSession, log: TenantLog, state: _PageState, finding: _Finding, fix: bool
 ) -> tuple[int, bool]:
     """Check (or rewrite) the next page of leaves; ``(rows rewritten, last page?)``."""
-    tenant, a, dialect = log.tenant, state["at"], log._dialect
+    tenant, a, dialect = log.tenant, state["at"], log.dialect
     if fix:
         await _lock_counter(session, log)
     want = AUDIT_PAGE if state["limit"] is None else min(AUDIT_PAGE, state["limit"] - a)

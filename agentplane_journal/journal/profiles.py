@@ -118,12 +118,12 @@ class Profiles(Repository):
 
     async def _claim_profile(self, profile: WireProfile) -> WireProfile:
         """Record ``profile`` for this tenant if it holds no record yet; refuse otherwise."""
-        d = self._dialect
+        d = self.dialect
         async with self._bind.connect() as conn:
             conn = await conn.execution_options(**{WRITE_TRANSACTION: True})
             async with conn.begin():
                 stmt = d.insert(JournalProfile).values(
-                    tenant=self.tenant, profile=profile.name, previous=None, changed_at=self._now()
+                    tenant=self.tenant, profile=profile.name, previous=None, changed_at=self.now()
                 )
                 await conn.execute(stmt.on_conflict_do_nothing(index_elements=["tenant"]))
                 recorded = await self._recorded(conn)
@@ -179,7 +179,7 @@ class Profiles(Repository):
         """Upsert this tenant's row: ``target``, and ``previous`` (or, ``read_previous``, the
         recorded one, the default's if none); the handle switches at once. Returns the
         ``previous`` written (the default profile for ``None``)."""
-        d = self._dialect
+        d = self.dialect
 
         async def work(conn: AsyncConnection) -> WireProfile | None:
             left = (await self._recorded(conn) or DEFAULT_PROFILE) if read_previous else previous
@@ -187,7 +187,7 @@ class Profiles(Repository):
                 tenant=self.tenant,
                 profile=target.name,
                 previous=None if left is None else left.name,
-                changed_at=self._now(),
+                changed_at=self.now(),
             )
             await conn.execute(
                 stmt.on_conflict_do_update(

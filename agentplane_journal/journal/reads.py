@@ -61,7 +61,7 @@ async def driver_rows(
 
     Executed by SQLAlchemy Core on the session's connection (its transaction, execution
     options, compiled-statement cache, and its wrapping of driver errors, which
-    ``Repository._unit`` translates), but the rows are taken from the DBAPI cursor, which
+    ``Repository.unit`` translates), but the rows are taken from the DBAPI cursor, which
     already holds them all: the ORM's and even Core's per-row ``Row`` objects cost more than
     a read of a long run spends anywhere but on its checks. If SQLAlchemy ever buffers
     the rows itself (another fetch strategy), they come through its result instead, so no
@@ -107,7 +107,7 @@ class RunReads(Repository):
         if session is not None or (shared.read_sessions is not None and not primary):
             return None
         if not shared.reader_made:
-            shared.reader = lean.open_reader(self._dialect, self._bind)
+            shared.reader = lean.open_reader(self.dialect, self._bind)
             shared.reader_made = True
         if shared.reader is not None:
             await self._ready()
@@ -134,7 +134,7 @@ class RunReads(Repository):
         async def unit(session: AsyncSession) -> list[Record]:
             return records_from_rows(await driver_rows(session, stmt))
 
-        return await self._unit(unit, read_only=True, session=session)
+        return await self.unit(unit, read_only=True, session=session)
 
     async def read_sealed(
         self, run: RunId, from_seq: int = 1, *, session: AsyncSession | None = None
@@ -171,7 +171,7 @@ class RunReads(Repository):
             last = records[-1].seq if records else 0
             return records, digest(seal[0][0], last) if seal else None
 
-        return await self._unit(unit, read_only=True, primary=True, session=session)
+        return await self.unit(unit, read_only=True, primary=True, session=session)
 
     def stream(
         self,
@@ -241,7 +241,7 @@ class RunReads(Repository):
                 params = {"tenant": tenant, "run_id": run_id, "from_seq": at, "budget": budget}
                 return records_from_rows(await driver_rows(session, stmt, params))
 
-            page = await self._unit(unit, read_only=True, session=session)
+            page = await self.unit(unit, read_only=True, session=session)
             if not page:
                 return
             yield page
@@ -317,7 +317,7 @@ class RunReads(Repository):
             record = record_from_row(row)
             return Head(record.seq, record.hash)
 
-        return await self._unit(unit, read_only=True, primary=True, session=session)
+        return await self.unit(unit, read_only=True, primary=True, session=session)
 
     async def record_at(
         self, run: RunId, seq: int, *, session: AsyncSession | None = None
@@ -347,8 +347,8 @@ class RunReads(Repository):
             return []
         reader = await self._lean(session, primary=False)
         if reader is not None:
-            statement = lean.SEQS.replace("{seqs}", self._dialect.seqs_from_param)
-            listed = self._dialect.seq_list(wanted)
+            statement = lean.SEQS.replace("{seqs}", self.dialect.seqs_from_param)
+            listed = self.dialect.seq_list(wanted)
             rows = await reader.rows(statement, self.tenant, str(run), listed)
             return [record_from_row(tuple(row)) for row in rows]
         stmt = (
@@ -360,7 +360,7 @@ class RunReads(Repository):
         async def unit(session: AsyncSession) -> list[Record]:
             return [record_from_row(row) for row in await driver_rows(session, stmt)]
 
-        return await self._unit(unit, read_only=True, session=session)
+        return await self.unit(unit, read_only=True, session=session)
 
     async def case_history(
         self, case: CaseId, limit: int, *, session: AsyncSession | None = None
@@ -392,7 +392,7 @@ class RunReads(Repository):
         limit = check_int(limit, "limit")
         ulid = case.ulid
         candidates = or_(
-            Journal.case_id == str(case), self._dialect.contains_bytes(Journal.raw, ulid.encode())
+            Journal.case_id == str(case), self.dialect.contains_bytes(Journal.raw, ulid.encode())
         )
         page = max(limit, 100)
 
@@ -420,7 +420,7 @@ class RunReads(Repository):
                 after = (rows[-1].run_id, rows[-1].seq)
             return found
 
-        return await self._unit(unit, read_only=True, session=session)
+        return await self.unit(unit, read_only=True, session=session)
 
     async def verify(
         self,
@@ -454,7 +454,7 @@ class RunReads(Repository):
             found = await reader.rows(lean.SEAL, self.tenant, str(run))
             sealed: object = found[0][0] if found else None
         else:
-            sealed = await self._unit(seal_unit, read_only=True, session=session)
+            sealed = await self.unit(seal_unit, read_only=True, session=session)
         check = RunCheck(verifier, require_signature)
         async for page in self._pages(run, 1, STREAM_PAGE, PAGE_BYTES, session):
             check.feed(page)
@@ -479,7 +479,7 @@ class RunReads(Repository):
             rows = (await session.execute(stmt)).scalars()
             return [stored_run(r, "run_outcome.run_id") for r in rows]
 
-        return await self._unit(unit, read_only=True, session=session)
+        return await self.unit(unit, read_only=True, session=session)
 
     async def recent_runs(
         self,
@@ -515,4 +515,4 @@ class RunReads(Repository):
                 for r in await session.execute(stmt)
             ]
 
-        return await self._unit(unit, read_only=True, session=session)
+        return await self.unit(unit, read_only=True, session=session)

@@ -69,7 +69,7 @@ class _Ends:
 
 
 async def _read_ends(session: AsyncSession, store: SqlJournalStore) -> _Ends:
-    snap = await store._log._snapshot(session, "frontier")
+    snap = await store.tenant_log.snapshot(session, "frontier")
     tenant = store.tenant
     leaf = (
         select(LogTree.idx, LogTree.run_id)
@@ -160,7 +160,7 @@ class ServedLog:
     async def _advance(self) -> Checkpoint:
         store = self._store
         for _ in range(_RETRIES):
-            ends: _Ends = await store._unit(
+            ends: _Ends = await store.unit(
                 lambda session: _read_ends(session, store), read_only=True
             )
             last = ends.leaf_idx
@@ -182,7 +182,7 @@ class ServedLog:
                 f"of {ends.leaf_run!r}: the tree lacks a sealed run's leaf, or holds one no "
                 "seal made",
             )
-        log, state = store._log, self._state
+        log, state = store.tenant_log, self._state
         while state["at"] < size:
             finding = _Finding()
             state["limit"] = size
@@ -190,7 +190,7 @@ class ServedLog:
             async def page(session: AsyncSession, finding: _Finding = finding) -> tuple[int, bool]:
                 return await _audit_page(session, log, state, finding, False)
 
-            _, done = await store._unit(page, read_only=True)
+            _, done = await store.unit(page, read_only=True)
             if finding.position is not None:
                 raise CorruptLogError(finding.position, finding.detail or "")
             if done and self._state["at"] < size:
@@ -222,7 +222,7 @@ class ServedLog:
         async def unit(session: AsyncSession) -> dict[tree.Node, bytes]:
             return await _nodes(session, store.tenant, wanted)
 
-        stored = await store._unit(unit, read_only=True)
+        stored = await store.unit(unit, read_only=True)
         try:
             root = tree.root_with(cp.size, level, lo, given, stored)
         except tree.MissingNodeError as error:
@@ -259,14 +259,14 @@ class ServedLog:
                 async def read_bundle(session: AsyncSession) -> list[bytes]:
                     return await read_entries(session, store.tenant, lo, hi)
 
-                heads = await store._unit(read_bundle, read_only=True)
+                heads = await store.unit(read_bundle, read_only=True)
                 await self._check(cp, 0, lo, [raw_leaf(h) for h in heads])
                 return encode_bundle(heads)
 
             async def read_tile(session: AsyncSession) -> bytes:
                 return await read_hashes(session, store.tenant, t.node_level, lo, hi)
 
-            data = await store._unit(read_tile, read_only=True)
+            data = await store.unit(read_tile, read_only=True)
         except CorruptLogError as exc:
             raise self._fail(exc.position, exc.detail) from None
         await self._check(cp, t.node_level, lo, [data[i : i + 32] for i in range(0, len(data), 32)])

@@ -35,15 +35,13 @@ from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import update
-from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 from agentplane_journal.backends import dispatch
 from agentplane_journal.backends.head_cache import HeadCache
-from agentplane_journal.backends.writer import CancelRequested
 from agentplane_journal.core.admission import claimed_keys
-from agentplane_journal.core.append import EFFECT_STARTED, RUN_SEALED, Append
-from agentplane_journal.core.batch import COLUMNS, RELEASED_OWNER, chain_batch
+from agentplane_journal.core.append import RUN_SEALED, Append
+from agentplane_journal.core.batch import RELEASED_OWNER
 from agentplane_journal.core.checks import (
     check_int,
     check_key_id,
@@ -53,13 +51,13 @@ from agentplane_journal.core.checks import (
     check_ttl,
     lease_expiry,
 )
-from agentplane_journal.core.ids import DEFAULT_TENANT, Digest, EffectKey, RunId, validate_tenant
+from agentplane_journal.core.ids import DEFAULT_TENANT, Digest, RunId, validate_tenant
 from agentplane_journal.core.profile import WireProfile
 from agentplane_journal.core.record import Record
 from agentplane_journal.core.signing import Signer
 from agentplane_journal.core.values import Cancellation, Lease
-from agentplane_journal.db import selfwait
-from agentplane_journal.db.models import RunLease, RunOutcome
+from agentplane_journal.db.hotpath import HotPath
+from agentplane_journal.db.models import RunLease
 from agentplane_journal.db.statements import (
     digest,
     hot_statements,
@@ -67,9 +65,7 @@ from agentplane_journal.db.statements import (
 )
 from agentplane_journal.db.txcontrol import refusing_transaction_control
 from agentplane_journal.db.unit import Passthrough, Rollback, TransactionAnchor
-from agentplane_journal.db.violations import Collision, append_raced, journal_collision
 from agentplane_journal.errors import (
-    DuplicateEffectError,
     RunSealedError,
     TransactionEndedError,
 )
@@ -81,17 +77,20 @@ from agentplane_journal.journal.leases import RunControl
 from agentplane_journal.journal.log import TenantLog
 from agentplane_journal.journal.profiles import Profiles
 from agentplane_journal.journal.reads import RunReads
-from agentplane_journal.journal.run_state import RunState, run_state_from
+from agentplane_journal.journal.writes import MAX_INSERT_ROWS, RunWrites
 
 __all__ = ["MAX_INSERT_ROWS", "SqlJournalStore"]
 
-#: Records per multi-row INSERT. Far under both backends' bound-parameter limits
-#: (12 parameters a row); a batch larger than this costs one more statement per chunk.
-MAX_INSERT_ROWS = 1000
-
 
 class SqlJournalStore(
-    RunReads, AuditReads, RunControl, Admissions, Profiles, Cosignatures, GuardedAppends
+    RunReads,
+    AuditReads,
+    RunControl,
+    Admissions,
+    Profiles,
+    Cosignatures,
+    GuardedAppends,
+    RunWrites,
 ):
     """agentplane's journal store over SQLAlchemy's async engine (PostgreSQL or SQLite).
 
@@ -171,15 +170,18 @@ class SqlJournalStore(
             read_your_writes=read_your_writes,
             _shared=_shared,
         )
-        if self._shared.writer is None:
-            self._shared.writer = dispatch.hot_path(
-                self._dialect,
+        writer = self._shared.writer
+        if writer is None:
+            writer = self._shared.writer = dispatch.hot_path(
+                self.dialect,
                 bind=self._bind,
                 engine=self._shared.engine,
                 heads=HeadCache(),
                 group_commit=bool(group_commit),
                 turn=self._shared.turn,
             )
+        # The hot append path, typed (db/hotpath.py): one per store, shared by its handles.
+        self._writer: HotPath = writer
         self._base_origin = origin
         self._signer = signer
         self._request_profile(profile)
@@ -188,7 +190,14 @@ class SqlJournalStore(
         # names its log "{origin}/{tenant}", as agentplane does.
         named = _named or self.tenant != DEFAULT_TENANT
         self.origin: str = f"{origin}/{self.tenant}" if named else origin
-        self._log = TenantLog(self._dialect, self.tenant, self.origin)
+        # This tenant's Merkle log (package-internal: the bulk writer, export and tiles
+        # append to it and read it inside their own units).
+        self.tenant_log = TenantLog(self.dialect, self.tenant, self.origin)
+
+    @property
+    def _log(self) -> TenantLog:
+        """The old private name of :attr:`tenant_log`, kept for the tests that reach it."""
+        return self.tenant_log
 
     @classmethod
     async def connect(
@@ -253,6 +262,19 @@ class SqlJournalStore(
             _named=True,
         )
 
+    def handle_options(self) -> dict[str, Any]:
+        """The constructor arguments of another handle onto this one: the same tenant, log
+        name, signer, clock and shared state (engine, writer, schema check). Package-internal:
+        :class:`~agentplane_journal.keyring.store.SealingStore` wraps a store with it."""
+        return {
+            "tenant": self.tenant,
+            "origin": self._base_origin,
+            "signer": self._signer,
+            "clock": self._clock,
+            "_shared": self._shared,
+            "_named": self.origin != self._base_origin,
+        }
+
     def is_shared(self) -> bool:
         """Whether several processes may append to this store's durable state at once.
 
@@ -263,160 +285,7 @@ class SqlJournalStore(
         IMMEDIATE``); an in-memory SQLite database ``False`` (no other process can reach
         it). Decided by the dialect object from the engine's URL; no statement runs.
         """
-        return self._dialect.is_shared(self._shared.engine.url)
-
-    # -- the run mutex, the fence and the head ----------------------------------------
-
-    async def _lock_run(
-        self, session: AsyncSession, run: RunId, epoch: int, *, held: bool = False
-    ) -> RunState:
-        """Take the run mutex (unless ``held``: this transaction took it already), then
-        fence; return what the transaction needs to know."""
-        params = {"tenant": self.tenant, "run_id": str(run), "now": self._now()}
-        statements = hot_statements(self._dialect)
-        # Core statements on the session's own connection (same transaction), skipping the
-        # ORM's statement handling, which the append path does not need.
-        conn = await session.connection()
-        if not held:
-            await conn.execute(statements.run_mutex, params)
-        if conn.sync_connection is not None:  # so that this task never waits on it itself
-            selfwait.hold(conn.sync_connection, self.tenant, str(run))
-        # A later statement than the lock, so a fresh snapshot that sees the previous
-        # writer's commit; see ``_HotStatements.run_state``.
-        row = (await conn.execute(statements.run_state, params)).one()
-        return run_state_from(run, epoch, tuple(row))
-
-    # -- appending ---------------------------------------------------------------------
-
-    def _check_batch(self, batch: Iterable[Append]) -> tuple[list[Append], RunId | None]:
-        items = list(batch)
-        for i, item in enumerate(items):
-            if not isinstance(item, Append):
-                raise TypeError(f"batch[{i}] must be an Append, not {type(item).__name__}")
-            if item.kind == RUN_SEALED:
-                # Its outcome feeds the outcome index (an indexed text column).
-                outcome = item.payload.get("outcome")
-                if not isinstance(outcome, str):
-                    raise ValueError(
-                        f"batch[{i}] is a RunSealed record without a non-empty string 'outcome'"
-                    )
-                check_label(outcome, f"batch[{i}]'s RunSealed outcome")
-        if not items:
-            return items, None
-        run = items[0].run
-        for i, item in enumerate(items[1:], start=1):
-            if item.run != run:
-                raise ValueError(
-                    f"batch spans runs {run} and {item.run} (batch[{i}]); "
-                    "a batch is one run's atomic unit"
-                )
-        return items, run
-
-    @staticmethod
-    def _refuse_other_profile(batch: Iterable[Append], profile: WireProfile) -> None:
-        """A record in another wire profile than the journal's is a ``ValueError``, before
-        anything is written (:meth:`WireProfile.refusal` says why and what to do)."""
-        for item in batch:
-            refused = profile.refusal(item)
-            if refused is not None:
-                raise ValueError(refused)
-
-    async def _write_batch(
-        self, session: AsyncSession, run: RunId, epoch: int, state: RunState, batch: list[Append]
-    ) -> list[Record]:
-        """Seal, sign and insert ``batch`` after the fence, under the run mutex."""
-        chained = self._chain_rows(run, epoch, state, batch)
-        if chained is None:
-            return []
-        records, rows, conclusion, seen = chained
-        insert = hot_statements(self._dialect).insert_records
-        conn = await session.connection()
-        for start in range(0, len(rows), MAX_INSERT_ROWS):
-            chunk = rows[start : start + MAX_INSERT_ROWS]
-            try:
-                written: Sequence[int] = (await conn.execute(insert, chunk)).scalars().all()
-            except DBAPIError as exc:
-                raise self._insert_refused(exc, run, state.head_seq + 1, seen) from exc
-            if len(written) != len(chunk):
-                # The exactly-once index skipped a row: its key had already started.
-                done = set(written)
-                for row in chunk:
-                    if row["seq"] not in done:
-                        raise DuplicateEffectError(EffectKey.from_hex(row["effect_key"]))
-        await self._after_rows(session, run, batch, conclusion)
-        return records
-
-    def _chain_rows(
-        self,
-        run: RunId,
-        epoch: int,
-        state: RunState,
-        batch: list[Append],
-        profile: WireProfile | None = None,
-    ) -> tuple[list[Record], list[dict[str, Any]], str | None, set[EffectKey]] | None:
-        """The checks before any write, then ``batch`` sealed and signed onto the head: the
-        records, their rows, the conclusion (if a ``RunSealed``), the effect keys started.
-        ``None`` for an empty batch. No statement. ``profile``: the journal's unless a
-        restore names the one the records were written in (journal/bulk.py)."""
-        if state.sealed_outcome is not None:
-            raise RunSealedError(run, state.sealed_outcome)
-        if not batch:
-            return None
-        seen: set[EffectKey] = set()
-        for item in batch:
-            if item.kind == EFFECT_STARTED and item.effect_key is not None:
-                if item.effect_key in seen:
-                    raise DuplicateEffectError(item.effect_key)
-                seen.add(item.effect_key)
-        profile = profile or self.profile
-        self._refuse_other_profile(batch, profile)
-        records, row_tuples, conclusion = chain_batch(
-            self.tenant,
-            str(run),
-            epoch,
-            state.head_seq,
-            state.head_hash,
-            batch,
-            self._signer,
-            profile,
-        )
-        rows = [dict(zip(COLUMNS, row, strict=True)) for row in row_tuples]
-        return records, rows, conclusion, seen
-
-    def _insert_refused(
-        self, exc: DBAPIError, run: RunId, seq: int, seen: set[EffectKey]
-    ) -> BaseException:
-        """What the records' INSERT failing with ``exc`` means (``run``'s rows from ``seq``)."""
-        what, name = journal_collision(self._dialect, exc) or (None, "")
-        if what is Collision.CHAIN_POSITION:
-            # A record already holds one of these positions: another writer bypassed
-            # the run mutex (raw SQL, or append_atomic's work inserting records).
-            return append_raced(run, seq, name, exc)
-        if what is Collision.EFFECT_STARTED and seen:
-            # Not expected (the INSERT skips these rows); kept so that this index,
-            # and only it, still maps to DuplicateEffectError if it ever raises (it
-            # cannot without an EffectStarted key in the batch).
-            return DuplicateEffectError(next(iter(seen)))
-        return exc
-
-    async def _after_rows(
-        self, session: AsyncSession, run: RunId, batch: list[Append], conclusion: str | None
-    ) -> None:
-        """What an append writes once its records are in: admission claims, the outcome."""
-        # A keyed RunAdmitted claims its key here, in this transaction (journal/admissions.py).
-        await self._claim_admissions(session, run, batch)
-        if conclusion is not None:
-            d = self._dialect
-            ordinal = await d.conclusion_ordinal(await session.connection())
-            stmt = d.insert(RunOutcome).values(
-                tenant=self.tenant, run_id=str(run), outcome=conclusion, ordinal=ordinal
-            )
-            await session.execute(
-                stmt.on_conflict_do_update(
-                    index_elements=[RunOutcome.tenant, RunOutcome.run_id],
-                    set_={"outcome": stmt.excluded.outcome, "ordinal": stmt.excluded.ordinal},
-                )
-            )
+        return self.dialect.is_shared(self._shared.engine.url)
 
     async def append(
         self, epoch: int, batch: Sequence[Append], *, session: AsyncSession | None = None
@@ -426,7 +295,7 @@ class SqlJournalStore(
         Fence first (a run with a lease row accepts only its current epoch, and a released
         lease none), then sealed, then the writes. Returns the written records.
         """
-        answer = await self._append(epoch, batch, session=session, unless_cancelled=False)
+        answer = await self.append_batch(epoch, batch, session=session, unless_cancelled=False)
         assert not isinstance(answer, Cancellation)
         return answer
 
@@ -436,70 +305,7 @@ class SqlJournalStore(
         """:meth:`append`, unless the run has a stop request (:meth:`request_cancel`): then
         nothing is written and the request is returned. The check and the write are one
         transaction (an effect's start and its step boundary's cancellation check)."""
-        return await self._append(epoch, batch, session=None, unless_cancelled=True)
-
-    async def _append(
-        self,
-        epoch: int,
-        batch: Sequence[Append],
-        *,
-        session: AsyncSession | None,
-        unless_cancelled: bool,
-    ) -> list[Record] | Cancellation:
-        epoch = check_int(epoch, "epoch")
-        items, run = self._check_batch(batch)
-        if run is None:
-            return []
-
-        async def work(session: AsyncSession) -> list[Record]:
-            state = await self._lock_run(session, run, epoch)
-            if unless_cancelled:
-                request = await self._cancel_request(session, run)
-                if request is not None:  # rolled back (nothing written), then answered
-                    raise CancelRequested(request.actor, request.reason)
-            return await self._write_batch(session, run, epoch, state, items)
-
-        if session is not None:  # the host's transaction: the general unit, no commit
-            return await self._unit(work, session=session)
-
-        async def general() -> list[Record]:
-            return await self._unit(work, run=run)
-
-        self._refuse_own_wait(run)
-        await self._ready()
-        profile = self.profile
-        self._refuse_other_profile(items, profile)
-        keys = [
-            i.effect_key for i in items if i.kind == EFFECT_STARTED and i.effect_key is not None
-        ]
-        if (
-            len(set(keys)) != len(keys)
-            or any(i.kind == RUN_SEALED for i in items)
-            or claimed_keys(items)
-        ):
-            # Rare batches: a duplicate in the batch, a conclusion, or an admission claiming
-            # a key (once per run; the claim lives in the general unit only).
-            return await general()
-        # One round trip on PostgreSQL, one thread hop on SQLite; `general` when it cannot.
-        # (The writer is a backends.writer.HotPath, typed Any in db/, which is below it.)
-        try:
-            records: list[Record] = await self._shared.writer.append(
-                self.tenant,
-                self._signer,
-                self._now(),
-                run,
-                epoch,
-                items,
-                keys,
-                general,
-                profile,
-                unless_cancelled=unless_cancelled,
-            )
-        except CancelRequested as request:
-            return Cancellation(request.actor, request.reason)
-        finally:
-            self._wrote()  # ended: read-your-writes covers it from now on
-        return records
+        return await self.append_batch(epoch, batch, session=None, unless_cancelled=True)
 
     # -- a durable-steps run's own transactions ----------------------------------------
 
@@ -516,11 +322,11 @@ class SqlJournalStore(
         run = check_run(run)
         owner = check_label(owner, "owner")
         ttl = check_ttl(ttl)
-        items, batch_run = self._check_batch(batch)
+        items, batch_run = self.check_batch(batch)
         if batch_run != run:
             raise ValueError(f"admit's batch must be {run}'s records")
         await self._ready()
-        now = self._now()
+        now = self.now()
         claim = self._claim_statement(run, owner, ttl, now, reclaim=False)
 
         async def unit(session: AsyncSession) -> tuple[Lease, list[Record]]:
@@ -528,20 +334,20 @@ class SqlJournalStore(
             # the append keeps anyway), then the claim, then the fence under both.
             params = {"tenant": self.tenant, "run_id": str(run), "now": now}
             conn = await session.connection()
-            await conn.execute(hot_statements(self._dialect).run_mutex, params)
+            await conn.execute(hot_statements(self.dialect).run_mutex, params)
             found = (await session.execute(claim)).scalar_one_or_none()
             if found is None:
                 raise await self._holder(session, run, now)
             epoch = stored_int(found, 0, "run_lease.epoch")
-            state = await self._lock_run(session, run, epoch, held=True)
-            return Lease(run, owner, epoch), await self._write_batch(
+            state = await self.lock_run(session, run, epoch, held=True)
+            return Lease(run, owner, epoch), await self.write_batch(
                 session, run, epoch, state, items
             )
 
-        self._refuse_own_wait(run)
-        self._refuse_other_profile(items, self.profile)
+        self.refuse_own_wait(run)
+        self.refuse_other_profile(items, self.profile)
         try:  # SQLite: one thread hop, in the writer's queue (PostgreSQL: None)
-            hot: list[Record] | None = await self._shared.writer.admit(
+            hot: list[Record] | None = await self._writer.admit(
                 self.tenant,
                 self._signer,
                 now,
@@ -556,9 +362,9 @@ class SqlJournalStore(
             self._wrote()
         if hot is not None:
             return Lease(run, owner, hot[-1].epoch), hot
-        lease, records = await self._unit(unit, run=run)
+        lease, records = await self.unit(unit, run=run)
         if records:
-            self._shared.writer.remember(self.tenant, str(run), records[-1])
+            self._writer.remember(self.tenant, str(run), records[-1])
         return lease, records
 
     async def conclude(
@@ -570,7 +376,7 @@ class SqlJournalStore(
         are; nothing of it commits unless all of it does."""
         epoch = check_int(epoch, "epoch")
         outcome = check_label(outcome, "outcome")
-        items, run = self._check_batch(batch)
+        items, run = self.check_batch(batch)
         if run is None or items[-1].kind != RUN_SEALED:
             raise ValueError("conclude's batch must end with the run's RunSealed record")
         release = (
@@ -584,14 +390,14 @@ class SqlJournalStore(
         )
 
         async def unit(session: AsyncSession) -> tuple[list[Record], Digest]:
-            state = await self._lock_run(session, run, epoch)  # the lease row is locked too
-            records = await self._write_batch(session, run, epoch, state, items)
+            state = await self.lock_run(session, run, epoch)  # the lease row is locked too
+            records = await self.write_batch(session, run, epoch, state, items)
             head = records[-1].hash
-            await self._log.append(session, [(str(run), bytes(head), self._now(), outcome)])
+            await self.tenant_log.append(session, [(str(run), bytes(head), self.now(), outcome)])
             await session.execute(release)
             return records, head
 
-        return await self._unit(unit, run=run)
+        return await self.unit(unit, run=run)
 
     async def append_atomic(
         self,
@@ -618,7 +424,7 @@ class SqlJournalStore(
             raise TypeError("work must be an async callable taking the AsyncSession")
 
         async def unit(session: AsyncSession) -> list[Record]:
-            state = await self._lock_run(session, run, epoch)
+            state = await self.lock_run(session, run, epoch)
             if state.sealed_outcome is not None:
                 raise RunSealedError(run, state.sealed_outcome)
             anchor = await TransactionAnchor.take(session)
@@ -629,7 +435,7 @@ class SqlJournalStore(
                 with refusing_transaction_control(anchor.connection, run) as refused:
                     async with self._schema_for(session, ours=False):  # the host's own tables
                         returned = await work(session)
-                items, batch_run = self._check_batch(returned if returned is not None else [])
+                items, batch_run = self.check_batch(returned if returned is not None else [])
             except Exception as error:
                 raise Passthrough(error) from None
             if refused:  # work caught the refusal and went on: the batch is refused all the same
@@ -642,9 +448,9 @@ class SqlJournalStore(
                     ValueError(f"work returned appends for {batch_run}, but the unit is for {run}")
                 )
             await session.flush()
-            return await self._write_batch(session, run, epoch, state, items)
+            return await self.write_batch(session, run, epoch, state, items)
 
-        return await self._unit(unit, session=session, run=run)
+        return await self.unit(unit, session=session, run=run)
 
     # -- sealing and the log -----------------------------------------------------------
 
@@ -663,11 +469,11 @@ class SqlJournalStore(
         outcome = check_label(outcome, "outcome")
 
         async def unit(session: AsyncSession) -> Digest:
-            state = await self._lock_run(session, run, epoch)
+            state = await self.lock_run(session, run, epoch)
             if state.sealed_head is not None:
                 raise Rollback(digest(state.sealed_head, state.head_seq))
-            leaf = (str(run), bytes(state.head_hash), self._now(), outcome)
-            await self._log.append(session, [leaf])
+            leaf = (str(run), bytes(state.head_hash), self.now(), outcome)
+            await self.tenant_log.append(session, [leaf])
             return state.head_hash
 
-        return await self._unit(unit, session=session, run=run)
+        return await self.unit(unit, session=session, run=run)

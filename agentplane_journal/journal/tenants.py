@@ -72,7 +72,7 @@ async def list_tenants(store: SqlJournalStore) -> Tenants:
             async def unit(session: AsyncSession, stmt: Any = stmt) -> object:
                 return (await session.execute(stmt)).scalar()
 
-            value = await store._unit(unit, read_only=True)
+            value = await store.unit(unit, read_only=True)
             if value is None:
                 break
             if not isinstance(value, str):
@@ -98,7 +98,7 @@ async def tenant_size(store: SqlJournalStore) -> TenantSize:
         records, runs = (await session.execute(stmt)).one()
         return int(records), int(runs)
 
-    records, runs = await store._unit(unit, read_only=True)
+    records, runs = await store.unit(unit, read_only=True)
     profile = await store.wire_profile()
     cp = await store.checkpoint()
     return TenantSize(store.tenant, profile.name, cp.origin, runs, records, cp.size)

@@ -129,7 +129,7 @@ async def hash_tiles(
     async def unit(session: AsyncSession) -> bytes:
         return await read_hashes(session, store.tenant, level, lo, hi)
 
-    data = await store._unit(unit, read_only=True, session=session)
+    data = await store.unit(unit, read_only=True, session=session)
     out = []
     for tile in tiles:
         at = (tile.first_node - lo) * 32
@@ -148,7 +148,7 @@ async def entry_bundles(
     async def unit(session: AsyncSession) -> list[bytes]:
         return await read_entries(session, store.tenant, lo, hi)
 
-    entries = await store._unit(unit, read_only=True, session=session)
+    entries = await store.unit(unit, read_only=True, session=session)
     return [encode_bundle(entries[t.first_node - lo : t.first_node - lo + t.width]) for t in tiles]
 
 
@@ -197,7 +197,7 @@ async def recent_seals(
     async def unit(session: AsyncSession) -> list[tuple[object, ...]]:
         return [tuple(row) for row in await session.execute(stmt)]
 
-    return await store._unit(unit, read_only=True, session=session)
+    return await store.unit(unit, read_only=True, session=session)
 
 
 async def log_exists(store: SqlJournalStore, *, session: AsyncSession | None = None) -> bool:
@@ -211,7 +211,7 @@ async def log_exists(store: SqlJournalStore, *, session: AsyncSession | None = N
     async def unit(session: AsyncSession) -> bool:
         return any((await session.execute(stmt)).one())
 
-    return await store._unit(unit, read_only=True, session=session)
+    return await store.unit(unit, read_only=True, session=session)
 
 
 async def log_tenants(store: SqlJournalStore, *, session: AsyncSession | None = None) -> list[str]:
@@ -221,4 +221,4 @@ async def log_tenants(store: SqlJournalStore, *, session: AsyncSession | None = 
     async def unit(session: AsyncSession) -> list[str]:
         return [str(t) for t in (await session.execute(stmt)).scalars()]
 
-    return await store._unit(unit, read_only=True, session=session)
+    return await store.unit(unit, read_only=True, session=session)

@@ -47,15 +47,7 @@ class SealingStore(SqlJournalStore):
         keyring: Keyring,
         scope_for: Callable[[RunId], str] | None = None,
     ) -> None:
-        super().__init__(
-            store._shared.engine,
-            tenant=store.tenant,
-            origin=store._base_origin,
-            signer=store._signer,
-            clock=store._clock,
-            _shared=store._shared,
-            _named=store.origin != store._base_origin,
-        )
+        super().__init__(store.engine, **store.handle_options())
         self.keyring = keyring
         self._journal = SealedJournal(self, keyring)
         self._scope_for = scope_for or self._journal.scope

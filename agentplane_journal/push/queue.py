@@ -154,12 +154,12 @@ class DeliveryQueue(Repository):
             after = tuple(getattr(rows[-1], column.key) for column in order)
             stmt = base.where(tuple_(*order) > tuple_(*after)).order_by(*order)
 
-    async def _unit(self, fn: Callable[[AsyncSession], Awaitable[_T]], **kw: Any) -> _T:
+    async def unit(self, fn: Callable[[AsyncSession], Awaitable[_T]], **kw: Any) -> _T:
         # Every push statement runs marked, so the log filter hides its values, and no
         # exception leaves with the statement's parameters in its chain (see logsafe).
         try:
             with logsafe.push_statements():
-                return await super()._unit(fn, **kw)
+                return await super().unit(fn, **kw)
         except BaseException as exc:
             logsafe.scrub(exc)
             raise
@@ -168,13 +168,13 @@ class DeliveryQueue(Repository):
         async def unit(session: AsyncSession) -> Sequence[Any]:
             return (await session.execute(stmt)).all()
 
-        return await self._unit(unit, read_only=True, session=session)
+        return await self.unit(unit, read_only=True, session=session)
 
     async def _write(self, stmt: Any, session: AsyncSession | None) -> None:
         async def unit(session: AsyncSession) -> None:
             await session.execute(stmt)
 
-        await self._unit(unit, session=session)
+        await self.unit(unit, session=session)
 
     # -- the queue ------------------------------------------------------------------------
 
@@ -238,7 +238,7 @@ class DeliveryQueue(Repository):
             await self._serve(session, base, order, limit, "left out of due()", good, bad)
             await misfiled(session)
 
-        await self._unit(both, read_only=True, session=session)
+        await self.unit(both, read_only=True, session=session)
         return PushListing(good, bad)
 
     async def advance(
@@ -258,7 +258,7 @@ class DeliveryQueue(Repository):
             update(PushDelivery)
             .where(self._where(task_id, config_id))
             .values(
-                next_seq=self._dialect.greatest(PushDelivery.next_seq, next_seq),
+                next_seq=self.dialect.greatest(PushDelivery.next_seq, next_seq),
                 attempts=0,
                 next_attempt_at=0,
                 last_error=None,
@@ -288,7 +288,7 @@ class DeliveryQueue(Repository):
         error = _clip_error(error)
         # Incremented in the UPDATE, so concurrent retries each count. LEAST is taken before
         # the +1: 0.4.0's LEAST(attempts + 1, 2^31-1) overflows INTEGER at the cap.
-        attempts = self._dialect.least(PushDelivery.attempts, MAX_ATTEMPTS - 1) + 1
+        attempts = self.dialect.least(PushDelivery.attempts, MAX_ATTEMPTS - 1) + 1
         await self._write(
             update(PushDelivery)
             .where(self._where(task_id, config_id))
@@ -315,7 +315,7 @@ class DeliveryQueue(Repository):
         """
         task_id, config_id = str(check_run(task, "task")), _check_config_id(id)
         error = _clip_error(error)
-        attempts = self._dialect.least(PushDelivery.attempts, MAX_ATTEMPTS - 1) + 1
+        attempts = self.dialect.least(PushDelivery.attempts, MAX_ATTEMPTS - 1) + 1
         await self._write(
             update(PushDelivery)
             .where(self._where(task_id, config_id))
@@ -356,7 +356,7 @@ class DeliveryQueue(Repository):
         async def unit(session: AsyncSession) -> None:
             await self._serve(session, base, order, limit, "left out of parked()", good, bad)
 
-        await self._unit(unit, read_only=True, session=session)
+        await self.unit(unit, read_only=True, session=session)
         return PushListing(good, bad)
 
     async def unpark(
@@ -382,4 +382,4 @@ class DeliveryQueue(Repository):
             )
             return bool(cast("CursorResult[Any]", result).rowcount)
 
-        return await self._unit(unit, session=session)
+        return await self.unit(unit, session=session)

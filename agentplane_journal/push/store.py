@@ -162,7 +162,7 @@ class SqlPushStore(DeliveryQueue):
         row = Binding(task_id, config.id, config.url, None if auth is None else auth.scheme, plain)
         token = self._rows.encrypt(row, TOKEN, config.token)
         credentials = self._rows.encrypt(row, CREDENTIALS, plain)
-        stmt = self._dialect.insert(PushDelivery).values(
+        stmt = self.dialect.insert(PushDelivery).values(
             tenant=self.tenant,
             task_id=task_id,
             config_id=config.id,
@@ -294,7 +294,7 @@ class SqlPushStore(DeliveryQueue):
                 )
                 return int(cast("CursorResult[Any]", result).rowcount or 0)
 
-            if await self._unit(unit, session=session):
+            if await self.unit(unit, session=session):
                 reencrypted += 1
             else:
                 changed += 1

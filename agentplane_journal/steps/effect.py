@@ -109,21 +109,21 @@ class Effect(Generic[P, R]):
                 f"effect {self.name!r} was called outside a workflow; call it from a function "
                 "decorated with @steps.workflow, whose run journals it"
             )
-        if ctx._busy:
+        if ctx.busy:
             raise StepError(
                 f"effect {self.name!r} was called while another effect of run {ctx.run} is in "
                 "progress; await effects one at a time (their positions must be deterministic)"
             )
         if ctx.stopped is not None:
             raise ctx.stopped  # a stop the workflow caught and went on from is still a stop
-        ctx._busy = True
+        ctx.busy = True
         try:
             return await self._run(ctx, args, kwargs)
         except STOPS as stop:
             ctx.stopped = stop
             raise
         finally:
-            ctx._busy = False
+            ctx.busy = False
 
     async def _run(self, ctx: RunContext, args: tuple[Any, ...], kwargs: dict[str, Any]) -> R:
         value = arguments(args, kwargs)

@@ -123,7 +123,8 @@ class RunContext:
         # From before the acquire that granted the lease: never later than the store's expiry.
         self._deadline = (clock() if leased_at is None else leased_at) + ttl
         self._heartbeat: asyncio.Task[None] | None = None
-        self._busy = False
+        # An effect of this run is in progress (steps/effect.py refuses a second at once).
+        self.busy = False
 
     # -- the lease ----------------------------------------------------------------------
 

@@ -47,7 +47,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from agentplane_journal.backends.head_cache import HeadCache
 from agentplane_journal.backends.postgresql import sql as _pgsql
-from agentplane_journal.backends.writer import General, GroupWriter
+from agentplane_journal.backends.writer import GroupWriter
 from agentplane_journal.core.append import Append
 from agentplane_journal.core.batch import chain_batch
 from agentplane_journal.core.ids import Digest, EffectKey, RunId
@@ -55,6 +55,7 @@ from agentplane_journal.core.profile import AGENTPLANE_0_4, WireProfile
 from agentplane_journal.core.record import Record
 from agentplane_journal.core.signing import Signer
 from agentplane_journal.db.dialect import PostgresDialect
+from agentplane_journal.db.hotpath import General
 from agentplane_journal.db.turns import WriteTurn
 from agentplane_journal.db.unit import describe
 from agentplane_journal.db.violations import Collision, journal_collision
@@ -170,7 +171,7 @@ class Writer(GroupWriter[Request, Result]):
         *,
         unless_cancelled: bool = False,
     ) -> list[Record]:
-        """:class:`~agentplane_journal.backends.writer.HotPath`'s append: chain the batch onto
+        """:class:`~agentplane_journal.db.hotpath.HotPath`'s append: chain the batch onto
         the known head here, in the caller's task, and send it; ``general()`` without a
         known head, or when the statement says so (``unless_cancelled``: also when it found
         a stop request, which the general unit then reads and answers)."""

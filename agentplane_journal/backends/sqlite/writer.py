@@ -45,7 +45,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from agentplane_journal.backends import pool_share as _pool
 from agentplane_journal.backends.head_cache import HeadCache
-from agentplane_journal.backends.writer import CancelRequested, General, GroupWriter
+from agentplane_journal.backends.writer import GroupWriter
 from agentplane_journal.core.append import EFFECT_STARTED, Append
 from agentplane_journal.core.batch import COLUMNS, chain_batch, fenced
 from agentplane_journal.core.ids import Digest, EffectKey, RunId
@@ -53,6 +53,7 @@ from agentplane_journal.core.profile import AGENTPLANE_0_4, WireProfile
 from agentplane_journal.core.record import Record
 from agentplane_journal.core.signing import Signer
 from agentplane_journal.db.dialect import SqliteDialect
+from agentplane_journal.db.hotpath import CancelRequested, General
 from agentplane_journal.db.statements import (
     RECORD_COLUMNS,
     record_from_row,
@@ -436,7 +437,7 @@ class Writer(GroupWriter[_Request, list[Record]]):
         *,
         unless_cancelled: bool = False,
     ) -> list[Record]:
-        """:class:`~agentplane_journal.backends.writer.HotPath`'s append: one thread hop
+        """:class:`~agentplane_journal.db.hotpath.HotPath`'s append: one thread hop
         (``general`` is unused: under ``BEGIN IMMEDIATE`` every append can be settled here).
 
         The run's known head (the shared :class:`HeadCache`) is read and written only here,
@@ -482,7 +483,7 @@ class Writer(GroupWriter[_Request, list[Record]]):
         keys: Sequence[str],
         profile: WireProfile = AGENTPLANE_0_4,
     ) -> list[Record] | None:
-        """:class:`~agentplane_journal.backends.writer.HotPath`'s admission: the lease
+        """:class:`~agentplane_journal.db.hotpath.HotPath`'s admission: the lease
         claim, the records and the keys' claims in one transaction, one thread hop, sharing
         the commit of whatever else is queued. Chained here at epoch 1 (a fresh run's), and
         again on the thread if the claim got another."""
