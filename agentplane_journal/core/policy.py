@@ -103,6 +103,8 @@ def parse_policy(text: str | bytes) -> Policy:
         if not line or line.startswith("#"):
             continue
         words = line.replace("\t", " ").split()
+        if not words:  # only other Unicode spaces (U+00A0, U+3000, ...), which split() drops
+            continue
         keyword, args = words[0], words[1:]
         if keyword == "log":
             if len(args) not in (1, 2):
