@@ -86,20 +86,7 @@ async def one_round(
     for thread in ids:
         config: dict[str, Any] = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
         for step in range(depth):
-            checkpoint = empty_checkpoint()
-            checkpoint["id"] = str(uuid6(clock_seq=-1))
-            checkpoint["channel_values"] = {
-                "messages": [f"message {i} of step {step}: " + "x" * 60 for i in range(3)],
-                "step": step,
-            }
-            checkpoint["channel_versions"] = {"messages": step + 1, "step": step + 1}
-            config = await saver.aput(
-                config,
-                checkpoint,
-                {"source": "loop", "step": step, "parents": {}},
-                {"messages": step + 1, "step": step + 1},
-            )
-            await saver.aput_writes(config, [("messages", ["reply"])], str(uuid.uuid4()))
+            config = await _turn(saver, config, step)
     wrote = time.perf_counter()
     for thread in ids:
         for _ in range(depth):

@@ -102,9 +102,7 @@ class SealedJournal:
         items = list(batch)
         if not items:
             return []
-        sealed = [
-            await self.keyring.seal_append(item, tenant=self.tenant, scope=scope) for item in items
-        ]
+        sealed = await self.sealed(items, scope)
         marker = erasure_run(self.tenant, scope)
 
         async def work(session: AsyncSession) -> list[Append]:
@@ -116,6 +114,12 @@ class SealedJournal:
 
         records: list[Record] = await self.store.append_atomic(items[0].run, epoch, work)
         return records
+
+    async def sealed(self, items: Sequence[Append], scope: str) -> list[Append]:
+        """``items`` with their payloads sealed under ``scope`` (a fresh data key each)."""
+        return [
+            await self.keyring.seal_append(item, tenant=self.tenant, scope=scope) for item in items
+        ]
 
     async def read(
         self, run: RunId, from_seq: int = 1, *, scope: str | None = None

@@ -101,9 +101,7 @@ class SealingStore(SqlJournalStore):
         erased = await self._journal.erasure(scope)
         if erased is not None:
             raise ScopeErasedError(scope, erased.at, erased.reason)
-        return [
-            await self.keyring.seal_append(item, tenant=self.tenant, scope=scope) for item in items
-        ]
+        return await self._journal.sealed(items, scope)
 
     async def admit(
         self, run: RunId, owner: str, ttl: int | timedelta, batch: Sequence[Append]
