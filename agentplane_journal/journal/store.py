@@ -40,7 +40,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 from agentplane_journal.backends import dispatch
 from agentplane_journal.backends.head_cache import HeadCache
 from agentplane_journal.core.admission import claimed_keys
-from agentplane_journal.core.append import RUN_SEALED, Append
+from agentplane_journal.core.append import EFFECT_STARTED, RUN_SEALED, Append
 from agentplane_journal.core.batch import RELEASED_OWNER
 from agentplane_journal.core.checks import (
     check_int,
@@ -397,6 +397,27 @@ class SqlJournalStore(
             await session.execute(release)
             return records, head
 
+        if claimed_keys(items) or any(i.kind == EFFECT_STARTED for i in items):
+            return await self.unit(unit, run=run)  # rare: the general unit claims and checks
+        self.refuse_own_wait(run)
+        await self._ready()
+        self.refuse_other_profile(items, self.profile)
+        try:  # SQLite: one thread hop inside the group commit (PostgreSQL: None)
+            hot = await self._writer.conclude(
+                self.tenant,
+                self._signer,
+                self.now(),
+                run,
+                epoch,
+                items,
+                outcome,
+                self.tenant_log.append_with,
+                self.profile,
+            )
+        finally:
+            self._wrote()
+        if hot is not None:
+            return hot, hot[-1].hash
         return await self.unit(unit, run=run)
 
     async def append_atomic(
