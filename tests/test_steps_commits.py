@@ -23,6 +23,8 @@ from agentplane_journal import (
     SqlJournalStore,
     Steps,
 )
+from agentplane_journal.core.batch import RELEASED_OWNER
+from agentplane_journal.core.merkle import leaf_hash, root, verify_inclusion
 
 from support.counting import counting
 from support.faults import refused
@@ -62,8 +64,10 @@ async def test_a_three_step_workflow_is_eight_transactions(store: SqlJournalStor
     assert counts.commits == 8 <= 2 * 3 + 2, counts
     assert counts.transactions - counts.commits <= 1, counts.reads
     if store.engine.dialect.name == "sqlite":
-        # The effects' starts and results: one hop to SQLite's thread each.
-        assert counts.hops <= 80, counts
+        # The admission, each effect's start and result, and the conclusion (its records,
+        # outcome, seal into the log and release): one hop to SQLite's thread each (was 48
+        # with the conclusion a general unit of work, 146 before issue 33).
+        assert counts.hops <= 12, counts
     again = await three.start("k1", 1)
     assert isinstance(again, Finished) and again.outcome.result == 1
 
@@ -189,3 +193,41 @@ async def test_a_stop_request_in_a_group_of_starts_stops_only_its_run(
         assert run is not None
         kinds = [r.kind for r in await store.read(run)]
         assert kinds.count("EffectStarted") == (1 if i == 0 else 2), (i, kinds)
+
+
+async def test_concurrent_conclusions_leave_the_log_as_one_at_a_time_would(
+    store: SqlJournalStore,
+) -> None:
+    """Conclusions arriving together (SQLite: one group commit, each its own savepoint,
+    its seal through the log's own statements on the writer's thread) and ones through the
+    general unit of work, interleaved: the stored tree is what the seals re-derive (the audit
+    compares every node), its root is RFC 6962's over the sealed heads in log order, every
+    run's inclusion proof verifies, and each run's outcome row and released lease are there."""
+    steps = Steps(store, instance="w1", lease_ttl=TTL)
+    three = three_steps(steps)
+    await three.start("warm", 0)
+    general = store._writer.conclude  # the general unit for every other batch of runs
+
+    async def no_hot_path(*args: Any, **kwargs: Any) -> None:
+        return None
+
+    for batch in range(4):
+        if batch % 2:
+            store._writer.conclude = no_hot_path  # type: ignore[method-assign]
+        else:
+            store._writer.conclude = general  # type: ignore[method-assign]
+        done = await asyncio.gather(*(three.start(f"k{batch}-{i}", i) for i in range(8)))
+        assert [d.result for d in done] == [(i + 1) * 2 - 3 for i in range(8)]
+    store._writer.conclude = general  # type: ignore[method-assign]
+    audit = await store.audit_log()
+    assert audit.ok and audit.size == 33, audit
+    sealed = await store.sealed_runs()
+    checkpoint = await store.checkpoint()
+    assert checkpoint.size == 33 and checkpoint.root == root([leaf_hash(h) for _, h in sealed])
+    for position, (run, head) in enumerate(sealed):
+        proof = await store.inclusion_proof(run)
+        assert proof is not None and proof.index == position and proof.seal == head
+        assert verify_inclusion(leaf_hash(head), position, 33, list(proof.proof), checkpoint.root)
+        lease = await store.lease_of(run)
+        assert lease is not None and lease[0] == RELEASED_OWNER and lease[2] == 0
+    assert len(await store.runs_by_outcome("succeeded", 100)) == 33
