@@ -161,6 +161,9 @@ class GroupWriter(ABC, Generic[R, T]):
         outcome: str,
         seal: LogSeal,
         profile: WireProfile = AGENTPLANE_0_4,
+        *,
+        counter: str = "",
+        max_index: int = 0,
     ) -> list[Record] | None:
         """Not on this path unless a database's writer says otherwise: ``None``."""
         return None

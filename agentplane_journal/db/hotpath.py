@@ -101,11 +101,15 @@ class HotPath(Protocol):
         outcome: str,
         seal: LogSeal,
         profile: WireProfile = AGENTPLANE_0_4,
+        *,
+        counter: str = "",
+        max_index: int = 0,
     ) -> list[Record] | None:
         """A run's conclusion (``items`` ending with its ``RunSealed``, the run's leaf in the
         tenant's log through ``seal`` with ``outcome``, the lease at ``epoch`` released) in one
-        transaction, or ``None`` when this path does not do conclusions (the store then runs
-        its general unit of work)."""
+        transaction; ``None`` when this path does not do conclusions, or not this one (the
+        store then runs its general unit of work). ``counter``: the tenant's log counter
+        row, ``max_index`` the log's largest position (for a path that seals by itself)."""
         ...
 
     async def idle(self) -> None:

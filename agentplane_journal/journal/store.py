@@ -75,6 +75,7 @@ from agentplane_journal.journal.cosignatures import Cosignatures
 from agentplane_journal.journal.guarded import GuardedAppends
 from agentplane_journal.journal.leases import RunControl
 from agentplane_journal.journal.log import TenantLog
+from agentplane_journal.journal.log_audit import MAX_LOG_INDEX
 from agentplane_journal.journal.profiles import Profiles
 from agentplane_journal.journal.reads import RunReads
 from agentplane_journal.journal.writes import MAX_INSERT_ROWS, RunWrites
@@ -402,7 +403,7 @@ class SqlJournalStore(
         self.refuse_own_wait(run)
         await self._ready()
         self.refuse_other_profile(items, self.profile)
-        try:  # SQLite: one thread hop inside the group commit (PostgreSQL: None)
+        try:  # SQLite: one thread hop in the group commit; PostgreSQL: one statement
             hot = await self._writer.conclude(
                 self.tenant,
                 self._signer,
@@ -413,6 +414,8 @@ class SqlJournalStore(
                 outcome,
                 self.tenant_log.append_with,
                 self.profile,
+                counter=self.tenant_log.counter_name,
+                max_index=MAX_LOG_INDEX,
             )
         finally:
             self._wrote()

@@ -528,6 +528,9 @@ class Writer(GroupWriter[_Request, list[Record]]):
         outcome: str,
         seal: LogSeal,
         profile: WireProfile = AGENTPLANE_0_4,
+        *,
+        counter: str = "",
+        max_index: int = 0,
     ) -> list[Record] | None:
         """:class:`~agentplane_journal.db.hotpath.HotPath`'s conclusion: the closing records,
         the outcome index, the run's leaf in the tenant's log and the lease's release in one
