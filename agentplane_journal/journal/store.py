@@ -328,9 +328,11 @@ class SqlJournalStore(
             raise ValueError(f"admit's batch must be {run}'s records")
         await self._ready()
         now = self.now()
-        claim = self._claim_statement(run, owner, ttl, now, reclaim=False)
 
         async def unit(session: AsyncSession) -> tuple[Lease, list[Record]]:
+            # Built here, not before the hot path: building it costs more than the hot
+            # admission's statement.
+            claim = self._claim_statement(run, owner, ttl, now, reclaim=False)
             # The run mutex first, as for every lease change and append (the activity row
             # the append keeps anyway), then the claim, then the fence under both.
             params = {"tenant": self.tenant, "run_id": str(run), "now": now}
