@@ -239,3 +239,34 @@ async def test_concurrent_conclusions_leave_the_log_as_one_at_a_time_would(
         lease = await store.lease_of(run)
         assert lease is not None and lease[0] == RELEASED_OWNER and lease[2] == 0
     assert len(await store.runs_by_outcome("succeeded", 100)) == 33
+
+
+async def test_two_writers_concluding_into_one_log_keep_it_whole(
+    make_store: Any,
+) -> None:
+    """Two stores on their own engines (two processes' writers, each with its own known log on
+    PostgreSQL and its own thread on SQLite) conclude 12 runs each at once into one tenant's
+    log: each one-statement conclusion finds the log the other moved and leaves the run to the
+    general unit, or hashes onto the current log. The log is what its seals re-derive, its
+    root RFC 6962's over the sealed heads, every run in it once. Red on PostgreSQL with the
+    conclusion statement's log checks removed (`ctr.fresh`, the counter's, the size's and
+    the frontier's) and its counter lock waited for: a leaf hashed onto the log the other
+    writer had moved collides with that writer's leaf (``log_tree_pkey``)."""
+    a: SqlJournalStore = await make_store()
+    b: SqlJournalStore = await make_store()
+    assert a.engine is not b.engine
+    flows = [three_steps(Steps(s, instance=f"w{i}", lease_ttl=TTL)) for i, s in enumerate((a, b))]
+    for flow in flows:
+        await flow.start(f"warm-{id(flow)}", 0)
+        await flow.start(f"warm2-{id(flow)}", 0)
+    for _ in range(3):
+        done = await asyncio.gather(
+            *(flow.start(f"r-{id(flow)}-{i}-{_}", i) for flow in flows for i in range(4))
+        )
+        assert all(d.result is not None for d in done)
+    audit = await a.audit_log()
+    assert audit.ok and audit.size == 28, audit
+    sealed = await a.sealed_runs()
+    assert len({run for run, _ in sealed}) == 28
+    checkpoint = await b.checkpoint()
+    assert checkpoint.size == 28 and checkpoint.root == root([leaf_hash(h) for _, h in sealed])
