@@ -12,7 +12,7 @@ functions, as a provider's status API would be.
 
 ``--no-fence`` breaks the fence in this process only (the test's red run): the store's
 check of a write's epoch against the lease's (``core.batch.fenced``, and the PostgreSQL
-hot statement, which this then never uses) lets a displaced writer's records in.
+hot statements, the append's and the conclusion's) lets a displaced writer's records in.
 """
 
 from __future__ import annotations
@@ -67,13 +67,14 @@ def build(steps: Steps, ledger: str) -> Any:
 
 
 def break_the_fence() -> None:
-    from agentplane_journal.backends.postgresql import sql
+    from agentplane_journal.backends.postgresql import conclude, sql
     from agentplane_journal.journal import writes as run_state
 
     run_state.fenced = lambda *args: None  # type: ignore[attr-defined]
     sql.fenced = lambda *args: None  # type: ignore[attr-defined]
     sql.ONE = sql.ONE.replace("st.lease_epoch = $4", "true")
     sql.ONE_UNLESS_CANCELLED = sql.ONE_UNLESS_CANCELLED.replace("st.lease_epoch = $4", "true")
+    conclude.CONCLUDE = conclude.CONCLUDE.replace("st.lease_epoch = $4", "true")
 
 
 async def main(url: str, tenant: str, ledger: str, runs: int) -> dict[str, Any]:

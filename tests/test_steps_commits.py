@@ -23,6 +23,8 @@ from agentplane_journal import (
     SqlJournalStore,
     Steps,
 )
+from agentplane_journal.core.batch import RELEASED_OWNER
+from agentplane_journal.core.merkle import leaf_hash, root, verify_inclusion
 
 from support.counting import counting
 from support.faults import refused
@@ -53,6 +55,8 @@ def three_steps(steps: Steps) -> Any:
 async def test_a_three_step_workflow_is_eight_transactions(store: SqlJournalStore) -> None:
     three = three_steps(Steps(store, instance="w1", lease_ttl=TTL))
     await three.start("warm", 0)  # the schema check, the profile, the pool
+    # The log's first seal (its counter row) and the writer's first read of the log.
+    await three.start("warm2", 0)
     with counting(store.engine) as counts:
         fresh = await three.start("k1", 1)
     assert fresh.result == 1
@@ -62,8 +66,16 @@ async def test_a_three_step_workflow_is_eight_transactions(store: SqlJournalStor
     assert counts.commits == 8 <= 2 * 3 + 2, counts
     assert counts.transactions - counts.commits <= 1, counts.reads
     if store.engine.dialect.name == "sqlite":
-        # The effects' starts and results: one hop to SQLite's thread each.
-        assert counts.hops <= 80, counts
+        # The admission, each effect's start and result, and the conclusion (its records,
+        # outcome, seal into the log and release): one hop to SQLite's thread each (was 48
+        # with the conclusion a general unit of work, 146 before issue 33).
+        assert counts.hops <= 12, counts
+    else:
+        # PostgreSQL: one statement per transaction: the admission (mutex row, key, lease,
+        # RunAdmitted), each effect's start and result, the conclusion (RunSealed, outcome,
+        # the run's leaf and nodes in the log, release). Was 20 with the admission and the
+        # conclusion general units of work.
+        assert counts.statements == 8, counts
     again = await three.start("k1", 1)
     assert isinstance(again, Finished) and again.outcome.result == 1
 
@@ -189,3 +201,72 @@ async def test_a_stop_request_in_a_group_of_starts_stops_only_its_run(
         assert run is not None
         kinds = [r.kind for r in await store.read(run)]
         assert kinds.count("EffectStarted") == (1 if i == 0 else 2), (i, kinds)
+
+
+async def test_concurrent_conclusions_leave_the_log_as_one_at_a_time_would(
+    store: SqlJournalStore,
+) -> None:
+    """Conclusions arriving together (SQLite: one group commit, each its own savepoint,
+    its seal through the log's own statements on the writer's thread) and ones through the
+    general unit of work, interleaved: the stored tree is what the seals re-derive (the audit
+    compares every node), its root is RFC 6962's over the sealed heads in log order, every
+    run's inclusion proof verifies, and each run's outcome row and released lease are there."""
+    steps = Steps(store, instance="w1", lease_ttl=TTL)
+    three = three_steps(steps)
+    await three.start("warm", 0)
+    general = store._writer.conclude  # the general unit for every other batch of runs
+
+    async def no_hot_path(*args: Any, **kwargs: Any) -> None:
+        return None
+
+    for batch in range(4):
+        if batch % 2:
+            store._writer.conclude = no_hot_path  # type: ignore[method-assign]
+        else:
+            store._writer.conclude = general  # type: ignore[method-assign]
+        done = await asyncio.gather(*(three.start(f"k{batch}-{i}", i) for i in range(8)))
+        assert [d.result for d in done] == [(i + 1) * 2 - 3 for i in range(8)]
+    store._writer.conclude = general  # type: ignore[method-assign]
+    audit = await store.audit_log()
+    assert audit.ok and audit.size == 33, audit
+    sealed = await store.sealed_runs()
+    checkpoint = await store.checkpoint()
+    assert checkpoint.size == 33 and checkpoint.root == root([leaf_hash(h) for _, h in sealed])
+    for position, (run, head) in enumerate(sealed):
+        proof = await store.inclusion_proof(run)
+        assert proof is not None and proof.index == position and proof.seal == head
+        assert verify_inclusion(leaf_hash(head), position, 33, list(proof.proof), checkpoint.root)
+        lease = await store.lease_of(run)
+        assert lease is not None and lease[0] == RELEASED_OWNER and lease[2] == 0
+    assert len(await store.runs_by_outcome("succeeded", 100)) == 33
+
+
+async def test_two_writers_concluding_into_one_log_keep_it_whole(
+    make_store: Any,
+) -> None:
+    """Two stores on their own engines (two processes' writers, each with its own known log on
+    PostgreSQL and its own thread on SQLite) conclude 12 runs each at once into one tenant's
+    log: each one-statement conclusion finds the log the other moved and leaves the run to the
+    general unit, or hashes onto the current log. The log is what its seals re-derive, its
+    root RFC 6962's over the sealed heads, every run in it once. Red on PostgreSQL with the
+    conclusion statement's log checks removed (`ctr.fresh`, the counter's, the size's and
+    the frontier's) and its counter lock waited for: a leaf hashed onto the log the other
+    writer had moved collides with that writer's leaf (``log_tree_pkey``)."""
+    a: SqlJournalStore = await make_store()
+    b: SqlJournalStore = await make_store()
+    assert a.engine is not b.engine
+    flows = [three_steps(Steps(s, instance=f"w{i}", lease_ttl=TTL)) for i, s in enumerate((a, b))]
+    for flow in flows:
+        await flow.start(f"warm-{id(flow)}", 0)
+        await flow.start(f"warm2-{id(flow)}", 0)
+    for _ in range(3):
+        done = await asyncio.gather(
+            *(flow.start(f"r-{id(flow)}-{i}-{_}", i) for flow in flows for i in range(4))
+        )
+        assert all(d.result is not None for d in done)
+    audit = await a.audit_log()
+    assert audit.ok and audit.size == 28, audit
+    sealed = await a.sealed_runs()
+    assert len({run for run, _ in sealed}) == 28
+    checkpoint = await b.checkpoint()
+    assert checkpoint.size == 28 and checkpoint.root == root([leaf_hash(h) for _, h in sealed])

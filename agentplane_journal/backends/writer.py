@@ -54,6 +54,7 @@ from agentplane_journal.core.ids import RunId
 from agentplane_journal.core.profile import AGENTPLANE_0_4, WireProfile
 from agentplane_journal.core.record import Record
 from agentplane_journal.core.signing import Signer
+from agentplane_journal.db.hotpath import LogSeal
 from agentplane_journal.errors import BackendError
 
 __all__ = ["GroupWriter", "Waiting"]
@@ -145,6 +146,24 @@ class GroupWriter(ABC, Generic[R, T]):
         items: Sequence[Append],
         keys: Sequence[str],
         profile: WireProfile = AGENTPLANE_0_4,
+    ) -> list[Record] | None:
+        """Not on this path unless a database's writer says otherwise: ``None``."""
+        return None
+
+    async def conclude(
+        self,
+        tenant: str,
+        signer: Signer | None,
+        now: int,
+        run: RunId,
+        epoch: int,
+        items: Sequence[Append],
+        outcome: str,
+        seal: LogSeal,
+        profile: WireProfile = AGENTPLANE_0_4,
+        *,
+        counter: str = "",
+        max_index: int = 0,
     ) -> list[Record] | None:
         """Not on this path unless a database's writer says otherwise: ``None``."""
         return None

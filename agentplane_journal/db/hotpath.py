@@ -12,7 +12,7 @@ follow an append from the store into the writer.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 from agentplane_journal.core.append import Append
 from agentplane_journal.core.ids import EffectKey, RunId
@@ -20,10 +20,18 @@ from agentplane_journal.core.profile import AGENTPLANE_0_4, WireProfile
 from agentplane_journal.core.record import Record
 from agentplane_journal.core.signing import Signer
 
-__all__ = ["CancelRequested", "General", "HotPath"]
+__all__ = ["CancelRequested", "General", "HotPath", "LogSeal"]
 
 #: The same append as a general unit of work (``store.py``), whose answers are the reference.
 General = Callable[[], Awaitable[list[Record]]]
+
+#: The tenant log's seal run synchronously (``TenantLog.append_with``): given a runner of
+#: SQLAlchemy statements on the open write transaction and the leaves ``(run_id, chain_head,
+#: sealed_at, outcome)``, it writes the seals and the tree and returns their log positions.
+LogSeal = Callable[
+    [Callable[[Any, Any], Sequence[Sequence[Any]]], Sequence[tuple[str, bytes, int, str]]],
+    list[int],
+]
 
 
 class CancelRequested(Exception):
@@ -80,6 +88,28 @@ class HotPath(Protocol):
         """A fresh run's admission (its lease claim for ``owner`` until ``expires_at``,
         ``items`` and the claims of ``keys``) in one transaction, or ``None`` when this
         path does not do admissions (the store then runs its general unit of work)."""
+        ...
+
+    async def conclude(
+        self,
+        tenant: str,
+        signer: Signer | None,
+        now: int,
+        run: RunId,
+        epoch: int,
+        items: Sequence[Append],
+        outcome: str,
+        seal: LogSeal,
+        profile: WireProfile = AGENTPLANE_0_4,
+        *,
+        counter: str = "",
+        max_index: int = 0,
+    ) -> list[Record] | None:
+        """A run's conclusion (``items`` ending with its ``RunSealed``, the run's leaf in the
+        tenant's log through ``seal`` with ``outcome``, the lease at ``epoch`` released) in one
+        transaction; ``None`` when this path does not do conclusions, or not this one (the
+        store then runs its general unit of work). ``counter``: the tenant's log counter
+        row, ``max_index`` the log's largest position (for a path that seals by itself)."""
         ...
 
     async def idle(self) -> None:

@@ -33,7 +33,7 @@ How the log's guarantees are made:
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from sqlalchemy import (
@@ -70,7 +70,7 @@ from agentplane_journal.journal.log_audit import (
     audit_pages,
 )
 
-__all__ = ["SealedLeaf", "TenantLog"]
+__all__ = ["Execute", "SealedLeaf", "TenantLog"]
 
 _LOG_POSITION = "log_position/"
 _SIZE, _LEAF, _NODE = 0, 1, 2  # the tag column of a snapshot statement's rows
@@ -78,6 +78,10 @@ _SIZE, _LEAF, _NODE = 0, 1, 2  # the tag column of a snapshot statement's rows
 
 SealedLeaf = tuple[str, bytes, int, str]
 """``(run_id, chain_head, sealed_at, outcome)``: one leaf to append."""
+
+Execute = Callable[[Any, Any], Sequence[Sequence[Any]]]
+"""A synchronous ``execute(statement, parameters) -> rows`` inside an open write transaction
+(:meth:`TenantLog.append_with`); ``parameters`` is a dict, or a list of them for an insert."""
 
 
 # -- the snapshot statements ------------------------------------------------------------
@@ -238,6 +242,7 @@ class TenantLog:
         self.origin = origin
         # The tenant's row in journal_counter: a seal and a rebuild's page hold its lock.
         self.counter_name = _LOG_POSITION + tenant
+        self._counters: dict[int, Any] = {}  # _counter's statements, by step
 
     async def snapshot(self, session: AsyncSession, kind: str, **params: Any) -> _Snapshot:
         """The stored tree as one statement of ``kind`` reads it (one snapshot: a proof or a
@@ -258,8 +263,33 @@ class TenantLog:
         """
         if not leaves:
             return []
-        last: object = (await session.execute(self._counter(len(leaves)))).scalar_one()
-        if type(last) is not int or not len(leaves) - 1 <= last <= MAX_LOG_INDEX:
+        last = self._check_last(
+            (await session.execute(self._counter(len(leaves)))).scalar_one(), len(leaves)
+        )
+        snap = await self.snapshot(session, "frontier")
+        indexes, seals, nodes = self._plan(last, snap, leaves)
+        conn = await session.connection()
+        await conn.execute(RunSeal.__table__.insert(), seals)
+        await conn.execute(LogTree.__table__.insert(), nodes)
+        return indexes
+
+    def append_with(self, execute: Execute, leaves: Sequence[SealedLeaf]) -> list[int]:
+        """:meth:`append` through ``execute``, a synchronous runner of the same statements
+        on a connection whose transaction holds the run mutexes (SQLite's writer thread:
+        the conclusion in the group commit's one hop). The same statements, in the same
+        order, and the same rows: the log is byte for byte the one :meth:`append` makes."""
+        if not leaves:
+            return []
+        last = self._check_last(execute(self._counter(len(leaves)), {})[0][0], len(leaves))
+        snap = _Snapshot(execute(_statements()["frontier"], {"tenant": self.tenant}))
+        indexes, seals, nodes = self._plan(last, snap, leaves)
+        execute(RunSeal.__table__.insert(), seals)
+        execute(LogTree.__table__.insert(), nodes)
+        return indexes
+
+    @staticmethod
+    def _check_last(last: object, count: int) -> int:
+        if type(last) is not int or not count - 1 <= last <= MAX_LOG_INDEX:
             # A hostile log_index or counter (2**63 - 1, on which the next value overflows;
             # TEXT on SQLite): the position cannot be handed out, and no later one either
             # until the seals are renumbered. Raising rolls the counter's update back.
@@ -269,8 +299,14 @@ class TenantLog:
                 f"would be {last!r}); reindex-log renumbers the seals in their order and "
                 "resets it",
             )
+        return last
+
+    def _plan(
+        self, last: int, snap: _Snapshot, leaves: Sequence[SealedLeaf]
+    ) -> tuple[list[int], list[dict[str, Any]], list[dict[str, Any]]]:
+        """The log indexes, the ``run_seal`` rows and the ``log_tree`` rows of ``leaves``
+        entered after the frontier ``snap`` (no statement)."""
         indexes = list(range(last - len(leaves) + 1, last + 1))
-        snap = await self.snapshot(session, "frontier")
         try:
             builder = tree.TreeBuilder(snap.size, snap.nodes)
         except tree.MissingNodeError as error:
@@ -298,10 +334,7 @@ class TenantLog:
                         "run_id": run_id if level == 0 else None,
                     }
                 )
-        conn = await session.connection()
-        await conn.execute(RunSeal.__table__.insert(), seals)
-        await conn.execute(LogTree.__table__.insert(), nodes)
-        return indexes
+        return indexes, seals, nodes
 
     def _counter(self, step: int) -> Any:
         """Advance the tenant's log counter by ``step`` under its row lock; the last value.
@@ -309,6 +342,9 @@ class TenantLog:
         Never below the largest ``log_index`` sealed (a row some other writer put there,
         agentplane 0.4.0 say): log order stays commit order for every seal made here.
         """
+        built = self._counters.get(step)
+        if built is not None:  # the same statement object: a sync runner compiles it once
+            return built
         d = self.dialect
         last = (
             select(RunSeal.log_index)
@@ -322,12 +358,15 @@ class TenantLog:
         cap = literal(MAX_LOG_INDEX + 1, BigInteger)
         top = select(d.least(func.coalesce(last, -1), cap) + step).scalar_subquery()
         stmt = d.insert(JournalCounter).values(name=self.counter_name, value=top)
-        return stmt.on_conflict_do_update(
+        built = stmt.on_conflict_do_update(
             index_elements=[JournalCounter.name],
             set_={
                 "value": d.greatest(d.least(JournalCounter.value, cap) + step, stmt.excluded.value)
             },
         ).returning(JournalCounter.value)
+        if len(self._counters) < 16:
+            self._counters[step] = built
+        return built
 
     # -- reading -----------------------------------------------------------------------
 

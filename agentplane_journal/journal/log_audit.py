@@ -175,12 +175,18 @@ def _show(value: object) -> str:
 
 
 async def _lock_counter(session: AsyncSession, log: TenantLog) -> object:
-    """The counter's lock, as a seal takes it: no seal runs while this transaction does."""
+    """The counter's lock, as a seal takes it: no seal runs while this transaction does.
+
+    Taken by rewriting the row with its own value, not ``FOR UPDATE``: a new row version, as
+    a seal's, so PostgreSQL's one-statement conclusion (``backends/postgresql/conclude.py``),
+    which trusts the log in its snapshot while the counter row is the version it saw,
+    never hashes onto a frontier this page repaired after that snapshot."""
     return (
         await session.execute(
-            select(JournalCounter.value)
+            update(JournalCounter)
             .where(JournalCounter.name == log.counter_name)
-            .with_for_update()
+            .values(value=JournalCounter.value)
+            .returning(JournalCounter.value)
         )
     ).scalar_one_or_none()
 

@@ -40,7 +40,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 from agentplane_journal.backends import dispatch
 from agentplane_journal.backends.head_cache import HeadCache
 from agentplane_journal.core.admission import claimed_keys
-from agentplane_journal.core.append import RUN_SEALED, Append
+from agentplane_journal.core.append import EFFECT_STARTED, RUN_SEALED, Append
 from agentplane_journal.core.batch import RELEASED_OWNER
 from agentplane_journal.core.checks import (
     check_int,
@@ -75,6 +75,7 @@ from agentplane_journal.journal.cosignatures import Cosignatures
 from agentplane_journal.journal.guarded import GuardedAppends
 from agentplane_journal.journal.leases import RunControl
 from agentplane_journal.journal.log import TenantLog
+from agentplane_journal.journal.log_audit import MAX_LOG_INDEX
 from agentplane_journal.journal.profiles import Profiles
 from agentplane_journal.journal.reads import RunReads
 from agentplane_journal.journal.writes import MAX_INSERT_ROWS, RunWrites
@@ -327,9 +328,11 @@ class SqlJournalStore(
             raise ValueError(f"admit's batch must be {run}'s records")
         await self._ready()
         now = self.now()
-        claim = self._claim_statement(run, owner, ttl, now, reclaim=False)
 
         async def unit(session: AsyncSession) -> tuple[Lease, list[Record]]:
+            # Built here, not before the hot path: building it costs more than the hot
+            # admission's statement.
+            claim = self._claim_statement(run, owner, ttl, now, reclaim=False)
             # The run mutex first, as for every lease change and append (the activity row
             # the append keeps anyway), then the claim, then the fence under both.
             params = {"tenant": self.tenant, "run_id": str(run), "now": now}
@@ -397,6 +400,29 @@ class SqlJournalStore(
             await session.execute(release)
             return records, head
 
+        if claimed_keys(items) or any(i.kind == EFFECT_STARTED for i in items):
+            return await self.unit(unit, run=run)  # rare: the general unit claims and checks
+        self.refuse_own_wait(run)
+        await self._ready()
+        self.refuse_other_profile(items, self.profile)
+        try:  # SQLite: one thread hop in the group commit; PostgreSQL: one statement
+            hot = await self._writer.conclude(
+                self.tenant,
+                self._signer,
+                self.now(),
+                run,
+                epoch,
+                items,
+                outcome,
+                self.tenant_log.append_with,
+                self.profile,
+                counter=self.tenant_log.counter_name,
+                max_index=MAX_LOG_INDEX,
+            )
+        finally:
+            self._wrote()
+        if hot is not None:
+            return hot, hot[-1].hash
         return await self.unit(unit, run=run)
 
     async def append_atomic(

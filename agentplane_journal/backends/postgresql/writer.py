@@ -46,6 +46,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from agentplane_journal.backends.head_cache import HeadCache
+from agentplane_journal.backends.postgresql import conclude as _conclude
 from agentplane_journal.backends.postgresql import sql as _pgsql
 from agentplane_journal.backends.writer import GroupWriter
 from agentplane_journal.core.append import Append
@@ -55,7 +56,7 @@ from agentplane_journal.core.profile import AGENTPLANE_0_4, WireProfile
 from agentplane_journal.core.record import Record
 from agentplane_journal.core.signing import Signer
 from agentplane_journal.db.dialect import PostgresDialect
-from agentplane_journal.db.hotpath import General
+from agentplane_journal.db.hotpath import General, LogSeal
 from agentplane_journal.db.turns import WriteTurn
 from agentplane_journal.db.unit import describe
 from agentplane_journal.db.violations import Collision, journal_collision
@@ -109,6 +110,23 @@ class Request:
     future: asyncio.Future[Any] = field(repr=False)
     #: An effect's start: its own statement, which also checks for a stop request.
     unless_cancelled: bool = False
+    #: A conclusion (:mod:`.conclude`): its own statement, never in a group.
+    conclude: _Conclusion | None = None
+    #: A fresh run's admission (:data:`.conclude.ADMIT`): the lease's owner and expiry and
+    #: the admission key (or none); its own statement, never in a group.
+    admit: tuple[str, int, str | None] | None = None
+
+
+@dataclass(frozen=True)
+class _Conclusion:
+    """What a conclusion adds to its append: the tenant's log counter, the outcomes (the
+    ``RunSealed`` record's and the log leaf's), the sealed head, the log's largest position."""
+
+    counter: str
+    conclusion: str
+    outcome: str
+    head: bytes
+    max_index: int
 
 
 class _Lost(Exception):
@@ -156,6 +174,8 @@ class Writer(GroupWriter[Request, Result]):
     ) -> None:
         super().__init__(bind, heads, group_commit=group_commit, connections=connections)
         self.usable, self._schema = schema_of(bind)
+        #: Each tenant's log as this process last wrote or read it (:mod:`.conclude`).
+        self._logs: dict[str, _conclude.KnownLog] = {}
 
     async def append(
         self,
@@ -194,6 +214,93 @@ class Writer(GroupWriter[Request, Result]):
             self._heads.put(tenant, run_id, records[-1].seq, records[-1].hash)
         return records
 
+    async def admit(
+        self,
+        tenant: str,
+        signer: Signer | None,
+        now: int,
+        run: RunId,
+        owner: str,
+        expires_at: int,
+        items: Sequence[Append],
+        keys: Sequence[str],
+        profile: WireProfile = AGENTPLANE_0_4,
+    ) -> list[Record] | None:
+        """:class:`~agentplane_journal.db.hotpath.HotPath`'s admission: a fresh run's in one
+        statement (:data:`.conclude.ADMIT`), or ``None`` (the general unit) for a run that is
+        not fresh, more than one key, or when the statement says so."""
+        if not self.usable or len(keys) > 1:
+            return None
+        run_id = str(run)
+        chained, rows, _ = chain_batch(tenant, run_id, 1, 0, Digest.ZERO, items, signer, profile)
+        future = asyncio.get_running_loop().create_future()
+        answer = await self.submit(
+            Request(
+                tenant,
+                run,
+                1,
+                now,
+                (0, Digest.ZERO),
+                chained,
+                rows,
+                [],
+                future,
+                admit=(owner, expires_at, keys[0] if keys else None),
+            )
+        )
+        if isinstance(answer, _General):
+            return None
+        return answer
+
+    async def conclude(
+        self,
+        tenant: str,
+        signer: Signer | None,
+        now: int,
+        run: RunId,
+        epoch: int,
+        items: Sequence[Append],
+        outcome: str,
+        seal: LogSeal,
+        profile: WireProfile = AGENTPLANE_0_4,
+        *,
+        counter: str = "",
+        max_index: int = 0,
+    ) -> list[Record] | None:
+        """:class:`~agentplane_journal.db.hotpath.HotPath`'s conclusion: one statement
+        (:mod:`.conclude`) onto the known head and the known log, or ``None`` (the general
+        unit) without them or when the statement says so. Alone in its statement, so the
+        process's conclusions of a tenant take the writer's connection one after another,
+        each onto the log the last one left."""
+        run_id = str(run)
+        head = self._heads.get(tenant, run_id)
+        if head is None or not self.usable or not counter:
+            return None
+        chained, rows, conclusion = chain_batch(
+            tenant, run_id, epoch, head[0], head[1], items, signer, profile
+        )
+        if conclusion is None:
+            return None
+        future = asyncio.get_running_loop().create_future()
+        answer = await self.submit(
+            Request(
+                tenant,
+                run,
+                epoch,
+                now,
+                head,
+                chained,
+                rows,
+                [],
+                future,
+                False,
+                _Conclusion(counter, conclusion, outcome, bytes(chained[-1].hash), max_index),
+            )
+        )
+        if isinstance(answer, _General):
+            return None
+        return answer
+
     def _take(self) -> list[Request]:
         """The next statement's appends: the first waiting one, and with group commit every
         other waiting append of its tenant to another run (within the group's bounds)."""
@@ -206,6 +313,10 @@ class Writer(GroupWriter[Request, Result]):
                 continue  # its caller was cancelled before it was sent
             if not group or (
                 self.group_commit
+                and request.conclude is None
+                and group[0].conclude is None
+                and request.admit is None
+                and group[0].admit is None
                 and request.tenant == group[0].tenant
                 and request.run not in runs
                 and len(group) < MAX_GROUP_RUNS
@@ -273,6 +384,20 @@ class Writer(GroupWriter[Request, Result]):
         """One append by the single-run statement; raises :class:`_Lost`."""
         args = _pgsql.one_args(r.tenant, str(r.run), r.now, r.epoch, r.head, r.rows)
         statement = _pgsql.ONE
+        if r.admit is not None:
+            return await self._admit_one(driver, r, args)
+        if r.conclude is not None:
+            if not getattr(driver, "_stmt_cache_enabled", True):
+                return GENERAL  # behind a pooler: no server-side function concludes
+            log = await self._known_log(driver, r.tenant, r.conclude)
+            if log is None:
+                return GENERAL
+            c = r.conclude
+            args, after = _conclude.conclude_args(
+                args, c.counter, log, c.conclusion, c.head, c.outcome, c.max_index
+            )
+            self._logs.pop(r.tenant, None)  # until the answer says the log is ``after``
+            statement = _conclude.CONCLUDE
         if r.unless_cancelled:
             if not getattr(driver, "_stmt_cache_enabled", True):
                 return GENERAL  # behind a pooler: no server-side function checks requests
@@ -301,7 +426,49 @@ class Writer(GroupWriter[Request, Result]):
             )
             failure.__cause__ = exc
             return failure
-        return self._settle(r, _pgsql.one_outcome(r.run, r.epoch, rows[0] if rows else None))
+        outcome = _pgsql.one_outcome(r.run, r.epoch, rows[0] if rows else None)
+        if r.conclude is not None and outcome.written:
+            self._logs[r.tenant] = after
+        return self._settle(r, outcome)
+
+    async def _admit_one(self, driver: Any, r: Request, one: tuple[Any, ...]) -> Answer:
+        """A fresh run's admission by :data:`.conclude.ADMIT`; raises :class:`_Lost`. Any
+        answered error wrote nothing, and the general unit admits the run or says why not."""
+        assert r.admit is not None
+        if not getattr(driver, "_stmt_cache_enabled", True):
+            return GENERAL  # behind a pooler: no server-side function admits
+        owner, expires, key = r.admit
+        args = (r.tenant, str(r.run), r.now, owner, expires, key, *one[6:])
+        try:
+            rows = await driver.fetch(_pgsql.sql(_conclude.ADMIT, self._schema), *args)
+        except Exception as exc:
+            if not _pgsql.answered(exc):
+                raise _Lost(exc) from exc
+            return GENERAL
+        if not rows or rows[0]["written"] != len(r.rows):
+            # Never this statement's answer (its guard fails it instead): what it wrote is
+            # not known, so nothing is claimed about it.
+            return CommitUnknownError(f"the admission statement answered {rows!r}")
+        return r.records
+
+    async def _known_log(
+        self, driver: Any, tenant: str, c: _Conclusion
+    ) -> _conclude.KnownLog | None:
+        """The tenant's log as last written here, or read now (one statement, unlocked:
+        the conclusion checks it); ``None`` when a seal here cannot use it. Raises
+        :class:`_Lost`."""
+        log = self._logs.get(tenant)
+        if log is not None:
+            return log
+        try:
+            rows = await driver.fetch(
+                _pgsql.sql(_conclude.LOG_STATE, self._schema), tenant, c.counter, c.max_index
+            )
+        except Exception as exc:
+            if not _pgsql.answered(exc):
+                raise _Lost(exc) from exc
+            return None
+        return _conclude.known_log(rows)
 
     async def _many(self, driver: Any, group: list[Request]) -> tuple[list[Answer], bool]:
         """A group by the multi-run statement: the answers, and whether the connection lives."""

@@ -45,15 +45,16 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from agentplane_journal.backends import pool_share as _pool
 from agentplane_journal.backends.head_cache import HeadCache
+from agentplane_journal.backends.sqlite.conclude import finish
 from agentplane_journal.backends.writer import GroupWriter
-from agentplane_journal.core.append import EFFECT_STARTED, Append
+from agentplane_journal.core.append import EFFECT_STARTED, RUN_SEALED, Append
 from agentplane_journal.core.batch import COLUMNS, chain_batch, fenced
 from agentplane_journal.core.ids import Digest, EffectKey, RunId
 from agentplane_journal.core.profile import AGENTPLANE_0_4, WireProfile
 from agentplane_journal.core.record import Record
 from agentplane_journal.core.signing import Signer
 from agentplane_journal.db.dialect import SqliteDialect
-from agentplane_journal.db.hotpath import CancelRequested, General
+from agentplane_journal.db.hotpath import CancelRequested, General, LogSeal
 from agentplane_journal.db.statements import (
     RECORD_COLUMNS,
     record_from_row,
@@ -153,6 +154,9 @@ class _Request:
     #: admission keys the batch claims; ``epoch`` is then the one the batch was chained at.
     admit: tuple[str, int, list[str]] | None
     future: asyncio.Future[list[Record]] = field(repr=False)
+    #: A conclusion (``SqlJournalStore.conclude``): the log leaf's outcome and the log's
+    #: seal, run after the records (:func:`~.conclude.finish`).
+    conclude: tuple[str, LogSeal] | None = None
 
 
 def _append_in(conn: sqlite3.Connection, r: _Request) -> list[Record]:
@@ -226,6 +230,13 @@ def _append_in(conn: sqlite3.Connection, r: _Request) -> list[Record]:
                 if held is None:  # nothing retires a key while this holds the write lock
                     raise BackendError(f"admission key {claim!r} was refused but has no holder")
                 raise DuplicateAdmissionError(claim, stored_run(held[0], "run_admission.run_id"))
+    if r.conclude is not None:
+        outcome, seal = r.conclude
+        last = r.items[-1]
+        conclusion = last.payload["outcome"] if last.kind == RUN_SEALED else None
+        finish(
+            conn, tenant, run_id, r.epoch, r.now, bytes(records[-1].hash), conclusion, outcome, seal
+        )
     return records
 
 
@@ -503,6 +514,50 @@ class Writer(GroupWriter[_Request, list[Record]]):
             False,
             (owner, expires_at, sorted(keys)),
             asyncio.get_running_loop().create_future(),
+        )
+        return await self._submit_remembering(request)
+
+    async def conclude(
+        self,
+        tenant: str,
+        signer: Signer | None,
+        now: int,
+        run: RunId,
+        epoch: int,
+        items: Sequence[Append],
+        outcome: str,
+        seal: LogSeal,
+        profile: WireProfile = AGENTPLANE_0_4,
+        *,
+        counter: str = "",
+        max_index: int = 0,
+    ) -> list[Record] | None:
+        """:class:`~agentplane_journal.db.hotpath.HotPath`'s conclusion: the closing records,
+        the outcome index, the run's leaf in the tenant's log and the lease's release in one
+        transaction, one thread hop (:mod:`.conclude`), sharing the group's commit. Chained
+        here onto the known head, as :meth:`append` is; again on the thread otherwise."""
+        run_id = str(run)
+        known = self._heads.get(tenant, run_id)
+        sealed = None
+        if known is not None:
+            sealed = chain_batch(tenant, run_id, epoch, known[0], known[1], items, signer, profile)[
+                :2
+            ]
+        request = _Request(
+            tenant,
+            run,
+            epoch,
+            now,
+            list(items),
+            signer,
+            profile,
+            [],
+            known,
+            sealed,
+            False,
+            None,
+            asyncio.get_running_loop().create_future(),
+            (outcome, seal),
         )
         return await self._submit_remembering(request)
 
