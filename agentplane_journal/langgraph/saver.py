@@ -58,6 +58,7 @@ from agentplane_journal.core.record import Record
 from agentplane_journal.core.signing import Verifier
 from agentplane_journal.core.values import Lease
 from agentplane_journal.db.dialect import database_key
+from agentplane_journal.db.hotpath import HeadMoved
 from agentplane_journal.errors import (
     DAMAGE,
     CorruptRecordError,
@@ -72,10 +73,13 @@ from agentplane_journal.errors import (
 )
 from agentplane_journal.journal.store import SqlJournalStore
 from agentplane_journal.keyring.ring import Keyring
+from agentplane_journal.keyring.store import SealingStore
 from agentplane_journal.langgraph.erasure import ThreadSealingStore, erase_thread, require_sealing
+from agentplane_journal.langgraph.lean import Names, lean_view
 from agentplane_journal.langgraph.memo import THREADS
 from agentplane_journal.langgraph.records import (
     KINDS,
+    WRITES,
     StoredCheckpoint,
     ThreadView,
     checkpoint_append,
@@ -92,6 +96,8 @@ T = TypeVar("T")
 _Key = tuple[str, RunId]
 #: Runs read per statement when ``list`` or ``delete_for_runs`` walks every thread.
 _SCAN_PAGE = 200
+#: Threads whose blob records a saver remembers to name in their next checkpoint.
+_NAMES = 1024
 _log = logging.getLogger(__name__)
 
 
@@ -130,6 +136,7 @@ class JournalSaver(BaseCheckpointSaver[int]):
         share_verified: bool = False,
         keyring: Keyring | None = None,
         erase_on_delete: bool = False,
+        lean_resume: bool = False,
     ) -> None:
         super().__init__(serde=serde)
         if not isinstance(store, SqlJournalStore):
@@ -150,6 +157,9 @@ class JournalSaver(BaseCheckpointSaver[int]):
         #: Whether this saver goes on from (and keeps) the verified points every saver of
         #: the process shares (:mod:`agentplane_journal.langgraph.memo`) instead of its own.
         self.share_verified = bool(share_verified)
+        #: Whether a read of a namespace's latest checkpoint with no verified point reads that
+        #: checkpoint and the records it names instead of the thread (langgraph/lean.py).
+        self.lean_resume = bool(lean_resume)
         self.store = store
         self.lease_ttl = lease_ttl
         self.owner = (
@@ -175,6 +185,8 @@ class JournalSaver(BaseCheckpointSaver[int]):
         #: none does, so an idle thread keeps no lock.
         self._locks: dict[_Key, tuple[asyncio.Lock, int]] = {}
         self._cache: OrderedDict[_Key, ThreadView] = OrderedDict()
+        #: What this saver knows to name in a thread's next checkpoint (langgraph/lean.py).
+        self._names: OrderedDict[_Key, Names] = OrderedDict()
 
     # -- construction ------------------------------------------------------------------
 
@@ -315,7 +327,12 @@ class JournalSaver(BaseCheckpointSaver[int]):
         return records
 
     async def _view(
-        self, store: SqlJournalStore, thread_id: str, *, cold: bool = False
+        self,
+        store: SqlJournalStore,
+        thread_id: str,
+        *,
+        cold: bool = False,
+        latest: str | None = None,
     ) -> ThreadView:
         """The thread as its records say, verified.
 
@@ -324,6 +341,9 @@ class JournalSaver(BaseCheckpointSaver[int]):
         be unchanged, so a cut or rewritten tail is still caught) and checks what follows
         against them: new records' chain, signatures and the seal, as a cold read would.
         ``cold`` (and ``cache_threads=0``) reads and checks the whole thread instead.
+        ``latest``: the caller wants that namespace's newest checkpoint only, so a saver made
+        with ``lean_resume`` and no verified point reads it and the records it names
+        (:mod:`agentplane_journal.langgraph.lean`) instead of the thread.
         """
         run = thread_run(thread_id)
         key = (store.tenant, run)
@@ -334,6 +354,14 @@ class JournalSaver(BaseCheckpointSaver[int]):
             cached = THREADS.take(shared)  # now this saver's alone until given back
         else:
             cached = self._cache.pop(key, None)
+        if cached is not None and cached.partial_ns is not None and cached.partial_ns != latest:
+            cached = None  # one namespace's newest checkpoint: not what this call needs
+        if cached is None and latest is not None and self.lean_resume and not cold:
+            got = await lean_view(store, thread_id, run, latest, self._verifier, self._require)
+            if got is not None:
+                view, records, last = got
+                self._check_known(key, records, last)
+                return self._keep(key, view, last, shared)
         check = RunCheck(self._verifier, self._require)
         if cached is None or cached.head[0] == 0:
             records, sealed = await store.read_sealed(run)
@@ -347,24 +375,38 @@ class JournalSaver(BaseCheckpointSaver[int]):
                     f"this saver verified the thread up to seq {seq}, and that record is now "
                     "gone or different: records were deleted or rewritten",
                 )
+            if cached.partial_ns is not None and any(r.kind != WRITES for r in records[1:]):
+                # A new checkpoint (its blobs are named, not here), a deletion or a copy.
+                return await self._view(store, thread_id, latest=latest)
             check.head, check.last = cached.digest, seq
             view, fresh = cached, records[1:]
         check.feed(fresh)
         check.finish(sealed)
+        self._check_known(key, records, check.last)
+        view.extend(fresh)
+        return self._keep(key, view, check.last, shared)
+
+    def _check_known(self, key: _Key, records: list[Record], last: int) -> None:
+        """The head this saver wrote must still be there (a cut or rewritten tail)."""
         known = self._known.get(key)
         if known is not None:
             seq, head = known
             mine = [r for r in records if r.seq == seq]
-            if check.last < seq or (mine and mine[0].hash != head):
+            if last < seq or (mine and mine[0].hash != head):
                 raise CorruptRecordError(
-                    min(seq, check.last + 1),
+                    min(seq, last + 1),
                     f"this saver wrote the thread up to seq {seq}, and the journal now ends at "
-                    f"seq {check.last} or holds another record there: records were deleted or "
+                    f"seq {last} or holds another record there: records were deleted or "
                     "rewritten",
                 )
-        view.extend(fresh)
-        self._seen[key] = check.last
-        if shared is not None:
+
+    def _keep(self, key: _Key, view: ThreadView, last: int, shared: Hashable | None) -> ThreadView:
+        """Remember a verified ``view`` (read up to ``last``) for the next read and write."""
+        self._seen[key] = last
+        self._names[key] = Names.of(view)
+        while len(self._names) > _NAMES:
+            self._names.popitem(last=False)
+        if shared is not None and view.partial_ns is None:
             THREADS.give(shared, view)
         elif self.cache_threads:
             self._cache[key] = view
@@ -412,6 +454,37 @@ class JournalSaver(BaseCheckpointSaver[int]):
         self._leases[key] = (lease.epoch, now + self.lease_ttl / 2)
         return lease.epoch
 
+    async def _admit(
+        self, store: SqlJournalStore, thread_id: str, run: RunId, appends: list[Any]
+    ) -> list[Record]:
+        """A write without the thread's lease: the claim, the check that nobody wrote the
+        thread since this saver read it, and the records, in one transaction (``store.admit``);
+        waits as :meth:`_acquire` does. A sealing store (``keyring=``) takes the lease apart
+        instead, so its erasure check runs under the scope's lock (:meth:`_lease`)."""
+        key = (store.tenant, run)
+        seen = self._seen.get(key)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.wait
+        pause = 0.005
+        while True:
+            now = time.monotonic()
+            try:
+                lease, records = await store.admit(
+                    run, self.owner, self.lease_ttl, appends, after=seen
+                )
+            except HeadMoved as exc:  # nothing written, nothing claimed
+                raise ThreadMovedError(thread_id, seen or 0, exc.found) from None
+            except LeaseHeldError as exc:
+                if loop.time() + pause > deadline:
+                    raise ThreadBusyError(
+                        thread_id, exc.owner, exc.epoch, exc.remaining_secs, waited=self.wait
+                    ) from exc
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, 0.25)
+                continue
+            self._leases[key] = (lease.epoch, now + self.lease_ttl / 2)
+            return records
+
     async def _acquire(self, store: SqlJournalStore, thread_id: str, run: RunId) -> Lease:
         """Take the thread's lease, waiting with backoff up to ``wait`` seconds while another
         saver holds it (as the session adapters wait for a conversation's claim)."""
@@ -433,16 +506,26 @@ class JournalSaver(BaseCheckpointSaver[int]):
         run = thread_run(thread_id)
         key = (store.tenant, run)
         async with self._lock(key):
-            epoch = await self._lease(store, thread_id, run)
-            try:
-                records = await store.append(epoch, appends)
-            except FencedError as exc:
-                self._leases.pop(key, None)
-                raise ThreadBusyError(thread_id, "another saver", exc.current, 0) from exc
+            if key not in self._leases and not isinstance(store, SealingStore):
+                records = await self._admit(store, thread_id, run, appends)
+            else:
+                epoch = await self._lease(store, thread_id, run)
+                try:
+                    records = await store.append(epoch, appends)
+                except FencedError as exc:
+                    self._leases.pop(key, None)
+                    raise ThreadBusyError(thread_id, "another saver", exc.current, 0) from exc
             if records:
                 last = records[-1]
                 self._known[key] = (last.seq, last.hash)
                 self._seen[key] = last.seq
+                names = self._names.pop(key, None)
+                if names is None and records[0].seq == 1:
+                    names = Names(0, complete=True)  # a thread this write began
+                if names is not None and names.apply(records):
+                    self._names[key] = names
+                    while len(self._names) > _NAMES:
+                        self._names.popitem(last=False)
 
     def _tuple(
         self, view: ThreadView, stored: StoredCheckpoint, tenant: str | None
@@ -520,8 +603,8 @@ class JournalSaver(BaseCheckpointSaver[int]):
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         store, thread_id, ns = self._target(config)
-        view = await self._view(store, thread_id)
         checkpoint_id = get_checkpoint_id(config)
+        view = await self._view(store, thread_id, latest=None if checkpoint_id else ns)
         stored = view.checkpoints.get((ns, checkpoint_id)) if checkpoint_id else view.latest(ns)
         if stored is None:
             view.check_readable()  # erased without a tombstone: typed, not "no checkpoint"
@@ -599,6 +682,12 @@ class JournalSaver(BaseCheckpointSaver[int]):
         ]
         configurable = config.get("configurable") or {}
         profile = await store.wire_profile()
+        key = (store.tenant, thread_run(thread_id))
+        names, uses = self._names.get(key), None
+        if names is not None and names.upto == self._seen.get(key):
+            uses = names.uses(
+                ns, checkpoint["id"], dict(checkpoint["channel_versions"]), set(new_versions)
+            )
         append = checkpoint_append(
             thread_run(thread_id),
             thread_id,
@@ -609,6 +698,7 @@ class JournalSaver(BaseCheckpointSaver[int]):
             self.serde.dumps_typed(get_checkpoint_metadata(config, metadata)),
             blobs,
             profile=profile,
+            uses=uses,
         )
         await self._write(store, thread_id, [append])
         out: dict[str, Any] = {

@@ -53,7 +53,7 @@ from agentplane_journal.core.profile import AGENTPLANE_0_4, WireProfile
 from agentplane_journal.core.record import Record
 from agentplane_journal.core.signing import Signer
 from agentplane_journal.db.dialect import SqliteDialect
-from agentplane_journal.db.hotpath import CancelRequested, General
+from agentplane_journal.db.hotpath import CancelRequested, General, HeadMoved
 from agentplane_journal.db.statements import (
     RECORD_COLUMNS,
     record_from_row,
@@ -153,6 +153,8 @@ class _Request:
     #: admission keys the batch claims; ``epoch`` is then the one the batch was chained at.
     admit: tuple[str, int, list[str]] | None
     future: asyncio.Future[list[Record]] = field(repr=False)
+    #: An admission's expected head seq (``HeadMoved`` when the run's head is elsewhere).
+    after: int | None = None
 
 
 def _append_in(conn: sqlite3.Connection, r: _Request) -> list[Record]:
@@ -203,6 +205,8 @@ def _append_in(conn: sqlite3.Connection, r: _Request) -> list[Record]:
         records, rows, _ = chain_batch(
             tenant, run_id, r.epoch, head_seq, head_hash, r.items, r.signer, r.profile
         )
+    if r.after is not None and head_seq != r.after:
+        raise HeadMoved(head_seq)  # rolled back with the lease claim before it
     try:
         conn.executemany(_INSERT, rows)
     except sqlite3.IntegrityError as exc:
@@ -482,6 +486,7 @@ class Writer(GroupWriter[_Request, list[Record]]):
         items: Sequence[Append],
         keys: Sequence[str],
         profile: WireProfile = AGENTPLANE_0_4,
+        after: int | None = None,
     ) -> list[Record] | None:
         """:class:`~agentplane_journal.db.hotpath.HotPath`'s admission: the lease
         claim, the records and the keys' claims in one transaction, one thread hop, sharing
@@ -503,6 +508,7 @@ class Writer(GroupWriter[_Request, list[Record]]):
             False,
             (owner, expires_at, sorted(keys)),
             asyncio.get_running_loop().create_future(),
+            after,
         )
         return await self._submit_remembering(request)
 
