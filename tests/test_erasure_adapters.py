@@ -154,6 +154,10 @@ def test_langgraph_delete_thread_erases_the_threads_scope(
             assert await cold.aget_tuple(_cfg("gone")) is None
             again = await cold.aget_tuple(_cfg("kept"))
             assert again is not None and again.checkpoint == kept.checkpoint
+            # A lean resume of a sealed thread replays it (its reads by seq are not opened).
+            lean = JournalSaver(store, keyring=Keyring(FileKeySource(keys)), lean_resume=True)
+            opened = await lean.aget_tuple(_cfg("kept"))
+            assert opened is not None and opened.checkpoint == kept.checkpoint
             threads = {t.config["configurable"]["thread_id"] async for t in cold.alist(None)}
             assert threads == {"kept"} and cold.damaged == []
             await cold.averify_thread("gone")  # the chain is intact

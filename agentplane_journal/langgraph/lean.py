@@ -14,7 +14,9 @@ verifier, the seal when sealed); each named record has the named seq and hash an
 named blob. What it cannot see: records it does not read (an edit, deletion or insertion
 before the checkpoint, among records it does not use), and, without a seal or a signature,
 a tail rewritten whole or cut short. A thread whose newest record is no named checkpoint (an
-old journal, a deletion, a copy, a writer that did not know the state) is replayed as before.
+old journal, a deletion, a copy, a writer that did not know the state) is replayed as before,
+and so is a thread of a saver made with ``keyring=`` (its payloads are opened by the reads
+that replay).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from agentplane_journal.core.record import Record
 from agentplane_journal.core.signing import Verifier
 from agentplane_journal.errors import CorruptRecordError
 from agentplane_journal.journal.store import SqlJournalStore
+from agentplane_journal.keyring.store import SealingStore
 from agentplane_journal.langgraph.records import (
     CHECKPOINT,
     COPIED,
@@ -122,6 +125,8 @@ async def lean_view(
     """The thread as ``ns``'s newest checkpoint and the records it names say, checked as
     the module says: ``(view, the tail read, its last seq)``, or ``None`` when the thread
     must be replayed instead (its newest records hold no named checkpoint of ``ns``)."""
+    if isinstance(store, SealingStore):
+        return None  # its reads by seq are not opened: a sealed thread is replayed
     head = await store.head(run)
     if head.seq == 0:
         return None
