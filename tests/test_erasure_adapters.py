@@ -154,6 +154,24 @@ def test_langgraph_delete_thread_erases_the_threads_scope(
             assert await cold.aget_tuple(_cfg("gone")) is None
             again = await cold.aget_tuple(_cfg("kept"))
             assert again is not None and again.checkpoint == kept.checkpoint
+            # A lean resume of a sealed thread replays it (its reads by seq are not opened):
+            # nine puts moving one channel, so the newest names records out of the last 8.
+            from langgraph.checkpoint.base.id import uuid6
+
+            config = kept.config
+            for i in range(9):
+                versions = {**kept.checkpoint["channel_versions"], "topic": 100 + i}
+                moved = {**kept.checkpoint, "id": str(uuid6(clock_seq=-1))}
+                moved.update(channel_values={"topic": f"t{i}"}, channel_versions=versions)
+                config = await saver.aput(config, moved, {}, {"topic": 100 + i})  # type: ignore[arg-type]
+            lean = JournalSaver(store, keyring=Keyring(FileKeySource(keys)), lean_resume=True)
+            opened = await lean.aget_tuple(_cfg("kept"))
+            whole = await JournalSaver(store, keyring=Keyring(FileKeySource(keys))).aget_tuple(
+                _cfg("kept")
+            )
+            assert opened is not None and whole is not None
+            assert opened.checkpoint == whole.checkpoint
+            assert len(whole.checkpoint["channel_values"]) > 1
             threads = {t.config["configurable"]["thread_id"] async for t in cold.alist(None)}
             assert threads == {"kept"} and cold.damaged == []
             await cold.averify_thread("gone")  # the chain is intact

@@ -90,10 +90,13 @@ async def test_a_second_process_writing_the_thread_is_refused_and_history_stays_
     await one.ainvoke(Command(resume="no"), cfg(thread))
     await first.aclose()
     before = await linear(first, thread)
+    released = await second.store.lease_of(thread_run(thread))
     with pytest.raises(ThreadMovedError) as moved:
         await second.aput(stale.config, empty_checkpoint(), {"source": "loop", "step": 9}, {})
     assert moved.value.found > moved.value.seen
     assert await linear(first, thread) == before
+    # The claim, the check and the write are one transaction: the refusal claimed nothing.
+    assert await second.store.lease_of(thread_run(thread)) == released
 
     # A fresh invocation reads first, then goes on from the first's state: one line.
     done = await two.ainvoke({"topic": "b", "log": []}, cfg(thread))

@@ -34,6 +34,13 @@ async def test_the_conformance_suite_passes_every_capability(
     await _conformance(await make_store(), None)
 
 
+async def test_the_conformance_suite_passes_with_lean_resume(
+    make_store: Callable[..., Any],
+) -> None:
+    # Each thread's first get_tuple by a saver: its newest checkpoint and the records it names.
+    await _conformance(await make_store(), None, lean_resume=True)
+
+
 async def test_the_conformance_suite_passes_on_agentplane_022_tenants(
     sqlite_database: Callable[..., str],
 ) -> None:
@@ -44,7 +51,9 @@ async def test_the_conformance_suite_passes_on_agentplane_022_tenants(
         await store.close()
 
 
-async def _conformance(store: SqlJournalStore, profile: str | None) -> None:
+async def _conformance(
+    store: SqlJournalStore, profile: str | None, *, lean_resume: bool = False
+) -> None:
     _require("langgraph.checkpoint.conformance")
     from langgraph.checkpoint.conformance import checkpointer_test, validate
     from langgraph.checkpoint.conformance.capabilities import ALL_CAPABILITIES
@@ -58,7 +67,7 @@ async def _conformance(store: SqlJournalStore, profile: str | None) -> None:
         # One tenant per capability suite: list(None) and delete_for_runs walk a tenant.
         tenant = store.for_tenant(f"lg{os.urandom(5).hex()}", profile=profile)
         opened.append(tenant)
-        saver = JournalSaver(tenant)
+        saver = JournalSaver(tenant, lean_resume=lean_resume)
         yield saver
         await saver.aclose()
 

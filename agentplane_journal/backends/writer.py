@@ -146,6 +146,7 @@ class GroupWriter(ABC, Generic[R, T]):
         items: Sequence[Append],
         keys: Sequence[str],
         profile: WireProfile = AGENTPLANE_0_4,
+        after: int | None = None,
     ) -> list[Record] | None:
         """Not on this path unless a database's writer says otherwise: ``None``."""
         return None

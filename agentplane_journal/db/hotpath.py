@@ -20,7 +20,7 @@ from agentplane_journal.core.profile import AGENTPLANE_0_4, WireProfile
 from agentplane_journal.core.record import Record
 from agentplane_journal.core.signing import Signer
 
-__all__ = ["CancelRequested", "General", "HotPath", "LogSeal"]
+__all__ = ["CancelRequested", "General", "HeadMoved", "HotPath", "LogSeal"]
 
 #: The same append as a general unit of work (``store.py``), whose answers are the reference.
 General = Callable[[], Awaitable[list[Record]]]
@@ -43,6 +43,16 @@ class CancelRequested(Exception):
         super().__init__(actor, reason)
         self.actor = actor
         self.reason = reason
+
+
+class HeadMoved(Exception):
+    """Internal: an admission made ``after`` a head found the run's head elsewhere (someone
+    wrote since the caller read it), and wrote nothing, not even its lease claim. ``found``
+    is the head's seq. The LangGraph saver turns it into ``ThreadMovedError``."""
+
+    def __init__(self, found: int) -> None:
+        super().__init__(found)
+        self.found = found
 
 
 class HotPath(Protocol):
@@ -84,10 +94,12 @@ class HotPath(Protocol):
         items: Sequence[Append],
         keys: Sequence[str],
         profile: WireProfile = AGENTPLANE_0_4,
+        after: int | None = None,
     ) -> list[Record] | None:
         """A fresh run's admission (its lease claim for ``owner`` until ``expires_at``,
         ``items`` and the claims of ``keys``) in one transaction, or ``None`` when this
-        path does not do admissions (the store then runs its general unit of work)."""
+        path does not do admissions (the store then runs its general unit of work). ``after``:
+        the batch lands only on a head at that seq, else :class:`HeadMoved`."""
         ...
 
     async def conclude(

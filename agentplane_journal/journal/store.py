@@ -56,7 +56,7 @@ from agentplane_journal.core.profile import WireProfile
 from agentplane_journal.core.record import Record
 from agentplane_journal.core.signing import Signer
 from agentplane_journal.core.values import Cancellation, Lease
-from agentplane_journal.db.hotpath import HotPath
+from agentplane_journal.db.hotpath import HeadMoved, HotPath
 from agentplane_journal.db.models import RunLease
 from agentplane_journal.db.statements import (
     digest,
@@ -311,7 +311,13 @@ class SqlJournalStore(
     # -- a durable-steps run's own transactions ----------------------------------------
 
     async def admit(
-        self, run: RunId, owner: str, ttl: int | timedelta, batch: Sequence[Append]
+        self,
+        run: RunId,
+        owner: str,
+        ttl: int | timedelta,
+        batch: Sequence[Append],
+        *,
+        after: int | None = None,
     ) -> tuple[Lease, list[Record]]:
         """Claim a fresh run's lease and append its first batch, in one transaction.
 
@@ -319,8 +325,15 @@ class SqlJournalStore(
         lease exist both or neither, so a refused admission (a duplicate admission key, a
         database error) leaves nothing behind, not even an empty lease. A live lease on
         ``run`` is :class:`LeaseHeldError`.
+
+        ``after``: the seq the caller last read the run at; when the run's head is elsewhere
+        (someone wrote since) nothing is written, not even the claim, and
+        :class:`~agentplane_journal.db.hotpath.HeadMoved` says where it is (the LangGraph
+        saver's first write to a thread it read: claim, check and write in one transaction).
         """
         run = check_run(run)
+        if after is not None:
+            after = check_int(after, "after")
         owner = check_label(owner, "owner")
         ttl = check_ttl(ttl)
         items, batch_run = self.check_batch(batch)
@@ -343,6 +356,8 @@ class SqlJournalStore(
                 raise await self._holder(session, run, now)
             epoch = stored_int(found, 0, "run_lease.epoch")
             state = await self.lock_run(session, run, epoch, held=True)
+            if after is not None and state.head_seq != after:
+                raise HeadMoved(state.head_seq)  # rolls the claim back with it
             return Lease(run, owner, epoch), await self.write_batch(
                 session, run, epoch, state, items
             )
@@ -360,6 +375,7 @@ class SqlJournalStore(
                 items,
                 claimed_keys(items),
                 self.profile,
+                after,
             )
         finally:
             self._wrote()

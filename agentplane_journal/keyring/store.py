@@ -104,11 +104,17 @@ class SealingStore(SqlJournalStore):
         return await self._journal.sealed(items, scope)
 
     async def admit(
-        self, run: RunId, owner: str, ttl: int | timedelta, batch: Sequence[Append]
+        self,
+        run: RunId,
+        owner: str,
+        ttl: int | timedelta,
+        batch: Sequence[Append],
+        *,
+        after: int | None = None,
     ) -> tuple[Lease, list[Record]]:
         """The store's admission (lease and first batch in one transaction), sealed."""
         sealed = await self._sealed_batch(run, list(batch))
-        lease, written = await SqlJournalStore.admit(self, run, owner, ttl, sealed)
+        lease, written = await SqlJournalStore.admit(self, run, owner, ttl, sealed, after=after)
         return lease, [await self._opened(r) for r in written]
 
     async def append_unless_cancelled(

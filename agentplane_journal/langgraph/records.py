@@ -53,7 +53,10 @@ __all__ = [
     "KINDS",
     "WRITES",
     "StoredCheckpoint",
+    "Place",
     "ThreadView",
+    "Use",
+    "named_uses",
     "checkpoint_append",
     "copied_appends",
     "deleted_append",
@@ -72,6 +75,10 @@ KINDS = frozenset({CHECKPOINT, WRITES, DELETED, COPIED})
 _DOMAIN = b"agentplane-journal/langgraph-thread\x00"
 
 Typed = tuple[str, bytes]
+#: A blob a checkpoint uses, named by the record holding it: channel, version, seq, hash hex.
+Use = tuple[str, str, int, str]
+#: Where a channel's newest blob is: version, seq, hash hex.
+Place = tuple[str, int, str]
 
 
 def thread_run(thread_id: str) -> RunId:
@@ -113,9 +120,16 @@ def checkpoint_append(
     blobs: Sequence[tuple[str, str, Typed]],
     *,
     profile: WireProfile = AGENTPLANE_0_4,
+    uses: Sequence[Use] | None = None,
 ) -> Append:
     """One ``put``: the checkpoint without its channel values, its metadata, and the blobs
-    of the channels whose version this checkpoint moved (LangGraph's ``new_versions``)."""
+    of the channels whose version this checkpoint moved (LangGraph's ``new_versions``).
+
+    ``uses``, when the writer knows them: every other channel's blob as the record holding
+    it, ``[channel, version, seq, hash]``, which also says that this checkpoint is its
+    namespace's newest. A reader with no verified point resumes from the checkpoint and
+    those records alone (``JournalSaver(lean_resume=True)``), checking each against its name.
+    """
     payload: dict[str, Any] = {
         "thread": thread_id,
         "ns": ns,
@@ -126,6 +140,8 @@ def checkpoint_append(
     }
     if parent_id is not None:
         payload["parent"] = parent_id
+    if uses is not None:
+        payload["uses"] = [list(use) for use in uses]
     return profile.append(run, CHECKPOINT, payload)
 
 
@@ -265,6 +281,13 @@ class ThreadView:
     #: The first record since the last whole-thread deletion whose payload could not be
     #: opened (its scope erased, or no key), with the fields: left out of the state.
     unreadable: tuple[int, list[str]] | None = None
+    #: Where each channel's newest blob is: ``(ns, channel) -> (version, seq, hash hex)``
+    #: (what a writer names in its next checkpoint's ``uses``).
+    blob_at: dict[tuple[str, str], Place] = field(default_factory=dict)
+    #: A view built from one namespace's newest checkpoint and the records it names, not
+    #: from the whole thread (:meth:`JournalSaver._lean_view`): good for that namespace's
+    #: latest checkpoint only. ``None``: the whole thread was replayed.
+    partial_ns: str | None = None
 
     @classmethod
     def replay(cls, thread_id: str, records: Iterable[Record]) -> ThreadView:
@@ -301,6 +324,7 @@ class ThreadView:
                 self.unreadable = None
                 self.checkpoints.clear()
                 self.blobs.clear()
+                self.blob_at.clear()
                 self.writes.clear()
                 self.live = []
                 return
@@ -333,6 +357,7 @@ class ThreadView:
                 if not (isinstance(channel, str) and isinstance(version, str)):
                     raise CorruptRecordError(seq, "a channel blob without text keys")
                 self.blobs[(ns, channel, version)] = _decode(seq, blob[2:], "channel blob")
+                self.blob_at[(ns, channel)] = (version, seq, record.hash.hex())
             stored = self.checkpoints[(ns, cid)] = StoredCheckpoint(
                 seq,
                 ns,
@@ -367,6 +392,28 @@ class ThreadView:
                 continue
             bucket[key] = (task, channel, _decode(seq, item[2:], "pending write"), path)
 
+    def add_named(self, record: Record, ns: str, channel: str, version: str) -> None:
+        """Take the blob ``(ns, channel, version)`` from ``record``, a checkpoint another
+        one names in its ``uses`` (hash-checked by the caller): it must be this thread's
+        and hold that blob, else :class:`CorruptRecordError`."""
+        body = record.body
+        if record.kind != CHECKPOINT or body.get("thread") != self.thread_id:
+            raise CorruptRecordError(record.seq, "a named record is not this thread's checkpoint")
+        if still_sealed(record.kind, body):
+            self.unreadable = self.unreadable or (record.seq, ["blobs"])
+            return
+        if body.get("ns") == ns:
+            for blob in body.get("blobs") or ():
+                if isinstance(blob, list) and len(blob) == 4 and blob[:2] == [channel, version]:
+                    self.blobs[(ns, channel, version)] = _decode(
+                        record.seq, blob[2:], "channel blob"
+                    )
+                    self.blob_at[(ns, channel)] = (version, record.seq, record.hash.hex())
+                    return
+        raise CorruptRecordError(
+            record.seq, f"the record does not hold the blob of {channel!r} version {version}"
+        )
+
     def check_readable(self) -> None:
         """:class:`PayloadsErasedError` when records of the live state could not be opened
         (a whole-thread deletion before the erasure makes the thread read as empty)."""
@@ -384,3 +431,27 @@ class ThreadView:
             return None
         newest = self.newest[ns] = max(found, key=lambda c: c.id)
         return newest
+
+
+def named_uses(record: Record) -> list[Use] | None:
+    """A checkpoint record's ``uses`` (``None``: it names none, a reader replays), checked
+    for shape: each names a record before this one."""
+    uses = record.body.get("uses")
+    if uses is None:
+        return None
+    if not isinstance(uses, list):
+        raise CorruptRecordError(record.seq, "a checkpoint whose 'uses' is not a list")
+    out: list[Use] = []
+    for use in uses:
+        if not (
+            isinstance(use, list)
+            and len(use) == 4
+            and isinstance(use[0], str)
+            and isinstance(use[1], str)
+            and type(use[2]) is int
+            and 1 <= use[2] < record.seq
+            and isinstance(use[3], str)
+        ):
+            raise CorruptRecordError(record.seq, "a checkpoint naming a malformed record")
+        out.append((use[0], use[1], use[2], use[3]))
+    return out

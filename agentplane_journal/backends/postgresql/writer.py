@@ -225,11 +225,13 @@ class Writer(GroupWriter[Request, Result]):
         items: Sequence[Append],
         keys: Sequence[str],
         profile: WireProfile = AGENTPLANE_0_4,
+        after: int | None = None,
     ) -> list[Record] | None:
         """:class:`~agentplane_journal.db.hotpath.HotPath`'s admission: a fresh run's in one
         statement (:data:`.conclude.ADMIT`), or ``None`` (the general unit) for a run that is
-        not fresh, more than one key, or when the statement says so."""
-        if not self.usable or len(keys) > 1:
+        not fresh, more than one key, a caller that read the run at a head other than 0
+        (``after``: the general unit says where the head is), or when the statement says so."""
+        if not self.usable or len(keys) > 1 or after not in (None, 0):
             return None
         run_id = str(run)
         chained, rows, _ = chain_batch(tenant, run_id, 1, 0, Digest.ZERO, items, signer, profile)

@@ -54,7 +54,7 @@ from agentplane_journal.core.profile import AGENTPLANE_0_4, WireProfile
 from agentplane_journal.core.record import Record
 from agentplane_journal.core.signing import Signer
 from agentplane_journal.db.dialect import SqliteDialect
-from agentplane_journal.db.hotpath import CancelRequested, General, LogSeal
+from agentplane_journal.db.hotpath import CancelRequested, General, HeadMoved, LogSeal
 from agentplane_journal.db.statements import (
     RECORD_COLUMNS,
     record_from_row,
@@ -157,6 +157,8 @@ class _Request:
     #: A conclusion (``SqlJournalStore.conclude``): the log leaf's outcome and the log's
     #: seal, run after the records (:func:`~.conclude.finish`).
     conclude: tuple[str, LogSeal] | None = None
+    #: An admission's expected head seq (``HeadMoved`` when the run's head is elsewhere).
+    after: int | None = None
 
 
 def _append_in(conn: sqlite3.Connection, r: _Request) -> list[Record]:
@@ -207,6 +209,8 @@ def _append_in(conn: sqlite3.Connection, r: _Request) -> list[Record]:
         records, rows, _ = chain_batch(
             tenant, run_id, r.epoch, head_seq, head_hash, r.items, r.signer, r.profile
         )
+    if r.after is not None and head_seq != r.after:
+        raise HeadMoved(head_seq)  # rolled back with the lease claim before it
     try:
         conn.executemany(_INSERT, rows)
     except sqlite3.IntegrityError as exc:
@@ -493,6 +497,7 @@ class Writer(GroupWriter[_Request, list[Record]]):
         items: Sequence[Append],
         keys: Sequence[str],
         profile: WireProfile = AGENTPLANE_0_4,
+        after: int | None = None,
     ) -> list[Record] | None:
         """:class:`~agentplane_journal.db.hotpath.HotPath`'s admission: the lease
         claim, the records and the keys' claims in one transaction, one thread hop, sharing
@@ -514,6 +519,7 @@ class Writer(GroupWriter[_Request, list[Record]]):
             False,
             (owner, expires_at, sorted(keys)),
             asyncio.get_running_loop().create_future(),
+            after=after,
         )
         return await self._submit_remembering(request)
 

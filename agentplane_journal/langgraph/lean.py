@@ -1,0 +1,173 @@
+"""Resuming a thread from its newest checkpoint and the records it names, not the thread.
+
+A checkpoint record written by a saver that knew the thread's state names, in ``uses``, the
+record holding each channel blob it does not carry itself (seq and hash), which also says it
+was its namespace's newest when written (:class:`Names` is what the writer knows to say so).
+A reader with no verified point (``JournalSaver(lean_resume=True)``, a new process) then reads:
+the run's head (one statement), the last :data:`TAIL` records with the seal (one statement),
+and the named records (one statement, none when the checkpoint carries every blob). So a
+resume costs the same at 10 checkpoints as at 1,000.
+
+What it checks (the trust model in docs/guides/langgraph.md): every record read is re-hashed
+from its row; the tail is one chain from the checkpoint to the head (links, signatures with a
+verifier, the seal when sealed); each named record has the named seq and hash and holds the
+named blob. What it cannot see: records it does not read (an edit, deletion or insertion
+before the checkpoint, among records it does not use), and, without a seal or a signature,
+a tail rewritten whole or cut short. A thread whose newest record is no named checkpoint (an
+old journal, a deletion, a copy, a writer that did not know the state) is replayed as before,
+and so is a thread of a saver made with ``keyring=`` (its payloads are opened by the reads
+that replay).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from agentplane_journal.core.chain import RunCheck, verify_attested
+from agentplane_journal.core.ids import RunId
+from agentplane_journal.core.record import Record
+from agentplane_journal.core.signing import Verifier
+from agentplane_journal.errors import CorruptRecordError
+from agentplane_journal.journal.store import SqlJournalStore
+from agentplane_journal.keyring.store import SealingStore
+from agentplane_journal.langgraph.records import (
+    CHECKPOINT,
+    COPIED,
+    DELETED,
+    Place,
+    ThreadView,
+    Use,
+    named_uses,
+    version_key,
+)
+
+__all__ = ["TAIL", "Names", "lean_view"]
+
+#: Records read back from the head to find the newest checkpoint: a put and a few tasks'
+#: pending writes. A thread whose last checkpoint is further back is replayed.
+TAIL = 8
+
+
+@dataclass(slots=True)
+class Names:
+    """What a writer knows of a thread to name a checkpoint's blobs: the thread up to seq
+    ``upto``, each namespace's newest checkpoint id (every namespace when ``complete``), and
+    where each channel's newest blob is."""
+
+    upto: int
+    complete: bool
+    newest: dict[str, str] = field(default_factory=dict)
+    blob_at: dict[tuple[str, str], Place] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, view: ThreadView) -> Names:
+        """What ``view`` (verified) tells: all of it, or one namespace's for a partial one."""
+        names = cls(view.head[0], view.partial_ns is None, blob_at=dict(view.blob_at))
+        for ns in {n for n, _ in view.checkpoints}:
+            latest = view.latest(ns)
+            if latest is not None:
+                names.newest[ns] = latest.id
+        return names
+
+    def uses(
+        self, ns: str, checkpoint_id: str, versions: dict[str, object], new: set[str]
+    ) -> list[Use] | None:
+        """The ``uses`` of a checkpoint of ``ns`` with channel ``versions`` carrying the
+        ``new`` channels' blobs itself; ``None`` when this writer cannot name them all or
+        cannot vouch that the checkpoint is its namespace's newest."""
+        newest = self.newest.get(ns)
+        if newest is None and not self.complete:
+            return None  # a namespace this writer has not seen: it cannot vouch
+        if newest is not None and checkpoint_id < newest:
+            return None
+        out: list[Use] = []
+        for channel, version in versions.items():
+            if channel in new:
+                continue
+            found = self.blob_at.get((ns, channel))
+            if found is None or found[0] != version_key(version):
+                return None
+            out.append((channel, found[0], found[1], found[2]))
+        return out
+
+    def apply(self, records: list[Record]) -> bool:
+        """Go on past this writer's own ``records``; ``False`` when they do not follow what
+        it knew (someone else wrote between) or hold a deletion: then it knows nothing."""
+        if not records or records[0].seq != self.upto + 1:
+            return False
+        for record in records:
+            body = record.body
+            if record.kind in (DELETED, COPIED):
+                return False
+            if record.kind == CHECKPOINT:
+                ns, cid = body.get("ns"), body.get("id")
+                if not isinstance(ns, str) or not isinstance(cid, str):
+                    return False
+                if cid >= self.newest.get(ns, cid):
+                    self.newest[ns] = cid
+                for blob in body.get("blobs") or ():
+                    if isinstance(blob, list) and len(blob) == 4:
+                        channel, version = blob[0], blob[1]
+                        if isinstance(channel, str) and isinstance(version, str):
+                            self.blob_at[(ns, channel)] = (version, record.seq, record.hash.hex())
+        self.upto = records[-1].seq
+        return True
+
+
+async def lean_view(
+    store: SqlJournalStore,
+    thread_id: str,
+    run: RunId,
+    ns: str,
+    verifier: Verifier | None,
+    require: bool,
+) -> tuple[ThreadView, list[Record], int] | None:
+    """The thread as ``ns``'s newest checkpoint and the records it names say, checked as
+    the module says: ``(view, the tail read, its last seq)``, or ``None`` when the thread
+    must be replayed instead (its newest records hold no named checkpoint of ``ns``)."""
+    if isinstance(store, SealingStore):
+        return None  # its reads by seq are not opened: a sealed thread is replayed
+    head = await store.head(run)
+    if head.seq == 0:
+        return None
+    tail, sealed = await store.read_sealed(run, max(1, head.seq - TAIL + 1))
+    if not tail:
+        return None
+    at = None
+    for i in range(len(tail) - 1, -1, -1):
+        record = tail[i]
+        if record.kind in (DELETED, COPIED):
+            return None
+        if record.kind == CHECKPOINT and record.body.get("ns") == ns:
+            at = i
+            break
+    if at is None:
+        return None
+    uses = named_uses(tail[at])
+    if uses is None:
+        return None
+    # The tail, as one chain from its first record to the head (and the seal).
+    check = RunCheck(verifier, require)
+    check.head, check.last = tail[0].prev_hash, tail[0].seq - 1
+    check.feed(tail)
+    check.finish(sealed)
+    by_seq = {r.seq: r for r in tail}
+    wanted = [seq for _, _, seq, _ in uses if seq not in by_seq]
+    if wanted:
+        for record in await store.records_at(run, wanted):
+            if verifier is not None:  # its own signature: the chain does not reach it
+                verify_attested([record], verifier, require, start=record.prev_hash, rehash=False)
+            by_seq[record.seq] = record
+    view = ThreadView(thread_id, partial_ns=ns)
+    for channel, version, seq, digest in uses:
+        named = by_seq.get(seq)
+        if named is None or named.hash.hex() != digest:
+            raise CorruptRecordError(
+                seq,
+                f"checkpoint seq {tail[at].seq} names record {seq} ({digest[:12]}) for channel "
+                f"{channel!r}, and that record is gone or different: records were deleted or "
+                "rewritten",
+            )
+        view.add_named(named, ns, channel, version)
+    view.extend(tail[at:])
+    return view, tail, check.last

@@ -1,0 +1,159 @@
+"""The saver's writes: one writer per thread (its lease, taken with the first write in one
+transaction, renewed as it writes), a refusal when someone wrote since the saver read the
+thread, and what the saver then knows of the thread to name in its next checkpoint."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from agentplane_journal.core.ids import RunId
+from agentplane_journal.core.record import Record
+from agentplane_journal.core.values import Lease
+from agentplane_journal.db.hotpath import HeadMoved
+from agentplane_journal.errors import (
+    FencedError,
+    LeaseHeldError,
+    LeaseNotHeldError,
+    ThreadBusyError,
+    ThreadMovedError,
+)
+from agentplane_journal.journal.store import SqlJournalStore
+from agentplane_journal.keyring.store import SealingStore
+from agentplane_journal.langgraph.base import _NAMES, SaverBase, _Key
+from agentplane_journal.langgraph.lean import Names
+from agentplane_journal.langgraph.records import (
+    thread_run,
+)
+
+__all__ = ["ThreadWrites"]
+
+
+class ThreadWrites(SaverBase):
+    """The lease and the append (see the module)."""
+
+    @asynccontextmanager
+    async def _lock(self, key: _Key) -> AsyncIterator[None]:
+        """The thread's write lock, held in the block (one write of this saver at a time)."""
+        lock, users = self._locks.get(key) or (asyncio.Lock(), 0)
+        self._locks[key] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self._locks[key]
+            if users == 1:
+                del self._locks[key]
+            else:
+                self._locks[key] = (lock, users - 1)
+
+    async def _lease(self, store: SqlJournalStore, thread_id: str, run: RunId) -> int:
+        """The epoch to write under: this saver's lease, renewed or taken, after checking
+        that nobody wrote the thread since this saver last read it."""
+        key = (store.tenant, run)
+        now = time.monotonic()
+        held = self._leases.get(key)
+        if held is not None:
+            epoch, renew_at = held
+            if now < renew_at:
+                return epoch
+            try:
+                await store.renew(run, self.owner, epoch, self.lease_ttl)
+                self._leases[key] = (epoch, now + self.lease_ttl / 2)
+                return epoch
+            except LeaseNotHeldError:
+                del self._leases[key]  # lapsed or taken over: claim it again, checked below
+        lease = await self._acquire(store, thread_id, run)
+        seen = self._seen.get(key)
+        if seen is not None:
+            head = await store.head(run)
+            if head.seq != seen:
+                # Someone wrote after this saver read: give the thread back (it wrote nothing).
+                await store.release_lease(run, lease.epoch)
+                raise ThreadMovedError(thread_id, seen, head.seq)
+        self._leases[key] = (lease.epoch, now + self.lease_ttl / 2)
+        return lease.epoch
+
+    async def _admit(
+        self, store: SqlJournalStore, thread_id: str, run: RunId, appends: list[Any]
+    ) -> list[Record]:
+        """A write without the thread's lease: the claim, the check that nobody wrote the
+        thread since this saver read it, and the records, in one transaction (``store.admit``);
+        waits as :meth:`_acquire` does. A sealing store (``keyring=``) takes the lease apart
+        instead, so its erasure check runs under the scope's lock (:meth:`_lease`)."""
+        key = (store.tenant, run)
+        seen = self._seen.get(key)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.wait
+        pause = 0.005
+        while True:
+            now = time.monotonic()
+            try:
+                lease, records = await store.admit(
+                    run, self.owner, self.lease_ttl, appends, after=seen
+                )
+            except HeadMoved as exc:  # nothing written, nothing claimed
+                raise ThreadMovedError(thread_id, seen or 0, exc.found) from None
+            except LeaseHeldError as exc:
+                if loop.time() + pause > deadline:
+                    raise ThreadBusyError(
+                        thread_id, exc.owner, exc.epoch, exc.remaining_secs, waited=self.wait
+                    ) from exc
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, 0.25)
+                continue
+            self._leases[key] = (lease.epoch, now + self.lease_ttl / 2)
+            return records
+
+    async def _acquire(self, store: SqlJournalStore, thread_id: str, run: RunId) -> Lease:
+        """Take the thread's lease, waiting with backoff up to ``wait`` seconds while another
+        saver holds it (as the session adapters wait for a conversation's claim)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.wait
+        pause = 0.005
+        while True:
+            try:
+                return await store.acquire(run, self.owner, self.lease_ttl)
+            except LeaseHeldError as exc:
+                if loop.time() + pause > deadline:
+                    raise ThreadBusyError(
+                        thread_id, exc.owner, exc.epoch, exc.remaining_secs, waited=self.wait
+                    ) from exc
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, 0.25)
+
+    async def _write(self, store: SqlJournalStore, thread_id: str, appends: list[Any]) -> None:
+        run = thread_run(thread_id)
+        key = (store.tenant, run)
+        async with self._lock(key):
+            if key not in self._leases and not isinstance(store, SealingStore):
+                records = await self._admit(store, thread_id, run, appends)
+            else:
+                epoch = await self._lease(store, thread_id, run)
+                try:
+                    records = await store.append(epoch, appends)
+                except FencedError as exc:
+                    self._leases.pop(key, None)
+                    raise ThreadBusyError(thread_id, "another saver", exc.current, 0) from exc
+            if records:
+                last = records[-1]
+                self._known[key] = (last.seq, last.hash)
+                self._seen[key] = last.seq
+                names = self._names.pop(key, None)
+                if names is None and records[0].seq == 1:
+                    names = Names(0, complete=True)  # a thread this write began
+                if names is not None and names.apply(records):
+                    self._names[key] = names
+                    while len(self._names) > _NAMES:
+                        self._names.popitem(last=False)
+
+    async def arelease(self, thread_id: str) -> None:
+        """Give the thread's lease back now (another saver may write it at once)."""
+        store = self._store(None)
+        key = (store.tenant, thread_run(thread_id))
+        held = self._leases.pop(key, None)
+        if held is not None:
+            await store.release_lease(key[1], held[0])
