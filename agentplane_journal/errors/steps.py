@@ -151,3 +151,19 @@ class WorkflowDivergedError(StepError, ConflictError):
             "Resume it with the code it started with (keep workflows deterministic between "
             "effects), or conclude it by hand"
         )
+
+
+class StepUsageError(StepError, RefusedError):
+    """An effect was called where its call cannot be journaled: outside a workflow, or while
+    another effect of the same run is in progress. Nothing was called or written; call
+    effects from a ``@steps.workflow`` function, one at a time."""
+
+
+class NotInDoubtError(StepError, ConflictError):
+    """``settle`` found the effect not in doubt (never was, or someone settled it first):
+    nothing was recorded. ``agentplane-journal steps`` lists what is in doubt now."""
+
+    def __init__(self, run: RunId, effect_key: EffectKey, message: str) -> None:
+        self.run = _run(run)
+        self.effect_key = effect_key
+        super().__init__(message)
