@@ -123,58 +123,10 @@ class SqliteDialect:
         if opened:
             raise ValueError(_unconfigured_message(f"already opened {opened} connection(s)"))
 
-        @event.listens_for(sync_engine, "connect")
-        def _on_connect(dbapi_connection: Any, record: Any) -> None:
-            # pysqlite's own transaction handling begins lazily (and DEFERRED), which loses
-            # updates between processes and fails at once with SQLITE_BUSY_SNAPSHOT. Take
-            # transactions into our own hands, and set the pragmas outside any transaction.
-            # foreign_keys is left as the host has it (SQLite's default: off); the journal
-            # declares no foreign keys.
-            dbapi_connection.isolation_level = None
-            cursor = dbapi_connection.cursor()
-            # The busy timeout first: switching to WAL takes a lock another process may hold
-            # (opening, checkpointing), and that wait should be ours, not the driver's 5 s.
-            cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
-            cursor.execute("PRAGMA journal_mode=WAL")
-            # An acknowledged append survives power loss: the WAL is synced at every COMMIT.
-            # (FULL is SQLite's usual build default, but a build or a host may say NORMAL,
-            # which can lose the last commits on power loss; the journal's promise needs FULL.)
-            cursor.execute("PRAGMA synchronous=FULL")
-            cursor.close()
-            record.info[_CONFIGURED] = True
-            # A TEXT value that is not UTF-8 (SQLite stores whatever it is given) would make
-            # the driver fail the whole read with an OperationalError; read it as its bytes
-            # instead, so the row checks name it as corrupt (or find it harmless).
-            dbapi_connection.driver_connection.text_factory = _text_or_bytes
-
-        @event.listens_for(sync_engine, "begin")
-        def _on_begin(connection: Any) -> None:
-            # A write transaction takes the database's write lock when it starts, so two
-            # writers (threads or processes) queue on busy_timeout instead of both reading
-            # the same chain head; a DEFERRED transaction that has read and then writes
-            # fails at once with SQLITE_BUSY(_SNAPSHOT) instead of waiting. Only the
-            # transactions that ask for it are IMMEDIATE: the store's own write units and
-            # begin_write(); every other transaction (the host's reads) stays DEFERRED and
-            # never blocks a writer under WAL.
-            if not connection.info.get(_CONFIGURED):
-                raise ValueError(_unconfigured_message("has a connection opened"))
-            options = connection.get_execution_options()
-            write = options.get(WRITE_TRANSACTION, False) and not options.get(READ_ONLY, False)
-            connection.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
-            info = connection.info
-            info[_BEGUN] = "immediate" if write else "deferred"
-            info[_CHANGES] = _total_changes(connection)
-            # Remembered for this task, so that a store call without ``session=`` made while
-            # this transaction holds the write lock is refused at once (selfwait.py).
-            selfwait.opened(connection, lambda: _holds_write_lock(info, connection))
-
-        @event.listens_for(sync_engine, "commit")
-        @event.listens_for(sync_engine, "rollback")
-        def _on_end(connection: Any) -> None:
-            connection.info.pop(_BEGUN, None)
-            connection.info.pop(_CHANGES, None)
-            connection.info.pop(selfwait.TOKEN, None)
-
+        event.listen(sync_engine, "connect", _on_connect)
+        event.listen(sync_engine, "begin", _on_begin)
+        event.listen(sync_engine, "commit", _on_end)
+        event.listen(sync_engine, "rollback", _on_end)
         setattr(sync_engine, _CONFIGURED, True)
 
     async def wal_position(self, conn: AsyncConnection) -> str | None:
@@ -284,6 +236,60 @@ class SqliteDialect:
         sync = conn.sync_connection
         assert sync is not None
         return _holds_write_lock(sync.info, sync)
+
+
+def _on_connect(dbapi_connection: Any, record: Any) -> None:
+    """A new connection of a configured engine: our transactions, WAL, busy timeout, FULL sync."""
+    # pysqlite's own transaction handling begins lazily (and DEFERRED), which loses
+    # updates between processes and fails at once with SQLITE_BUSY_SNAPSHOT. Take
+    # transactions into our own hands, and set the pragmas outside any transaction.
+    # foreign_keys is left as the host has it (SQLite's default: off); the journal
+    # declares no foreign keys.
+    dbapi_connection.isolation_level = None
+    cursor = dbapi_connection.cursor()
+    # The busy timeout first: switching to WAL takes a lock another process may hold
+    # (opening, checkpointing), and that wait should be ours, not the driver's 5 s.
+    cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+    cursor.execute("PRAGMA journal_mode=WAL")
+    # An acknowledged append survives power loss: the WAL is synced at every COMMIT.
+    # (FULL is SQLite's usual build default, but a build or a host may say NORMAL,
+    # which can lose the last commits on power loss; the journal's promise needs FULL.)
+    cursor.execute("PRAGMA synchronous=FULL")
+    cursor.close()
+    record.info[_CONFIGURED] = True
+    # A TEXT value that is not UTF-8 (SQLite stores whatever it is given) would make
+    # the driver fail the whole read with an OperationalError; read it as its bytes
+    # instead, so the row checks name it as corrupt (or find it harmless).
+    dbapi_connection.driver_connection.text_factory = _text_or_bytes
+
+
+def _on_begin(connection: Any) -> None:
+    """A transaction of a configured engine begins: IMMEDIATE if it writes, else DEFERRED."""
+    # A write transaction takes the database's write lock when it starts, so two
+    # writers (threads or processes) queue on busy_timeout instead of both reading
+    # the same chain head; a DEFERRED transaction that has read and then writes
+    # fails at once with SQLITE_BUSY(_SNAPSHOT) instead of waiting. Only the
+    # transactions that ask for it are IMMEDIATE: the store's own write units and
+    # begin_write(); every other transaction (the host's reads) stays DEFERRED and
+    # never blocks a writer under WAL.
+    if not connection.info.get(_CONFIGURED):
+        raise ValueError(_unconfigured_message("has a connection opened"))
+    options = connection.get_execution_options()
+    write = options.get(WRITE_TRANSACTION, False) and not options.get(READ_ONLY, False)
+    connection.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+    info = connection.info
+    info[_BEGUN] = "immediate" if write else "deferred"
+    info[_CHANGES] = _total_changes(connection)
+    # Remembered for this task, so that a store call without ``session=`` made while
+    # this transaction holds the write lock is refused at once (selfwait.py).
+    selfwait.opened(connection, lambda: _holds_write_lock(info, connection))
+
+
+def _on_end(connection: Any) -> None:
+    """A transaction ended (COMMIT or ROLLBACK): forget how it began."""
+    connection.info.pop(_BEGUN, None)
+    connection.info.pop(_CHANGES, None)
+    connection.info.pop(selfwait.TOKEN, None)
 
 
 def _total_changes(connection: Any) -> int | None:
