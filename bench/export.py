@@ -55,7 +55,7 @@ from sqlalchemy.engine import make_url
 
 from agentplane_journal import Append, RunId, SqlJournalStore
 from agentplane_journal.cli.backup import verify_file
-from agentplane_journal.journal.bulk import AppendStep, SealStep, Step, write_steps
+from agentplane_journal.journal.bulk import AppendOp, Op, SealOp, write_ops
 from agentplane_journal.journal.export import write_export
 from agentplane_journal.journal.restore import restore_export
 from agentplane_journal.migrations.commands import upgrade
@@ -73,7 +73,7 @@ async def seed(url: str, tenant: str, runs: int) -> float:
     label = {"provenance": [], "sensitivity": "public", "trust": "trusted"}
     try:
         for first in range(0, runs, SEED_RUNS):
-            steps: list[Step] = []
+            ops: list[Op] = []
             for i in range(first, min(first + SEED_RUNS, runs)):
                 run = RunId.generate()
                 batch = [
@@ -85,10 +85,10 @@ async def seed(url: str, tenant: str, runs: int) -> float:
                     Append(run, "Note", {"text": f"note {i} " + "x" * 60}),
                     Append(run, "Note", {"text": "second", "n": i / 3}),
                 ]
-                steps.append(AppendStep(1, batch))
+                ops.append(AppendOp(1, batch))
                 if i % 2 == 0:
-                    steps.append(SealStep(run, 1, "succeeded"))
-            await write_steps(store, steps)
+                    ops.append(SealOp(run, 1, "succeeded"))
+            await write_ops(store, ops)
     finally:
         await store.close()
     return time.perf_counter() - start

@@ -1,6 +1,6 @@
-"""Batches of steps over the same runs, in different orders, at once: no deadlock (PostgreSQL).
+"""Chunks of operations over the same runs, in different orders, at once: no deadlock (PostgreSQL).
 
-``write_steps`` holds every run mutex of its batch until COMMIT. Eight store instances (own
+``write_ops`` holds every run mutex of its batch until COMMIT. Eight store instances (own
 engines, own connections) each append to the same twenty runs, each in its own shuffled order,
 and seal a run of their own, while eight more append to those runs one call at a time and seal
 their own runs live. Everything must commit: every batch, every single append, every seal; each
@@ -23,7 +23,7 @@ import uuid
 import pytest
 
 from agentplane_journal import RunId, SqlJournalStore
-from agentplane_journal.journal.bulk import AppendStep, SealStep, write_steps
+from agentplane_journal.journal.bulk import AppendOp, SealOp, write_ops
 
 from support.clock import FakeClock
 from support.helpers import note
@@ -51,12 +51,12 @@ async def test_batches_sharing_runs_in_any_order_all_commit(
         own = [RunId.generate() for _ in stores]
         rng = random.Random(22)
 
-        def batch(i: int) -> list[AppendStep | SealStep]:
+        def batch(i: int) -> list[AppendOp | SealOp]:
             order = rng.sample(shared, len(shared))
             return [
-                *(AppendStep(1, [note(r, f"batch {i}")]) for r in order),
-                AppendStep(1, [note(own[i], "mine")]),
-                SealStep(own[i], 1, "succeeded"),
+                *(AppendOp(1, [note(r, f"batch {i}")]) for r in order),
+                AppendOp(1, [note(own[i], "mine")]),
+                SealOp(own[i], 1, "succeeded"),
             ]
 
         async def single(i: int) -> None:
@@ -66,9 +66,9 @@ async def test_batches_sharing_runs_in_any_order_all_commit(
             await store.append(1, [note(own[i], "mine")])
             await store.seal(own[i], 1, "succeeded")
 
-        steps = [batch(i) for i in range(BATCHES)]
+        ops = [batch(i) for i in range(BATCHES)]
         results = await race(
-            *(lambda i=i: write_steps(stores[i], steps[i]) for i in range(BATCHES)),
+            *(lambda i=i: write_ops(stores[i], ops[i]) for i in range(BATCHES)),
             *(lambda i=i: single(i) for i in range(BATCHES, BATCHES + SINGLES)),
         )
         no_surprises(results)

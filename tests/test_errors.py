@@ -3,6 +3,7 @@ error sits in StoreError in exactly the group docs/reference/api.md names."""
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -135,3 +136,38 @@ def test_the_groups_are_extra_bases_so_old_except_clauses_still_catch() -> None:
     assert issubclass(WitnessStaleError, WitnessError)
     with pytest.raises(ConflictError):
         raise FencedError(RUN, 1, 2)
+
+
+PACKAGE = Path(__file__).resolve().parents[1] / "agentplane_journal"
+
+
+def bare_raises(source: str) -> list[str]:
+    """Where ``source`` raises a family or a group itself (``raise StepError(...)``): such an
+    error is in no group (or says nothing a caller can act on), so each raise names a member."""
+    bare = {cls.__name__ for cls in FAMILIES}
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call):
+            func = node.exc.func
+            name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", "")
+            if name in bare:
+                found.append(f"{node.lineno}: raise {name}(...)")
+    return found
+
+
+def test_the_checker_sees_a_bare_family_raised() -> None:
+    assert bare_raises("raise StepError('x')\nraise errors.RefusedError('y')\n") == [
+        "1: raise StepError(...)",
+        "2: raise RefusedError(...)",
+    ]
+    assert bare_raises("raise EffectInDoubtError(run, 'e', key, 'd')\nraise StepError\n") == []
+
+
+def test_no_family_or_group_is_raised_bare() -> None:
+    """Every error the package raises is a member of one group, never a family base or a
+    group raised as such (seen red with steps/'s four bare ``StepError``s)."""
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        relative = path.relative_to(PACKAGE).as_posix()
+        found += [f"{relative}:{hit}" for hit in bare_raises(path.read_text(encoding="utf-8"))]
+    assert found == [], "raise a member of a group instead:\n" + "\n".join(found)

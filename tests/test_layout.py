@@ -64,7 +64,7 @@ print(sorted(m for m in sys.modules if m.split(".")[0] == "alembic"))
 
 PACKAGE = ROOT / "agentplane_journal"
 #: The per-database modules: the dialect classes and lookups, and each backend's folder.
-DIALECT_MODULES = ("db/dialect.py", "backends/postgresql/", "backends/sqlite/")
+DIALECT_MODULES = ("db/dialect/", "backends/postgresql/", "backends/sqlite/")
 #: What a branch on a database's name compares against.
 BACKEND_NAMES = frozenset({"postgresql", "postgres", "sqlite"})
 
@@ -131,7 +131,7 @@ url = "sqlite+aiosqlite:///journal.db"
 
 def test_no_dialect_branch_outside_the_per_database_modules() -> None:
     """The differences between PostgreSQL and SQLite are the dialect object's (methods and
-    attributes of ``db/dialect.py``'s classes, chosen by ``dialect_for``/``dialect_named``)
+    attributes of ``db/dialect/``'s classes, chosen by ``dialect_for``/``dialect_named``)
     or a backend folder's: nothing else asks which database it is on (seen red with an
     ``engine.dialect.name == "sqlite"`` put back in ``db/unit.py``)."""
     found = []

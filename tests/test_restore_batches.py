@@ -1,10 +1,10 @@
-"""Restore in batches (journal/bulk.write_steps): boundaries anywhere, all-or-nothing batches.
+"""Restore in batches (journal/bulk.write_ops): boundaries anywhere, all-or-nothing batches.
 
 Both dialects, small sizes: ``restore.BATCH`` is made tiny so that batch boundaries fall
 inside runs, between runs and between a run's records and its seal. What must hold: the same
 root and the same file back whatever the batch; a batch refused by the store leaves nothing
 of itself and the restore says exactly what it left (:class:`RestoreIncomplete`); a record
-that cannot be replayed is refused before anything is written; and a batch of steps is
+that cannot be replayed is refused before anything is written; and a chunk of operations is
 judged as the single calls would be (fenced, sealed, duplicate effect), all or nothing.
 """
 
@@ -23,7 +23,7 @@ from agentplane_journal.errors import (
     RunSealedError,
 )
 from agentplane_journal.journal import restore as restore_mod
-from agentplane_journal.journal.bulk import AppendStep, SealStep, write_steps
+from agentplane_journal.journal.bulk import AppendOp, SealOp, write_ops
 from agentplane_journal.journal.restore import RestoreIncomplete, RestoreRefused, restore_export
 
 from support.exports import build, export_to, lines_of, other_tenant, write_lines
@@ -100,18 +100,18 @@ async def test_a_batch_whose_commit_is_lost_is_named_unknown_never_counted(
     await build(store, 12, long=False)
     path = tmp_path / "e.jsonl"
     await export_to(store, path)
-    real = restore_mod.write_steps
+    real = restore_mod.write_ops
     calls = 0
 
-    async def lost_at_third_commit(target: SqlJournalStore, steps: list[object]) -> object:
+    async def lost_at_third_commit(target: SqlJournalStore, ops: list[object]) -> object:
         nonlocal calls
         calls += 1
-        result = await real(target, steps)  # type: ignore[arg-type]
+        result = await real(target, ops)  # type: ignore[arg-type]
         if calls == 3:  # committed, and the answer never came back
             raise CommitUnknownError("connection lost during COMMIT")
         return result
 
-    monkeypatch.setattr(restore_mod, "write_steps", lost_at_third_commit)
+    monkeypatch.setattr(restore_mod, "write_ops", lost_at_third_commit)
     monkeypatch.setattr(restore_mod, "BATCH", 4)
     target = other_tenant(store)
     with pytest.raises(RestoreIncomplete, match="unknown") as caught:
@@ -151,7 +151,7 @@ async def test_a_record_that_cannot_be_replayed_is_refused_before_anything_is_wr
     assert (await target.checkpoint()).size == 0 and not await target.audit_runs(None, 1)
 
 
-async def test_write_steps_seals_as_single_seals_do_and_is_all_or_nothing(
+async def test_write_ops_seals_as_single_seals_do_and_is_all_or_nothing(
     store: SqlJournalStore,
 ) -> None:
     runs = [RunId.generate() for _ in range(4)]
@@ -162,9 +162,9 @@ async def test_write_steps_seals_as_single_seals_do_and_is_all_or_nothing(
         await one_by_one.seal(run, 1, "succeeded")
     # The same history in one batch: the appends, then the seals in the same order, one
     # sealed twice (first seal wins, no second leaf).
-    steps = [AppendStep(1, [note(r, "a"), note(r, "b")]) for r in runs]
-    seals = [SealStep(r, 1, "succeeded") for r in reversed(runs)]
-    results = await write_steps(store, [*steps, *seals, SealStep(runs[0], 1, "again")])
+    ops = [AppendOp(1, [note(r, "a"), note(r, "b")]) for r in runs]
+    seals = [SealOp(r, 1, "succeeded") for r in reversed(runs)]
+    results = await write_ops(store, [*ops, *seals, SealOp(runs[0], 1, "again")])
     assert results[-1] == results[-2]
     cp, other = await store.checkpoint(), await one_by_one.checkpoint()
     assert (cp.size, cp.root) == (4, other.root)
@@ -176,26 +176,26 @@ async def test_write_steps_seals_as_single_seals_do_and_is_all_or_nothing(
     leased = RunId.generate()
     await store.acquire(leased, "owner", 60)
     refusals = [
-        ([AppendStep(1, [note(fresh)]), AppendStep(7, [note(leased)])], FencedError),
+        ([AppendOp(1, [note(fresh)]), AppendOp(7, [note(leased)])], FencedError),
         (
             [
-                AppendStep(1, [note(fresh)]),
-                SealStep(fresh, 1, "done"),
-                AppendStep(1, [note(fresh)]),
+                AppendOp(1, [note(fresh)]),
+                SealOp(fresh, 1, "done"),
+                AppendOp(1, [note(fresh)]),
             ],
             RunSealedError,
         ),
         (
-            [AppendStep(1, [started(fresh, key(1))]), AppendStep(1, [started(fresh, key(1))])],
+            [AppendOp(1, [started(fresh, key(1))]), AppendOp(1, [started(fresh, key(1))])],
             DuplicateEffectError,
         ),
         (
-            [AppendStep(1, [note(fresh)]), AppendStep(1, [note(runs[0])])],
+            [AppendOp(1, [note(fresh)]), AppendOp(1, [note(runs[0])])],
             RunSealedError,
         ),
     ]
-    for steps_, error in refusals:
+    for ops_, error in refusals:
         with pytest.raises(error):
-            await write_steps(store, steps_)
+            await write_ops(store, ops_)
         assert await store.read(fresh) == [], error
         assert await store.checkpoint() == before, error

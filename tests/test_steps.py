@@ -28,12 +28,14 @@ from agentplane_journal import (
     Fresh,
     InFlight,
     Landed,
+    NotInDoubtError,
     RunCancelledError,
     RunId,
     RunLostError,
     SafeToRetry,
     SqlJournalStore,
     Steps,
+    StepUsageError,
     Unknown,
 )
 
@@ -402,7 +404,7 @@ async def test_effects_outside_a_workflow_are_refused(store: SqlJournalStore) ->
     async def e() -> int:
         return 1
 
-    with pytest.raises(Exception, match="outside a workflow"):
+    with pytest.raises(StepUsageError, match="outside a workflow"):
         await e()
     assert isinstance(RunId.generate(), RunId)
 
@@ -528,7 +530,7 @@ async def test_a_person_settles_an_effect_in_doubt_and_the_run_resumes(
     assert shop.charges["o6"] == 1 and shop.mails["o6"] == 1
     settled = [r for r in await alive.store.read(resumed.run_id) if r.kind == "EffectReconciled"]
     assert [r.body["detail"] for r in settled] == ["settled by ops"]
-    with pytest.raises(Exception, match="not in doubt"):
+    with pytest.raises(NotInDoubtError, match="not in doubt"):
         await alive.settle(resumed.run_id, key, DidNotHappen(), "ops")
 
 

@@ -27,6 +27,20 @@ def add_backup_commands(
     trust: Callable[[str], tuple[str, bytes]],
 ) -> None:
     """Export format 1 (agentplane 0.22's), its verifier, restore and the drill."""
+    _add_export_options(export)
+    add(
+        "tenants",
+        "list the database's tenants: wire profile, runs, records and log size",
+        "cmd_tenants",
+        database,
+        reads,
+    )
+    _add_verify_export(add, signed, trust)
+    _add_restore_commands(add, database, reads)
+
+
+def _add_export_options(export: argparse.ArgumentParser) -> None:
+    """``export``'s format-1 options: the format, the output, every tenant by default."""
     export.add_argument(
         "--format",
         choices=("agentplane", "journal"),
@@ -46,13 +60,14 @@ def add_backup_commands(
         f"{DEFAULT_TENANT!r})"
     )
     _every_tenant(export, f"only this tenant, as one file {every}")
-    add(
-        "tenants",
-        "list the database's tenants: wire profile, runs, records and log size",
-        "cmd_tenants",
-        database,
-        reads,
-    )
+
+
+def _add_verify_export(
+    add: Callable[..., Any],
+    signed: argparse.ArgumentParser,
+    trust: Callable[[str], tuple[str, bytes]],
+) -> None:
+    """``verify-export``: a file or a backup directory against checkpoints from outside it."""
     verify_export = add(
         "verify-export",
         "verify an export file (format 1) against a checkpoint from outside it",
@@ -79,6 +94,12 @@ def add_backup_commands(
         help="check record signatures against this Ed25519 signer (repeatable)",
     )
     verify_export.add_argument("--json", action="store_true", help="print JSON instead of text")
+
+
+def _add_restore_commands(
+    add: Callable[..., Any], database: argparse.ArgumentParser, reads: argparse.ArgumentParser
+) -> None:
+    """``restore`` and ``drill`` (export, verify, restore into a scratch database)."""
     restore = add(
         "restore",
         "replay an export (format 1) into an empty database and compare roots",

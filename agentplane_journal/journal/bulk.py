@@ -2,26 +2,27 @@
 
 A restore (and a bench's seeding) writes tens of thousands of runs. One transaction per
 append and one per seal spends nearly all its time committing and in round trips (on
-SQLite, thread hops); this module writes a *batch of steps* — appends and seals of any
-number of runs, in the order given — in ONE unit of work, all or nothing, in a handful of
-statements per batch rather than several per run. Nothing is bypassed:
+SQLite, thread hops); this module writes a *chunk of operations* — appends and seals of
+any number of runs, in the order given — in ONE unit of work, all or nothing, in a handful
+of statements per chunk rather than several per run (an operation is not a durable op:
+see the glossary). Nothing is bypassed:
 
-* the batch's runs are locked as ``lock_run`` locks one (the store's mutex statement, then
+* the chunk's runs are locked as ``lock_run`` locks one (the store's mutex statement, then
   in later statements the lease rows ``FOR UPDATE``, the seals and the re-hashed heads), and
-  every step is judged by the same :func:`~agentplane_journal.journal.run_state.run_state_from`
-  (the fence for that step's epoch, sealed or not, the head);
+  every operation is judged by the same :func:`~agentplane_journal.journal.writes.run_state_from`
+  (the fence for that operation's epoch, sealed or not, the head);
 * every append is checked and chained by the store's own ``chain_rows`` onto the head the
-  batch's earlier steps left, its rows inserted with the others' by the store's INSERT
+  chunk's earlier operations left, its rows inserted with the others' by the store's INSERT
   (exactly-once rows skipped and named, as ``append`` names them), then its admission claims
   and outcome written by the store's ``after_rows``;
 * the seals' leaves are entered into the log together, at the end, by the same
   :meth:`TenantLog.append <agentplane_journal.journal.log.TenantLog.append>` a live seal
-  calls (it takes a list): in the order the seal steps were given, one leaf after another
+  calls (it takes a list): in the order the seal operations were given, one leaf after another
   through the same tree builder, so the stored tree is the one the seals would have built
   one by one. The log counter is taken last, keeping the store's lock order (run mutexes,
-  then the counter) however many runs a batch holds.
+  then the counter) however many runs a chunk holds.
 
-Within a batch a seal is final: an append after its own run's seal step is
+Within a chunk a seal is final: an append after its own run's seal operation is
 :class:`RunSealedError`, as it would be after a committed seal; a second seal of the run
 returns the first's head and adds no leaf (first seal wins).
 """
@@ -51,7 +52,7 @@ from agentplane_journal.journal.log import SealedLeaf
 from agentplane_journal.journal.store import MAX_INSERT_ROWS, SqlJournalStore
 from agentplane_journal.journal.writes import RunState, run_state_from
 
-__all__ = ["AppendStep", "SealStep", "Step", "write_steps"]
+__all__ = ["AppendOp", "SealOp", "Op", "write_ops"]
 
 _IN_LIST = 500
 """Runs per statement when locking and reading many runs (far under any bound-parameter
@@ -59,7 +60,7 @@ limit)."""
 
 
 @dataclass(frozen=True, slots=True)
-class AppendStep:
+class AppendOp:
     """One run's records under ``epoch`` (one ``append``'s batch), in wire ``profile``.
 
     ``profile`` ``None`` is the tenant's, as for ``append``. A restore names the profile each
@@ -73,45 +74,45 @@ class AppendStep:
 
 
 @dataclass(frozen=True, slots=True)
-class SealStep:
-    """Seal ``run`` at its head as of this point of the batch (one ``seal``)."""
+class SealOp:
+    """Seal ``run`` at its head as of this point of the chunk (one ``seal``)."""
 
     run: RunId
     epoch: int
     outcome: str
 
 
-Step = AppendStep | SealStep
+Op = AppendOp | SealOp
 
 
-def _checked(steps: Sequence[Step], store: SqlJournalStore) -> list[tuple[Step, RunId | None]]:
+def _checked(ops: Sequence[Op], store: SqlJournalStore) -> list[tuple[Op, RunId | None]]:
     """Argument checks before any statement: what ``append`` and ``seal`` check first."""
-    out: list[tuple[Step, RunId | None]] = []
-    for i, step in enumerate(steps):
-        if isinstance(step, AppendStep):
-            epoch = check_int(step.epoch, f"steps[{i}].epoch")
-            items, run = store.check_batch(step.batch)
-            profile = None if step.profile is None else profile_named(step.profile)
-            out.append((AppendStep(epoch, items, profile), run))
-        elif isinstance(step, SealStep):
-            run = check_run(step.run)
-            seal = SealStep(
+    out: list[tuple[Op, RunId | None]] = []
+    for i, op in enumerate(ops):
+        if isinstance(op, AppendOp):
+            epoch = check_int(op.epoch, f"ops[{i}].epoch")
+            items, run = store.check_batch(op.batch)
+            profile = None if op.profile is None else profile_named(op.profile)
+            out.append((AppendOp(epoch, items, profile), run))
+        elif isinstance(op, SealOp):
+            run = check_run(op.run)
+            seal = SealOp(
                 run,
-                check_int(step.epoch, f"steps[{i}].epoch"),
-                check_label(step.outcome, f"steps[{i}].outcome"),
+                check_int(op.epoch, f"ops[{i}].epoch"),
+                check_label(op.outcome, f"ops[{i}].outcome"),
             )
             out.append((seal, run))
         else:
-            raise TypeError(f"steps[{i}] must be an AppendStep or a SealStep")
+            raise TypeError(f"ops[{i}] must be an AppendOp or a SealOp")
     return out
 
 
-async def write_steps(store: SqlJournalStore, steps: Sequence[Step]) -> list[list[Record] | Digest]:
-    """Write ``steps`` in order in one transaction; per step, the records an append wrote or
+async def write_ops(store: SqlJournalStore, ops: Sequence[Op]) -> list[list[Record] | Digest]:
+    """Write ``ops`` in order in one transaction; per operation, the records an append wrote or
     the head a seal froze. All or nothing: any refusal (fenced, sealed, duplicate effect or
-    admission, another profile) rolls the whole batch back and propagates as ``append`` or
+    admission, another profile) rolls the whole chunk back and propagates as ``append`` or
     ``seal`` would raise it."""
-    checked = _checked(steps, store)
+    checked = _checked(ops, store)
     if not checked:
         return []
     for _, run in checked:
@@ -124,21 +125,21 @@ async def write_steps(store: SqlJournalStore, steps: Sequence[Step]) -> list[lis
         held: dict[RunId, RunState] = {}
         leaves: list[SealedLeaf] = []
         pending = _Rows()
-        for step, run in checked:
+        for op, run in checked:
             if run is None:  # an empty append
                 results.append([])
                 continue
             # The row was read under this transaction's mutex (and, on PostgreSQL, its lease
-            # row FOR UPDATE; on SQLite the write lock): the fence is judged for each step's
+            # row FOR UPDATE; on SQLite the write lock): the fence is judged for each operation's
             # epoch on it, and the head is what this transaction's own writes made it.
-            state = run_state_from(run, step.epoch, rows[run])
+            state = run_state_from(run, op.epoch, rows[run])
             if run in held:
                 state = held[run]
-            if isinstance(step, AppendStep):
+            if isinstance(op, AppendOp):
                 if run in sealed:
                     raise RunSealedError(run, sealed[run][0])
-                batch = [*step.batch]
-                chained = store.chain_rows(run, step.epoch, state, batch, step.profile)
+                batch = [*op.batch]
+                chained = store.chain_rows(run, op.epoch, state, batch, op.profile)
                 written = [] if chained is None else chained[0]
                 if chained is not None:
                     pending.add(run, state.head_seq + 1, batch, chained)
@@ -152,8 +153,8 @@ async def write_steps(store: SqlJournalStore, steps: Sequence[Step]) -> list[lis
             elif run in sealed:
                 results.append(sealed[run][1])
             else:
-                sealed[run] = (step.outcome, state.head_hash)
-                leaves.append((str(run), bytes(state.head_hash), store.now(), step.outcome))
+                sealed[run] = (op.outcome, state.head_hash)
+                leaves.append((str(run), bytes(state.head_hash), store.now(), op.outcome))
                 results.append(state.head_hash)
         await pending.write(store, session)
         await store.tenant_log.append(session, leaves)
@@ -163,7 +164,7 @@ async def write_steps(store: SqlJournalStore, steps: Sequence[Step]) -> list[lis
 
 
 class _Rows:
-    """The batch's records, chained and checked (``chain_rows``), inserted together: one
+    """The chunk's records, chained and checked (``chain_rows``), inserted together: one
     multi-row INSERT per :data:`~agentplane_journal.journal.store.MAX_INSERT_ROWS` rows
     instead of one per append; then each append's admission claims and outcome, in order."""
 
@@ -224,11 +225,11 @@ async def _lock_runs(
 ) -> dict[RunId, tuple[Any, ...]]:
     """``lock_run`` for many runs at once: each run's ``run_state`` row, read under its mutex.
 
-    The mutexes first, in run id order (so two batches take shared runs in one order), in one
+    The mutexes first, in run id order (so two chunks take shared runs in one order), in one
     executemany of the store's own mutex statement; then, in later statements (fresh
     snapshots that see every earlier holder's commit), the lease rows ``FOR UPDATE``, the
     seals and the last seq of all of them, and the head row of each run that has records (a
-    restore's runs have none): four round trips a batch instead of two per run.
+    restore's runs have none): four round trips a chunk instead of two per run.
     Each row has ``run_state``'s shape, for :func:`run_state_from` to judge.
     """
     tenant = store.tenant
@@ -266,7 +267,7 @@ async def _lock_runs(
             seals[run_id] = (outcome, head)
         # The runs that have records, and their last seq: the primary key's prefix alone.
         # Joined back to the rows in the same statement, a planner without fresh statistics
-        # (a tenant just written beside a large one) took ~45 s a batch at 100k runs.
+        # (a tenant just written beside a large one) took ~45 s a chunk at 100k runs.
         last = (
             select(Journal.run_id, func.max(Journal.seq))
             .where(Journal.tenant == tenant, Journal.run_id.in_(part))

@@ -45,25 +45,25 @@ from agentplane_journal.core.ids import RunId
 from agentplane_journal.core.profile import WireProfile, profile_named, profile_of_record
 from agentplane_journal.core.record import decode_wire
 from agentplane_journal.errors import CommitUnknownError, UnavailableError
-from agentplane_journal.journal.bulk import AppendStep, SealStep, Step, write_steps
+from agentplane_journal.journal.bulk import AppendOp, Op, SealOp, write_ops
 from agentplane_journal.journal.restore_check import Frame, Judge, RestoreRefused
 from agentplane_journal.journal.store import SqlJournalStore
 
 __all__ = ["BATCH", "RestoreIncomplete", "RestoreRefused", "RestoreReport", "restore_export"]
 
 BATCH = 2000
-"""Records per transaction (any number of runs' appends and seals; a batch may end inside a
-run). One batch is written while the next is read."""
+"""Records per transaction: a chunk (any number of runs' appends and seals; a chunk may end
+inside a run). One chunk is written while the next is read."""
 
 _FALLBACK_OUTCOME = "restored"
 
 
 class RestoreIncomplete(RuntimeError, UnavailableError):
-    """Writing failed part-way (the database refused a batch, or could not be reached).
+    """Writing failed part-way (the database refused a chunk, or could not be reached).
 
-    Each batch is one transaction, so the target holds whole batches only: ``records``
-    records and ``seals`` seals surely committed (the file's prefix), and nothing of a batch
-    the database refused. A batch whose COMMIT lost its connection
+    Each chunk is one transaction, so the target holds whole chunks only: ``records``
+    records and ``seals`` seals surely committed (the file's prefix), and nothing of a chunk
+    the database refused. A chunk whose COMMIT lost its connection
     (:class:`~agentplane_journal.errors.CommitUnknownError`) may or may not have landed:
     its ``unknown_records`` records and ``unknown_seals`` seals are named as unknown, never
     counted either way. The prefix is a partial history shaped like a whole one, so it is
@@ -84,12 +84,12 @@ class RestoreIncomplete(RuntimeError, UnavailableError):
         if unknown != (0, 0):
             landed = (
                 f"{records} record(s) and {seals} seal(s) surely committed, and whether the "
-                f"batch being committed when the connection was lost ({unknown[0]} record(s), "
+                f"chunk being committed when the connection was lost ({unknown[0]} record(s), "
                 f"{unknown[1]} seal(s)) landed is unknown"
             )
         else:
             landed = (
-                f"{records} record(s) and {seals} seal(s) committed, the batch that failed "
+                f"{records} record(s) and {seals} seal(s) committed, the chunk that failed "
                 "rolled back"
             )
         super().__init__(
@@ -216,8 +216,8 @@ async def _refuse_non_empty(store: SqlJournalStore) -> None:
 
 
 class _Replay:
-    """Gathers a batch of steps (each run's records in order, the seals in log order) and
-    writes it in one transaction (:func:`~agentplane_journal.journal.bulk.write_steps`).
+    """Gathers a chunk of operations (each run's records in order, the seals in log order) and
+    writes it in one transaction (:func:`~agentplane_journal.journal.bulk.write_ops`).
 
     A batch ends after :data:`BATCH` records, at a run's end or in its middle (a long run
     continues in the next batch from its committed head), so memory is a batch whatever
@@ -233,24 +233,24 @@ class _Replay:
         progress: Callable[[int, int], None] | None = None,
     ) -> None:
         self.store, self.report, self.progress = store, report, progress
-        self.steps: list[Step] = []
-        self.hashes: list[list[str]] = []  # per AppendStep, the hashes the export carries
+        self.ops: list[Op] = []
+        self.hashes: list[list[str]] = []  # per AppendOp, the hashes the export carries
         self.group: tuple[int, WireProfile | None, list[Append], list[str]] | None = None
-        self.held = 0  # records in self.steps and self.group
+        self.held = 0  # records in self.ops and self.group
         self.epoch = 0  # the current run's last epoch
         self.inflight: asyncio.Task[tuple[int, int]] | None = None
         self.next_index = 0
         self.pending: dict[int, tuple[RunId, int, str]] = {}
         self.committed = (0, 0)  # (records, seals) surely committed
-        self.unknown = (0, 0)  # (records, seals) of a batch whose COMMIT outcome is unknown
+        self.unknown = (0, 0)  # (records, seals) of a chunk whose COMMIT outcome is unknown
 
-    async def _write(self, steps: list[Step], hashes: list[list[str]]) -> tuple[int, int]:
+    async def _write(self, ops: list[Op], hashes: list[list[str]]) -> tuple[int, int]:
         try:
-            results = await write_steps(self.store, steps)
+            results = await write_ops(self.store, ops)
         except CommitUnknownError:
             self.unknown = (
-                sum(len(s.batch) for s in steps if isinstance(s, AppendStep)),
-                sum(1 for s in steps if isinstance(s, SealStep)),
+                sum(len(s.batch) for s in ops if isinstance(s, AppendOp)),
+                sum(1 for s in ops if isinstance(s, SealOp)),
             )
             raise
         records = seals = 0
@@ -260,23 +260,23 @@ class _Replay:
             self.report.differing += sum(
                 r.hash.hex() != h for r, h in zip(written, carried, strict=False)
             )
-        seals = sum(1 for step in steps if isinstance(step, SealStep))
+        seals = sum(1 for op in ops if isinstance(op, SealOp))
         self.report.records += records
         return records, seals
 
     def _end_group(self) -> None:
         if self.group is not None and self.group[2]:
-            self.steps.append(AppendStep(self.group[0], self.group[2], self.group[1]))
+            self.ops.append(AppendOp(self.group[0], self.group[2], self.group[1]))
             self.hashes.append(self.group[3])
         self.group = None
 
     async def _flush(self) -> None:
         """Send what is gathered as one transaction, after the previous one has committed."""
         self._end_group()
-        steps, hashes, self.steps, self.hashes, self.held = self.steps, self.hashes, [], [], 0
+        ops, hashes, self.ops, self.hashes, self.held = self.ops, self.hashes, [], [], 0
         await self._settle()
-        if steps:
-            self.inflight = asyncio.create_task(self._write(steps, hashes))
+        if ops:
+            self.inflight = asyncio.create_task(self._write(ops, hashes))
 
     async def _settle(self) -> None:
         if self.inflight is not None:
@@ -312,7 +312,7 @@ class _Replay:
         while self.next_index in self.pending or (everything and self.pending):
             at = self.next_index if self.next_index in self.pending else min(self.pending)
             run, epoch, outcome = self.pending.pop(at)
-            self.steps.append(SealStep(run, epoch, outcome))
+            self.ops.append(SealOp(run, epoch, outcome))
             self.next_index = at + 1
 
     async def finish(self) -> None:

@@ -1,7 +1,7 @@
 """The run-changing unit of work: what every transaction that changes a run does, in one place.
 
 An append, an admission, a conclusion, ``append_atomic``, a guarded append and a bulk write
-(:mod:`agentplane_journal.journal.bulk`: restore, ``write_steps``) all do the same things in the
+(:mod:`agentplane_journal.journal.bulk`: restore, ``write_ops``) all do the same things in the
 same order, inside one transaction: take the run mutex and fence (:meth:`RunWrites.lock_run`,
 judged by :func:`run_state_from`), check the batch (:meth:`RunWrites.check_batch`), refuse a
 record of the other wire profile, chain and sign the batch onto the head

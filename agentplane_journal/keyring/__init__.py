@@ -1,9 +1,10 @@
-"""Sealed payloads and verifiable erasure (agentplane 0.22's keyring, for this journal).
+"""Encrypted payloads and verifiable erasure (agentplane 0.22's keyring, for this journal).
 
-Payload fields are sealed under an erasure scope's wrapping key, routing stays clear, the
+Payload fields are encrypted under an erasure scope's wrapping key, routing stays clear, the
 chain commits to the ciphertext; destroying a scope's wrapping key is the erasure, and it is
 journaled. See ``docs/concepts/erasure.md``. Needs the ``sealed`` extra (PyNaCl), imported
-when a payload is first sealed or opened.
+when a payload is first encrypted or decrypted (the ``sealed`` name is agentplane's wire
+marker's, kept for the extra and the public classes; the glossary says so).
 """
 
 from __future__ import annotations

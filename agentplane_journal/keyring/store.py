@@ -1,12 +1,12 @@
-"""A store that seals every append and opens every read: for code written against a store.
+"""A store that encrypts every append and decrypts every read: for code written against a store.
 
 :class:`SealingStore` wraps a :class:`~agentplane_journal.SqlJournalStore` for a layer that
 only knows the store's interface (the durable steps: ``Steps(SealingStore(store, keyring))``
-seals effect arguments, results, failures and notes with no change to the layer). Each
-append is sealed under ``scope_for(run)`` (default: the run, ``{tenant}/{run}``) and checked
+encrypts effect arguments, results, failures and notes with no change to the layer). Each
+append is encrypted under ``scope_for(run)`` (default: the run, ``{tenant}/{run}``) and checked
 against the scope's erasure under its lock (:class:`~agentplane_journal.keyring.SealedJournal`).
 Reads return the records as written (``raw``, hashes and signatures untouched) with a body
-opened where the key exists; a payload whose scope was erased stays sealed in the body, as
+decrypted where the key exists; a payload whose scope was erased stays encrypted in the body, as
 agentplane's ``SealedJournal`` leaves it, so a run whose data is gone still lists, verifies
 and audits. Every other method is the store's own.
 """
@@ -32,13 +32,13 @@ __all__ = ["SealingStore"]
 
 
 class SealingStore(SqlJournalStore):
-    """A handle on ``store``'s database and tenant whose appends are sealed under
-    ``scope_for(run)`` and whose reads are opened.
+    """A handle on ``store``'s database and tenant whose appends are encrypted under
+    ``scope_for(run)`` and whose reads are decrypted.
 
     A :class:`~agentplane_journal.SqlJournalStore` itself (it shares ``store``'s engine, as
     :meth:`~agentplane_journal.SqlJournalStore.for_tenant` does), so a layer that asks for
     a store takes it. Close ``store``, not this handle. An append inside a host's session
-    (``session=``) is refused: sealing takes its own transaction, under the scope's lock.
+    (``session=``) is refused: encrypting takes its own transaction, under the scope's lock.
     """
 
     def __init__(
@@ -56,13 +56,13 @@ class SealingStore(SqlJournalStore):
         return f"SealingStore(tenant={self.tenant!r}, {self.keyring!r})"
 
     def for_tenant(self, name: str, *, profile: Any = None) -> SealingStore:
-        """The same sealing for another tenant's handle (its own scopes: ``{name}/...``)."""
+        """The same encryption for another tenant's handle (its own scopes: ``{name}/...``)."""
         handle = SqlJournalStore.for_tenant(self, name, profile=profile)
         scope_for = None if self._scope_for == self._journal.scope else self._scope_for
         return SealingStore(handle, self.keyring, scope_for)
 
     def scope_of(self, run: RunId) -> str:
-        """The erasure scope this handle seals ``run``'s records under."""
+        """The erasure scope this handle encrypts ``run``'s records under."""
         return self._scope_for(run)
 
     async def erase(self, scope: str, *, by: str, reason: str = "") -> Erasure:
@@ -76,7 +76,7 @@ class SealingStore(SqlJournalStore):
     async def append(
         self, epoch: int, batch: Sequence[Append], *, session: Any = None
     ) -> list[Record]:
-        """Seal ``batch`` under its run's scope and append it (records handed back opened)."""
+        """Encrypt ``batch`` under its run's scope and append it (records handed back decrypted)."""
         items = list(batch)
         if not items:
             return []
@@ -86,12 +86,12 @@ class SealingStore(SqlJournalStore):
         return [await self._opened(r) for r in written]
 
     async def read(self, run: RunId, from_seq: int = 1, *, session: Any = None) -> list[Record]:
-        """The run's records, opened where the key exists (erased payloads stay sealed)."""
+        """The run's records, opened where the key exists (erased payloads stay encrypted)."""
         records = await SqlJournalStore.read(self, run, from_seq, session=session)
         return [await self._opened(r) for r in records]
 
     async def _sealed_batch(self, run: RunId, items: list[Append]) -> list[Append]:
-        """``items`` sealed under ``run``'s scope; :class:`ScopeErasedError` when the scope's
+        """``items`` encrypted under ``run``'s scope; :class:`ScopeErasedError` when the scope's
         erasure is journaled. The store's one-transaction calls below (the durable steps'
         admission, start and conclusion, the adapters' guarded change) check this before
         their transaction, not under the scope's lock as :meth:`append` does: a write racing

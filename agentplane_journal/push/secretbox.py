@@ -216,7 +216,7 @@ def encrypt_secret(
     with_credentials: bool,
     mark_absent: bool = False,
 ) -> str | None:
-    """Seal ``value`` for one column of one row.
+    """Encrypt ``value`` for one column of one row.
 
     ``None`` stays ``None``, unless ``mark_absent`` and there is a keyring: then it is encrypted
     as the absence marker, which opens as ``None`` and proves the row had no value there.

@@ -32,7 +32,7 @@ from typing import Any, ParamSpec, TypeVar, overload
 from agentplane_journal.core.admission import RUN_ADMITTED
 from agentplane_journal.core.checks import check_label, check_ttl
 from agentplane_journal.core.ids import EffectKey, RunId
-from agentplane_journal.errors import CorruptRecordError, StepError, command, database_of
+from agentplane_journal.errors import CorruptRecordError, NotInDoubtError, command, database_of
 from agentplane_journal.journal.store import SqlJournalStore
 from agentplane_journal.steps.effect import Effect
 from agentplane_journal.steps.history import EFFECT_RECONCILED, RunHistory
@@ -212,9 +212,11 @@ class Steps:
         """
         history = RunHistory.of(await self.store.read(run))
         if effect_key not in history.in_doubt():
-            raise StepError(
+            raise NotInDoubtError(
+                run,
+                effect_key,
                 f"effect ek:{effect_key.hex()} of run {run} is not in doubt; nothing to settle "
-                f"(see {command('steps', database_of(self.store))} for what is)"
+                f"(see {command('steps', database_of(self.store))} for what is)",
             )
         if isinstance(answer, Landed):
             payload: dict[str, Any] = {"disposition": LANDED, "output": answer.result}
@@ -228,7 +230,11 @@ class Steps:
             # Read again under the lease: the decision is about the history it now holds.
             history = RunHistory.of(await self.store.read(run))
             if effect_key not in history.in_doubt():
-                raise StepError(f"effect ek:{effect_key.hex()} of run {run} was settled meanwhile")
+                raise NotInDoubtError(
+                    run,
+                    effect_key,
+                    f"effect ek:{effect_key.hex()} of run {run} was settled meanwhile",
+                )
             append = effect_record(self.store.profile, run, EFFECT_RECONCILED, payload, effect_key)
             await self.store.append(lease.epoch, [append])
         finally:

@@ -37,7 +37,7 @@ from agentplane_journal.core.profile import profile_of_record
 from agentplane_journal.errors import (
     EffectFailedError,
     EffectInDoubtError,
-    StepError,
+    StepUsageError,
     WorkflowDivergedError,
 )
 from agentplane_journal.steps import spans
@@ -105,12 +105,12 @@ class Effect(Generic[P, R]):
     async def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         ctx = current_run.get()
         if ctx is None:
-            raise StepError(
+            raise StepUsageError(
                 f"effect {self.name!r} was called outside a workflow; call it from a function "
                 "decorated with @steps.workflow, whose run journals it"
             )
         if ctx.busy:
-            raise StepError(
+            raise StepUsageError(
                 f"effect {self.name!r} was called while another effect of run {ctx.run} is in "
                 "progress; await effects one at a time (their positions must be deterministic)"
             )
