@@ -2,6 +2,7 @@
 
     python bench/export.py [--runs 10000 [100000]] [--rounds 5] [--dialect sqlite postgresql]
                            [--pg-url postgresql+asyncpg://...] [--no-memory]
+                           [--memory-phases export verify check restore]
 
 For each dialect and size, a source (a SQLite file, or a fresh tenant on PostgreSQL) is seeded
 with that many runs (a ``RunAdmitted`` and two notes each; every other run sealed) through the
@@ -20,11 +21,11 @@ against what a user would write by hand with the bare driver:
   ``executemany``, 2,000 rows per transaction (no checks, no log, no indexes of ours).
 
 Each line gives the median records/s of both and the median of the rounds' ratios (ours /
-bare). Then, unless ``--no-memory``, each phase runs once more in a child process of its own
-under ``tracemalloc``: its peak of Python allocations and its peak resident set
-(``ru_maxrss``, interpreter and imports included, ~70 MiB); run with ``--runs 10000 100000``
-to see them not grow with the journal (the 100k case seeds for a minute or two per dialect,
-so it is opt-in). Figures, never assertions.
+bare). Then, unless ``--no-memory``, each phase (and ``check``, restore's first pass alone)
+runs once more in a child process of its own under ``tracemalloc``: its peak of Python
+allocations and its peak resident set (``ru_maxrss``, interpreter and imports included,
+~70 MiB); run with ``--runs 10000 100000`` to see them not grow with the journal (the 100k
+case seeds for a minute or two per dialect, so it is opt-in). Figures, never assertions.
 
 Without ``--pg-url``, PostgreSQL is a throwaway cluster started here with the settings users
 run (``tests/support/pgcluster.py``, ``durable=True``: fsync on).
@@ -57,8 +58,11 @@ from agentplane_journal import Append, RunId, SqlJournalStore
 from agentplane_journal.cli.backup import verify_file
 from agentplane_journal.journal.bulk import AppendOp, Op, SealOp, write_ops
 from agentplane_journal.journal.export import write_export
-from agentplane_journal.journal.restore import restore_export
+from agentplane_journal.journal.restore import check_frame, restore_export
 from agentplane_journal.migrations.commands import upgrade
+
+MEMORY_PHASES = ("export", "verify", "check", "restore")
+"""``check`` is restore's first pass alone (it judges the file; nothing is written)."""
 
 SEED_RUNS = 250
 """Runs per seeding transaction."""
@@ -347,6 +351,8 @@ async def phase(kind: str, url: str, tenant: str, path: Path) -> dict[str, objec
         n = await ours_export(url, tenant, path)
     elif kind == "verify":
         n = await ours_verify(url, tenant, path)
+    elif kind == "check":  # restore's first pass alone (judging the file, nothing written)
+        n = check_frame(path).checkpoint.size
     else:
         n = await ours_restore(url, tenant, path)
     peak = tracemalloc.get_traced_memory()[1] / 2**20
@@ -370,11 +376,17 @@ def child(kind: str, url: str, tenant: str, path: Path) -> dict[str, object]:
 
 
 def memory(
-    dialect: str, n: int, source: str, tenant: str, work: str, targets: Targets
+    dialect: str,
+    n: int,
+    source: str,
+    tenant: str,
+    work: str,
+    targets: Targets,
+    kinds: tuple[str, ...] = MEMORY_PHASES,
 ) -> list[str]:
     path = Path(work) / f"mem-{dialect}-{n}.jsonl"
     out = []
-    for kind in ("export", "verify", "restore"):
+    for kind in kinds:
         url, dst = (source, tenant) if kind != "restore" else targets.fresh()
         r = child(kind, url, dst, path)
         if kind == "restore":
@@ -398,6 +410,13 @@ def main() -> None:
     parser.add_argument("--pg-url")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--no-memory", action="store_true")
+    parser.add_argument(
+        "--memory-phases",
+        nargs="+",
+        choices=MEMORY_PHASES,
+        default=list(MEMORY_PHASES),
+        help="phases measured for memory (export first: the others read its file)",
+    )
     parser.add_argument("--phase", nargs=4, metavar=("KIND", "URL", "TENANT", "PATH"))
     args = parser.parse_args()
     if args.phase:
@@ -429,8 +448,11 @@ def main() -> None:
                     speed += rounds(dialect, n, source, tenant, work, targets, args.rounds)
                     print("\n".join(speed[-3:]), flush=True)
                     if not args.no_memory:
-                        mem += memory(dialect, n, source, tenant, work, targets)
-                        print("\n".join(mem[-3:]), flush=True)
+                        kinds = tuple(args.memory_phases)
+                        if "export" not in kinds:
+                            kinds = ("export", *kinds)
+                        mem += memory(dialect, n, source, tenant, work, targets, kinds)
+                        print("\n".join(mem[-len(kinds) :]), flush=True)
                     if dialect == "sqlite":
                         Path(_driver(source)[1]).unlink(missing_ok=True)
     finally:

@@ -35,6 +35,7 @@ from agentplane_journal.journal.backup import (
     read_manifest,
 )
 from agentplane_journal.journal.export import write_export
+from agentplane_journal.journal.export_seen import SpilledRuns
 from agentplane_journal.journal.store import SqlJournalStore
 from agentplane_journal.journal.tenants import list_tenants, tenant_size
 
@@ -196,11 +197,12 @@ def verify_file(
         verifier = Ed25519Verifier()
         for key_id, public in trust:
             verifier.trust(key_id, public)
-    check = ExportVerifier(verifier, agentplane_typed=agentplane_typed)
     runs = records = 0
     if meter is not None and not meter.enabled:
         meter = None  # nothing to draw: no per-line call
-    with path.open("rb") as f:
+    # The runs met go to a scratch file past a few thousand: memory stays flat.
+    with SpilledRuns() as seen, path.open("rb") as f:
+        check = ExportVerifier(verifier, agentplane_typed=agentplane_typed, seen=seen)
         for line in f:
             if meter is not None:
                 runs += line.startswith(_RUN_PREFIX)
@@ -208,7 +210,7 @@ def verify_file(
                 meter.show(what, runs, records)
             if not check.feed(line.rstrip(b"\n")):
                 break
-    return check.finish(expected)
+        return check.finish(expected)
 
 
 def print_verify(report: VerifyReport, indent: str = "") -> None:
@@ -216,7 +218,7 @@ def print_verify(report: VerifyReport, indent: str = "") -> None:
     verdict = "SOUND" if report.is_sound else "FAILED"
     where = "" if cp is None else f" (log {cp.origin!r}, size {cp.size})"
     print(
-        f"{indent}{verdict}: {len(report.sound)} run(s) recomputed exactly, {report.records} "
+        f"{indent}{verdict}: {report.runs_sound} run(s) recomputed exactly, {report.records} "
         f"record(s){where}"
     )
     for finding in report.findings:

@@ -51,6 +51,7 @@ __all__ = [
     "TOP_MEMBERS",
     "VARIANT_MEMBERS",
     "body_text",
+    "same_value",
     "serde_value",
 ]
 
@@ -315,3 +316,32 @@ def body_text(raw: str) -> str:
         text = _BODY_ENCODER.encode(body)
     text.encode("utf-8")  # a lone surrogate: UnicodeEncodeError, a ValueError
     return text
+
+
+def same_value(a: object, b: object) -> bool:
+    """JSON values equal as serde_json's ``Value`` compares them: ints and floats differ,
+    and an integer beyond ``u64``/below ``i64`` is the ``f64`` serde_json parses it as (``b``
+    comes from :func:`serde_value`, ``a`` from ``json.loads``)."""
+    # Written as loops (no generators): this runs over every value of every record.
+    if type(a) is str:  # the commonest leaf first
+        return type(b) is str and a == b
+    if isinstance(a, dict):
+        if not isinstance(b, dict) or a.keys() != b.keys():
+            return False
+        for k, v in a.items():
+            if not same_value(v, b[k]):
+                return False
+        return True
+    if isinstance(a, list):
+        if not isinstance(b, list) or len(a) != len(b):
+            return False
+        for x, y in zip(a, b, strict=True):
+            if not same_value(x, y):
+                return False
+        return True
+    if type(a) is int and not _I64_MIN <= a <= _U64_MAX:
+        try:
+            a = float(a)
+        except OverflowError:
+            return False
+    return type(a) is type(b) and a == b

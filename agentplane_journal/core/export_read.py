@@ -25,7 +25,7 @@ from agentplane_journal.core import jsonload
 from agentplane_journal.core.export_lines import parse_digest, parse_ulid_run
 from agentplane_journal.core.ids import Digest, RunId
 
-__all__ = ["RunBlock", "read_line", "run_block"]
+__all__ = ["RunBlock", "attestation", "read_line", "run_block"]
 
 _U64_MAX = (1 << 64) - 1
 
@@ -97,3 +97,21 @@ def run_block(value: dict[str, Any]) -> RunBlock | str:
             "another seal the run at that position",
         )
     return RunBlock(run, position, leaf)
+
+
+def attestation(value: object) -> tuple[str, bytes] | None:
+    """A line's ``attestation``: the signature as hex (agentplane's ``hex_bytes``, what both
+    write now), or as an array of byte values (this package's files from before)."""
+    if not isinstance(value, dict):
+        return None
+    key_id, sig = value.get("key_id"), value.get("signature")
+    if not isinstance(key_id, str):
+        return None
+    if isinstance(sig, str):
+        # hex::decode: an even number of hex digits, either case; nothing else.
+        if len(sig) % 2 or not all(c in "0123456789abcdefABCDEF" for c in sig):
+            return None
+        return key_id, bytes.fromhex(sig)
+    if not isinstance(sig, list) or not all(type(x) is int and 0 <= x <= 255 for x in sig):
+        return None
+    return key_id, bytes(sig)

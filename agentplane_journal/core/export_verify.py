@@ -22,21 +22,23 @@ The rules are agentplane 0.22's ``export::verify``, restated:
   outside checkpoint, the case layer this package does not hold, a foreign canon rule).
 
 Pure: feed it lines (:meth:`ExportVerifier.feed`), then :meth:`ExportVerifier.finish`.
-Memory is a run's records (for the signature check), a leaf per sealed run and a run id per
-run (to name a repeated block).
+Memory does not grow with the file's runs, read in log order (what only the whole file can
+show is kept and settled by :mod:`.export_settle`): a run's records (for the signature
+check), the log's root as a streaming frontier, counts, the first :data:`SOUND_LISTED` sound
+runs' names, and, to name a repeated block, the runs met so far in whatever
+:class:`~.export_settle.SeenRuns` the caller passes (a set by default; the command line and
+restore pass a temporary SQLite file).
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentplane_journal.core import merkle
 from agentplane_journal.core.canon_v1 import CANON_VERSION
 from agentplane_journal.core.checkpoint import Checkpoint
-from agentplane_journal.core.export_body import serde_value
+from agentplane_journal.core.export_body import same_value, serde_value
 from agentplane_journal.core.export_lines import (
     CASE_BLOCK,
     FORMAT_VERSION,
@@ -48,21 +50,38 @@ from agentplane_journal.core.export_lines import (
     parse_digest,
     parse_ulid_run,
 )
-from agentplane_journal.core.export_read import read_line, run_block
+from agentplane_journal.core.export_read import attestation, read_line, run_block
+from agentplane_journal.core.export_settle import (
+    InMemorySeen,
+    LogLeaves,
+    SeenRuns,
+    Tally,
+    settle_cases,
+    settle_trailer,
+    settle_tree,
+)
 from agentplane_journal.core.ids import Digest, RunId
 from agentplane_journal.core.signing import DOMAIN_RECORD, Verifier, signing_hash
 from agentplane_journal.core.typed_022 import decode_problem, dropped_members
 
-__all__ = ["ExportVerifier", "VerifyReport"]
+__all__ = ["SOUND_LISTED", "ExportVerifier", "VerifyReport"]
+
+SOUND_LISTED = 1000
+"""Sound runs named in :attr:`VerifyReport.sound` by default; the rest are counted
+(:attr:`VerifyReport.runs_sound`). ``ExportVerifier(sound_listed=None)`` names every one."""
 
 _RUN_SEALED = "RunSealed"
-_U64_MAX = (1 << 64) - 1
-_I64_MIN = -(1 << 63)
 
 
 @dataclass(slots=True)
 class VerifyReport:
-    """What a pass concluded and what it could not look at (agentplane's ``VerifyReport``)."""
+    """What a pass concluded and what it could not look at (agentplane's ``VerifyReport``).
+
+    ``sound`` names the runs that recomputed exactly, in file order, up to the verifier's
+    ``sound_listed`` (:data:`SOUND_LISTED` by default, so a report's memory does not grow
+    with the file); ``sound_unlisted`` counts the sound runs beyond it, and
+    :attr:`runs_sound` is every sound run. Findings are never capped.
+    """
 
     checkpoint: Checkpoint | None = None
     sound: list[RunId] = field(default_factory=list)
@@ -71,6 +90,12 @@ class VerifyReport:
     records: int = 0
     cases: int = 0
     complete: bool = False
+    sound_unlisted: int = 0
+
+    @property
+    def runs_sound(self) -> int:
+        """Every run that recomputed exactly, named in ``sound`` or not."""
+        return len(self.sound) + self.sound_unlisted
 
     @property
     def is_sound(self) -> bool:
@@ -84,7 +109,7 @@ class VerifyReport:
             "checkpoint": None
             if cp is None
             else {"origin": cp.origin, "size": cp.size, "root": cp.root.hex()},
-            "runs_sound": len(self.sound),
+            "runs_sound": self.runs_sound,
             "records": self.records,
             "cases": self.cases,
             "complete": self.complete,
@@ -108,53 +133,6 @@ class _RunPass:
     clean: bool = True
 
 
-def _same(a: object, b: object) -> bool:
-    """JSON values equal as serde_json's ``Value`` compares them: ints and floats differ,
-    and an integer beyond ``u64``/below ``i64`` is the ``f64`` serde_json parses it as (``b``
-    comes from :func:`.export_body.serde_value`, ``a`` from ``json.loads``)."""
-    # Written as loops (no generators): this runs over every value of every record.
-    if type(a) is str:  # the commonest leaf first
-        return type(b) is str and a == b
-    if isinstance(a, dict):
-        if not isinstance(b, dict) or a.keys() != b.keys():
-            return False
-        for k, v in a.items():
-            if not _same(v, b[k]):
-                return False
-        return True
-    if isinstance(a, list):
-        if not isinstance(b, list) or len(a) != len(b):
-            return False
-        for x, y in zip(a, b, strict=True):
-            if not _same(x, y):
-                return False
-        return True
-    if type(a) is int and not _I64_MIN <= a <= _U64_MAX:
-        try:
-            a = float(a)
-        except OverflowError:
-            return False
-    return type(a) is type(b) and a == b
-
-
-def _attestation(value: object) -> tuple[str, bytes] | None:
-    """A line's ``attestation``: the signature as hex (agentplane's ``hex_bytes``, what both
-    write now), or as an array of byte values (this package's files from before)."""
-    if not isinstance(value, dict):
-        return None
-    key_id, sig = value.get("key_id"), value.get("signature")
-    if not isinstance(key_id, str):
-        return None
-    if isinstance(sig, str):
-        # hex::decode: an even number of hex digits, either case; nothing else.
-        if len(sig) % 2 or not all(c in "0123456789abcdefABCDEF" for c in sig):
-            return None
-        return key_id, bytes.fromhex(sig)
-    if not isinstance(sig, list) or not all(type(x) is int and 0 <= x <= 255 for x in sig):
-        return None
-    return key_id, bytes(sig)
-
-
 class ExportVerifier:
     """Reads an export line by line and settles it against an outside checkpoint.
 
@@ -165,6 +143,9 @@ class ExportVerifier:
     ``agentplane_typed``: read a canon-1 file's records as agentplane 0.22's typed decode does
     (a record it cannot read is a finding); ``False`` for a check of this package's own
     readers only (``drill``: a tenant holding this package's own kinds restores here).
+    ``seen``: where the runs met so far are kept, to name a run's second block (a set by
+    default: a run id per run). ``sound_listed``: how many sound runs the report names
+    (``None``: every one).
     """
 
     def __init__(
@@ -173,8 +154,12 @@ class ExportVerifier:
         canons: frozenset[int] = IMPLEMENTED_CANONS,
         *,
         agentplane_typed: bool = True,
+        seen: SeenRuns | None = None,
+        sound_listed: int | None = SOUND_LISTED,
     ) -> None:
         self._verifier = verifier
+        self._seen: SeenRuns = InMemorySeen() if seen is None else seen
+        self._listed = sound_listed
         self._typed_check = agentplane_typed
         self._canons = canons
         self.report = VerifyReport()
@@ -184,17 +169,12 @@ class ExportVerifier:
                 "anything"
             )
         self._header_seen = False
-        self._leaves: list[tuple[int, Digest]] = []
+        self._leaves = LogLeaves()
         self._pass: _RunPass | None = None
-        self._run_blocks = 0
-        self._read_runs = 0
-        self._empty: list[RunId] = []
-        self._claims: dict[str, Any] = {}
-        self._unreadable: list[tuple[RunId, str]] = []
+        self._tally = Tally()
         self._stamped: set[str] = set()
         self._carried: set[str] = set()
         self._stopped = False
-        self._runs: set[str] = set()  # every block's run, to name a repeated one
         self._canon: int | None = None
         self._dropped = 0
         self._dropped_example = ""
@@ -224,7 +204,7 @@ class ExportVerifier:
         elif kind == CASE_BLOCK:
             self._read_case(value)
         elif kind == RUN_BLOCK:
-            self._run_blocks += 1
+            self._tally.run_blocks += 1
             self._finish_run()
             self._open_run(value)
         elif kind == TRAILER:
@@ -288,7 +268,7 @@ class ExportVerifier:
         if block.problem is not None:
             self.report.findings.append(block.problem)
             self._pass.clean = False
-        if block.run.ulid in self._runs:
+        if not self._seen.add(block.run.ulid):
             # Each run is exported once: a second block would be replayed as more records
             # of the run (or onto its seal), and each block alone verifies.
             self.report.findings.append(
@@ -296,9 +276,8 @@ class ExportVerifier:
                 "once, so its records were repeated (a restore would write them twice)"
             )
             self._pass.clean = False
-        self._runs.add(block.run.ulid)
         if block.index is not None and block.seal is not None:
-            self._leaves.append((block.index, block.seal))
+            self._leaves.add(block.index, block.seal)
 
     def _read_trailer(self, value: dict[str, Any]) -> None:
         self.report.complete = True
@@ -310,14 +289,14 @@ class ExportVerifier:
             )
         for name in ("runs_requested", "runs_exported", "records"):
             count = value.get(name)
-            self._claims[name] = count if type(count) is int else None
+            self._tally.claims[name] = count if type(count) is int else None
         entries = value.get("unreadable")
         for entry in entries if isinstance(entries, list) else []:
             run = parse_ulid_run(entry.get("run")) if isinstance(entry, dict) else None
             if run is None or not isinstance(entry, dict):
                 continue
             reason = entry.get("reason")
-            self._unreadable.append(
+            self._tally.unreadable.append(
                 (run, reason if isinstance(reason, str) else "no reason recorded")
             )
 
@@ -361,7 +340,7 @@ class ExportVerifier:
             return
         if self._canon == CANON_VERSION and self._typed_check:
             self._typed(wire, seq, p)
-        if "body" not in value or not _same(value["body"], wire):
+        if "body" not in value or not same_value(value["body"], wire):
             report.findings.append(
                 f"run {run}: record {seq}'s readable body does not match its wire bytes — the "
                 "display copy was edited, and every hash still verifies over the real one"
@@ -403,7 +382,7 @@ class ExportVerifier:
         p.prev = recomputed
         if self._verifier is not None:
             att = value.get("attestation")
-            opened = _attestation(att)
+            opened = attestation(att)
             if att is not None and opened is None:
                 report.findings.append(f"run {run}: record {seq}'s attestation is malformed")
                 p.clean = False
@@ -417,9 +396,9 @@ class ExportVerifier:
         if p is None:
             return
         if p.records == 0:  # judged by the trailer: declared unreadable, or emptied
-            self._empty.append(p.run)
+            self._tally.empty.append(p.run)
             return
-        self._read_runs += 1
+        self._tally.read_runs += 1
         ok = p.clean
         if p.declared_seal is not None and p.declared_seal != p.prev:
             self.report.findings.append(
@@ -439,7 +418,10 @@ class ExportVerifier:
                 ok = False
                 break
         if ok:
-            self.report.sound.append(p.run)
+            if self._listed is None or len(self.report.sound) < self._listed:
+                self.report.sound.append(p.run)
+            else:
+                self.report.sound_unlisted += 1
 
     # -- settling --------------------------------------------------------------------------
 
@@ -479,105 +461,14 @@ class ExportVerifier:
                 "the export has no header, so nothing says which log it came from"
             )
         if against is not None:
-            self._settle_tree(against)
+            settle_tree(report.findings, self._leaves, against)
         if not report.complete:
             report.findings.append(
                 "the export has no trailer, so it was cut short — every line in it is still "
                 "valid, which is why the frame is the signal"
             )
-        self._settle_trailer()
-        self._settle_cases()
-        return report
-
-    def _settle_tree(self, against: Checkpoint) -> None:
-        leaves = sorted(self._leaves, key=lambda il: il[0])
-        if len(leaves) != against.size:
-            self.report.findings.append(
-                f"the export carries {len(leaves)} sealed run(s) and its checkpoint commits to "
-                f"{against.size} — the difference is runs that were in the log and are not in "
-                "this file"
-            )
-            return
-        positions = [index for index, _ in leaves]
-        if positions != list(range(len(leaves))):
-            dup = sorted(i for i, n in Counter(positions).items() if n > 1)
-            missing = sorted(set(range(len(leaves))) - set(positions))
-            self.report.findings.append(
-                f"the run blocks' log positions are not the contiguous 0..{against.size} the "
-                "checkpoint commits to — "
-                + (f"position(s) {dup} duplicated" if dup else "")
-                + (", " if dup and missing else "")
-                + (f"position(s) {missing} missing" if missing else "")
-                + ", so this file describes a different log than the one it names"
-            )
-            return
-        rebuilt = merkle.root([merkle.leaf_hash(seal) for _, seal in leaves])
-        if rebuilt != against.root and not (against.size == 0 and against.is_v040_empty):
-            self.report.findings.append(
-                "the Merkle root rebuilt from this export does not match the checkpoint it "
-                "claims to be a copy of"
-            )
-
-    def _settle_trailer(self) -> None:
-        report, declared = self.report, {run for run, _ in self._unreadable}
-        for run, reason in self._unreadable:
-            report.not_checked.append(
-                f"run {run}: the export declares it unreadable ({reason}), so its records are "
-                "not in this file and nothing about it was verified"
-            )
-        for run in self._empty:
-            if run not in declared:
-                report.findings.append(
-                    f"run {run}: its block carries no records and the export does not declare "
-                    "it unreadable — either the records were removed after the export was "
-                    "taken, or the file was cut short before them"
-                )
-        if not report.complete:
-            return
-        requested = self._claims.get("runs_requested")
-        exported = self._claims.get("runs_exported")
-        records = self._claims.get("records")
-        if requested is None or exported is None or records is None:
-            report.findings.append(
-                "the trailer is missing counts this format always writes (runs_requested, "
-                "runs_exported, records) — a reader cannot hold the file to its own accounting"
-            )
-            return
-        if requested != self._run_blocks:
-            report.findings.append(
-                f"the trailer says {requested} run(s) were requested and this file carries "
-                f"{self._run_blocks} run block(s) — whole runs were removed or added after "
-                "the export was taken"
-            )
-        if exported != self._read_runs:
-            report.findings.append(
-                f"the trailer says {exported} run(s) were exported in full and this file "
-                f"carries records for {self._read_runs} — a run's records were removed after "
-                "the export was taken"
-            )
-        if records != report.records:
-            report.findings.append(
-                f"the trailer says {records} record(s) were written and this file carries "
-                f"{report.records} — record lines were removed or added after the export was "
-                "taken"
-            )
-
-    def _settle_cases(self) -> None:
-        report = self.report
-        if not self._carried:
-            if self._stamped:
-                report.not_checked.append(
-                    f"the case layer — {len(self._stamped)} case(s) are stamped on records and "
-                    "this file carries no case blocks (this package keeps no case store, so "
-                    "its exports never do)"
-                )
-            return
-        for case in sorted(self._stamped - self._carried):
-            report.findings.append(
-                f"case {case} is stamped on exported records and missing from the case layer "
-                "— the journal names a matter this file does not carry"
-            )
-        report.not_checked.append(
-            "the case layer's contents — blob bytes and sealed case state are questions about "
-            "a live agentplane plane, which neither an offline file nor this package answers"
+        settle_trailer(
+            report.findings, report.not_checked, self._tally, report.complete, report.records
         )
+        settle_cases(report.findings, report.not_checked, self._carried, self._stamped)
+        return report

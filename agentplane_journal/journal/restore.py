@@ -174,16 +174,19 @@ def check_frame(path: Path) -> Frame:
     ``verify-export`` judges it, and every record's ``append`` built, under its own run's
     block, and checked against the wire profile its version names."""
     judge = Judge()
-    for number, value in _lines(path):
-        run = judge.line(number, value)
-        if run is not None and isinstance(value, dict):
-            try:
-                body = _wire(value, number)
-            except RecursionError:
-                raise RestoreRefused(f"line {number}: the wire bytes nest too deep") from None
-            epoch, append = _replayable(body, run, number)
-            judge.record(number, value["raw"], body, epoch, append)
-    return judge.finish()
+    try:
+        for number, value in _lines(path):
+            run = judge.line(number, value)
+            if run is not None and isinstance(value, dict):
+                try:
+                    body = _wire(value, number)
+                except RecursionError:
+                    raise RestoreRefused(f"line {number}: the wire bytes nest too deep") from None
+                epoch, append = _replayable(body, run, number)
+                judge.record(number, value["raw"], body, epoch, append)
+        return judge.finish()
+    finally:
+        judge.close()
 
 
 def append_of(body: dict[str, Any]) -> tuple[int, Append]:

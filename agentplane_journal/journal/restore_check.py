@@ -51,6 +51,7 @@ from agentplane_journal.core.ids import Digest, EffectKey, RunId
 from agentplane_journal.core.profile import PROFILES, WireProfile, profile_of_record
 from agentplane_journal.core.record import Record
 from agentplane_journal.errors import RecordTooLargeError, RefusedError
+from agentplane_journal.journal.export_seen import SpilledRuns
 
 __all__ = ["Frame", "Judge", "RestoreRefused"]
 
@@ -83,7 +84,12 @@ class Judge:
         # This package's restore replays its own kinds too (LangGraph, sessions), which
         # agentplane 0.22's typed decode cannot read: that is verify-export's remark about
         # agentplane, not a reason to refuse the file here.
-        self._verifier = ExportVerifier(None, agentplane_typed=False)
+        # The runs met spill to a scratch file (memory stays flat; :meth:`close` deletes it),
+        # and no sound run needs naming: a refusal quotes findings.
+        self._seen = SpilledRuns()
+        self._verifier = ExportVerifier(
+            None, agentplane_typed=False, seen=self._seen, sound_listed=0
+        )
         self._version: object = None
         self._checkpoint: Checkpoint | None = None
         self._canon: int | None = None
@@ -193,6 +199,10 @@ class Judge:
                 self._dropped += 1
         self._run, self._sealed, self._records = None, False, 0
         self._started = set()
+
+    def close(self) -> None:
+        """Delete the scratch file of runs met (after :meth:`finish`, or on a refusal)."""
+        self._seen.close()
 
     def finish(self) -> Frame:
         """Refuse what cannot be restored as the file says; otherwise the :class:`Frame`."""
