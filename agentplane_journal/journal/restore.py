@@ -17,7 +17,7 @@ Two passes over the file, so that a file that cannot be restored is refused befo
 is written: the first (:mod:`~agentplane_journal.journal.restore_check`) judges it as
 ``verify-export`` does and checks that every record can be replayed and written in its own
 wire profile; the second replays. Both read each line and run block alike
-(:mod:`~agentplane_journal.core.export_read`). Memory is a batch of records (:data:`BATCH`),
+(:mod:`~agentplane_journal.core.export_read`). Memory is a chunk of records (:data:`BATCH`),
 whatever the file's size. The target must be empty (no record, no seal): a restore rebuilds
 a history, it does not merge one.
 
@@ -222,9 +222,9 @@ class _Replay:
     """Gathers a chunk of operations (each run's records in order, the seals in log order) and
     writes it in one transaction (:func:`~agentplane_journal.journal.bulk.write_ops`).
 
-    A batch ends after :data:`BATCH` records, at a run's end or in its middle (a long run
-    continues in the next batch from its committed head), so memory is a batch whatever
-    the file's size. One batch is written while the next is read: at most two are held.
+    A chunk ends after :data:`BATCH` records, at a run's end or in its middle (a long run
+    continues in the next chunk from its committed head), so memory is a chunk whatever
+    the file's size. One chunk is written while the next is read: at most two are held.
     A seal is placed once every lower log position is placed; an export in log order (ours)
     places each as its run ends.
     """
@@ -300,7 +300,7 @@ class _Replay:
         self.group[3].append(hash_hex if isinstance(hash_hex, str) else "")
         self.epoch = epoch
         self.held += 1
-        if self.held >= BATCH:  # mid-run or not: the run goes on in the next batch
+        if self.held >= BATCH:  # mid-run or not: the run goes on in the next chunk
             await self._flush()
 
     async def end_run(
@@ -325,7 +325,7 @@ class _Replay:
         await self._settle()
 
     async def abandon(self, *, cancel: bool) -> None:
-        """After a failure: let the batch in flight end (so ``committed`` counts it if it
+        """After a failure: let the chunk in flight end (so ``committed`` counts it if it
         landed; its own failure is not the one reported), or cancel it."""
         if self.inflight is None:
             return
@@ -340,7 +340,7 @@ async def restore_export(
 ) -> RestoreReport:
     """Replay the export at ``path`` into ``store``'s (empty) tenant; report the roots.
 
-    ``progress`` is told ``(runs read, records committed)`` after each batch commits.
+    ``progress`` is told ``(runs read, records committed)`` after each chunk commits.
 
     :class:`RestoreRefused` (nothing written) for a file that cannot be restored or a target
     that is not empty; :class:`RestoreIncomplete` for a failure once writing has begun
