@@ -167,9 +167,20 @@ async def main() -> None:
     parser.add_argument("--rounds", type=int, default=9, help="interleaved rounds (default 9)")
     parser.add_argument("--pg-url", default=os.environ.get("AGENTPLANE_JOURNAL_BENCH_PG_URL"))
     parser.add_argument("--short-calls", type=int, default=300)
+    parser.add_argument(
+        "--only", choices=("sqlite", "postgresql"), help="run on one backend (default: both)"
+    )
     args = parser.parse_args()
     print(f"load average: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
 
+    if args.only != "postgresql":
+        await on_sqlite(args)
+    if args.only != "sqlite":
+        await on_postgresql(args)
+    print(f"load average: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
+
+
+async def on_sqlite(args: argparse.Namespace) -> None:
     async with sqlite_backend() as db:
         path = db.driver_target
 
@@ -189,6 +200,8 @@ async def main() -> None:
                 db.name, db.url, bare_sqlite, args.rounds, args.short_calls, args.records
             )
 
+
+async def on_postgresql(args: argparse.Namespace) -> None:
     async with postgres_backend(args.pg_url) as db:
         dsn = db.driver_target
 
@@ -209,7 +222,6 @@ async def main() -> None:
             await short_bench(db.name, db.url, bare_pg, args.rounds, args.short_calls, args.records)
         finally:
             await kept_pg.close()
-    print(f"load average: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
 
 
 if __name__ == "__main__":
