@@ -7,6 +7,11 @@ those four checks, and the regex that sends a body with an integer of 20 digits 
 ``may_hold_long_digits`` says it might match. Here: hostile rows of a body without the
 optional members get the reference's verdict (``_checked_record``), and the cheap test says
 yes wherever the regex matches a number.
+
+And ``store.verify``'s pass over a page's rows (``db/row_chain.py``'s ``chain_rows``, no
+records built): on good pages, hostile pages and every hostile row of test_read_rows.py's
+battery it accepts only what building the records and feeding them to ``RunCheck`` accepts,
+leaving the same head, last seq and started effects.
 """
 
 from __future__ import annotations
@@ -14,12 +19,22 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from test_read_rows import PREV as PREV_BATTERY
+from test_read_rows import _rows as _hostile_rows
 
+from agentplane_journal.core.chain import RunCheck
 from agentplane_journal.core.ids import CaseId, Digest, EffectKey, RunId
 from agentplane_journal.core.record import LONG_DIGITS, Record, may_hold_long_digits
-from agentplane_journal.db.statements import _checked_record, _plain_record, record_from_row
+from agentplane_journal.db.row_chain import chain_rows
+from agentplane_journal.db.statements import (
+    _checked_record,
+    _plain_record,
+    record_from_row,
+    records_from_rows,
+)
 from agentplane_journal.errors import CorruptRecordError
 
 RUN = RunId.parse("01ARZ3NDEKTSV4RRFFQ69G5FAV")
@@ -115,3 +130,130 @@ def test_the_cheap_test_finds_each_form_and_passes_short_numbers() -> None:
             assert not may_hold_long_digits(f'{{"x"{prefix}{sign}{"1" * 19}}}'.encode())
     assert not may_hold_long_digits(b'{"x":"' + b"1" * 30 + b'"}')
     assert not may_hold_long_digits(_canon(PLAIN))
+
+
+# -- store.verify's pass over a page's rows (db/row_chain.py) ----------------------------
+
+
+def _chain(*bodies: dict[str, Any], start: Digest = Digest.ZERO) -> list[tuple[Any, ...]]:
+    """Rows of a chain of ``bodies`` from ``start``, columns from each body."""
+    rows, prev = [], start
+    for body in bodies:
+        record = Record.seal(body, prev)
+        rows.append(_columns(record))
+        prev = record.hash
+    return rows
+
+
+def _columns(record: Record, **changes: Any) -> tuple[Any, ...]:
+    body = record.body
+    values = {
+        "seq": body["seq"],
+        "prev": bytes(record.prev_hash),
+        "hash": bytes(record.hash),
+        "raw": record.raw,
+        "key_id": None,
+        "signature": None,
+        "run_id": "run_" + body["run"],
+        "epoch": body["epoch"],
+        "kind": body["kind"],
+        "effect_key": body.get("effect_key"),
+        "case_id": None if body.get("case") is None else "case_" + body["case"],
+    }
+    values.update(changes)
+    return tuple(values.values())
+
+
+def _note(seq: int, **members: Any) -> dict[str, Any]:
+    return {"epoch": 1, "kind": "Note", "run": RUN.ulid, "seq": seq, "v": 4, **members}
+
+
+def _start(seq: int, key: EffectKey = KEY) -> dict[str, Any]:
+    return {**_note(seq, effect_key=key.hex(), step=seq), "kind": "EffectStarted"}
+
+
+def _fed(pages: list[list[tuple[Any, ...]]]) -> tuple[str, Any]:
+    """The reference: every page's records built and fed to an unsigned RunCheck."""
+    check = RunCheck()
+    try:
+        for rows in pages:
+            check.feed(records_from_rows(rows))
+    except CorruptRecordError as error:
+        return ("refused", (error.seq, str(error)))
+    return ("ok", (check.head, check.last, dict(check.started)))
+
+
+def _fast(pages: list[list[tuple[Any, ...]]]) -> tuple[str, Any] | None:
+    """chain_rows over the pages, as store.verify takes them; None once it has a doubt."""
+    head, last, started = Digest.ZERO, 0, {}
+    for rows in pages:
+        done = chain_rows(rows, head, last, started)
+        if done is None:
+            return None
+        head, last, fresh = done
+        started = {**started, **fresh}
+    return ("ok", (head, last, started))
+
+
+GOOD_CHAIN = _chain(_note(1), _start(2), _note(3, case=CASE.ulid), _start(4, EffectKey(bytes(32))))
+SECOND_START = _chain(_note(1), _start(2), _start(3))
+ROW_PAGES: list[list[list[tuple[Any, ...]]]] = [
+    [GOOD_CHAIN],
+    [GOOD_CHAIN[:2], GOOD_CHAIN[2:]],
+    [[], GOOD_CHAIN],
+    [SECOND_START],
+    [SECOND_START[:2], SECOND_START[2:]],
+    [GOOD_CHAIN[1:]],  # starts at seq 2
+    [GOOD_CHAIN[:1] + GOOD_CHAIN[2:]],  # a gap
+    [GOOD_CHAIN[:1], GOOD_CHAIN[2:]],  # a gap between pages
+    [[GOOD_CHAIN[1], GOOD_CHAIN[0], *GOOD_CHAIN[2:]]],  # reordered
+    [GOOD_CHAIN[:2] + GOOD_CHAIN[1:]],  # a duplicate row
+    [GOOD_CHAIN[:1] + _chain(_note(2), start=Digest.of(b"elsewhere"))],  # a broken link
+    [_chain(_note(1), _note(2, run=CASE.ulid))],  # a second run's record in the page
+    [[GOOD_CHAIN[0], (*GOOD_CHAIN[1][:6], "run_" + CASE.ulid, *GOOD_CHAIN[1][7:])]],
+    [[GOOD_CHAIN[0], (*GOOD_CHAIN[1][:4], "k", b"s", *GOOD_CHAIN[1][6:])]],  # signed, unchecked
+    [[GOOD_CHAIN[0], (*GOOD_CHAIN[1][:4], "k", None, *GOOD_CHAIN[1][6:])]],  # half an attestation
+    [[GOOD_CHAIN[0], (*GOOD_CHAIN[1][:4], None, b"s", *GOOD_CHAIN[1][6:])]],
+    [[GOOD_CHAIN[0], (*GOOD_CHAIN[1][:9], None, *GOOD_CHAIN[1][10:])]],  # effect_key column cleared
+    [[GOOD_CHAIN[0], (*GOOD_CHAIN[1][:8], "Note", *GOOD_CHAIN[1][9:])]],  # kind column edited
+    [[(*GOOD_CHAIN[0][:3], GOOD_CHAIN[0][3] + b" ", *GOOD_CHAIN[0][4:])]],  # bytes edited
+    [_chain(_note(1, x=1e20))],  # stored as 21 digits: read as a double, by the full checks
+    [_chain({**_note(1), "epoch": 1e20})],
+    [_chain(_note(1, step=2**64 - 1))],
+    [_chain(_note(2))],  # a first page that starts at seq 2, linked to nothing before
+    [_chain(_note(1), _note(3))],  # linked, but a seq skipped
+    [_chain(_note(1), _note(1))],  # linked, but a seq repeated
+]
+
+
+@pytest.mark.parametrize("index", range(len(ROW_PAGES)))
+def test_verifys_row_pass_agrees_with_feeding_the_built_records(index: int) -> None:
+    pages = ROW_PAGES[index]
+    reference = _fed(pages)
+    fast = _fast(pages)
+    assert fast is None or fast == reference
+    if index <= 2:  # the good chain, however paged, takes the row pass
+        assert fast == reference and reference[0] == "ok"
+
+
+@pytest.mark.parametrize("index", range(len(_hostile_rows())))
+def test_verifys_row_pass_accepts_no_hostile_row_the_full_checks_refuse(index: int) -> None:
+    row = _hostile_rows()[index]
+    check = RunCheck()
+    check.head, check.last = PREV_BATTERY, row[0] - 1 if type(row[0]) is int else 0
+    done = chain_rows([row], check.head, check.last, {})
+    if done is not None:
+        record = record_from_row(row)  # accepted: the full checks accept it too, same head
+        check.feed([record])
+        assert (done[0], done[1]) == (check.head, check.last)
+
+
+def test_a_signed_check_takes_no_row_pass() -> None:
+    class Nobody:
+        def verify(self, key_id: str, message: bytes, signature: bytes) -> bool:
+            return False
+
+    check = RunCheck(Nobody())
+    assert check.signed
+    with pytest.raises(ValueError, match="needs the records"):
+        check.advance(Digest.ZERO, 0, {})

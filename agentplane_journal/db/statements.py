@@ -344,8 +344,6 @@ _sha256 = hashlib.sha256
 _scan: Callable[[str, int], tuple[Any, int]] = JSON_DECODER.scan_once  # type: ignore[attr-defined]
 _as_zeros = bytes.maketrans(b"123456789:[", b"000000000,,")  # may_hold_long_digits, inlined
 _long_zeros = b"," + b"0" * 20
-#: The members a body may lack; a body holding none of them skips their four checks.
-_OPTIONAL = frozenset(("case", "effect_key", "step", "phase"))
 _new_digest = object.__new__
 _set_digest = Digest.__mro__[1].__dict__["_bytes"].__set__  # the slot Digest._trusted sets
 # Record's slots, set as core/record.py's stored_record sets them (inlined below).
@@ -416,7 +414,14 @@ def _plain_record(row: Any, prev: Digest | None) -> Record | None:
     member = get("v")
     if type(member) is not int or not 0 <= member <= _U16_MAX:
         return None
-    if case_id is None and effect_key is None and _OPTIONAL.isdisjoint(body):
+    if (
+        case_id is None
+        and effect_key is None
+        and "case" not in body
+        and "effect_key" not in body
+        and "step" not in body
+        and "phase" not in body
+    ):
         pass  # none of the optional members, and neither column names one: nothing to check
     elif not _optional_members(raw, body, case_id, effect_key):
         return None
