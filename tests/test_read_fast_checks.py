@@ -257,3 +257,24 @@ def test_a_signed_check_takes_no_row_pass() -> None:
     assert check.signed
     with pytest.raises(ValueError, match="needs the records"):
         check.advance(Digest.ZERO, 0, {})
+
+
+def test_an_advanced_check_carries_the_pages_head_seq_and_starts_on() -> None:
+    rows = _chain(_note(1), _start(2))
+    check = RunCheck()
+    assert not check.signed
+    done = chain_rows(rows, check.head, check.last, check.started)
+    assert done is not None
+    check.advance(*done)
+    reference = RunCheck()
+    reference.feed(records_from_rows(rows))
+    assert (check.head, check.last, check.started) == (
+        reference.head,
+        reference.last,
+        reference.started,
+    )
+    assert check.started == {KEY.hex(): 2}
+    again = records_from_rows(_chain(_start(3), start=check.head))
+    with pytest.raises(CorruptRecordError, match="the first is seq 2"):
+        check.feed(again)  # the start the row pass saw is remembered
+    assert check.finish() == reference.finish()
