@@ -185,7 +185,7 @@ def _fed(pages: list[list[tuple[Any, ...]]]) -> tuple[str, Any]:
 
 def _fast(pages: list[list[tuple[Any, ...]]]) -> tuple[str, Any] | None:
     """chain_rows over the pages, as store.verify takes them; None once it has a doubt."""
-    head, last, started = Digest.ZERO, 0, {}
+    head, last, started = Digest.ZERO, 0, dict[str, int]()
     for rows in pages:
         done = chain_rows(rows, head, last, started)
         if done is None:
