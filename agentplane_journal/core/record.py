@@ -82,21 +82,23 @@ WIRE_DECODER = json.JSONDecoder(parse_constant=_refuse_constant, parse_int=_wire
 LONG_DIGITS = re.compile(r"[:\[,]-?\d{20}")
 
 
-# Digits to "0", ":" and "[" to ",", "-" dropped: LONG_DIGITS's matches become ",0...0".
-_AS_ZEROS = bytes.maketrans(b"123456789:[", b"000000000,,")
-_LONG_ZEROS = b"," + b"0" * 20
+#: :func:`may_hold_long_digits`'s table (digits to ``0``, ``:`` and ``[`` to ``,``; it also
+#: drops ``-``) and what it looks for: :data:`LONG_DIGITS`'s matches become ``,0...0``.
+LONG_DIGITS_TABLE = bytes.maketrans(b"123456789:[", b"000000000,,")
+LONG_DIGITS_MARK = b"," + b"0" * 20
 
 
 def may_hold_long_digits(raw: bytes) -> bool:
     """Whether :data:`LONG_DIGITS` might match ``raw`` (as text): ``False`` only when no
     ``:``, ``[`` or ``,`` is followed by 20 ASCII digits (a ``-`` between them aside).
 
-    Several times cheaper than the regex, and every read asks it of every row: the rare
-    body it says yes to (one with an integer of 20 digits or more, or a string holding such
-    a text) goes to the regex, then to :data:`WIRE_DECODER` if that matches too. (The
+    Several times cheaper than the regex, and every read asks it of every row (the read
+    path's fused check, ``db/statements.py``, inlines it): the rare body it says yes to (one
+    with an integer of 20 digits or more, or a string holding such a text) goes to
+    :meth:`Record.from_stored`, whose regex decides whether :data:`WIRE_DECODER` reads it. (The
     regex's ``\\d`` also matches other scripts' digits, which JSON only has inside
     strings, where either decoder reads them alike.)"""
-    return _LONG_ZEROS in raw.translate(_AS_ZEROS, b"-")
+    return LONG_DIGITS_MARK in raw.translate(LONG_DIGITS_TABLE, b"-")
 
 
 def decode_wire(text: str) -> Any:
@@ -233,7 +235,7 @@ class Record:
                 end = -1
             if end != len(text):
                 body = JSON_DECODER.decode(text)
-            if may_hold_long_digits(raw) and LONG_DIGITS.search(text) is not None:
+            if LONG_DIGITS.search(text) is not None:
                 body = WIRE_DECODER.decode(text)
         except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError included
             raise CorruptRecordError(

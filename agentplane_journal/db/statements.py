@@ -35,6 +35,8 @@ from agentplane_journal.core.checks import MAX_U32 as _U32_MAX
 from agentplane_journal.core.ids import PHASES, Digest, RunId
 from agentplane_journal.core.record import (
     JSON_DECODER,
+    LONG_DIGITS_MARK,
+    LONG_DIGITS_TABLE,
     LOWER_HEX64,
     Attestation,
     Record,
@@ -342,8 +344,8 @@ _sha256 = hashlib.sha256
 # What raw_decode calls, without its Python frame. JSONDecoder.__init__ sets scan_once;
 # typeshed's JSONDecoder does not declare it.
 _scan: Callable[[str, int], tuple[Any, int]] = JSON_DECODER.scan_once  # type: ignore[attr-defined]
-_as_zeros = bytes.maketrans(b"123456789:[", b"000000000,,")  # may_hold_long_digits, inlined
-_long_zeros = b"," + b"0" * 20
+_as_zeros = LONG_DIGITS_TABLE  # may_hold_long_digits, inlined
+_long_zeros = LONG_DIGITS_MARK
 _new_digest = object.__new__
 _set_digest = Digest.__mro__[1].__dict__["_bytes"].__set__  # the slot Digest._trusted sets
 # Record's slots, set as core/record.py's stored_record sets them (inlined below).
