@@ -27,7 +27,7 @@ from test_read_rows import _rows as _hostile_rows
 
 from agentplane_journal.core.chain import RunCheck
 from agentplane_journal.core.ids import CaseId, Digest, EffectKey, RunId
-from agentplane_journal.core.record import LONG_DIGITS, Record, may_hold_long_digits
+from agentplane_journal.core.record import LONG_DIGITS, Record, decode_wire, may_hold_long_digits
 from agentplane_journal.db.row_chain import chain_rows
 from agentplane_journal.db.statements import (
     _checked_record,
@@ -278,3 +278,12 @@ def test_an_advanced_check_carries_the_pages_head_seq_and_starts_on() -> None:
     with pytest.raises(CorruptRecordError, match="the first is seq 2"):
         check.feed(again)  # the start the row pass saw is remembered
     assert check.finish() == reference.finish()
+
+
+def test_the_wire_decoder_keeps_every_64_bit_integer_and_reads_wider_ones_as_doubles() -> None:
+    body = decode_wire(f"[{-(2**63)}, {2**64 - 1}, {2**64}, {-(2**63) - 1}, 1]")
+    assert body == [-(2**63), 2**64 - 1, float(2**64), float(-(2**63) - 1), 1]
+    assert [type(x) for x in body] == [int, int, float, float, int]
+    raw = _canon({**PLAIN, "a": -(2**63), "b": 1e20})  # the 21-digit b sends it to the wire decoder
+    record = record_from_row(_row(raw))
+    assert type(record.body["a"]) is int and type(record.body["b"]) is float
