@@ -153,6 +153,26 @@ class RunCheck:
         check_exactly_once(records, self._started)
         self.head, self.last = head, records[-1].seq
 
+    @property
+    def signed(self) -> bool:
+        """Whether pages are checked against a verifier (then only :meth:`feed` takes them)."""
+        return self._verifier is not None
+
+    @property
+    def started(self) -> dict[str, int]:
+        """The effects started so far (key -> seq), for a pass that checks a page by this
+        class's rules elsewhere (``db/row_chain.py``); not to be changed."""
+        return self._started
+
+    def advance(self, head: Digest, last: int, started: dict[str, int]) -> None:
+        """Take a page that ``db/row_chain.py``'s ``chain_rows`` checked by :meth:`feed`'s
+        rules without building its records: its head, last seq and newly started effects.
+        Unsigned checks only (:attr:`signed` is ``False``): a signature needs the records."""
+        if self._verifier is not None:
+            raise ValueError("a signed check needs the records: feed() them")
+        self._started.update(started)
+        self.head, self.last = head, last
+
     def finish(self, sealed_head: Digest | None = None) -> Digest:
         if sealed_head is not None and sealed_head != self.head:
             raise CorruptRecordError(

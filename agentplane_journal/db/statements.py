@@ -35,12 +35,13 @@ from agentplane_journal.core.checks import MAX_U32 as _U32_MAX
 from agentplane_journal.core.ids import PHASES, Digest, RunId
 from agentplane_journal.core.record import (
     JSON_DECODER,
-    LONG_DIGITS,
+    LONG_DIGITS_MARK,
+    LONG_DIGITS_TABLE,
     LOWER_HEX64,
     Attestation,
     Record,
     is_canonical_ulid,
-    stored_record,
+    stored_attestation,
 )
 from agentplane_journal.db.dialect import Dialect
 from agentplane_journal.db.models import (
@@ -343,9 +344,17 @@ _sha256 = hashlib.sha256
 # What raw_decode calls, without its Python frame. JSONDecoder.__init__ sets scan_once;
 # typeshed's JSONDecoder does not declare it.
 _scan: Callable[[str, int], tuple[Any, int]] = JSON_DECODER.scan_once  # type: ignore[attr-defined]
-_long_digits = LONG_DIGITS.search
+_as_zeros = LONG_DIGITS_TABLE  # may_hold_long_digits, inlined
+_long_zeros = LONG_DIGITS_MARK
 _new_digest = object.__new__
 _set_digest = Digest.__mro__[1].__dict__["_bytes"].__set__  # the slot Digest._trusted sets
+# Record's slots, set as core/record.py's stored_record sets them (inlined below).
+_new_record = object.__new__
+_set_body = Record.__dict__["body"].__set__
+_set_raw = Record.__dict__["raw"].__set__
+_set_prev = Record.__dict__["prev_hash"].__set__
+_set_hash = Record.__dict__["hash"].__set__
+_set_attestation = Record.__dict__["attestation"].__set__
 
 
 def _plain_record(row: Any, prev: Digest | None) -> Record | None:
@@ -379,7 +388,7 @@ def _plain_record(row: Any, prev: Digest | None) -> Record | None:
             return None
         attestation = None
     elif type(key_id) is str and type(signature) is bytes:
-        attestation = Attestation(key_id, signature)
+        attestation = stored_attestation(key_id, signature)
     else:
         return None
     try:
@@ -387,7 +396,7 @@ def _plain_record(row: Any, prev: Digest | None) -> Record | None:
         body, end = _scan(text, 0)
     except Exception:  # StopIteration, JSONDecodeError, UnicodeDecodeError, RecursionError
         return None
-    if end != len(text) or type(body) is not dict or _long_digits(text) is not None:
+    if end != len(text) or type(body) is not dict or _long_zeros in raw.translate(_as_zeros, b"-"):
         return None  # (an integer wider than 64 bits is a double: Record.from_stored reads it)
     get = body.get
     member = get("seq")
@@ -407,28 +416,16 @@ def _plain_record(row: Any, prev: Digest | None) -> Record | None:
     member = get("v")
     if type(member) is not int or not 0 <= member <= _U16_MAX:
         return None
-    member = get("case", _ABSENT)
-    if member is _ABSENT:
-        if case_id is not None:
-            return None
-    elif (
-        type(member) is not str
-        or case_id != "case_" + member
-        or not is_canonical_ulid(member)
-        or member.encode() not in raw
+    if (
+        case_id is None
+        and effect_key is None
+        and "case" not in body
+        and "effect_key" not in body
+        and "step" not in body
+        and "phase" not in body
     ):
-        return None
-    member = get("effect_key", _ABSENT)
-    if member is _ABSENT:
-        if effect_key is not None:
-            return None
-    elif type(member) is not str or member != effect_key or not LOWER_HEX64.fullmatch(member):
-        return None
-    member = get("step", _ABSENT)
-    if member is not _ABSENT and (type(member) is not int or not 0 <= member <= _U32_MAX):
-        return None
-    member = get("phase", _ABSENT)
-    if member is not _ABSENT and member not in PHASES:
+        pass  # none of the optional members, and neither column names one: nothing to check
+    elif not _optional_members(raw, body, case_id, effect_key):
         return None
     # Nesting deeper than MAX_DEPTH + 1 takes that many opening and closing brackets, so
     # a shorter body cannot be too deep; a longer one with many brackets is measured there.
@@ -439,7 +436,41 @@ def _plain_record(row: Any, prev: Digest | None) -> Record | None:
         _set_digest(prev, prev_b)
     hash_ = _new_digest(Digest)
     _set_digest(hash_, hash_b)
-    return stored_record(body, raw, prev, hash_, attestation)
+    record = _new_record(Record)  # stored_record, inlined (every row of every read)
+    _set_body(record, body)
+    _set_raw(record, raw)
+    _set_prev(record, prev)
+    _set_hash(record, hash_)
+    _set_attestation(record, attestation)
+    return record
+
+
+def _optional_members(raw: bytes, body: dict[str, Any], case_id: Any, effect_key: Any) -> bool:
+    """:func:`_plain_record`'s checks of ``case``, ``effect_key``, ``step`` and ``phase``
+    (a body names one of them, or a column does): whether they all pass."""
+    get = body.get
+    member = get("case", _ABSENT)
+    if member is _ABSENT:
+        if case_id is not None:
+            return False
+    elif (
+        type(member) is not str
+        or case_id != "case_" + member
+        or not is_canonical_ulid(member)
+        or member.encode() not in raw
+    ):
+        return False
+    member = get("effect_key", _ABSENT)
+    if member is _ABSENT:
+        if effect_key is not None:
+            return False
+    elif type(member) is not str or member != effect_key or not LOWER_HEX64.fullmatch(member):
+        return False
+    member = get("step", _ABSENT)
+    if member is not _ABSENT and (type(member) is not int or not 0 <= member <= _U32_MAX):
+        return False
+    member = get("phase", _ABSENT)
+    return member is _ABSENT or member in PHASES
 
 
 def _checked_record(row: Any) -> Record:

@@ -28,6 +28,7 @@ from agentplane_journal.core.record import Record
 from agentplane_journal.core.signing import Verifier
 from agentplane_journal.core.values import Head
 from agentplane_journal.db.models import Journal, RunActivity, RunOutcome, RunSeal
+from agentplane_journal.db.row_chain import chain_rows
 from agentplane_journal.db.statements import (
     RECORD_COLUMNS,
     digest,
@@ -90,6 +91,20 @@ def _left(fetch: asyncio.Future[Any] | None) -> None:
         fetch.add_done_callback(_left)
     elif not fetch.cancelled():
         fetch.exception()  # retrieved: never "exception was never retrieved"
+
+
+def _fed(check: RunCheck, rows: list[Any]) -> tuple[int, int]:
+    """``check.feed`` of the page ``rows`` hold; its last seq and stored bytes. Unsigned, the
+    rows are chain-checked without building their records (``db/row_chain.py``), unless
+    that pass has a doubt: then the records are built and fed, for the verdict."""
+    if not check.signed:
+        done = chain_rows(rows, check.head, check.last, check.started)
+        if done is not None:
+            check.advance(*done)
+            return done[1], sum(len(row[3]) for row in rows)
+    page = records_from_rows(rows)
+    check.feed(page)
+    return page[-1].seq, sum(len(r.raw) for r in page)
 
 
 class RunReads(Repository):
@@ -253,7 +268,13 @@ class RunReads(Repository):
             at = page[-1].seq + 1
 
     async def _lean_pages(
-        self, reader: lean.Reader, run: RunId, at: int, size: int, budget: int
+        self,
+        reader: lean.Reader,
+        run: RunId,
+        at: int,
+        size: int,
+        budget: int,
+        check: RunCheck | None = None,
     ) -> AsyncIterator[list[Record]]:
         """:meth:`_pages` by the lean reads, the next page fetched while this one is checked
         (on SQLite the driver's thread reads it meanwhile; on PostgreSQL the server).
@@ -263,6 +284,9 @@ class RunReads(Repository):
         is a next page and where; a fetch they do not confirm is left to finish unread, and
         a row whose seq is not an integer starts nothing. Memory: two pages at most (the
         one checked and the one fetched ahead), each within ``size`` and ``budget``.
+
+        With ``check`` (:meth:`verify`), each page is fed to it instead of yielded
+        (:func:`_fed`: unsigned, without building its records).
         """
         tenant, run_id = self.tenant, str(run)
 
@@ -283,14 +307,18 @@ class RunReads(Repository):
                     or sum(len(r[3]) if type(r[3]) is bytes else budget for r in rows) >= budget
                 ):
                     ahead = fetch(guess + 1)
-                page = records_from_rows(rows)
-                yield page
+                if check is None:
+                    page = records_from_rows(rows)
+                    yield page
+                    last, stored = page[-1].seq, sum(len(r.raw) for r in page)
+                else:
+                    last, stored = _fed(check, rows)
                 # As in _pages: a short page is the run's end unless the budget cut it.
-                if len(page) < size and sum(len(r.raw) for r in page) < budget:
+                if len(rows) < size and stored < budget:
                     return
-                if ahead is None or guess != page[-1].seq:
+                if ahead is None or guess != last:
                     _left(ahead)
-                    ahead = fetch(page[-1].seq + 1)
+                    ahead = fetch(last + 1)
         finally:
             _left(ahead)
 
@@ -456,8 +484,12 @@ class RunReads(Repository):
         else:
             sealed = await self.unit(seal_unit, read_only=True, session=session)
         check = RunCheck(verifier, require_signature)
-        async for page in self._pages(run, 1, STREAM_PAGE, PAGE_BYTES, session):
-            check.feed(page)
+        if reader is not None:
+            async for _ in self._lean_pages(reader, run, 1, STREAM_PAGE, PAGE_BYTES, check):
+                pass  # each page fed to check
+        else:
+            async for page in self._pages(run, 1, STREAM_PAGE, PAGE_BYTES, session):
+                check.feed(page)
         return check.finish(None if sealed is None else digest(sealed, check.last))
 
     # -- indexes -----------------------------------------------------------------------
