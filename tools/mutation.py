@@ -20,10 +20,11 @@ marked slow), bounded by ``budget_seconds``. A survivor fails the run unless:
   longer excuses anything) and the reason it changes no behaviour; or
 * mutmut's change parses to the same code (a literal rewritten as its own value: ``1e16``
   as ``1e16 + 1``, which is ``1e16`` as a double), counted as ``equivalent``; or
-* it only changes the text of an error message (inside a ``raise``, or in a line a
-  verifier appends to its report's ``findings``/``not_checked``: a string literal, an
-  f-string or what it interpolates): what a person reads, never what is accepted or
-  refused. Counted and reported as ``message``.
+* it only changes the text of an error message (inside a ``raise``, in the message an
+  exception class hands ``super().__init__``, or in a line a verifier appends to its
+  report's ``findings``/``not_checked``: a string literal, an f-string or what it
+  interpolates): what a person reads, never what is accepted or refused. Counted and
+  reported as ``message``.
 
 Exit status 0 only when every module ran to its end and every survivor is one of those.
 """
@@ -247,14 +248,30 @@ def _is_report_line(node: ast.AST) -> bool:
     )
 
 
+def _is_error_text(node: ast.AST) -> bool:
+    """``super().__init__(...)``: an exception class passing its message up (the only
+    classes here that hand ``super().__init__`` text)."""
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "__init__"
+        and isinstance(node.func.value, ast.Call)
+        and isinstance(node.func.value.func, ast.Name)
+        and node.func.value.func.id == "super"
+    )
+
+
 def _in_message(node: Any, ancestors: list[ast.AST]) -> bool:
-    """Whether the change is to the text of a message only: inside a ``raise``, or inside
-    the line a verifier appends to its report's ``findings`` or ``not_checked``, a string
-    literal, an f-string, or anything an f-string there interpolates (the type named in
+    """Whether the change is to the text of a message only: inside a ``raise``, inside the
+    message an exception class's ``__init__`` hands ``super().__init__``, or inside the line
+    a verifier appends to its report's ``findings`` or ``not_checked``, a string literal, an
+    f-string, or anything an f-string there interpolates (the type named in
     ``f"not {type(x).__name__}"``). A change to the exception's other arguments (the seq a
-    ``CorruptRecordError`` names), to its class, or to whether a finding is appended at all
-    is not."""
-    if not any(isinstance(n, ast.Raise) or _is_report_line(n) for n in ancestors):
+    ``CorruptRecordError`` names, an attribute it keeps), to its class, or to whether a
+    finding is appended at all is not."""
+    if not any(
+        isinstance(n, ast.Raise) or _is_report_line(n) or _is_error_text(n) for n in ancestors
+    ):
         return False
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
         return True
