@@ -18,6 +18,10 @@ marked slow), bounded by ``budget_seconds``. A survivor fails the run unless:
 * it is listed in ``tools/mutation-equivalents.toml`` with the change it makes (so an entry
   whose mutant now makes another change, because the function was edited, is stale and no
   longer excuses anything) and the reason it changes no behaviour; or
+* it is listed in the same file's ``[[postgresql]]`` entries: a change only PostgreSQL can
+  show (the run mutex a task holds, which SQLite's write lock subsumes), named with the
+  PostgreSQL test that fails on it (run it there: the mutation run is SQLite's). Counted
+  and reported as ``postgresql``; or
 * mutmut's change parses to the same code (a literal rewritten as its own value: ``1e16``
   as ``1e16 + 1``, which is ``1e16`` as a double), counted as ``equivalent``; or
 * it only changes the text of an error message (inside a ``raise``, in the message an
@@ -61,7 +65,7 @@ class Mutant:
     status: str
     change: str = ""  # "old -> new", from the AST (stable text for the equivalents list)
     line: int = 0  # in the real source file
-    verdict: str = ""  # killed | equivalent | message | survived
+    verdict: str = ""  # killed | equivalent | message | postgresql | survived
 
 
 @dataclass
@@ -83,13 +87,16 @@ class ModuleReport:
 
 
 def load_equivalents() -> dict[str, dict[str, str]]:
+    """The reviewed survivors: ``[[equivalent]]`` (no behaviour changes) and ``[[postgresql]]``
+    (a change only PostgreSQL shows, with its ``test``), keyed by mutant, tagged by ``kind``."""
     data = tomllib.loads(EQUIVALENTS.read_text("utf-8"))
     out: dict[str, dict[str, str]] = {}
-    for entry in data.get("equivalent", []):
-        for key in ("mutant", "change", "why"):
-            if not entry.get(key):
-                raise SystemExit(f"{EQUIVALENTS.name}: an entry lacks {key!r}: {entry}")
-        out[entry["mutant"]] = entry
+    for kind, keys in (("equivalent", ()), ("postgresql", ("test",))):
+        for entry in data.get(kind, []):
+            for key in ("mutant", "change", "why", *keys):
+                if not entry.get(key):
+                    raise SystemExit(f"{EQUIVALENTS.name}: an entry lacks {key!r}: {entry}")
+            out[entry["mutant"]] = {**entry, "kind": kind}
     return out
 
 
@@ -341,7 +348,7 @@ def judge(report: ModuleReport, equivalents: dict[str, dict[str, str]]) -> None:
         elif mutant.change == IDENTICAL:
             mutant.verdict = "equivalent"  # the same AST: the same behaviour
         elif entry is not None and entry["change"] == mutant.change:
-            mutant.verdict = "equivalent"
+            mutant.verdict = entry["kind"]  # equivalent, or postgresql
         else:
             if entry is not None:
                 report.stale.append(
@@ -379,7 +386,9 @@ def print_report(report: ModuleReport) -> None:
         state = "INCOMPLETE (budget exceeded)"
     print(
         f"{report.module:14} {total:5} mutants {killed:5} killed {report.count('equivalent'):4} "
-        f"equivalent {report.count('message'):4} message {report.count('survived'):4} survived "
+        f"equivalent {report.count('message'):4} message "
+        + (f"{report.count('postgresql'):4} postgresql " if report.count("postgresql") else "")
+        + f"{report.count('survived'):4} survived "
         f"{report.count('unchecked'):4} unchecked {report.seconds:6.0f}s  {state}"
         + (f"  ({timeouts} of the killed by timeout)" if timeouts else "")
     )
@@ -421,7 +430,10 @@ def main(argv: list[str] | None = None) -> int:
                 "path": r.path,
                 "finished": r.finished,
                 "seconds": round(r.seconds, 1),
-                "counts": {v: r.count(v) for v in ("killed", "equivalent", "message", "survived")},
+                "counts": {
+                    v: r.count(v)
+                    for v in ("killed", "equivalent", "message", "postgresql", "survived")
+                },
                 "survivors": [
                     {"mutant": m.name, "status": m.status, "line": m.line, "change": m.change}
                     for m in r.mutants
