@@ -357,11 +357,13 @@ def judge(report: ModuleReport, equivalents: dict[str, dict[str, str]]) -> None:
             mutant.verdict = "survived"
 
 
-def run_module(module: str, spec: dict[str, Any], run: dict[str, Any], eq: Any) -> ModuleReport:
+def run_module(
+    module: str, spec: dict[str, Any], run: dict[str, Any], eq: Any, only: list[str] | None = None
+) -> ModuleReport:
     report = ModuleReport(module, spec["path"])
     started = time.monotonic()
     scratch = prepare(module, spec, run)
-    names = _patterns(spec)
+    names = only or _patterns(spec)
     budget = float(spec.get("budget_seconds", run["budget_seconds"]))
     report.finished, report.error = run_mutmut(scratch, int(run["max_children"]), budget, names)
     report.seconds = time.monotonic() - started
@@ -407,19 +409,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("modules", nargs="*", help="modules of tools/mutation.toml (all)")
     parser.add_argument("--json", type=Path, help="write the full report here")
     parser.add_argument("--budget", type=float, help="override budget_seconds per module")
+    parser.add_argument("--max-children", type=int, help="override mutmut's workers")
+    parser.add_argument(
+        "--only",
+        nargs="+",
+        metavar="MUTANT",
+        help="re-run only these mutants (mutmut's names or fnmatch patterns), e.g. a module's "
+        "survivors after a test was added; the report counts only them",
+    )
     args = parser.parse_args(argv)
     config = tomllib.loads(CONFIG.read_text("utf-8"))
     modules: dict[str, dict[str, Any]] = config["modules"]
     run = dict(config["run"])
     if args.budget:
         run["budget_seconds"] = args.budget
+    if args.max_children:
+        run["max_children"] = args.max_children
     unknown = [m for m in args.modules if m not in modules]
     if unknown:
         parser.error(f"unknown module(s) {unknown}; tools/mutation.toml has {sorted(modules)}")
     equivalents = load_equivalents()
     reports = []
     for module in args.modules or list(modules):
-        report = run_module(module, modules[module], run, equivalents)
+        report = run_module(module, modules[module], run, equivalents, args.only)
         print_report(report)
         sys.stdout.flush()
         reports.append(report)
