@@ -9,13 +9,14 @@ with the page sizes made small so that every page boundary is crossed.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 from sqlalchemy import text
 
-from agentplane_journal import RunId, SqlJournalStore
+from agentplane_journal import RunId, SqlJournalStore, canonical_bytes
 from agentplane_journal.journal import admission_audit, reads
 
 from support.admissions import admit, admitted_under, sql
@@ -308,3 +309,33 @@ async def test_a_bad_row_is_removed_even_if_rows_sit_under_its_run_id(
     rebuilt = await store.reindex_admissions()
     bad = [(f.key, f.run, f.repaired) for f in rebuilt.findings if f.what == "bad-row"]
     assert bad == [("k", "run_garbage", True)]
+
+
+async def _forged(store: SqlJournalStore, key: object) -> RunId:
+    """A hash-valid seq-1 ``RunAdmitted`` whose key no honest writer writes."""
+    run = RunId.generate()
+    body = {"seq": 1, "run": run.ulid, "epoch": 0, "v": 4, "kind": "RunAdmitted"}
+    raw = canonical_bytes({**body, "capability": "c", "idempotency_key": key})
+    await sql(
+        store,
+        "INSERT INTO journal (tenant, run_id, seq, epoch, kind, prev_hash, hash, raw) "
+        "VALUES (:t, :r, 1, 0, 'RunAdmitted', :p, :h, :raw)",
+        r=str(run),
+        p=bytes(32),
+        h=hashlib.sha256(bytes(32) + raw).digest(),
+        raw=raw,
+    )
+    return run
+
+
+async def test_a_bad_record_or_key_is_named_with_its_run_seq_and_reason(
+    store: SqlJournalStore,
+) -> None:
+    long_blank = " " * 600  # blank, and past 512 bytes: shown cut at 80 characters
+    numbered, blank = await _forged(store, 5), await _forged(store, long_blank)
+    findings = {f.what: f for f in (await store.audit_admissions()).findings}
+    bad_record, bad_key = findings["bad-record"], findings["bad-key"]
+    assert (bad_record.key, bad_record.run, bad_record.seq) == (None, str(numbered), 1)
+    assert "idempotency_key" in bad_record.detail
+    assert (bad_key.key, bad_key.run, bad_key.seq) == (" " * 80, str(blank), 1)
+    assert bad_key.detail and "key" in bad_key.detail

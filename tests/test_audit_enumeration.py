@@ -70,3 +70,26 @@ async def test_audit_runs_reads_in_the_callers_transaction(store: SqlJournalStor
     async with sessions() as session, session.begin():
         await store.append(lease.epoch, [note(run, "uncommitted")], session=session)
         assert await store.audit_runs(session=session) == [str(run)]
+
+
+async def test_text_after_is_checked_naming_it(store: SqlJournalStore) -> None:
+    with pytest.raises(ValueError, match=r"^after "):
+        await store.audit_runs(after="run_\x00")
+
+
+async def test_a_hostile_run_id_sorting_first_is_still_enumerated(
+    make_store: Callable[..., Any], dialect: str
+) -> None:
+    """No ``after`` means from the very first stored id, not from some text that sorts
+    low: a stored run id that is not one (``Mallory`` sorts before ``None``) is listed too."""
+    if dialect != "sqlite":
+        pytest.skip("PostgreSQL's column checks refuse a run id that is not one")
+    store: SqlJournalStore = await make_store()
+    run = await admit(store, None)
+    await sql(
+        store,
+        "INSERT INTO journal (tenant, run_id, seq, epoch, kind, prev_hash, hash, raw) "
+        "VALUES (:t, 'Mallory', 1, 0, 'Note', :z, :z, X'7B7D')",
+        z=bytes(32),
+    )
+    assert await store.audit_runs() == ["Mallory", str(run)]
