@@ -18,12 +18,17 @@ marked slow), bounded by ``budget_seconds``. A survivor fails the run unless:
 * it is listed in ``tools/mutation-equivalents.toml`` with the change it makes (so an entry
   whose mutant now makes another change, because the function was edited, is stale and no
   longer excuses anything) and the reason it changes no behaviour; or
+* it is listed in the same file's ``[[postgresql]]`` entries: a change only PostgreSQL can
+  show (the run mutex a task holds, which SQLite's write lock subsumes), named with the
+  PostgreSQL test that fails on it (run it there: the mutation run is SQLite's). Counted
+  and reported as ``postgresql``; or
 * mutmut's change parses to the same code (a literal rewritten as its own value: ``1e16``
   as ``1e16 + 1``, which is ``1e16`` as a double), counted as ``equivalent``; or
-* it only changes the text of an error message (inside a ``raise``, or in a line a
-  verifier appends to its report's ``findings``/``not_checked``: a string literal, an
-  f-string or what it interpolates): what a person reads, never what is accepted or
-  refused. Counted and reported as ``message``.
+* it only changes the text of an error message (inside a ``raise``, in the message an
+  exception class hands ``super().__init__``, or in a line a verifier appends to its
+  report's ``findings``/``not_checked``: a string literal, an f-string or what it
+  interpolates): what a person reads, never what is accepted or refused. Counted and
+  reported as ``message``.
 
 Exit status 0 only when every module ran to its end and every survivor is one of those.
 """
@@ -60,7 +65,7 @@ class Mutant:
     status: str
     change: str = ""  # "old -> new", from the AST (stable text for the equivalents list)
     line: int = 0  # in the real source file
-    verdict: str = ""  # killed | equivalent | message | survived
+    verdict: str = ""  # killed | equivalent | message | postgresql | survived
 
 
 @dataclass
@@ -82,13 +87,16 @@ class ModuleReport:
 
 
 def load_equivalents() -> dict[str, dict[str, str]]:
+    """The reviewed survivors: ``[[equivalent]]`` (no behaviour changes) and ``[[postgresql]]``
+    (a change only PostgreSQL shows, with its ``test``), keyed by mutant, tagged by ``kind``."""
     data = tomllib.loads(EQUIVALENTS.read_text("utf-8"))
     out: dict[str, dict[str, str]] = {}
-    for entry in data.get("equivalent", []):
-        for key in ("mutant", "change", "why"):
-            if not entry.get(key):
-                raise SystemExit(f"{EQUIVALENTS.name}: an entry lacks {key!r}: {entry}")
-        out[entry["mutant"]] = entry
+    for kind, keys in (("equivalent", ()), ("postgresql", ("test",))):
+        for entry in data.get(kind, []):
+            for key in ("mutant", "change", "why", *keys):
+                if not entry.get(key):
+                    raise SystemExit(f"{EQUIVALENTS.name}: an entry lacks {key!r}: {entry}")
+            out[entry["mutant"]] = {**entry, "kind": kind}
     return out
 
 
@@ -247,14 +255,30 @@ def _is_report_line(node: ast.AST) -> bool:
     )
 
 
+def _is_error_text(node: ast.AST) -> bool:
+    """``super().__init__(...)``: an exception class passing its message up (the only
+    classes here that hand ``super().__init__`` text)."""
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "__init__"
+        and isinstance(node.func.value, ast.Call)
+        and isinstance(node.func.value.func, ast.Name)
+        and node.func.value.func.id == "super"
+    )
+
+
 def _in_message(node: Any, ancestors: list[ast.AST]) -> bool:
-    """Whether the change is to the text of a message only: inside a ``raise``, or inside
-    the line a verifier appends to its report's ``findings`` or ``not_checked``, a string
-    literal, an f-string, or anything an f-string there interpolates (the type named in
+    """Whether the change is to the text of a message only: inside a ``raise``, inside the
+    message an exception class's ``__init__`` hands ``super().__init__``, or inside the line
+    a verifier appends to its report's ``findings`` or ``not_checked``, a string literal, an
+    f-string, or anything an f-string there interpolates (the type named in
     ``f"not {type(x).__name__}"``). A change to the exception's other arguments (the seq a
-    ``CorruptRecordError`` names), to its class, or to whether a finding is appended at all
-    is not."""
-    if not any(isinstance(n, ast.Raise) or _is_report_line(n) for n in ancestors):
+    ``CorruptRecordError`` names, an attribute it keeps), to its class, or to whether a
+    finding is appended at all is not."""
+    if not any(
+        isinstance(n, ast.Raise) or _is_report_line(n) or _is_error_text(n) for n in ancestors
+    ):
         return False
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
         return True
@@ -324,7 +348,7 @@ def judge(report: ModuleReport, equivalents: dict[str, dict[str, str]]) -> None:
         elif mutant.change == IDENTICAL:
             mutant.verdict = "equivalent"  # the same AST: the same behaviour
         elif entry is not None and entry["change"] == mutant.change:
-            mutant.verdict = "equivalent"
+            mutant.verdict = entry["kind"]  # equivalent, or postgresql
         else:
             if entry is not None:
                 report.stale.append(
@@ -333,11 +357,13 @@ def judge(report: ModuleReport, equivalents: dict[str, dict[str, str]]) -> None:
             mutant.verdict = "survived"
 
 
-def run_module(module: str, spec: dict[str, Any], run: dict[str, Any], eq: Any) -> ModuleReport:
+def run_module(
+    module: str, spec: dict[str, Any], run: dict[str, Any], eq: Any, only: list[str] | None = None
+) -> ModuleReport:
     report = ModuleReport(module, spec["path"])
     started = time.monotonic()
     scratch = prepare(module, spec, run)
-    names = _patterns(spec)
+    names = only or _patterns(spec)
     budget = float(spec.get("budget_seconds", run["budget_seconds"]))
     report.finished, report.error = run_mutmut(scratch, int(run["max_children"]), budget, names)
     report.seconds = time.monotonic() - started
@@ -362,7 +388,9 @@ def print_report(report: ModuleReport) -> None:
         state = "INCOMPLETE (budget exceeded)"
     print(
         f"{report.module:14} {total:5} mutants {killed:5} killed {report.count('equivalent'):4} "
-        f"equivalent {report.count('message'):4} message {report.count('survived'):4} survived "
+        f"equivalent {report.count('message'):4} message "
+        + (f"{report.count('postgresql'):4} postgresql " if report.count("postgresql") else "")
+        + f"{report.count('survived'):4} survived "
         f"{report.count('unchecked'):4} unchecked {report.seconds:6.0f}s  {state}"
         + (f"  ({timeouts} of the killed by timeout)" if timeouts else "")
     )
@@ -381,19 +409,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("modules", nargs="*", help="modules of tools/mutation.toml (all)")
     parser.add_argument("--json", type=Path, help="write the full report here")
     parser.add_argument("--budget", type=float, help="override budget_seconds per module")
+    parser.add_argument("--max-children", type=int, help="override mutmut's workers")
+    parser.add_argument(
+        "--only",
+        nargs="+",
+        metavar="MUTANT",
+        help="re-run only these mutants (mutmut's names or fnmatch patterns), e.g. a module's "
+        "survivors after a test was added; the report counts only them",
+    )
     args = parser.parse_args(argv)
     config = tomllib.loads(CONFIG.read_text("utf-8"))
     modules: dict[str, dict[str, Any]] = config["modules"]
     run = dict(config["run"])
     if args.budget:
         run["budget_seconds"] = args.budget
+    if args.max_children:
+        run["max_children"] = args.max_children
     unknown = [m for m in args.modules if m not in modules]
     if unknown:
         parser.error(f"unknown module(s) {unknown}; tools/mutation.toml has {sorted(modules)}")
     equivalents = load_equivalents()
     reports = []
     for module in args.modules or list(modules):
-        report = run_module(module, modules[module], run, equivalents)
+        report = run_module(module, modules[module], run, equivalents, args.only)
         print_report(report)
         sys.stdout.flush()
         reports.append(report)
@@ -404,7 +442,10 @@ def main(argv: list[str] | None = None) -> int:
                 "path": r.path,
                 "finished": r.finished,
                 "seconds": round(r.seconds, 1),
-                "counts": {v: r.count(v) for v in ("killed", "equivalent", "message", "survived")},
+                "counts": {
+                    v: r.count(v)
+                    for v in ("killed", "equivalent", "message", "postgresql", "survived")
+                },
                 "survivors": [
                     {"mutant": m.name, "status": m.status, "line": m.line, "change": m.change}
                     for m in r.mutants
