@@ -47,8 +47,8 @@ if TYPE_CHECKING:
     from sqlalchemy.exc import SQLAlchemyError
 
     from agentplane_journal.cli.db import _target
-    from agentplane_journal.core.note import NoteVerifier
     from agentplane_journal.errors import CorruptLogError, CorruptRecordError, StoreError
+    from agentplane_journal.tlog.note import NoteVerifier
 
 __all__ = ["build_parser", "main"]
 

@@ -14,7 +14,7 @@ The rules are agentplane 0.22's ``export::verify``, restated:
   named, not left to surface as a root mismatch) and the root of the **outside** checkpoint;
 * the file is framed (a trailer) and the trailer's counts hold; an empty block is tampering
   unless the trailer declares the run unreadable;
-* every line is read as a restore reads it (:mod:`.export_read`): an unreadable line stops
+* every line is read as a restore reads it (:mod:`.read`): an unreadable line stops
   the pass with a finding, a run's second block is a finding (each block alone verifies,
   and a restore would replay both), and so is a block neither open nor sealed (an ``index``
   beside a malformed ``seal``);
@@ -33,11 +33,11 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentplane_journal.core import merkle
 from agentplane_journal.core.canon_v1 import CANON_VERSION
-from agentplane_journal.core.checkpoint import Checkpoint
-from agentplane_journal.core.export_body import serde_value
-from agentplane_journal.core.export_lines import (
+from agentplane_journal.core.ids import Digest, RunId
+from agentplane_journal.core.signing import DOMAIN_RECORD, Verifier, signing_hash
+from agentplane_journal.exportfmt.body import serde_value
+from agentplane_journal.exportfmt.lines import (
     CASE_BLOCK,
     FORMAT_VERSION,
     HEADER,
@@ -48,10 +48,10 @@ from agentplane_journal.core.export_lines import (
     parse_digest,
     parse_ulid_run,
 )
-from agentplane_journal.core.export_read import read_line, run_block
-from agentplane_journal.core.ids import Digest, RunId
-from agentplane_journal.core.signing import DOMAIN_RECORD, Verifier, signing_hash
-from agentplane_journal.core.typed_022 import decode_problem, dropped_members
+from agentplane_journal.exportfmt.read import read_line, run_block
+from agentplane_journal.exportfmt.typed_022 import decode_problem, dropped_members
+from agentplane_journal.tlog import merkle
+from agentplane_journal.tlog.checkpoint import Checkpoint
 
 __all__ = ["ExportVerifier", "VerifyReport"]
 
@@ -111,7 +111,7 @@ class _RunPass:
 def _same(a: object, b: object) -> bool:
     """JSON values equal as serde_json's ``Value`` compares them: ints and floats differ,
     and an integer beyond ``u64``/below ``i64`` is the ``f64`` serde_json parses it as (``b``
-    comes from :func:`.export_body.serde_value`, ``a`` from ``json.loads``)."""
+    comes from :func:`.body.serde_value`, ``a`` from ``json.loads``)."""
     # Written as loops (no generators): this runs over every value of every record.
     if type(a) is str:  # the commonest leaf first
         return type(b) is str and a == b
@@ -208,7 +208,7 @@ class ExportVerifier:
         return self.feed_read(read_line(line))
 
     def feed_read(self, value: dict[str, Any] | str | None) -> bool:
-        """Take one line as :func:`~.export_read.read_line` read it (a restore reads each line
+        """Take one line as :func:`~.read.read_line` read it (a restore reads each line
         once for itself and for this pass); ``False`` as :meth:`feed`."""
         if self._stopped:
             return False

@@ -25,14 +25,14 @@ from __future__ import annotations
 import base64
 from collections.abc import Sequence
 
-from agentplane_journal.core.checkpoint import Checkpoint
-from agentplane_journal.core.cosignature import Cosignature, CosignerKey
 from agentplane_journal.core.ids import Digest
 from agentplane_journal.errors import (
     WitnessForkedError,
     WitnessStaleError,
     WitnessUnavailableError,
 )
+from agentplane_journal.tlog.checkpoint import Checkpoint
+from agentplane_journal.tlog.cosignature import Cosignature, CosignerKey
 
 __all__ = [
     "MAX_ANSWER_BYTES",
