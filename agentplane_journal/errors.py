@@ -30,6 +30,17 @@ from agentplane_journal.core.error_groups import (
     UnavailableError,
 )
 from agentplane_journal.core.ids import EffectKey, RunId
+from agentplane_journal.core.wire_errors import (
+    CorruptRecordError,
+    FencedError,
+    RecordTooLargeError,
+)
+from agentplane_journal.tlog.witness_protocol import (
+    WitnessError,
+    WitnessForkedError,
+    WitnessStaleError,
+    WitnessUnavailableError,
+)
 
 __all__ = [
     "AppendConflictError",
@@ -59,6 +70,10 @@ __all__ = [
     "SecretUnavailableError",
     "StoreError",
     "TransactionEndedError",
+    "WitnessError",
+    "WitnessForkedError",
+    "WitnessStaleError",
+    "WitnessUnavailableError",
 ]
 
 
@@ -103,19 +118,6 @@ def database_of(store: object) -> Database | None:
     """A store's :class:`Database` for advice (a SQL store's ``database``), else ``None``."""
     found = getattr(store, "database", None)
     return found if isinstance(found, Database) else None
-
-
-class FencedError(ConflictError):
-    """A writer's epoch is not the run's current lease epoch: it was displaced."""
-
-    def __init__(self, run: RunId, held: int, current: int) -> None:
-        self.run = _run(run)
-        self.held = held
-        self.current = current
-        super().__init__(
-            f"fenced at run {self.run}: held epoch {held}, store is at {current}; "
-            "this writer was displaced and must stop working on the run"
-        )
 
 
 class LeaseHeldError(ConflictError):
@@ -219,27 +221,6 @@ class RunSealedError(ConflictError):
         super().__init__(
             f"run {self.run} is sealed as {outcome!r}; a sealed journal accepts no appends"
         )
-
-
-class RecordTooLargeError(RefusedError):
-    """A record body's canonical bytes exceed the limit; nothing of its batch was written."""
-
-    def __init__(self, size: int, limit: int) -> None:
-        self.size = size
-        self.limit = limit
-        super().__init__(
-            f"record body is {size} bytes, over the {limit}-byte limit; store large "
-            "payloads elsewhere and journal a reference to them"
-        )
-
-
-class CorruptRecordError(CorruptionError):
-    """A stored record does not verify: edited bytes, a gap, a broken link or a bad signature."""
-
-    def __init__(self, seq: int, detail: str) -> None:
-        self.seq = seq
-        self.detail = detail
-        super().__init__(f"corrupt record at seq {seq}: {detail}")
 
 
 class CorruptLogError(CorruptionError):
@@ -759,45 +740,3 @@ class WorkflowDivergedError(StepError, ConflictError):
             "Resume it with the code it started with (keep workflows deterministic between "
             "effects), or conclude it by hand"
         )
-
-
-class WitnessError(StoreError):
-    """A witness did not cosign a checkpoint (c2sp.org/tlog-witness). ``witness`` names it.
-
-    Three kinds, because they ask for three different reactions: :class:`WitnessStaleError`
-    (routine: the witness is at another size, retry from there), :class:`WitnessForkedError`
-    (an integrity alarm: the witness holds a view this log is not consistent with) and
-    :class:`WitnessUnavailableError` (the witness could not be asked or answered nonsense).
-    """
-
-    def __init__(self, witness: str, message: str) -> None:
-        super().__init__(f"witness {witness}: {message}")
-        self.witness = witness
-
-
-class WitnessStaleError(WitnessError, ConflictError):
-    """409: the old size sent is not the witness's; ``witness_size`` is the size it holds.
-
-    Not a fork: another submitter (or an earlier run of this one) moved the witness on. The
-    client retries once from that size; only a size larger than this log is alarming, and
-    that is reported as :class:`WitnessForkedError`.
-    """
-
-    def __init__(self, witness: str, witness_size: int) -> None:
-        super().__init__(
-            witness, f"it last cosigned size {witness_size}, not the old size sent (409)"
-        )
-        self.witness_size = witness_size
-
-
-class WitnessForkedError(WitnessError, CorruptionError):
-    """The witness refused the checkpoint as inconsistent with what it saw (422), or it saw
-    a larger tree than this log has. Either this log forked or shrank, or someone showed the
-    witness another log under this origin and key: a split view. Investigate before anything
-    else; re-submitting cannot fix it."""
-
-
-class WitnessUnavailableError(WitnessError, UnavailableError):
-    """The witness could not be asked, or its answer was not a protocol answer (a timeout, a
-    404 for an origin it does not know, a 403 for a log key it does not trust, a 200 without
-    a valid cosignature from its key). Nothing is known about the log from it."""
