@@ -17,13 +17,6 @@ if TYPE_CHECKING:
     from agentplane_journal.core.canon import canonical_bytes
     from agentplane_journal.core.canon_v1 import canonical_bytes_rfc8785, canonical_bytes_v1
     from agentplane_journal.core.chain import verify_attested, verify_chain
-    from agentplane_journal.core.checkpoint import (
-        Checkpoint,
-        Inclusion,
-        IncoherentCheckpointError,
-    )
-    from agentplane_journal.core.cosignature import Cosignature, Cosigner, CosignerKey
-    from agentplane_journal.core.export_verify import ExportVerifier, VerifyReport
     from agentplane_journal.core.ids import (
         DEFAULT_TENANT,
         CaseId,
@@ -32,30 +25,7 @@ if TYPE_CHECKING:
         RunId,
         validate_tenant,
     )
-    from agentplane_journal.core.merkle import (
-        consistency_proof,
-        inclusion_proof,
-        leaf_hash,
-        root,
-        verify_consistency,
-        verify_inclusion,
-    )
-    from agentplane_journal.core.note import (
-        NoteSigner,
-        NoteVerificationError,
-        NoteVerifier,
-        OpenedNote,
-        open_note,
-        sign_note,
-    )
-    from agentplane_journal.core.policy import Policy, parse_policy
     from agentplane_journal.core.profile import AGENTPLANE_0_4, AGENTPLANE_0_22, WireProfile
-    from agentplane_journal.core.receipt import (
-        Receipt,
-        ReceiptReport,
-        parse_receipt,
-        verify_receipt,
-    )
     from agentplane_journal.core.record import MAX_RECORD_BYTES, Attestation, Record
     from agentplane_journal.core.signing import (
         DOMAIN_RECORD,
@@ -114,6 +84,7 @@ if TYPE_CHECKING:
         WorkflowDivergedError,
         WorkflowNotRegisteredError,
     )
+    from agentplane_journal.exportfmt.verify import ExportVerifier, VerifyReport
     from agentplane_journal.journal.cosignatures import CosignatureRead
     from agentplane_journal.journal.export import write_export
     from agentplane_journal.journal.restore import (
@@ -142,6 +113,35 @@ if TYPE_CHECKING:
         Unknown,
     )
     from agentplane_journal.steps.workflow import Workflow
+    from agentplane_journal.tlog.checkpoint import (
+        Checkpoint,
+        Inclusion,
+        IncoherentCheckpointError,
+    )
+    from agentplane_journal.tlog.cosignature import Cosignature, Cosigner, CosignerKey
+    from agentplane_journal.tlog.merkle import (
+        consistency_proof,
+        inclusion_proof,
+        leaf_hash,
+        root,
+        verify_consistency,
+        verify_inclusion,
+    )
+    from agentplane_journal.tlog.note import (
+        NoteSigner,
+        NoteVerificationError,
+        NoteVerifier,
+        OpenedNote,
+        open_note,
+        sign_note,
+    )
+    from agentplane_journal.tlog.policy import Policy, parse_policy
+    from agentplane_journal.tlog.receipt import (
+        Receipt,
+        ReceiptReport,
+        parse_receipt,
+        verify_receipt,
+    )
 
 # Every public name, and the module that defines it. Imported on first use (PEP 562), so
 # `import agentplane_journal.cli.main` for `agentplane-journal --help` does not pay for
@@ -149,9 +149,9 @@ if TYPE_CHECKING:
 _EXPORTS = {
     "Append": "core.append",
     "canonical_bytes": "core.canon",
-    "Checkpoint": "core.checkpoint",
-    "Inclusion": "core.checkpoint",
-    "IncoherentCheckpointError": "core.checkpoint",
+    "Checkpoint": "tlog.checkpoint",
+    "Inclusion": "tlog.checkpoint",
+    "IncoherentCheckpointError": "tlog.checkpoint",
     "WRITE_TRANSACTION": "db.dialect",
     "begin_write": "db.dialect",
     "configure_engine": "db.dialect",
@@ -187,21 +187,21 @@ _EXPORTS = {
     "EffectKey": "core.ids",
     "RunId": "core.ids",
     "validate_tenant": "core.ids",
-    "consistency_proof": "core.merkle",
-    "inclusion_proof": "core.merkle",
-    "leaf_hash": "core.merkle",
-    "root": "core.merkle",
-    "verify_consistency": "core.merkle",
-    "verify_inclusion": "core.merkle",
+    "consistency_proof": "tlog.merkle",
+    "inclusion_proof": "tlog.merkle",
+    "leaf_hash": "tlog.merkle",
+    "root": "tlog.merkle",
+    "verify_consistency": "tlog.merkle",
+    "verify_inclusion": "tlog.merkle",
     "HEAD_REVISION": "db.revision",
     "current_revision": "migrations.commands",
     "upgrade": "migrations.commands",
-    "NoteSigner": "core.note",
-    "NoteVerificationError": "core.note",
-    "NoteVerifier": "core.note",
-    "OpenedNote": "core.note",
-    "open_note": "core.note",
-    "sign_note": "core.note",
+    "NoteSigner": "tlog.note",
+    "NoteVerificationError": "tlog.note",
+    "NoteVerifier": "tlog.note",
+    "OpenedNote": "tlog.note",
+    "open_note": "tlog.note",
+    "sign_note": "tlog.note",
     "PushAuthentication": "push.values",
     "PushConfig": "push.values",
     "PushListing": "push.rows",
@@ -261,22 +261,22 @@ _EXPORTS = {
     "RunCancelledError": "errors",
     "WorkflowNotRegisteredError": "errors",
     "WorkflowDivergedError": "errors",
-    "Cosignature": "core.cosignature",
-    "Cosigner": "core.cosignature",
-    "CosignerKey": "core.cosignature",
-    "Policy": "core.policy",
-    "parse_policy": "core.policy",
-    "Receipt": "core.receipt",
-    "ReceiptReport": "core.receipt",
-    "parse_receipt": "core.receipt",
-    "verify_receipt": "core.receipt",
+    "Cosignature": "tlog.cosignature",
+    "Cosigner": "tlog.cosignature",
+    "CosignerKey": "tlog.cosignature",
+    "Policy": "tlog.policy",
+    "parse_policy": "tlog.policy",
+    "Receipt": "tlog.receipt",
+    "ReceiptReport": "tlog.receipt",
+    "parse_receipt": "tlog.receipt",
+    "verify_receipt": "tlog.receipt",
     "CosignatureRead": "journal.cosignatures",
     "WitnessError": "errors",
     "WitnessForkedError": "errors",
     "WitnessStaleError": "errors",
     "WitnessUnavailableError": "errors",
-    "ExportVerifier": "core.export_verify",
-    "VerifyReport": "core.export_verify",
+    "ExportVerifier": "exportfmt.verify",
+    "VerifyReport": "exportfmt.verify",
     "write_export": "journal.export",
     "RestoreRefused": "journal.restore",
     "RestoreReport": "journal.restore",

@@ -19,12 +19,12 @@ from typing import Protocol, runtime_checkable
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from agentplane_journal.core.append import Append
-from agentplane_journal.core.checkpoint import Checkpoint, Inclusion
 from agentplane_journal.core.ids import CaseId, Digest, RunId
 from agentplane_journal.core.record import Record
 from agentplane_journal.core.signing import Verifier
 from agentplane_journal.core.values import Cancellation, Head, Lease
 from agentplane_journal.push.values import PushConfig, PushRegistration
+from agentplane_journal.tlog.checkpoint import Checkpoint, Inclusion
 
 __all__ = ["JournalStore", "PushStore"]
 

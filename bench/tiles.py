@@ -32,7 +32,7 @@ from log import grow
 
 from agentplane_journal import NoteSigner, RunId, SqlJournalStore
 from agentplane_journal.cli.tiles import export_tiles
-from agentplane_journal.core.tiles import new_tiles, tiles_for_size
+from agentplane_journal.tlog.tiles import new_tiles, tiles_for_size
 
 ROOT = Path(__file__).resolve().parent.parent
 

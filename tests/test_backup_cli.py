@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from agentplane_journal import RunId, SqlJournalStore
-from agentplane_journal.core.checkpoint import Checkpoint
-from agentplane_journal.core.note import NoteSigner
 from agentplane_journal.core.signing import Ed25519Signer
+from agentplane_journal.tlog.checkpoint import Checkpoint
+from agentplane_journal.tlog.note import NoteSigner
 
 from support.cli import CliResult
 from support.helpers import admitted, note

@@ -23,14 +23,14 @@ from typing import Any
 import pytest
 
 from agentplane_journal import RunId, SqlJournalStore
-from agentplane_journal.core.backup_manifest import ManifestError, parse_manifest
-from agentplane_journal.core.checkpoint import Checkpoint
+from agentplane_journal.exportfmt.backup_manifest import ManifestError, parse_manifest
 from agentplane_journal.migrations.scratch import (
     DRILL_APPLICATION_ID,
     SCHEMA_COMMENT,
     SCHEMA_PREFIX,
     leftover_schemas,
 )
+from agentplane_journal.tlog.checkpoint import Checkpoint
 
 from support.cli import CliResult
 

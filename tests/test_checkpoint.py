@@ -6,9 +6,9 @@ import base64
 
 import pytest
 
-from agentplane_journal.core.checkpoint import Checkpoint, Inclusion, IncoherentCheckpointError
 from agentplane_journal.core.ids import Digest
-from agentplane_journal.core.merkle import (
+from agentplane_journal.tlog.checkpoint import Checkpoint, Inclusion, IncoherentCheckpointError
+from agentplane_journal.tlog.merkle import (
     EMPTY_ROOT,
     inclusion_proof,
     leaf_hash,

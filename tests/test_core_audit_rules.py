@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import pytest
 
-from agentplane_journal.core import tree
 from agentplane_journal.journal.admission_audit import _row_problem, _show
 from agentplane_journal.journal.log_audit import (
     MAX_LOG_INDEX,
@@ -21,6 +20,7 @@ from agentplane_journal.journal.log_audit import (
     _good_index,
     _seal_problem,
 )
+from agentplane_journal.tlog import tree
 
 HEAD = bytes(range(32))
 

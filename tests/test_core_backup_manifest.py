@@ -1,4 +1,4 @@
-"""A whole-database backup's manifest (core/backup_manifest.py), read as hostile input: each
+"""A whole-database backup's manifest (exportfmt/backup_manifest.py), read as hostile input: each
 rule held by a test that fails without it.
 
 Written against the mutants that survived tests/test_backup_database.py (tools/mutation.py
@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from agentplane_journal.core.backup_manifest import (
+from agentplane_journal.exportfmt.backup_manifest import (
     MANIFEST,
     Manifest,
     ManifestError,

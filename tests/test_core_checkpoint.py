@@ -1,4 +1,4 @@
-"""Checkpoint notes' rules, each held by a test that fails without it (core/checkpoint.py;
+"""Checkpoint notes' rules, each held by a test that fails without it (tlog/checkpoint.py;
 the round trips and the 0.4.0 empty note are in tests/test_checkpoint.py).
 
 Written against the mutants that survived the older tests (tools/mutation.py).
@@ -10,10 +10,10 @@ import base64
 
 import pytest
 
-from agentplane_journal.core.checkpoint import Checkpoint, Inclusion
 from agentplane_journal.core.ids import Digest
-from agentplane_journal.core.merkle import EMPTY_ROOT
-from agentplane_journal.core.note import NoteSigner, sign_note
+from agentplane_journal.tlog.checkpoint import Checkpoint, Inclusion
+from agentplane_journal.tlog.merkle import EMPTY_ROOT
+from agentplane_journal.tlog.note import NoteSigner, sign_note
 
 ROOT = Digest.of(b"root")
 ROOT64 = base64.b64encode(bytes(ROOT)).decode()

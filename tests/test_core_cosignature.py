@@ -1,5 +1,5 @@
 """Cosignatures' rules (c2sp.org/tlog-cosignature), each held by a test that fails without it
-(core/cosignature.py; witness rounds against a store are in tests/test_witness.py).
+(tlog/cosignature.py; witness rounds against a store are in tests/test_witness.py).
 
 Written against the mutants that survived (tools/mutation.py cosignature).
 """
@@ -15,7 +15,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from agentplane_journal.core.cosignature import (
+from agentplane_journal.tlog.cosignature import (
     COSIGNATURE_TYPE,
     MAX_TIMESTAMP,
     Cosignature,

@@ -2,8 +2,8 @@
 shape it must not call tampered, on files built in memory with the package's own writers.
 
 No database: the runs are sealed with :meth:`Record.seal` (the agentplane-0.22 profile), the
-lines written with :mod:`agentplane_journal.core.export_lines`, the checkpoint rebuilt with
-:mod:`agentplane_journal.core.merkle`. Only the public entry points are used
+lines written with :mod:`agentplane_journal.exportfmt.lines`, the checkpoint rebuilt with
+:mod:`agentplane_journal.tlog.merkle`. Only the public entry points are used
 (:class:`ExportVerifier`'s ``feed``/``feed_read``/``finish`` and the :class:`VerifyReport`),
 and each tamper is held to the finding that names it, so the checks survive a rewrite of
 the verifier's internals. ``tools/mutation.py export_verify`` runs these against every
@@ -20,9 +20,10 @@ from typing import Any
 import pytest
 
 from agentplane_journal import AGENTPLANE_0_22, RunId
-from agentplane_journal.core import merkle
-from agentplane_journal.core.checkpoint import Checkpoint
-from agentplane_journal.core.export_lines import (
+from agentplane_journal.core.ids import Digest
+from agentplane_journal.core.record import Record, stored_record
+from agentplane_journal.core.signing import Ed25519Signer, Ed25519Verifier
+from agentplane_journal.exportfmt.lines import (
     IMPLEMENTED_CANONS,
     Trailer,
     Unreadable,
@@ -31,10 +32,9 @@ from agentplane_journal.core.export_lines import (
     run_line,
     trailer_line,
 )
-from agentplane_journal.core.export_verify import ExportVerifier, VerifyReport
-from agentplane_journal.core.ids import Digest
-from agentplane_journal.core.record import Record, stored_record
-from agentplane_journal.core.signing import Ed25519Signer, Ed25519Verifier
+from agentplane_journal.exportfmt.verify import ExportVerifier, VerifyReport
+from agentplane_journal.tlog import merkle
+from agentplane_journal.tlog.checkpoint import Checkpoint
 
 P = AGENTPLANE_0_22
 SIGNER = Ed25519Signer("w", bytes(range(32)))

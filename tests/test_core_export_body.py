@@ -2,7 +2,7 @@
 a struct member may not have, and wire bytes no record has.
 
 tests/test_export_bytes.py holds every record kind against agentplane 0.22's own text; these
-hold the rest of :mod:`agentplane_journal.core.export_body` (``tools/mutation.py
+hold the rest of :mod:`agentplane_journal.exportfmt.body` (``tools/mutation.py
 export_body`` runs both against each of its mutants).
 """
 
@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from agentplane_journal.core.export_body import (
+from agentplane_journal.exportfmt.body import (
     NESTED_MEMBERS,
     TOP_MEMBERS,
     VARIANT_MEMBERS,

@@ -3,7 +3,7 @@ what a reader refuses to take for a checkpoint, a digest or a run id (restore an
 verify-export read them through these functions, so a value taken here is acted on).
 
 ``tools/mutation.py export_lines`` runs these (with tests/test_export_bytes.py's golden
-lines) against every mutant of :mod:`agentplane_journal.core.export_lines`.
+lines) against every mutant of :mod:`agentplane_journal.exportfmt.lines`.
 """
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ import json
 import pytest
 
 from agentplane_journal import AGENTPLANE_0_22, RunId
-from agentplane_journal.core.checkpoint import Checkpoint
-from agentplane_journal.core.export_lines import (
+from agentplane_journal.core.ids import Digest
+from agentplane_journal.core.record import Attestation, Record, stored_record
+from agentplane_journal.exportfmt.lines import (
     CANON_BY_PROFILE,
     IMPLEMENTED_CANONS,
     PROFILE_BY_CANON,
@@ -31,8 +32,7 @@ from agentplane_journal.core.export_lines import (
     run_line,
     trailer_line,
 )
-from agentplane_journal.core.ids import Digest
-from agentplane_journal.core.record import Attestation, Record, stored_record
+from agentplane_journal.tlog.checkpoint import Checkpoint
 
 ULID = "01HZY5V7Q3T8R2M6K4N9P0W1XA"
 RUN = RunId.parse(ULID)

@@ -1,5 +1,5 @@
 """The Merkle log's argument checks, each held by a test that fails without it
-(core/merkle.py; the RFC known answers and proof properties are in tests/test_merkle.py).
+(tlog/merkle.py; the RFC known answers and proof properties are in tests/test_merkle.py).
 
 Written against the mutants that survived the older tests (tools/mutation.py).
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from agentplane_journal.core.ids import Digest
-from agentplane_journal.core.merkle import (
+from agentplane_journal.tlog.merkle import (
     consistency_proof,
     inclusion_proof,
     leaf_hash,

@@ -1,4 +1,4 @@
-"""Signed notes' rules, each held by a test that fails without it (core/note.py; the spec's
+"""Signed notes' rules, each held by a test that fails without it (tlog/note.py; the spec's
 and Go's known answers are in tests/test_note.py).
 
 Written against the mutants that survived the older tests (tools/mutation.py).
@@ -10,7 +10,7 @@ import base64
 
 import pytest
 
-from agentplane_journal.core.note import (
+from agentplane_journal.tlog.note import (
     MAX_SIGNATURES,
     NoteSigner,
     NoteVerificationError,

@@ -1,5 +1,5 @@
 """Witness policies' rules (c2sp.org/tlog-policy), each held by a test that fails without it
-(core/policy.py; the policies witness rounds use are in tests/test_witness.py).
+(tlog/policy.py; the policies witness rounds use are in tests/test_witness.py).
 
 Written against the mutants that survived (tools/mutation.py policy).
 """
@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from agentplane_journal.core.cosignature import Cosigner
-from agentplane_journal.core.note import NoteSigner
-from agentplane_journal.core.policy import Policy, PolicyWitness, parse_policy
+from agentplane_journal.tlog.cosignature import Cosigner
+from agentplane_journal.tlog.note import NoteSigner
+from agentplane_journal.tlog.policy import Policy, PolicyWitness, parse_policy
 
 LOG = NoteSigner("log.example/a", bytes(range(32)))
 LOG2 = NoteSigner("log.example/b", bytes(range(4, 36)))

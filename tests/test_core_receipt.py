@@ -1,4 +1,4 @@
-"""Receipts' rules, each held by a test that fails without it (core/receipt.py; the receipt a
+"""Receipts' rules, each held by a test that fails without it (tlog/receipt.py; the receipt a
 sealed run gets from a store is in tests/test_witness.py and tests/test_receipt_run.py).
 
 Written against the mutants that survived (tools/mutation.py receipt). Pure: the log is a
@@ -12,13 +12,13 @@ import json
 
 import pytest
 
-from agentplane_journal.core.checkpoint import Checkpoint
-from agentplane_journal.core.cosignature import Cosigner
 from agentplane_journal.core.ids import Digest
-from agentplane_journal.core.merkle import inclusion_proof, leaf_hash, root
-from agentplane_journal.core.note import NoteSigner
-from agentplane_journal.core.policy import Policy, parse_policy
-from agentplane_journal.core.receipt import (
+from agentplane_journal.tlog.checkpoint import Checkpoint
+from agentplane_journal.tlog.cosignature import Cosigner
+from agentplane_journal.tlog.merkle import inclusion_proof, leaf_hash, root
+from agentplane_journal.tlog.note import NoteSigner
+from agentplane_journal.tlog.policy import Policy, parse_policy
+from agentplane_journal.tlog.receipt import (
     HEADER,
     Receipt,
     ReceiptReport,

@@ -1,4 +1,4 @@
-"""tlog-tiles arithmetic (core/tiles.py) without a database: the spec's examples, the one
+"""tlog-tiles arithmetic (tlog/tiles.py) without a database: the spec's examples, the one
 spelling of a path, the tiles an export adds, entry bundles.
 
 The fast tests of the module (tools/mutation.py runs these against its mutants; the
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentplane_journal.core.tiles import (
+from agentplane_journal.tlog.tiles import (
     MAX_TILE_LEVEL,
     TILE_WIDTH,
     Tile,

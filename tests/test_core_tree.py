@@ -1,5 +1,5 @@
 """The stored tree's arithmetic, small and fast: each rule held by a test that fails without it
-(core/tree.py; tests/test_tree.py checks every log up to 130 leaves against merkle).
+(tlog/tree.py; tests/test_tree.py checks every log up to 130 leaves against merkle).
 
 Written against the mutants that survived (tools/mutation.py tree); kept to logs of at most
 33 leaves so that every mutant runs in well under a second.
@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import pytest
 
-from agentplane_journal.core import merkle
 from agentplane_journal.core.ids import Digest
-from agentplane_journal.core.tree import (
+from agentplane_journal.tlog import merkle
+from agentplane_journal.tlog.tree import (
     MissingNodeError,
     Node,
     TreeBuilder,

@@ -1,4 +1,4 @@
-"""The tlog-witness add-checkpoint exchange as data (core/witness_protocol.py): the request
+"""The tlog-witness add-checkpoint exchange as data (tlog/witness_protocol.py): the request
 body and what each answer means, each rule held by a test that fails without it.
 
 Written against the mutants that survived tests/test_witness.py (tools/mutation.py
@@ -11,19 +11,19 @@ import base64
 
 import pytest
 
-from agentplane_journal.core.checkpoint import Checkpoint
-from agentplane_journal.core.cosignature import Cosignature, Cosigner
 from agentplane_journal.core.ids import Digest
-from agentplane_journal.core.witness_protocol import (
-    MAX_PROOF_LINES,
-    UINT64_MAX,
-    add_checkpoint_body,
-    read_answer,
-)
 from agentplane_journal.errors import (
     WitnessForkedError,
     WitnessStaleError,
     WitnessUnavailableError,
+)
+from agentplane_journal.tlog.checkpoint import Checkpoint
+from agentplane_journal.tlog.cosignature import Cosignature, Cosigner
+from agentplane_journal.tlog.witness_protocol import (
+    MAX_PROOF_LINES,
+    UINT64_MAX,
+    add_checkpoint_body,
+    read_answer,
 )
 
 W1 = Cosigner("witness.example/w1", bytes(range(1, 33)))

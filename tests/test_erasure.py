@@ -14,11 +14,10 @@ import pytest
 from sqlalchemy import text
 
 from agentplane_journal import CaseId, RunId, SqlJournalStore
-from agentplane_journal.core.export_verify import ExportVerifier
-from agentplane_journal.core.merkle import verify_consistency
 from agentplane_journal.core.sealed import Erased, is_sealed, is_sealed_text
-from agentplane_journal.core.typed_022 import decode_problem
 from agentplane_journal.errors import DuplicateEffectError
+from agentplane_journal.exportfmt.typed_022 import decode_problem
+from agentplane_journal.exportfmt.verify import ExportVerifier
 from agentplane_journal.journal.restore import restore_export
 from agentplane_journal.keyring import (
     EnvKeySource,
@@ -29,6 +28,7 @@ from agentplane_journal.keyring import (
     SealedJournal,
 )
 from agentplane_journal.keyring.journal import journaled_erasures
+from agentplane_journal.tlog.merkle import verify_consistency
 
 from support.databases import run_blocking
 from support.interop22_journals import export

@@ -19,9 +19,11 @@ from typing import Any
 import pytest
 
 from agentplane_journal import AGENTPLANE_0_4, AGENTPLANE_0_22, RunId
-from agentplane_journal.core.checkpoint import Checkpoint
-from agentplane_journal.core.export_body import body_text, serde_value
-from agentplane_journal.core.export_lines import (
+from agentplane_journal.core.ids import Digest
+from agentplane_journal.core.profile import WireProfile
+from agentplane_journal.core.record import Attestation, Record, stored_record
+from agentplane_journal.exportfmt.body import body_text, serde_value
+from agentplane_journal.exportfmt.lines import (
     Trailer,
     Unreadable,
     header_line,
@@ -29,11 +31,9 @@ from agentplane_journal.core.export_lines import (
     run_line,
     trailer_line,
 )
-from agentplane_journal.core.export_verify import ExportVerifier
-from agentplane_journal.core.ids import Digest
-from agentplane_journal.core.profile import WireProfile
-from agentplane_journal.core.record import Attestation, Record, stored_record
+from agentplane_journal.exportfmt.verify import ExportVerifier
 from agentplane_journal.journal.export import write_export
+from agentplane_journal.tlog.checkpoint import Checkpoint
 
 R = "01HZY5V7Q3T8R2M6K4N9P0W1XB"
 C = "01HZY5V7Q3T8R2M6K4N9P0W1XC"
@@ -232,7 +232,7 @@ def test_every_kind_is_written_in_its_declaration_order(
 
 
 def test_every_0_22_kind_has_a_golden_line() -> None:
-    from agentplane_journal.core.export_body import VARIANT_MEMBERS
+    from agentplane_journal.exportfmt.body import VARIANT_MEMBERS
 
     assert [k for k, _, _ in KINDS] == list(VARIANT_MEMBERS)
 
@@ -419,7 +419,7 @@ def test_the_fast_writer_agrees_with_the_exact_one(profile: WireProfile) -> None
     for every float it is given: doubles across the whole exponent range, both profiles."""
     import random
 
-    from agentplane_journal.core import export_body
+    from agentplane_journal.exportfmt import body as export_body
 
     rng = random.Random(22)
     floats = [rng.uniform(1, 10) * 10.0 ** rng.randint(-3, 300) for _ in range(400)]

@@ -1,6 +1,6 @@
 """The faster parses of export, verify-export and restore read exactly what the exact ones read.
 
-``serde_value`` and ``body_text`` (core/export_body.py) read through a decoder built once,
+``serde_value`` and ``body_text`` (exportfmt/body.py) read through a decoder built once,
 ``body_text`` takes the C writer unless a float below ``1e-4`` may be present, and
 ``jsonload.decode`` calls the C scanner straight: each is held here to its exact reference
 on texts built to sit on those edges, types included (``1`` is not ``1.0``, ``0`` is not
@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 
 from agentplane_journal.core import jsonload
-from agentplane_journal.core.export_body import (
+from agentplane_journal.core.record import decode_wire
+from agentplane_journal.exportfmt.body import (
     _as_f64,
     _refuse_constant,
     _reordered,
@@ -25,7 +26,6 @@ from agentplane_journal.core.export_body import (
     body_text,
     serde_value,
 )
-from agentplane_journal.core.record import decode_wire
 from agentplane_journal.journal.restore import _wire
 
 EDGES = [

@@ -19,12 +19,12 @@ from typing import Any
 import pytest
 
 from agentplane_journal import AGENTPLANE_0_22, RunId, SqlJournalStore
-from agentplane_journal.core import merkle
-from agentplane_journal.core.export_lines import canon_for_profile
 from agentplane_journal.core.ids import Digest
 from agentplane_journal.errors import DuplicateEffectError
+from agentplane_journal.exportfmt.lines import canon_for_profile
 from agentplane_journal.journal import restore as restore_mod
 from agentplane_journal.journal.restore import RestoreRefused, restore_export
+from agentplane_journal.tlog import merkle
 
 from support.exports import (
     RUNS,

@@ -22,23 +22,23 @@ import pytest
 
 from agentplane_journal import AGENTPLANE_0_22, RunId, SqlJournalStore
 from agentplane_journal.cli.backup import verify_file
-from agentplane_journal.core import merkle
-from agentplane_journal.core.checkpoint import Checkpoint
-from agentplane_journal.core.export_lines import (
+from agentplane_journal.core.ids import Digest
+from agentplane_journal.core.record import Record
+from agentplane_journal.exportfmt.lines import (
     Trailer,
     header_line,
     record_line,
     run_line,
     trailer_line,
 )
-from agentplane_journal.core.export_settle import Frontier, LogLeaves, settle_tree
-from agentplane_journal.core.export_verify import SOUND_LISTED, ExportVerifier
-from agentplane_journal.core.ids import Digest
-from agentplane_journal.core.record import Record
+from agentplane_journal.exportfmt.settle import Frontier, LogLeaves, settle_tree
+from agentplane_journal.exportfmt.verify import SOUND_LISTED, ExportVerifier
 from agentplane_journal.journal import export_seen
 from agentplane_journal.journal import restore as restore_mod
 from agentplane_journal.journal.export_seen import SpilledRuns
 from agentplane_journal.journal.restore import RestoreRefused, restore_export
+from agentplane_journal.tlog import merkle
+from agentplane_journal.tlog.checkpoint import Checkpoint
 
 from support.exports import build, export_to, fix_trailer, lines_of, other_tenant, write_lines
 

@@ -17,9 +17,9 @@ import pytest
 
 from agentplane_journal import RunId, SqlJournalStore
 from agentplane_journal.core import jsonload
-from agentplane_journal.core.note import NoteSigner
-from agentplane_journal.core.policy import parse_policy
-from agentplane_journal.core.receipt import HEADER, verify_receipt
+from agentplane_journal.tlog.note import NoteSigner
+from agentplane_journal.tlog.policy import parse_policy
+from agentplane_journal.tlog.receipt import HEADER, verify_receipt
 
 from support.cli import CliResult
 from support.helpers import admitted, note

@@ -27,11 +27,11 @@ from agentplane_journal.core.canon_v1 import (
     canonical_bytes_v1,
     es_number,
 )
-from agentplane_journal.core.checkpoint import Checkpoint
-from agentplane_journal.core.export_verify import ExportVerifier, VerifyReport
 from agentplane_journal.core.ids import EffectKey
 from agentplane_journal.core.signing import Ed25519Verifier
+from agentplane_journal.exportfmt.verify import ExportVerifier, VerifyReport
 from agentplane_journal.journal.restore import restore_export
+from agentplane_journal.tlog.checkpoint import Checkpoint
 
 from support import interop22
 from support.helpers import TRUSTED as TRUSTED_LABEL
@@ -365,7 +365,7 @@ TYPED_CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
 async def test_our_typed_decode_agrees_with_agentplanes(make_store: Any, tmp_path: Path) -> None:
     """Record by record, verify-export's typed decode (canon 1) reads what agentplane's reads
     and refuses what it refuses; the export is SOUND for one exactly when for the other."""
-    from agentplane_journal.core.typed_022 import decode_problem
+    from agentplane_journal.exportfmt.typed_022 import decode_problem
 
     store: SqlJournalStore = await make_store(profile="agentplane-0.22")
     p = store.profile

@@ -25,7 +25,7 @@ from agentplane_journal import (
     leaf_hash,
     root,
 )
-from agentplane_journal.core.merkle import EMPTY_ROOT
+from agentplane_journal.tlog.merkle import EMPTY_ROOT
 
 from support.helpers import admitted
 from support.logs import bulk_seal

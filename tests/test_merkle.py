@@ -8,7 +8,7 @@ import hashlib
 import pytest
 
 from agentplane_journal.core.ids import Digest
-from agentplane_journal.core.merkle import (
+from agentplane_journal.tlog.merkle import (
     EMPTY_ROOT,
     consistency_proof,
     inclusion_proof,

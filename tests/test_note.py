@@ -27,7 +27,7 @@ from agentplane_journal import (
     open_note,
     sign_note,
 )
-from agentplane_journal.core.note import MAX_SIGNATURES, key_hash
+from agentplane_journal.tlog.note import MAX_SIGNATURES, key_hash
 
 # RFC 8032 section 7.1, TEST 1: the seed and the public key it must give.
 RFC_SEED = bytes.fromhex("9d61b19deffd5a60ba844af492ec2cc44449c5697b326919703bac031cae7f60")

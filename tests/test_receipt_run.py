@@ -17,8 +17,8 @@ import pytest
 
 from agentplane_journal import NoteSigner, RunId, SqlJournalStore
 from agentplane_journal.cli.main import main
-from agentplane_journal.core.policy import parse_policy
-from agentplane_journal.core.receipt import verify_receipt
+from agentplane_journal.tlog.policy import parse_policy
+from agentplane_journal.tlog.receipt import verify_receipt
 
 from support.witnesses import LOG_SEED, seal_runs
 

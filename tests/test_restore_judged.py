@@ -23,9 +23,9 @@ import pytest
 from sqlalchemy import select
 
 from agentplane_journal import AGENTPLANE_0_4, AGENTPLANE_0_22, RunId, SqlJournalStore
-from agentplane_journal.core.export_verify import ExportVerifier
 from agentplane_journal.core.profile import WireProfile
 from agentplane_journal.db.models import JournalProfile
+from agentplane_journal.exportfmt.verify import ExportVerifier
 from agentplane_journal.journal import restore as restore_mod
 from agentplane_journal.journal.restore import RestoreRefused, restore_export
 

@@ -27,7 +27,7 @@ import pytest
 from sqlalchemy import text
 
 from agentplane_journal import Append, RunId, SqlJournalStore
-from agentplane_journal.core.note import NoteSigner
+from agentplane_journal.tlog.note import NoteSigner
 from agentplane_journal.web.app import make_app
 from agentplane_journal.web.readers import parse_readers
 

@@ -24,7 +24,7 @@ from agentplane_journal import (
     Steps,
 )
 from agentplane_journal.core.batch import RELEASED_OWNER
-from agentplane_journal.core.merkle import leaf_hash, root, verify_inclusion
+from agentplane_journal.tlog.merkle import leaf_hash, root, verify_inclusion
 
 from support.counting import counting
 from support.faults import refused

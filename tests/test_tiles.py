@@ -18,7 +18,7 @@ import pytest
 
 from agentplane_journal import NoteSigner, SqlJournalStore
 from agentplane_journal.cli.tiles import TileConflictError, export_tiles
-from agentplane_journal.core.tiles import (
+from agentplane_journal.tlog.tiles import (
     Tile,
     decode_bundle,
     encode_bundle,

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import pytest
 
-from agentplane_journal.core import merkle as merkle
 from agentplane_journal.core.ids import Digest
-from agentplane_journal.core.tree import (
+from agentplane_journal.tlog import merkle as merkle
+from agentplane_journal.tlog.tree import (
     MissingNodeError,
     TreeBuilder,
     consistency_ranges,

@@ -1,4 +1,4 @@
-"""verify-export's agentplane 0.22 typed decode (core/typed_022.py) without ../shared: what it
+"""verify-export's agentplane 0.22 typed decode (exportfmt/typed_022.py) without ../shared: what it
 refuses and drops, and that ``drill`` (this package's backup path) does not apply it. Its
 agreement with agentplane's own decode is tests/test_interop22.py's."""
 
@@ -14,7 +14,7 @@ import pytest
 
 from agentplane_journal import RunId, SqlJournalStore
 from agentplane_journal.cli.main import main
-from agentplane_journal.core.typed_022 import decode_problem, dropped_members
+from agentplane_journal.exportfmt.typed_022 import decode_problem, dropped_members
 
 from support.helpers import TRUSTED
 

@@ -19,17 +19,17 @@ import pytest
 from sqlalchemy import text
 
 from agentplane_journal import Checkpoint, Digest, NoteSigner, SqlJournalStore
-from agentplane_journal.core.cosignature import Cosignature, Cosigner, CosignerKey
-from agentplane_journal.core.merkle import verify_consistency
-from agentplane_journal.core.note import open_note
-from agentplane_journal.core.policy import parse_policy
-from agentplane_journal.core.receipt import parse_receipt, verify_receipt
-from agentplane_journal.core.witness_protocol import add_checkpoint_body, read_answer
 from agentplane_journal.errors import (
     WitnessForkedError,
     WitnessStaleError,
     WitnessUnavailableError,
 )
+from agentplane_journal.tlog.cosignature import Cosignature, Cosigner, CosignerKey
+from agentplane_journal.tlog.merkle import verify_consistency
+from agentplane_journal.tlog.note import open_note
+from agentplane_journal.tlog.policy import parse_policy
+from agentplane_journal.tlog.receipt import parse_receipt, verify_receipt
+from agentplane_journal.tlog.witness_protocol import add_checkpoint_body, read_answer
 from agentplane_journal.witness.client import witness_round
 
 from support.witnesses import LOG_SEED, W1, FakeWitness, seal_runs, witness_policy

@@ -39,8 +39,8 @@ import pytest
 
 from agentplane_journal import NoteSigner, SqlJournalStore
 from agentplane_journal.cli.main import main
-from agentplane_journal.core.merkle import leaf_hash
-from agentplane_journal.core.receipt import parse_receipt
+from agentplane_journal.tlog.merkle import leaf_hash
+from agentplane_journal.tlog.receipt import parse_receipt
 
 from support.cli import add_runs
 

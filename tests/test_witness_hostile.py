@@ -21,7 +21,7 @@ import pytest
 from sqlalchemy import text
 
 from agentplane_journal import NoteSigner, SqlJournalStore
-from agentplane_journal.core.cosignature import Cosigner
+from agentplane_journal.tlog.cosignature import Cosigner
 from agentplane_journal.witness.client import witness_round
 
 from support.witnesses import W1, FakeWitness, seal_runs, witness_policy

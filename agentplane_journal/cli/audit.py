@@ -39,7 +39,6 @@ from agentplane_journal.cli.base import PROG, _Exit
 from agentplane_journal.cli.db import _all_runs, _existing, _not_a_run, _store
 from agentplane_journal.cli.log import _audit_log
 from agentplane_journal.core.chain import RunCheck
-from agentplane_journal.core.checkpoint import Inclusion
 from agentplane_journal.core.ids import DEFAULT_TENANT, Digest, RunId
 from agentplane_journal.core.signing import Ed25519Verifier
 from agentplane_journal.db.statements import digest
@@ -47,6 +46,7 @@ from agentplane_journal.errors import CorruptRecordError
 from agentplane_journal.journal.audits import RunRead
 from agentplane_journal.journal.bounds import BoundsFinding
 from agentplane_journal.journal.store import SqlJournalStore
+from agentplane_journal.tlog.checkpoint import Inclusion
 
 if TYPE_CHECKING:
     from agentplane_journal.core.signing import Verifier

@@ -1,7 +1,7 @@
 """The backup commands ``export`` (format 1) and ``verify-export``; ``tenants``.
 
-Thin: the format is :mod:`agentplane_journal.core.export_lines`, the verifier
-:mod:`agentplane_journal.core.export_verify`, the writer :mod:`agentplane_journal.journal.export`,
+Thin: the format is :mod:`agentplane_journal.exportfmt.lines`, the verifier
+:mod:`agentplane_journal.exportfmt.verify`, the writer :mod:`agentplane_journal.journal.export`,
 a whole-database backup (a directory: one format-1 file per tenant and a manifest)
 :mod:`agentplane_journal.journal.backup`. ``restore`` and ``drill`` are in
 :mod:`agentplane_journal.cli.restore`. Without ``--tenant`` these commands cover every tenant
@@ -24,10 +24,9 @@ from agentplane_journal.cli import notes
 from agentplane_journal.cli.base import PROG, _Exit
 from agentplane_journal.cli.db import _existing
 from agentplane_journal.cli.progress import Meter
-from agentplane_journal.core.checkpoint import Checkpoint
-from agentplane_journal.core.export_verify import ExportVerifier, VerifyReport
 from agentplane_journal.core.ids import DEFAULT_TENANT
 from agentplane_journal.core.signing import Ed25519Verifier
+from agentplane_journal.exportfmt.verify import ExportVerifier, VerifyReport
 from agentplane_journal.journal.backup import (
     BackupProblem,
     export_database,
@@ -38,6 +37,7 @@ from agentplane_journal.journal.export import write_export
 from agentplane_journal.journal.export_seen import SpilledRuns
 from agentplane_journal.journal.store import SqlJournalStore
 from agentplane_journal.journal.tenants import list_tenants, tenant_size
+from agentplane_journal.tlog.checkpoint import Checkpoint
 
 __all__ = [
     "cmd_export_v1",

@@ -22,9 +22,7 @@ from typing import Any
 
 from agentplane_journal.core.append import EFFECT_STARTED, Append
 from agentplane_journal.core.canon import canonical_bytes
-from agentplane_journal.core.checkpoint import Checkpoint
 from agentplane_journal.core.ids import CaseId, EffectKey, RunId
-from agentplane_journal.core.merkle import verify_consistency
 from agentplane_journal.core.signing import Ed25519Signer, Ed25519Verifier
 from agentplane_journal.db.revision import HEAD_REVISION
 from agentplane_journal.errors import (
@@ -36,6 +34,8 @@ from agentplane_journal.errors import (
 )
 from agentplane_journal.journal.store import SqlJournalStore
 from agentplane_journal.migrations.commands import tables_with_rows, upgrade
+from agentplane_journal.tlog.checkpoint import Checkpoint
+from agentplane_journal.tlog.merkle import verify_consistency
 
 __all__ = ["DEMO_FILE", "DEMO_KEY_ID", "DemoRefused", "run_demo"]
 

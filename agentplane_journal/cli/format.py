@@ -17,11 +17,11 @@ from datetime import UTC, datetime
 from typing import Any, TextIO
 
 from agentplane_journal.core.append import RESERVED_MEMBERS
-from agentplane_journal.core.checkpoint import Checkpoint, Inclusion
 from agentplane_journal.core.ids import Digest, RunId
 from agentplane_journal.core.record import Record
 from agentplane_journal.core.values import Cancellation
 from agentplane_journal.errors import Database, command
+from agentplane_journal.tlog.checkpoint import Checkpoint, Inclusion
 
 __all__ = [
     "EXPORT_FORMAT",

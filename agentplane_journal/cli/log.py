@@ -17,16 +17,16 @@ from agentplane_journal.cli import format as fmt
 from agentplane_journal.cli import notes as notes
 from agentplane_journal.cli.base import _Exit
 from agentplane_journal.cli.db import _existing, _store
-from agentplane_journal.core.checkpoint import Checkpoint, Inclusion
 from agentplane_journal.core.ids import Digest, RunId
-from agentplane_journal.core.merkle import verify_consistency
 from agentplane_journal.errors import CorruptLogError, CorruptRecordError
 from agentplane_journal.journal.store import SqlJournalStore
+from agentplane_journal.tlog.checkpoint import Checkpoint, Inclusion
+from agentplane_journal.tlog.merkle import verify_consistency
 
 if TYPE_CHECKING:
     from agentplane_journal.cli.notes import SavedNote
-    from agentplane_journal.core.note import NoteVerifier
     from agentplane_journal.core.signing import Verifier
+    from agentplane_journal.tlog.note import NoteVerifier
 
 _RETRIES = 5  # snapshots re-taken when the log grows between two reads
 

@@ -23,8 +23,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agentplane_journal.core.checkpoint import Checkpoint, IncoherentCheckpointError
-from agentplane_journal.core.note import NoteSigner, NoteVerificationError, NoteVerifier, open_note
+from agentplane_journal.tlog.checkpoint import Checkpoint, IncoherentCheckpointError
+from agentplane_journal.tlog.note import NoteSigner, NoteVerificationError, NoteVerifier, open_note
 
 __all__ = ["NoteProblem", "SavedNote", "load_signer", "note_key", "read_note"]
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from agentplane_journal.core.ids import DEFAULT_TENANT
 
 if TYPE_CHECKING:
-    from agentplane_journal.core.note import NoteVerifier
+    from agentplane_journal.tlog.note import NoteVerifier
 
 __all__ = [
     "DEFAULT_URL",

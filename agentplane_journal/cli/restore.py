@@ -27,8 +27,8 @@ from agentplane_journal.cli.backup import (
 )
 from agentplane_journal.cli.base import _Exit
 from agentplane_journal.cli.progress import Meter
-from agentplane_journal.core.backup_manifest import Member
-from agentplane_journal.core.export_verify import VerifyReport
+from agentplane_journal.exportfmt.backup_manifest import Member
+from agentplane_journal.exportfmt.verify import VerifyReport
 from agentplane_journal.journal.backup import BackupProblem, export_database, read_backup
 from agentplane_journal.journal.restore import (
     RestoreIncomplete,

@@ -17,7 +17,7 @@ from pathlib import Path
 from agentplane_journal.cli import notes as notes
 from agentplane_journal.cli.base import PROG, _Exit
 from agentplane_journal.cli.db import _store
-from agentplane_journal.core.note import NoteSigner
+from agentplane_journal.tlog.note import NoteSigner
 from agentplane_journal.web.readers import Readers, parse_readers
 
 __all__ = ["cmd_serve"]

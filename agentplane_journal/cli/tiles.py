@@ -26,13 +26,13 @@ from agentplane_journal.cli import format as fmt
 from agentplane_journal.cli import notes as notes
 from agentplane_journal.cli.base import _Exit
 from agentplane_journal.cli.db import _store
-from agentplane_journal.core.checkpoint import Checkpoint
 from agentplane_journal.core.ids import Digest
-from agentplane_journal.core.merkle import verify_consistency
-from agentplane_journal.core.note import NoteSigner
-from agentplane_journal.core.tiles import Tile, new_tiles
 from agentplane_journal.journal.store import SqlJournalStore
 from agentplane_journal.journal.tiles import cosignature_lines, entry_bundles, hash_tiles
+from agentplane_journal.tlog.checkpoint import Checkpoint
+from agentplane_journal.tlog.merkle import verify_consistency
+from agentplane_journal.tlog.note import NoteSigner
+from agentplane_journal.tlog.tiles import Tile, new_tiles
 
 __all__ = ["ExportReport", "TileConflictError", "cmd_tiles_export", "export_tiles", "signed_note"]
 

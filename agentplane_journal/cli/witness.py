@@ -17,12 +17,12 @@ from agentplane_journal.cli import format as fmt
 from agentplane_journal.cli import notes as notes
 from agentplane_journal.cli.base import _Exit
 from agentplane_journal.cli.db import _run_id, _store
-from agentplane_journal.core.checkpoint import Checkpoint
-from agentplane_journal.core.note import NoteSigner
-from agentplane_journal.core.policy import Policy, parse_policy
-from agentplane_journal.core.receipt import Receipt, verify_receipt
 from agentplane_journal.errors import CorruptLogError
 from agentplane_journal.journal.store import SqlJournalStore
+from agentplane_journal.tlog.checkpoint import Checkpoint
+from agentplane_journal.tlog.note import NoteSigner
+from agentplane_journal.tlog.policy import Policy, parse_policy
+from agentplane_journal.tlog.receipt import Receipt, verify_receipt
 
 __all__ = ["cmd_receipt", "cmd_verify_receipt", "cmd_witness"]
 

@@ -14,19 +14,17 @@ Pure code, no I/O.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from agentplane_journal.core.checks import check_int, check_text
-
-if TYPE_CHECKING:
-    from agentplane_journal.core.append import Append
 
 __all__ = [
     "IDEMPOTENCY_KEY",
     "MAX_ADMISSION_KEY_BYTES",
     "RUN_ADMITTED",
+    "Claiming",
     "check_admission_key",
     "check_cutoff",
     "claimed_keys",
@@ -96,7 +94,21 @@ def check_cutoff(value: object, name: str = "older_than") -> int:
     return check_int(value, name)
 
 
-def claimed_keys(items: Iterable[Append]) -> list[str]:
+class Claiming(Protocol):
+    """What :func:`claimed_keys` reads of an item: an :class:`~.append.Append` is one.
+
+    Typed by what it reads rather than by ``Append``, because ``append.py`` imports this
+    module (its constructor checks the key), and this one stays below it.
+    """
+
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def payload(self) -> Mapping[str, Any]: ...
+
+
+def claimed_keys(items: Iterable[Claiming]) -> list[str]:
     """The admission keys a batch claims, each once, sorted.
 
     Sorted so that two batches claiming overlapping keys take them in one order (on

@@ -10,7 +10,7 @@ from agentplane_journal.core.ids import Digest, RunId
 from agentplane_journal.core.profile import AGENTPLANE_0_4, WireProfile
 from agentplane_journal.core.record import Record
 from agentplane_journal.core.signing import Signer
-from agentplane_journal.errors import FencedError
+from agentplane_journal.core.wire_errors import FencedError
 
 __all__ = ["COLUMNS", "RELEASED_OWNER", "fenced", "chain_batch"]
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from agentplane_journal.core.append import EFFECT_STARTED
 from agentplane_journal.core.ids import Digest
 from agentplane_journal.core.signing import DOMAIN_RECORD, Verifier, signing_hash
-from agentplane_journal.errors import CorruptRecordError
+from agentplane_journal.core.wire_errors import CorruptRecordError
 
 if TYPE_CHECKING:
     from agentplane_journal.core.record import Record

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentplane_journal.core.canon_v1 import canonical_bytes_v1
-from agentplane_journal.errors import CorruptionError, RefusedError
+from agentplane_journal.core.error_groups import CorruptionError, RefusedError
 
 __all__ = [
     "ENVELOPE_FORMAT_VERSION",

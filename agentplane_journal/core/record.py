@@ -37,7 +37,7 @@ from agentplane_journal.core.ids import PHASES, CaseId, Digest, EffectKey, RunId
 from agentplane_journal.core.kinds import field_problem
 from agentplane_journal.core.profile import WireProfile, profile_of_record
 from agentplane_journal.core.signing import DOMAIN_RECORD, Signer, signing_hash
-from agentplane_journal.errors import CorruptRecordError, RecordTooLargeError
+from agentplane_journal.core.wire_errors import CorruptRecordError, RecordTooLargeError
 
 __all__ = [
     "MAX_RECORD_BYTES",

@@ -370,7 +370,7 @@ class LogTree(Base):
     2**level)``; level 0 rows are the leaf hashes, in dense log order, and name their run.
     A seal writes the rows its leaf completes in its own transaction (amortised two rows, at
     most log2 n + 1), so checkpoints and proofs read O(log n) rows instead of every leaf; see
-    :mod:`agentplane_journal.core.tree`. The size of the log is the number of level-0 rows.
+    :mod:`agentplane_journal.tlog.tree`. The size of the log is the number of level-0 rows.
     Derived from ``run_seal`` (leaf ``i`` is the run with the ``i``-th smallest
     ``log_index``), so ``verify --all`` re-derives it and names the first position where the
     two disagree.

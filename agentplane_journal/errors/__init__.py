@@ -17,8 +17,10 @@ and retry" (never a ``DuplicateEffectError``, which is exactly-once holding).
 
 Every error is imported from here; the modules beside this one hold them by subject
 (:mod:`.runs`, :mod:`.damage`, :mod:`.database`, :mod:`.encryption`, :mod:`.sessions`,
-:mod:`.steps`, :mod:`.witness`; :mod:`.advice` the commands their messages name). The groups
-come from :mod:`agentplane_journal.core.error_groups`.
+:mod:`.steps`; :mod:`.advice` the commands their messages name). The errors pure code raises
+live beside it and are re-exported here: the record's in ``core/wire_errors.py``, the witness
+protocol's in ``tlog/witness_protocol.py``. The groups come from
+:mod:`agentplane_journal.core.error_groups`.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from agentplane_journal.core.error_groups import (
     StoreError,
     UnavailableError,
 )
+from agentplane_journal.core.wire_errors import CorruptRecordError, FencedError, RecordTooLargeError
 from agentplane_journal.errors.advice import (
     Database,
     command,
@@ -39,7 +42,6 @@ from agentplane_journal.errors.advice import (
 from agentplane_journal.errors.damage import (
     DAMAGE,
     CorruptLogError,
-    CorruptRecordError,
     CorruptRegistrationError,
     DamagedRunsError,
 )
@@ -59,10 +61,8 @@ from agentplane_journal.errors.runs import (
     AppendConflictError,
     DuplicateAdmissionError,
     DuplicateEffectError,
-    FencedError,
     LeaseHeldError,
     LeaseNotHeldError,
-    RecordTooLargeError,
     RunSealedError,
     TransactionEndedError,
 )
@@ -83,7 +83,7 @@ from agentplane_journal.errors.steps import (
     WorkflowDivergedError,
     WorkflowNotRegisteredError,
 )
-from agentplane_journal.errors.witness import (
+from agentplane_journal.tlog.witness_protocol import (
     WitnessError,
     WitnessForkedError,
     WitnessStaleError,

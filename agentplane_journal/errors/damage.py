@@ -8,16 +8,8 @@ from agentplane_journal.core.error_groups import (
     StoreError,
 )
 from agentplane_journal.core.ids import RunId
+from agentplane_journal.core.wire_errors import CorruptRecordError
 from agentplane_journal.errors.advice import Database, command
-
-
-class CorruptRecordError(CorruptionError):
-    """A stored record does not verify: edited bytes, a gap, a broken link or a bad signature."""
-
-    def __init__(self, seq: int, detail: str) -> None:
-        self.seq = seq
-        self.detail = detail
-        super().__init__(f"corrupt record at seq {seq}: {detail}")
 
 
 class CorruptLogError(CorruptionError):

@@ -11,19 +11,6 @@ from agentplane_journal.core.ids import EffectKey, RunId
 from agentplane_journal.errors.advice import _run
 
 
-class FencedError(ConflictError):
-    """A writer's epoch is not the run's current lease epoch: it was displaced."""
-
-    def __init__(self, run: RunId, held: int, current: int) -> None:
-        self.run = _run(run)
-        self.held = held
-        self.current = current
-        super().__init__(
-            f"fenced at run {self.run}: held epoch {held}, store is at {current}; "
-            "this writer was displaced and must stop working on the run"
-        )
-
-
 class LeaseHeldError(ConflictError):
     """Another owner holds a live lease on the run."""
 
@@ -124,18 +111,6 @@ class RunSealedError(ConflictError):
         self.outcome = outcome
         super().__init__(
             f"run {self.run} is sealed as {outcome!r}; a sealed journal accepts no appends"
-        )
-
-
-class RecordTooLargeError(RefusedError):
-    """A record body's canonical bytes exceed the limit; nothing of its batch was written."""
-
-    def __init__(self, size: int, limit: int) -> None:
-        self.size = size
-        self.limit = limit
-        super().__init__(
-            f"record body is {size} bytes, over the {limit}-byte limit; store large "
-            "payloads elsewhere and journal a reference to them"
         )
 
 

@@ -24,7 +24,6 @@ from typing import Any
 from sqlalchemy import func, select, union
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from agentplane_journal.core.checkpoint import Checkpoint, Inclusion
 from agentplane_journal.core.checks import check_int, check_run, check_text
 from agentplane_journal.core.ids import Digest, RunId
 from agentplane_journal.core.record import Record
@@ -37,6 +36,7 @@ from agentplane_journal.journal.bounds import BoundsFinding, audit_bounds
 from agentplane_journal.journal.log import TenantLog
 from agentplane_journal.journal.log_audit import LogAudit
 from agentplane_journal.journal.reads import driver_rows
+from agentplane_journal.tlog.checkpoint import Checkpoint, Inclusion
 
 __all__ = ["AuditReads", "RunRead"]
 

@@ -1,6 +1,6 @@
 """A whole-database backup on disk: every tenant's export file, then the manifest.
 
-The layout is :mod:`agentplane_journal.core.backup_manifest`'s. Each member is written by
+The layout is :mod:`agentplane_journal.exportfmt.backup_manifest`'s. Each member is written by
 :func:`~agentplane_journal.journal.export.write_export`, exactly the file a one-tenant
 export writes, so a member is read by everything that reads format 1. The manifest goes
 last, so a backup cut short has none and is refused whole rather than restored in part.
@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from agentplane_journal.core.backup_manifest import (
+from agentplane_journal.exportfmt.backup_manifest import (
     MANIFEST,
     Manifest,
     ManifestError,
@@ -23,10 +23,10 @@ from agentplane_journal.core.backup_manifest import (
     member_file,
     parse_manifest,
 )
-from agentplane_journal.core.checkpoint import Checkpoint
-from agentplane_journal.core.export_lines import Trailer
+from agentplane_journal.exportfmt.lines import Trailer
 from agentplane_journal.journal.export import write_export
 from agentplane_journal.journal.store import SqlJournalStore
+from agentplane_journal.tlog.checkpoint import Checkpoint
 
 __all__ = [
     "BackupProblem",

@@ -26,15 +26,15 @@ from dataclasses import dataclass
 from sqlalchemy import select, union_all
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from agentplane_journal.core import tree
-from agentplane_journal.core.checkpoint import Checkpoint
-from agentplane_journal.core.cosignature import Cosignature, CosignerKey
 from agentplane_journal.core.ids import Digest
-from agentplane_journal.core.merkle import EMPTY_ROOT
 from agentplane_journal.db.models import LogCosignature, LogTree
 from agentplane_journal.db.unit import Repository
 from agentplane_journal.errors import CorruptLogError
 from agentplane_journal.journal.log_audit import MAX_LOG_INDEX
+from agentplane_journal.tlog import tree
+from agentplane_journal.tlog.checkpoint import Checkpoint
+from agentplane_journal.tlog.cosignature import Cosignature, CosignerKey
+from agentplane_journal.tlog.merkle import EMPTY_ROOT
 
 __all__ = ["CosignatureRead", "Cosignatures"]
 

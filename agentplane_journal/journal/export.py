@@ -25,8 +25,11 @@ from typing import TextIO
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from agentplane_journal.core.checkpoint import Checkpoint
-from agentplane_journal.core.export_lines import (
+from agentplane_journal.core.ids import Digest, RunId
+from agentplane_journal.db.models import RunSeal
+from agentplane_journal.db.statements import digest
+from agentplane_journal.errors import CorruptRecordError
+from agentplane_journal.exportfmt.lines import (
     Trailer,
     Unreadable,
     canon_for_profile,
@@ -35,12 +38,9 @@ from agentplane_journal.core.export_lines import (
     run_line,
     trailer_line,
 )
-from agentplane_journal.core.ids import Digest, RunId
-from agentplane_journal.db.models import RunSeal
-from agentplane_journal.db.statements import digest
-from agentplane_journal.errors import CorruptRecordError
 from agentplane_journal.journal.audits import RunRead
 from agentplane_journal.journal.store import SqlJournalStore
+from agentplane_journal.tlog.checkpoint import Checkpoint
 
 __all__ = ["RUN_PAGE", "Progress", "export_runs", "store_canon", "write_export"]
 

@@ -27,7 +27,7 @@ KEPT = 4096
 
 
 class SpilledRuns:
-    """:class:`~agentplane_journal.core.export_settle.SeenRuns`, spilling past :data:`KEPT`.
+    """:class:`~agentplane_journal.exportfmt.settle.SeenRuns`, spilling past :data:`KEPT`.
     Use it as a context manager (or call :meth:`close`), which deletes the scratch file."""
 
     def __init__(self, kept: int | None = None) -> None:

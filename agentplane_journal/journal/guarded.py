@@ -39,7 +39,6 @@ from agentplane_journal.core.append import EFFECT_STARTED, RUN_SEALED, Append
 from agentplane_journal.core.batch import RELEASED_OWNER
 from agentplane_journal.core.checks import check_int, check_run, check_text
 from agentplane_journal.core.ids import Digest, RunId
-from agentplane_journal.core.merkle import raw_leaf
 from agentplane_journal.core.record import Record
 from agentplane_journal.db import selfwait
 from agentplane_journal.db.dialect import Dialect, SqliteDialect
@@ -62,6 +61,7 @@ from agentplane_journal.errors import (
 )
 from agentplane_journal.journal.reads import driver_rows
 from agentplane_journal.journal.writes import RunState, RunWrites
+from agentplane_journal.tlog.merkle import raw_leaf
 
 __all__ = ["GuardedAppends", "HeadMovedError", "Tail"]
 

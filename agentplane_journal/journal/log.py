@@ -5,7 +5,7 @@ the run mutex. This module owns what a seal adds to the log and what the log ans
 each can be read in one sitting. Every method here runs inside a unit of work the store
 opened (one transaction, one ``AsyncSession``); the store keeps thin methods that take the
 run mutex, fence, and delegate. The tree arithmetic is pure and lives in
-:mod:`agentplane_journal.core.tree`; this module is only its SQL.
+:mod:`agentplane_journal.tlog.tree`; this module is only its SQL.
 
 How the log's guarantees are made:
 
@@ -54,10 +54,7 @@ from sqlalchemy import (
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.sql.elements import BindParameter
 
-from agentplane_journal.core import tree as tree
-from agentplane_journal.core.checkpoint import Checkpoint, Inclusion
 from agentplane_journal.core.ids import Digest, RunId
-from agentplane_journal.core.merkle import EMPTY_ROOT, raw_leaf
 from agentplane_journal.db.dialect import Dialect
 from agentplane_journal.db.models import JournalCounter, LogTree, RunSeal
 from agentplane_journal.db.statements import digest, stored_run
@@ -69,6 +66,9 @@ from agentplane_journal.journal.log_audit import (
     Unit,
     audit_pages,
 )
+from agentplane_journal.tlog import tree as tree
+from agentplane_journal.tlog.checkpoint import Checkpoint, Inclusion
+from agentplane_journal.tlog.merkle import EMPTY_ROOT, raw_leaf
 
 __all__ = ["Execute", "SealedLeaf", "TenantLog"]
 

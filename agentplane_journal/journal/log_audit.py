@@ -7,7 +7,7 @@ its two children. :func:`audit_pages` re-derives it from the seals, one transact
 with ``fix`` it rewrites what disagrees (resumably), under the tenant's log counter so no
 seal interleaves with a page. :meth:`TenantLog.audit
 <agentplane_journal.journal.log.TenantLog.audit>`
-and ``reindex`` call it; the tree arithmetic is :mod:`agentplane_journal.core.tree`'s, and this
+and ``reindex`` call it; the tree arithmetic is :mod:`agentplane_journal.tlog.tree`'s, and this
 module is only its SQL.
 
 Every row is read as an attacker with write access may have left it: a node at level -1, a
@@ -42,10 +42,10 @@ from sqlalchemy.engine import CursorResult
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.sql import ColumnElement
 
-from agentplane_journal.core import tree as tree
-from agentplane_journal.core.merkle import raw_leaf
 from agentplane_journal.db.dialect import Dialect
 from agentplane_journal.db.models import Journal, JournalCounter, LogTree, RunSeal
+from agentplane_journal.tlog import tree as tree
+from agentplane_journal.tlog.merkle import raw_leaf
 
 
 class TenantLog(Protocol):

@@ -17,7 +17,7 @@ Two passes over the file, so that a file that cannot be restored is refused befo
 is written: the first (:mod:`~agentplane_journal.journal.restore_check`) judges it as
 ``verify-export`` does and checks that every record can be replayed and written in its own
 wire profile; the second replays. Both read each line and run block alike
-(:mod:`~agentplane_journal.core.export_read`). Memory is a chunk of records (:data:`BATCH`),
+(:mod:`~agentplane_journal.exportfmt.read`). Memory is a chunk of records (:data:`BATCH`),
 whatever the file's size. The target must be empty (no record, no seal): a restore rebuilds
 a history, it does not merge one.
 
@@ -38,16 +38,16 @@ from typing import Any
 
 from agentplane_journal.core import jsonload
 from agentplane_journal.core.append import RESERVED_MEMBERS, Append
-from agentplane_journal.core.checkpoint import Checkpoint
-from agentplane_journal.core.export_lines import PROFILE_BY_CANON, RUN_BLOCK
-from agentplane_journal.core.export_read import RunBlock, read_line, run_block
 from agentplane_journal.core.ids import RunId
 from agentplane_journal.core.profile import WireProfile, profile_named, profile_of_record
 from agentplane_journal.core.record import decode_wire
 from agentplane_journal.errors import CommitUnknownError, UnavailableError
+from agentplane_journal.exportfmt.lines import PROFILE_BY_CANON, RUN_BLOCK
+from agentplane_journal.exportfmt.read import RunBlock, read_line, run_block
 from agentplane_journal.journal.bulk import AppendOp, Op, SealOp, write_ops
 from agentplane_journal.journal.restore_check import Frame, Judge, RestoreRefused
 from agentplane_journal.journal.store import SqlJournalStore
+from agentplane_journal.tlog.checkpoint import Checkpoint
 
 __all__ = ["BATCH", "RestoreIncomplete", "RestoreRefused", "RestoreReport", "restore_export"]
 
@@ -138,7 +138,7 @@ class RestoreReport:
 
 
 def _lines(path: Path) -> Iterator[tuple[int, dict[str, Any] | str]]:
-    """Each non-blank line as :func:`~.export_read.read_line` reads it (a sentence for an
+    """Each non-blank line as :func:`~.exportfmt.read.read_line` reads it (a sentence for an
     unreadable one), with its number."""
     with path.open("rb") as f:
         for number, line in enumerate(f, 1):

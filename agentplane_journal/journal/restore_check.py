@@ -5,8 +5,8 @@ cut in half restored its run short), replayed a run's repeated block (its record
 after its seal), sealed an open block that carried an ``index`` beside a malformed ``seal``,
 and met a record its target could not hold only when writing it. Each ended in a history
 other than the file's called FAITHFUL, or in a failure after writing. So pass one is
-:class:`~agentplane_journal.core.export_verify.ExportVerifier` itself, fed every line as
-both passes read it (:mod:`~agentplane_journal.core.export_read`), against the header's own
+:class:`~agentplane_journal.exportfmt.verify.ExportVerifier` itself, fed every line as
+both passes read it (:mod:`~agentplane_journal.exportfmt.read`), against the header's own
 checkpoint: a file it would not call SOUND is refused, nothing written. What only a restore
 must know is judged beside it, also before any write:
 
@@ -36,22 +36,22 @@ from typing import Any
 
 from agentplane_journal.core.admission import claimed_keys
 from agentplane_journal.core.append import EFFECT_STARTED, RUN_SEALED, Append
-from agentplane_journal.core.checkpoint import Checkpoint
 from agentplane_journal.core.checks import check_label
-from agentplane_journal.core.export_lines import (
+from agentplane_journal.core.ids import Digest, EffectKey, RunId
+from agentplane_journal.core.profile import PROFILES, WireProfile, profile_of_record
+from agentplane_journal.core.record import Record
+from agentplane_journal.errors import RecordTooLargeError, RefusedError
+from agentplane_journal.exportfmt.lines import (
     FORMAT_VERSION,
     HEADER,
     RUN_BLOCK,
     TRAILER,
     parse_checkpoint,
 )
-from agentplane_journal.core.export_read import run_block
-from agentplane_journal.core.export_verify import ExportVerifier
-from agentplane_journal.core.ids import Digest, EffectKey, RunId
-from agentplane_journal.core.profile import PROFILES, WireProfile, profile_of_record
-from agentplane_journal.core.record import Record
-from agentplane_journal.errors import RecordTooLargeError, RefusedError
+from agentplane_journal.exportfmt.read import run_block
+from agentplane_journal.exportfmt.verify import ExportVerifier
 from agentplane_journal.journal.export_seen import SpilledRuns
+from agentplane_journal.tlog.checkpoint import Checkpoint
 
 __all__ = ["Frame", "Judge", "RestoreRefused"]
 
@@ -104,7 +104,7 @@ class Judge:
         self._claims: dict[str, RunId] = {}
 
     def line(self, number: int, value: dict[str, Any] | str) -> RunId | None:
-        """Take line ``number`` as :func:`~.export_read.read_line` read it; the run whose
+        """Take line ``number`` as :func:`~.exportfmt.read.read_line` read it; the run whose
         block a record line sits in (``None``: none, which the verifier names)."""
         self._verifier.feed_read(value)
         if isinstance(value, str):

@@ -17,7 +17,7 @@ seals, and publishes nothing else:
   what is new; the first one after a start checks the whole log once.
 * **A tile is served only from rows that hash to that root.** A hash tile's nodes, or an
   entry bundle's leaves (each checked against its seal's head), are hashed up with the
-  ~2 log2 n stored nodes beside them (:func:`~agentplane_journal.core.tree.sibling_nodes`)
+  ~2 log2 n stored nodes beside them (:func:`~agentplane_journal.tlog.tree.sibling_nodes`)
   and must give the verified root: an edited leaf or node is never served, however long
   ago the root was checked.
 * **Damage is sticky.** Whatever disagreement is found is kept (:attr:`ServedLog.damage`):
@@ -36,16 +36,16 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from agentplane_journal.core import tree
-from agentplane_journal.core.checkpoint import Checkpoint
 from agentplane_journal.core.ids import Digest
-from agentplane_journal.core.merkle import EMPTY_ROOT, raw_leaf
-from agentplane_journal.core.tiles import Tile, encode_bundle
 from agentplane_journal.db.models import LogTree, RunSeal
 from agentplane_journal.errors import CorruptLogError
 from agentplane_journal.journal.cosignatures import _nodes
 from agentplane_journal.journal.log_audit import MAX_LOG_INDEX, _audit_page, _Finding, _PageState
 from agentplane_journal.journal.tiles import read_entries, read_hashes
+from agentplane_journal.tlog import tree
+from agentplane_journal.tlog.checkpoint import Checkpoint
+from agentplane_journal.tlog.merkle import EMPTY_ROOT, raw_leaf
+from agentplane_journal.tlog.tiles import Tile, encode_bundle
 
 if TYPE_CHECKING:
     from agentplane_journal.journal.store import SqlJournalStore

@@ -1,7 +1,7 @@
 """The tenant's log as C2SP tlog-tiles: hash tiles and entry bundles read from the stored tree.
 
 The arithmetic (which tiles, their paths, the bundle format, what an entry is) is
-:mod:`agentplane_journal.core.tiles`; this module is the SQL. A hash tile is one range read
+:mod:`agentplane_journal.tlog.tiles`; this module is the SQL. A hash tile is one range read
 of the stored nodes at level ``8 * L`` (the tree is stored, so nothing is rehashed), an entry
 bundle one range read of the leaves joined to their seals. Both only read nodes that are
 complete below the size they are asked for, and complete nodes never change, so a tile read
@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import and_, exists, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from agentplane_journal.core.checkpoint import Checkpoint
-from agentplane_journal.core.merkle import raw_leaf
-from agentplane_journal.core.tiles import TILE_WIDTH, Tile, encode_bundle
 from agentplane_journal.db.models import Journal, LogTree, RunSeal
 from agentplane_journal.errors import CorruptLogError
+from agentplane_journal.tlog.checkpoint import Checkpoint
+from agentplane_journal.tlog.merkle import raw_leaf
+from agentplane_journal.tlog.tiles import TILE_WIDTH, Tile, encode_bundle
 
 if TYPE_CHECKING:
     from agentplane_journal.journal.store import SqlJournalStore

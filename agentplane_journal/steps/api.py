@@ -32,12 +32,19 @@ from typing import Any, ParamSpec, TypeVar, overload
 from agentplane_journal.core.admission import RUN_ADMITTED
 from agentplane_journal.core.checks import check_label, check_ttl
 from agentplane_journal.core.ids import EffectKey, RunId
-from agentplane_journal.errors import CorruptRecordError, NotInDoubtError, command, database_of
+from agentplane_journal.errors import (
+    CorruptRecordError,
+    NotInDoubtError,
+    WorkflowNotRegisteredError,
+    command,
+    database_of,
+)
 from agentplane_journal.journal.store import SqlJournalStore
 from agentplane_journal.steps.effect import Effect
 from agentplane_journal.steps.history import EFFECT_RECONCILED, RunHistory
 from agentplane_journal.steps.records import effect_record
 from agentplane_journal.steps.runner import Boundary, RunContext
+from agentplane_journal.steps.sweeper import Sweeper
 from agentplane_journal.steps.values import (
     DID_NOT_HAPPEN,
     LANDED,
@@ -242,19 +249,13 @@ class Steps:
 
     async def resume(self, run: RunId) -> Any:
         """Take ``run`` over now and run it on from its journal (see :class:`Sweeper`)."""
-        from agentplane_journal.steps.sweeper import Sweeper
-
         return await Sweeper(self).resume(run)
 
-    def sweeper(self, batch: int = 100) -> Any:
+    def sweeper(self, batch: int = 100) -> Sweeper:
         """A :class:`~agentplane_journal.steps.sweeper.Sweeper` over this registry."""
-        from agentplane_journal.steps.sweeper import Sweeper
-
         return Sweeper(self, batch=batch)
 
     def workflow_named(self, run: RunId, name: str) -> Workflow[Any, Any]:
-        from agentplane_journal.errors import WorkflowNotRegisteredError
-
         workflow = self.workflows.get(name)
         if workflow is None:
             raise WorkflowNotRegisteredError(run, name)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from agentplane_journal.core.ids import RunId
 from agentplane_journal.errors import (
@@ -32,10 +32,7 @@ from agentplane_journal.errors import (
     WorkflowNotRegisteredError,
 )
 from agentplane_journal.steps.history import RunHistory
-from agentplane_journal.steps.workflow import admitted_call, execute
-
-if TYPE_CHECKING:
-    from agentplane_journal.steps.api import Steps
+from agentplane_journal.steps.workflow import Registry, admitted_call, execute
 
 __all__ = ["Resumed", "SweepReport", "Sweeper"]
 
@@ -79,7 +76,7 @@ class SweepReport:
 class Sweeper:
     """Drains the recovery queue for one :class:`~agentplane_journal.steps.api.Steps`."""
 
-    def __init__(self, steps: Steps, *, batch: int = 100, concurrency: int = 8) -> None:
+    def __init__(self, steps: Registry, *, batch: int = 100, concurrency: int = 8) -> None:
         self.steps = steps
         self.batch = batch
         #: Runs resumed at once (a restarted worker's runs come back together, not in turn).

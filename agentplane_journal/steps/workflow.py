@@ -20,8 +20,8 @@ return concludes ``succeeded`` (the value in the ``RunSealed`` record), an excep
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar
 
 from agentplane_journal.core.admission import IDEMPOTENCY_KEY, RUN_ADMITTED
 from agentplane_journal.core.ids import RunId
@@ -47,12 +47,41 @@ from agentplane_journal.steps.values import (
 )
 
 if TYPE_CHECKING:
-    from agentplane_journal.steps.api import Steps
+    from agentplane_journal.journal.store import SqlJournalStore
 
-__all__ = ["Workflow", "outcome_of"]
+__all__ = ["Registry", "Workflow", "outcome_of"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
+
+
+class Registry(Protocol):
+    """What a :class:`Workflow` and the :class:`~agentplane_journal.steps.sweeper.Sweeper` use
+    of the registry that made them (:class:`~agentplane_journal.steps.api.Steps` is the one).
+
+    Typed here, by what they read, so that neither imports ``api.py``, which imports both.
+    """
+
+    @property
+    def store(self) -> SqlJournalStore: ...
+    @property
+    def instance(self) -> str: ...
+    @property
+    def lease_ttl(self) -> int: ...
+    @property
+    def clock(self) -> Callable[[], float]: ...
+    @property
+    def active(self) -> set[RunId]:
+        """Runs this object is running now (never reclaimed from itself by its sweeper)."""
+        ...
+
+    @property
+    def workflows(self) -> Mapping[str, Workflow[Any, Any]]: ...
+    def context(
+        self, run: RunId, epoch: int, history: RunHistory, leased_at: float | None = None
+    ) -> RunContext: ...
+    async def admission_of(self, run: RunId, key: str | None = None) -> Admission[Any]: ...
+    def workflow_named(self, run: RunId, name: str) -> Workflow[Any, Any]: ...
 
 
 def outcome_of(history: RunHistory) -> Outcome[Any]:
@@ -65,7 +94,7 @@ def outcome_of(history: RunHistory) -> Outcome[Any]:
 class Workflow(Generic[P, R]):
     """A durable workflow; :meth:`start` admits and runs one run of it."""
 
-    def __init__(self, steps: Steps, name: str, fn: Callable[P, Awaitable[R]]) -> None:
+    def __init__(self, steps: Registry, name: str, fn: Callable[P, Awaitable[R]]) -> None:
         self.steps = steps
         self.name = name
         self.fn = fn

@@ -38,10 +38,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from agentplane_journal.core.checkpoint import Checkpoint, Inclusion
 from agentplane_journal.core.ids import RunId, validate_tenant
-from agentplane_journal.core.note import NoteSigner
-from agentplane_journal.core.tiles import TILE_WIDTH, parse_tile_path
 from agentplane_journal.errors import CorruptLogError, CorruptRecordError, StoreError
 from agentplane_journal.journal.served import ServedLog
 from agentplane_journal.journal.store import SqlJournalStore
@@ -51,6 +48,9 @@ from agentplane_journal.journal.tiles import (
     log_tenants,
     recent_seals,
 )
+from agentplane_journal.tlog.checkpoint import Checkpoint, Inclusion
+from agentplane_journal.tlog.note import NoteSigner
+from agentplane_journal.tlog.tiles import TILE_WIDTH, parse_tile_path
 from agentplane_journal.web import page
 from agentplane_journal.web.readers import ALL_TENANTS, Readers, request_token
 

@@ -24,15 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from agentplane_journal.core.checkpoint import Checkpoint
-from agentplane_journal.core.cosignature import Cosignature
 from agentplane_journal.core.ids import Digest
-from agentplane_journal.core.policy import Policy, PolicyWitness
-from agentplane_journal.core.witness_protocol import (
-    MAX_ANSWER_BYTES,
-    add_checkpoint_body,
-    read_answer,
-)
 from agentplane_journal.errors import (
     StoreError,
     WitnessError,
@@ -41,10 +33,18 @@ from agentplane_journal.errors import (
     WitnessUnavailableError,
 )
 from agentplane_journal.journal.log_audit import MAX_LOG_INDEX
+from agentplane_journal.tlog.checkpoint import Checkpoint
+from agentplane_journal.tlog.cosignature import Cosignature
+from agentplane_journal.tlog.policy import Policy, PolicyWitness
+from agentplane_journal.tlog.witness_protocol import (
+    MAX_ANSWER_BYTES,
+    add_checkpoint_body,
+    read_answer,
+)
 
 if TYPE_CHECKING:
-    from agentplane_journal.core.note import NoteSigner
     from agentplane_journal.journal.store import SqlJournalStore
+    from agentplane_journal.tlog.note import NoteSigner
 
 __all__ = ["HttpWitness", "WitnessOutcome", "WitnessRound", "witness_round"]
 
@@ -72,12 +72,12 @@ class HttpWitness:
         self, checkpoint: Checkpoint, signed_note: str, old_size: int, proof: Sequence[Digest]
     ) -> Cosignature:
         """POST add-checkpoint; the verified cosignature, or the :class:`WitnessError` the
-        answer amounts to (:func:`~agentplane_journal.core.witness_protocol.read_answer`).
+        answer amounts to (:func:`~agentplane_journal.tlog.witness_protocol.read_answer`).
 
         The whole exchange (connecting, sending, every byte of the answer) has one deadline,
         ``timeout`` seconds: a witness trickling a byte every half second is cut off there,
         not kept for ever by a per-read timeout. The answer is read raw (no content coding)
-        up to :data:`~agentplane_journal.core.witness_protocol.MAX_ANSWER_BYTES`; a longer
+        up to :data:`~agentplane_journal.tlog.witness_protocol.MAX_ANSWER_BYTES`; a longer
         one is not read on.
         """
         httpx = _httpx()

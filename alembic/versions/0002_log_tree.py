@@ -20,7 +20,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import context, op
 
-from agentplane_journal.core.tree import TreeBuilder
+from agentplane_journal.tlog.tree import TreeBuilder
 
 revision: str = "0002_log_tree"
 down_revision: str | None = "0001_journal_schema"

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from agentplane_journal import Append, CaseId, RunId, SqlJournalStore
-from agentplane_journal.core.export_verify import ExportVerifier, VerifyReport
+from agentplane_journal.exportfmt.verify import ExportVerifier, VerifyReport
 from agentplane_journal.journal import restore as restore_mod
 from agentplane_journal.journal.export import write_export
 

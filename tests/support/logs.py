@@ -14,7 +14,7 @@ from agentplane_journal import (
     RunId,
     SqlJournalStore,
 )
-from agentplane_journal.core.merkle import raw_leaf
+from agentplane_journal.tlog.merkle import raw_leaf
 
 
 async def bulk_seal(store: SqlJournalStore, leaves: list[tuple[str, bytes, int, str]]) -> None:

@@ -10,9 +10,9 @@ from typing import Any
 import httpx
 
 from agentplane_journal import Checkpoint, Digest, RunId, SqlJournalStore
-from agentplane_journal.core.cosignature import Cosigner
-from agentplane_journal.core.merkle import EMPTY_ROOT, verify_consistency
-from agentplane_journal.core.policy import parse_policy
+from agentplane_journal.tlog.cosignature import Cosigner
+from agentplane_journal.tlog.merkle import EMPTY_ROOT, verify_consistency
+from agentplane_journal.tlog.policy import parse_policy
 
 from support.helpers import admitted, concluded, key, note, started
 

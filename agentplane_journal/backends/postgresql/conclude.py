@@ -15,7 +15,7 @@ LOCKED``): a busy counter sends the conclusion to the general unit, which waits 
 
 **The known log** (:class:`KnownLog`, per tenant, in the writer): its counter value, its size
 and its frontier, as this process last read or wrote them. The run's leaf and every node it
-completes are hashed here, before the statement (:class:`~agentplane_journal.core.tree.TreeBuilder`,
+completes are hashed here, before the statement (:class:`~agentplane_journal.tlog.tree.TreeBuilder`,
 as the general unit's seal does), and the statement writes them only if the stored log is
 still that one: the counter would hand out the position the general unit's expression gives,
 the last leaf is where it was, and every frontier node is the one hashed onto. So the rows
@@ -30,9 +30,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentplane_journal.backends.postgresql.sql import ONE
-from agentplane_journal.core import tree
 from agentplane_journal.core.batch import RELEASED_OWNER
-from agentplane_journal.core.merkle import raw_leaf
+from agentplane_journal.tlog import tree
+from agentplane_journal.tlog.merkle import raw_leaf
 
 __all__ = ["ADMIT", "CONCLUDE", "LOG_STATE", "KnownLog", "conclude_args", "known_log"]
 

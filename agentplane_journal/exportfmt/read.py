@@ -1,6 +1,6 @@
 """Reading an export's lines and run blocks: one reading for every reader of the file.
 
-``verify-export`` (:mod:`~agentplane_journal.core.export_verify`) and both passes of a
+``verify-export`` (:mod:`~agentplane_journal.exportfmt.verify`) and both passes of a
 restore (:mod:`agentplane_journal.journal.restore`) read each line and each run block through
 these two functions, so they cannot disagree about what a line or a block says, which is
 how a file came to be SOUND to one and restored as another history by the other:
@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentplane_journal.core import jsonload
-from agentplane_journal.core.export_lines import parse_digest, parse_ulid_run
 from agentplane_journal.core.ids import Digest, RunId
+from agentplane_journal.exportfmt.lines import parse_digest, parse_ulid_run
 
 __all__ = ["RunBlock", "attestation", "read_line", "run_block"]
 

@@ -1,6 +1,6 @@
 """What only a whole export file can show, settled in memory that does not grow with it.
 
-:class:`~agentplane_journal.core.export_verify.ExportVerifier` reads the file line by line;
+:class:`~agentplane_journal.exportfmt.verify.ExportVerifier` reads the file line by line;
 this module holds what it keeps across runs and judges at the end:
 
 * the **log's leaves** (:class:`LogLeaves`): each sealed block's ``(index, seal)`` folded
@@ -26,9 +26,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from agentplane_journal.core import merkle
-from agentplane_journal.core.checkpoint import Checkpoint
 from agentplane_journal.core.ids import Digest, RunId
+from agentplane_journal.tlog import merkle
+from agentplane_journal.tlog.checkpoint import Checkpoint
 
 __all__ = [
     "Frontier",
@@ -70,7 +70,7 @@ class Frontier:
     bit of the size: ``MTH(D[n])`` splits at the largest power of two below ``n``, so the
     tree of ``n`` leaves is its complete subtrees left to right (sizes the binary digits of
     ``n``) folded from the right, which is what :meth:`root` computes
-    (:func:`agentplane_journal.core.merkle.root`'s tree, byte for byte)."""
+    (:func:`agentplane_journal.tlog.merkle.root`'s tree, byte for byte)."""
 
     __slots__ = ("_nodes", "size")
 

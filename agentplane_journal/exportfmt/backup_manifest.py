@@ -1,6 +1,6 @@
 """A whole-database backup: a directory of export-format-1 files, one per tenant, and a manifest.
 
-Format 1 (:mod:`.export_lines`) is one tenant's journal: one Merkle log, one checkpoint in
+Format 1 (:mod:`.lines`) is one tenant's journal: one Merkle log, one checkpoint in
 its header. A database holds many tenants, so a backup of it is a **directory**:
 
 * one member file per tenant, ``NNNN-<name>.jsonl`` (``NNNN`` its place in the manifest,

@@ -6,7 +6,7 @@ files and the HTTP server are the command line's. The spec is c2sp.org/tlog-tile
 Why tiles map straight onto the stored tree: hash tile ``N`` at tile level ``L`` holds the
 Merkle Tree Hashes ``MTH(D[(N*256+i) * 256**L : (N*256+i+1) * 256**L])`` for ``i`` in
 0..255, and each is the root of a *perfect* subtree of height ``8L``: exactly the stored
-node ``(level 8L, index N*256+i)`` of :mod:`agentplane_journal.core.tree`. So a tile is one
+node ``(level 8L, index N*256+i)`` of :mod:`agentplane_journal.tlog.tree`. So a tile is one
 range read of stored nodes, never a recomputation; and because stored nodes never change
 once complete, a full tile (256 hashes) never changes either (files are written once,
 served ``immutable``). The rightmost tile of each level is *partial* (``.p/W``, 1..255

@@ -14,7 +14,7 @@ The rules are agentplane 0.22's ``export::verify``, restated:
   named, not left to surface as a root mismatch) and the root of the **outside** checkpoint;
 * the file is framed (a trailer) and the trailer's counts hold; an empty block is tampering
   unless the trailer declares the run unreadable;
-* every line is read as a restore reads it (:mod:`.export_read`): an unreadable line stops
+* every line is read as a restore reads it (:mod:`.read`): an unreadable line stops
   the pass with a finding, a run's second block is a finding (each block alone verifies,
   and a restore would replay both), and so is a block neither open nor sealed (an ``index``
   beside a malformed ``seal``);
@@ -23,10 +23,10 @@ The rules are agentplane 0.22's ``export::verify``, restated:
 
 Pure: feed it lines (:meth:`ExportVerifier.feed`), then :meth:`ExportVerifier.finish`.
 Memory does not grow with the file's runs, read in log order (what only the whole file can
-show is kept and settled by :mod:`.export_settle`): a run's records (for the signature
+show is kept and settled by :mod:`.settle`): a run's records (for the signature
 check), the log's root as a streaming frontier, counts, the first :data:`SOUND_LISTED` sound
 runs' names, and, to name a repeated block, the runs met so far in whatever
-:class:`~.export_settle.SeenRuns` the caller passes (a set by default; the command line and
+:class:`~.settle.SeenRuns` the caller passes (a set by default; the command line and
 restore pass a temporary SQLite file).
 """
 
@@ -37,9 +37,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentplane_journal.core.canon_v1 import CANON_VERSION
-from agentplane_journal.core.checkpoint import Checkpoint
-from agentplane_journal.core.export_body import same_value, serde_value
-from agentplane_journal.core.export_lines import (
+from agentplane_journal.core.ids import Digest, RunId
+from agentplane_journal.core.signing import DOMAIN_RECORD, Verifier, signing_hash
+from agentplane_journal.exportfmt.body import same_value, serde_value
+from agentplane_journal.exportfmt.lines import (
     CASE_BLOCK,
     FORMAT_VERSION,
     HEADER,
@@ -50,8 +51,8 @@ from agentplane_journal.core.export_lines import (
     parse_digest,
     parse_ulid_run,
 )
-from agentplane_journal.core.export_read import attestation, read_line, run_block
-from agentplane_journal.core.export_settle import (
+from agentplane_journal.exportfmt.read import attestation, read_line, run_block
+from agentplane_journal.exportfmt.settle import (
     InMemorySeen,
     LogLeaves,
     SeenRuns,
@@ -60,9 +61,8 @@ from agentplane_journal.core.export_settle import (
     settle_trailer,
     settle_tree,
 )
-from agentplane_journal.core.ids import Digest, RunId
-from agentplane_journal.core.signing import DOMAIN_RECORD, Verifier, signing_hash
-from agentplane_journal.core.typed_022 import decode_problem, dropped_members
+from agentplane_journal.exportfmt.typed_022 import decode_problem, dropped_members
+from agentplane_journal.tlog.checkpoint import Checkpoint
 
 __all__ = ["SOUND_LISTED", "ExportVerifier", "VerifyReport"]
 
@@ -188,7 +188,7 @@ class ExportVerifier:
         return self.feed_read(read_line(line))
 
     def feed_read(self, value: dict[str, Any] | str | None) -> bool:
-        """Take one line as :func:`~.export_read.read_line` read it (a restore reads each line
+        """Take one line as :func:`~.read.read_line` read it (a restore reads each line
         once for itself and for this pass); ``False`` as :meth:`feed`."""
         if self._stopped:
             return False

@@ -1,6 +1,6 @@
 """The stored Merkle tree's arithmetic: which nodes a leaf completes, which a proof needs.
 
-Pure, like :mod:`agentplane_journal.core.merkle`, whose answers these must equal exactly; the SQL
+Pure, like :mod:`agentplane_journal.tlog.merkle`, whose answers these must equal exactly; the SQL
 that stores and fetches the nodes is :mod:`agentplane_journal.journal.log`'s.
 
 A *node* ``(level, index)`` is the root of the perfect subtree over leaves
@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 
 from agentplane_journal.core.ids import Digest
-from agentplane_journal.core.merkle import raw_node, split_point
+from agentplane_journal.tlog.merkle import raw_node, split_point
 
 __all__ = [
     "MAX_LEVEL",

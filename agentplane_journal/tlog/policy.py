@@ -22,8 +22,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from agentplane_journal.core.cosignature import CosignerKey
-from agentplane_journal.core.note import NoteVerifier
+from agentplane_journal.tlog.cosignature import CosignerKey
+from agentplane_journal.tlog.note import NoteVerifier
 
 __all__ = ["Policy", "PolicyWitness", "parse_policy"]
 

@@ -36,7 +36,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from agentplane_journal.core.b64 import b64decode_canonical
-from agentplane_journal.core.note import _check_name, _name_problem
+from agentplane_journal.tlog.note import _check_name, _name_problem
 
 __all__ = [
     "COSIGNATURE_TYPE",

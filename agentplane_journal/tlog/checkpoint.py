@@ -23,16 +23,16 @@ from typing import TYPE_CHECKING
 from agentplane_journal.core.b64 import b64decode_canonical
 from agentplane_journal.core.error_groups import CorruptionError
 from agentplane_journal.core.ids import Digest
-from agentplane_journal.core.merkle import EMPTY_ROOT, leaf_hash, verify_inclusion
+from agentplane_journal.tlog.merkle import EMPTY_ROOT, leaf_hash, verify_inclusion
 
 if TYPE_CHECKING:
-    from agentplane_journal.core.note import NoteSigner, NoteVerifier
+    from agentplane_journal.tlog.note import NoteSigner, NoteVerifier
 
 __all__ = ["V040_EMPTY_ROOT", "Checkpoint", "Inclusion", "IncoherentCheckpointError"]
 
 V040_EMPTY_ROOT = Digest.ZERO
 """agentplane 0.4.0's root of the empty log: 32 zero bytes, a known deviation from RFC 6962
-(whose empty root is SHA-256 of nothing, :data:`~agentplane_journal.core.merkle.EMPTY_ROOT`).
+(whose empty root is SHA-256 of nothing, :data:`~agentplane_journal.tlog.merkle.EMPTY_ROOT`).
 Notes 0.4.0 published for an empty log carry it; see :attr:`Checkpoint.is_v040_empty`."""
 
 _U64_MAX = 2**64 - 1
@@ -126,7 +126,7 @@ class Checkpoint:
         The log's key name SHOULD be its origin (c2sp.org/tlog-checkpoint); that is the
         caller's choice of ``NoteSigner(name, seed)``, not enforced here.
         """
-        from agentplane_journal.core.note import sign_note
+        from agentplane_journal.tlog.note import sign_note
 
         return sign_note(self.to_note(), signer, *others)
 
@@ -138,7 +138,7 @@ class Checkpoint:
 
         ``verifier_keys`` are ``name+hash+base64key`` strings (or :class:`NoteVerifier`).
         Refused: a note no trusted key signed (only unknown keys), a trusted key's signature
-        that does not verify (:class:`~agentplane_journal.core.note.NoteVerificationError`), a
+        that does not verify (:class:`~agentplane_journal.tlog.note.NoteVerificationError`), a
         malformed note, and a body that is not a strict checkpoint (``ValueError``).
         Signatures from keys not trusted here (witness cosignatures, a rotated key) are
         ignored, as the signed-note spec requires.
@@ -149,7 +149,7 @@ class Checkpoint:
         them). The signatures are checked before the body is parsed, so nothing unsigned is
         ever interpreted.
         """
-        from agentplane_journal.core.note import open_note
+        from agentplane_journal.tlog.note import open_note
 
         body = open_note(text, verifier_keys).text
         lines = body[:-1].split("\n")

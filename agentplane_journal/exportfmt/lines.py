@@ -17,14 +17,14 @@ history, and its ``verify --checkpoint`` and ``restore`` read ours as their own:
 ``raw`` is the record's exact hashed bytes as a JSON string; ``body`` is what agentplane
 writes there, ``serde_json::to_string`` of its ``RecordBody`` parsed from those bytes: the
 members in its structs' declaration order, numbers as serde_json renders them
-(:mod:`.export_body`, derived from the wire bytes alone, so body-equals-wire holds by
+(:mod:`.body`, derived from the wire bytes alone, so body-equals-wire holds by
 construction and a sealed payload is never opened). ``attestation`` is agentplane's
 ``Attestation { key_id, signature }`` with the signature as a lowercase hex string (its
 ``#[serde(with = "hex_bytes")]``, ``src/core/attest.rs``); readers also accept the array of
 byte values this package wrote before (see docs/operations/backup.md).
 
 Pure code, no I/O: the writer (:mod:`agentplane_journal.journal.export`) and the verifier
-(:mod:`agentplane_journal.core.export_verify`) share these spellings.
+(:mod:`agentplane_journal.exportfmt.verify`) share these spellings.
 """
 
 from __future__ import annotations
@@ -35,10 +35,10 @@ from dataclasses import dataclass, field
 from json.encoder import encode_basestring as _string  # the C writer of one JSON string
 from typing import Any
 
-from agentplane_journal.core.checkpoint import Checkpoint
-from agentplane_journal.core.export_body import body_text
 from agentplane_journal.core.ids import Digest, RunId
 from agentplane_journal.core.record import Attestation, Record
+from agentplane_journal.exportfmt.body import body_text
+from agentplane_journal.tlog.checkpoint import Checkpoint
 
 __all__ = [
     "CANON_BY_PROFILE",
@@ -164,7 +164,7 @@ def attestation_json(att: Attestation | None) -> dict[str, Any] | None:
 
 
 def record_line(record: Record) -> str:
-    """One record: ``body`` as agentplane 0.22 writes it (:func:`.export_body.body_text`,
+    """One record: ``body`` as agentplane 0.22 writes it (:func:`.body.body_text`,
     from the wire bytes), ``raw`` the wire bytes themselves as a string.
 
     ``ValueError`` when the bytes are not a UTF-8 JSON object serde_json can hold (the run is

@@ -18,7 +18,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from agentplane_journal.core.export_body import TOP_MEMBERS, VARIANT_MEMBERS
+from agentplane_journal.exportfmt.body import TOP_MEMBERS, VARIANT_MEMBERS
 
 __all__ = ["decode_problem", "dropped_members"]
 

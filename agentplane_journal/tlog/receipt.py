@@ -32,12 +32,12 @@ from dataclasses import dataclass
 
 from agentplane_journal.core import jsonload
 from agentplane_journal.core.b64 import b64decode_canonical
-from agentplane_journal.core.checkpoint import Checkpoint
-from agentplane_journal.core.cosignature import Cosignature
 from agentplane_journal.core.ids import Digest
-from agentplane_journal.core.merkle import leaf_hash, verify_inclusion
-from agentplane_journal.core.note import NoteVerificationError, open_note
-from agentplane_journal.core.policy import Policy
+from agentplane_journal.tlog.checkpoint import Checkpoint
+from agentplane_journal.tlog.cosignature import Cosignature
+from agentplane_journal.tlog.merkle import leaf_hash, verify_inclusion
+from agentplane_journal.tlog.note import NoteVerificationError, open_note
+from agentplane_journal.tlog.policy import Policy
 
 __all__ = ["HEADER", "Receipt", "ReceiptReport", "parse_receipt", "verify_receipt"]
 
