@@ -9,7 +9,7 @@ recorded in the database (``journal_profile``), never of the process that happen
   carries ``canon: 1`` (required: 0.22 compares it first on replay, and reads its absence as a
   malformed record), RFC 8785 with exact integers (:mod:`.canon_v1`).
 
-What the profile decides is only what is *written*: the canonical bytes a record is sealed
+What the profile decides is only what is *written*: the canonical bytes a record is chained
 over, the record version, the ``canon`` member, and the bytes an effect key is derived from.
 Verification never re-serialises (a record's hash covers its stored bytes), so every record
 verifies under the profile it was written with, whatever profile the store is opened with now;

@@ -1,10 +1,10 @@
-"""Records: what the store seals, and how a stored row is read back and checked.
+"""Records: what the store chains (and signs), and how a stored row is read back and checked.
 
 The store turns an :class:`~agentplane_journal.core.append.Append`'s body into a record with
-:meth:`Record.seal`: canonical bytes, a chained hash and, optionally, a signature. From then
-on ``raw`` is the truth: it is stored verbatim, re-hashed on every read
-(:meth:`Record.from_stored`), and never re-serialised, so a record written by agentplane
-verifies here and the other way round.
+:meth:`Record.seal` (which chains, despite its name): canonical bytes, a chained hash and,
+optionally, a signature. From then on ``raw`` is the truth: it is stored verbatim, re-hashed
+on every read (:meth:`Record.from_stored`), and never re-serialised, so a record written by
+agentplane verifies here and the other way round.
 
 Checks happen in layers, each catching what the previous cannot:
 
@@ -68,7 +68,7 @@ def _wire_int(token: str) -> int | float:
     as an ``f64``, and canon v1 prints such a double as an integer (``{"x": 1e20}`` is stored
     ``100000000000000000000``, and so is every double in [2^64, 1e21)). Read back as that
     double it re-canonicalizes to the same bytes; as a Python ``int`` it would be refused as
-    wider than 64 bits (restore, drill and the steps layer's replay re-seal what they read)."""
+    wider than 64 bits (restore, drill and the steps layer's replay re-chain what they read)."""
     value = int(token)
     return value if _I64_MIN <= value <= _U64_MAX else float(token)
 
@@ -135,7 +135,7 @@ class Attestation:
 
 @dataclass(frozen=True, slots=True)
 class Record:
-    """A sealed record: its body, the exact bytes hashed, its link and its hash.
+    """A chained record: its body, the exact bytes hashed, its link and its hash.
 
     Build one with :meth:`seal` (writing) or :meth:`from_stored` (reading). ``body`` is a
     decoded view of ``raw`` and takes no part in equality: two records are equal when
@@ -191,7 +191,7 @@ class Record:
         if cls is not Record:
             return cls(body, raw, prev_hash, hash_, attestation)
         # Built as the read path builds its records: the frozen __init__ costs a guarded
-        # setattr per field, a measurable share of sealing a small record.
+        # setattr per field, a measurable share of chaining a small record.
         return stored_record(body, raw, prev_hash, hash_, attestation)
 
     @classmethod

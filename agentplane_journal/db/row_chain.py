@@ -25,7 +25,7 @@ from agentplane_journal.core.canon import MAX_DEPTH
 from agentplane_journal.core.checks import MAX_I64, MAX_U16
 from agentplane_journal.core.ids import Digest
 from agentplane_journal.core.record import is_canonical_ulid
-from agentplane_journal.db.statements import (
+from agentplane_journal.db.row_records import (
     _DEEP_BYTES,
     _optional_members,
     _scan,

@@ -1,13 +1,13 @@
 """agentplane 0.22's typed record decode, as a check: would its ``RecordBody`` read these
-wire bytes, and would its re-seal give them back? Pure, no I/O.
+wire bytes, and would re-chaining it give them back? Pure, no I/O.
 
 agentplane 0.22's export ``verify`` parses every record's wire bytes as its typed
 ``RecordBody`` before anything else, and a record it cannot parse is "malformed": it is
 skipped, and every later record of the run then reads as missing or edited. Its ``restore``
-re-seals the typed value, which drops what the type does not hold. So a canon-1 export is
+re-chains the typed value, which drops what the type does not hold. So a canon-1 export is
 only agentplane's if each record is a ``RecordBody``; :func:`decode_problem` says why one is
 not (a required member missing, an enum in another form, a kind 0.22 does not define), and
-:func:`dropped_members` what its re-seal would drop. The rules are agentplane 0.22.0's
+:func:`dropped_members` what its re-chaining would drop. The rules are agentplane 0.22.0's
 ``RecordKind`` and the structs it names (``src/journal/record.rs``, ``src/core``), checked
 against agentplane's own decode in ``tests/test_interop22.py``.
 """
@@ -200,9 +200,9 @@ def decode_problem(wire: Mapping[str, Any]) -> str | None:
 
 
 def dropped_members(wire: Mapping[str, Any]) -> list[str]:
-    """Members agentplane 0.22's typed re-seal of a readable record would not write back
+    """Members agentplane 0.22's typed re-chaining of a readable record would not write back
     (members its types do not hold; ``null`` where it skips an absent option; the default
-    ``"phase": "forward"``), so that its ``restore`` would re-seal the record to other bytes."""
+    ``"phase": "forward"``), so that its ``restore`` would re-chain the record to other bytes."""
     kind = wire.get("kind")
     known = {*TOP_MEMBERS, "kind", *VARIANT_MEMBERS.get(kind if isinstance(kind, str) else "", ())}
     dropped = [f"{kind}.{name}" for name in wire if name not in known]

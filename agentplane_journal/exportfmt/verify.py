@@ -2,7 +2,7 @@
 
 The rules are agentplane 0.22's ``export::verify``, restated:
 
-* every record is **re-sealed**: ``SHA-256(prev || raw)`` over the exact bytes the line
+* every record is **re-chained**: ``SHA-256(prev || raw)`` over the exact bytes the line
   carries, ``prev`` being the hash recomputed from the lines before it (never the line's own
   ``prev_hash``: a file agreeing with itself is what a competent editor produces);
 * sequences are contiguous from 1 (a removed *tail* breaks no link), every record's body
@@ -303,7 +303,7 @@ class ExportVerifier:
     def _typed(self, wire: dict[str, Any], seq: int, p: _RunPass) -> None:
         """agentplane 0.22's typed decode of a canon-1 record (:mod:`.typed_022`): a record it
         cannot read is a finding (its verify calls it malformed, and every later record of
-        the run tampered); what its re-seal would drop is counted for :meth:`finish`."""
+        the run tampered); what its re-chaining would drop is counted for :meth:`finish`."""
         problem = decode_problem(wire)
         if problem is not None:
             self.report.findings.append(

@@ -1,7 +1,8 @@
 """The per-run reads of :class:`~agentplane_journal.journal.store.SqlJournalStore`: what a run says.
 
 Records (whole, streamed, or page by page), heads, the case history, verification, and the
-run indexes. What an audit reads of many runs at once and the tenant's Merkle log are
+run indexes (:mod:`agentplane_journal.journal.run_indexes`, a base of :class:`RunReads`).
+What an audit reads of many runs at once and the tenant's Merkle log are
 :mod:`agentplane_journal.journal.audits`'s. Every record is hash-checked and compared with its
 columns on the way out (:func:`~agentplane_journal.db.statements.record_from_row`), so a row
 an attacker edited is :class:`CorruptRecordError`, never an answer.
@@ -16,18 +17,18 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from sqlalchemy import and_, literal, or_, select, tuple_
-from sqlalchemy.engine import Connection
-from sqlalchemy.engine.cursor import _DEFAULT_FETCH as _PLAIN_FETCH
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from agentplane_journal.backends import reader as lean
 from agentplane_journal.core.chain import RunCheck
-from agentplane_journal.core.checks import check_int, check_label, check_run
+from agentplane_journal.core.checks import check_int, check_run
 from agentplane_journal.core.ids import CaseId, Digest, RunId
 from agentplane_journal.core.record import Record
 from agentplane_journal.core.signing import Verifier
 from agentplane_journal.core.values import Head
-from agentplane_journal.db.models import Journal, RunActivity, RunOutcome, RunSeal
+from agentplane_journal.db.driver_rows import _driver_rows as _driver_rows  # tests/test_stream.py
+from agentplane_journal.db.driver_rows import driver_rows
+from agentplane_journal.db.models import Journal, RunSeal
 from agentplane_journal.db.row_chain import chain_rows
 from agentplane_journal.db.statements import (
     RECORD_COLUMNS,
@@ -35,10 +36,8 @@ from agentplane_journal.db.statements import (
     page_statement,
     record_from_row,
     records_from_rows,
-    stored_int,
-    stored_run,
 )
-from agentplane_journal.db.unit import Repository
+from agentplane_journal.journal.run_indexes import RunIndexes
 
 __all__ = ["PAGE_BYTES", "STREAM_PAGE", "RunReads", "driver_rows"]
 
@@ -53,33 +52,6 @@ PAGE_BYTES = 4 * 2**20
 
 #: The largest ``page_size`` :meth:`RunReads.stream` takes (100 x ``store.MAX_INSERT_ROWS``).
 _MAX_STREAM_PAGE = 100_000
-
-
-async def driver_rows(
-    session: AsyncSession, stmt: Any, params: dict[str, Any] | None = None
-) -> list[Any]:
-    """``stmt``'s rows as the driver returned them (tuples; asyncpg's records), in a list.
-
-    Executed by SQLAlchemy Core on the session's connection (its transaction, execution
-    options, compiled-statement cache, and its wrapping of driver errors, which
-    ``Repository.unit`` translates), but the rows are taken from the DBAPI cursor, which
-    already holds them all: the ORM's and even Core's per-row ``Row`` objects cost more than
-    a read of a long run spends anywhere but on its checks. If SQLAlchemy ever buffers
-    the rows itself (another fetch strategy), they come through its result instead, so no
-    row is ever skipped.
-    """
-    conn = await session.connection()
-    return await conn.run_sync(_driver_rows, stmt, params)
-
-
-def _driver_rows(conn: Connection, stmt: Any, params: dict[str, Any] | None) -> list[Any]:
-    result = conn.execute(stmt, params)
-    try:
-        if result.cursor_strategy is _PLAIN_FETCH and result.cursor is not None:
-            return list(result.cursor.fetchall())
-        return list(result)
-    finally:
-        result.close()
 
 
 def _left(fetch: asyncio.Future[Any] | None) -> None:
@@ -107,7 +79,7 @@ def _fed(check: RunCheck, rows: list[Any]) -> tuple[int, int]:
     return page[-1].seq, sum(len(r.raw) for r in page)
 
 
-class RunReads(Repository):
+class RunReads(RunIndexes):
     """The store's per-run reads: every method here only reads."""
 
     def _key(self, run: RunId) -> Any:
@@ -491,60 +463,3 @@ class RunReads(Repository):
             async for page in self._pages(run, 1, STREAM_PAGE, PAGE_BYTES, session):
                 check.feed(page)
         return check.finish(None if sealed is None else digest(sealed, check.last))
-
-    # -- indexes -----------------------------------------------------------------------
-
-    async def runs_by_outcome(
-        self, outcome: str, limit: int, *, session: AsyncSession | None = None
-    ) -> list[RunId]:
-        """Runs whose latest ``RunSealed`` record says ``outcome``, newest conclusion first."""
-        outcome = check_label(outcome, "outcome")
-        limit = check_int(limit, "limit")
-        stmt = (
-            select(RunOutcome.run_id)
-            .where(RunOutcome.tenant == self.tenant, RunOutcome.outcome == outcome)
-            .order_by(RunOutcome.ordinal.desc())
-            .limit(limit)
-        )
-
-        async def unit(session: AsyncSession) -> list[RunId]:
-            rows = (await session.execute(stmt)).scalars()
-            return [stored_run(r, "run_outcome.run_id") for r in rows]
-
-        return await self.unit(unit, read_only=True, session=session)
-
-    async def recent_runs(
-        self,
-        after: tuple[RunId, int] | None = None,
-        limit: int = 100,
-        *,
-        session: AsyncSession | None = None,
-    ) -> list[tuple[RunId, int]]:
-        """``(run, updated_at)`` newest first, ties by run id descending; ``after`` pages."""
-        limit = check_int(limit, "limit")
-        where = [RunActivity.tenant == self.tenant]
-        if after is not None:
-            if not isinstance(after, tuple) or len(after) != 2:
-                raise TypeError("after must be a (run, updated_at) pair as recent_runs returns")
-            after_run, after_at = check_run(after[0]), check_int(after[1], "after's updated_at")
-            where.append(
-                tuple_(RunActivity.updated_at, RunActivity.run_id)
-                < tuple_(literal(after_at), literal(str(after_run)))
-            )
-        stmt = (
-            select(RunActivity.run_id, RunActivity.updated_at)
-            .where(*where)
-            .order_by(RunActivity.updated_at.desc(), RunActivity.run_id.desc())
-            .limit(limit)
-        )
-
-        async def unit(session: AsyncSession) -> list[tuple[RunId, int]]:
-            return [
-                (
-                    stored_run(r[0], "run_activity.run_id"),
-                    stored_int(r[1], 0, "run_activity.updated_at"),
-                )
-                for r in await session.execute(stmt)
-            ]
-
-        return await self.unit(unit, read_only=True, session=session)

@@ -348,7 +348,7 @@ async def restore_export(
     """
     frame = check_frame(path)
     await _refuse_non_empty(store)
-    # The records are replayed through append, which re-seals each body in the wire profile
+    # The records are replayed through append, which re-chains each body in the wire profile
     # its version names: the bytes (and the root) come back, whichever profiles they are in.
     # The empty target records the export's profile, and the other one its records are in.
     wanted = _target_profile(frame, await store.wire_profile())

@@ -31,53 +31,39 @@ from __future__ import annotations
 
 import unicodedata
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import update
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 from agentplane_journal.backends import dispatch
 from agentplane_journal.backends.head_cache import HeadCache
-from agentplane_journal.core.admission import claimed_keys
-from agentplane_journal.core.append import EFFECT_STARTED, RUN_SEALED, Append
-from agentplane_journal.core.batch import RELEASED_OWNER
+from agentplane_journal.core.append import Append
 from agentplane_journal.core.checks import (
     check_int,
     check_key_id,
     check_label,
     check_run,
     check_text,
-    check_ttl,
-    lease_expiry,
 )
 from agentplane_journal.core.ids import DEFAULT_TENANT, Digest, RunId, validate_tenant
 from agentplane_journal.core.profile import WireProfile
 from agentplane_journal.core.record import Record
 from agentplane_journal.core.signing import Signer
-from agentplane_journal.core.values import Cancellation, Lease
-from agentplane_journal.db.hotpath import HeadMoved, HotPath
-from agentplane_journal.db.models import RunLease
-from agentplane_journal.db.statements import (
-    digest,
-    hot_statements,
-    stored_int,
-)
+from agentplane_journal.core.values import Cancellation
+from agentplane_journal.db.hotpath import HotPath
+from agentplane_journal.db.statements import digest
 from agentplane_journal.db.txcontrol import refusing_transaction_control
 from agentplane_journal.db.unit import Passthrough, Rollback, TransactionAnchor
-from agentplane_journal.errors import (
-    RunSealedError,
-    TransactionEndedError,
-)
+from agentplane_journal.errors import RunSealedError, TransactionEndedError
 from agentplane_journal.journal.admissions import Admissions
 from agentplane_journal.journal.audits import AuditReads
 from agentplane_journal.journal.cosignatures import Cosignatures
 from agentplane_journal.journal.guarded import GuardedAppends
 from agentplane_journal.journal.leases import RunControl
 from agentplane_journal.journal.log import TenantLog
-from agentplane_journal.journal.log_audit import MAX_LOG_INDEX
 from agentplane_journal.journal.profiles import Profiles
 from agentplane_journal.journal.reads import RunReads
+from agentplane_journal.journal.step_transactions import StepTransactions
 from agentplane_journal.journal.writes import MAX_INSERT_ROWS, RunWrites
 
 __all__ = ["MAX_INSERT_ROWS", "SqlJournalStore"]
@@ -91,6 +77,7 @@ class SqlJournalStore(
     Profiles,
     Cosignatures,
     GuardedAppends,
+    StepTransactions,
     RunWrites,
 ):
     """agentplane's journal store over SQLAlchemy's async engine (PostgreSQL or SQLite).
@@ -308,138 +295,7 @@ class SqlJournalStore(
         transaction (an effect's start and its step boundary's cancellation check)."""
         return await self.append_batch(epoch, batch, session=None, unless_cancelled=True)
 
-    # -- a durable-steps run's own transactions ----------------------------------------
-
-    async def admit(
-        self,
-        run: RunId,
-        owner: str,
-        ttl: int | timedelta,
-        batch: Sequence[Append],
-        *,
-        after: int | None = None,
-    ) -> tuple[Lease, list[Record]]:
-        """Claim a fresh run's lease and append its first batch, in one transaction.
-
-        What :meth:`acquire` then :meth:`append` do, committed together: the run and its
-        lease exist both or neither, so a refused admission (a duplicate admission key, a
-        database error) leaves nothing behind, not even an empty lease. A live lease on
-        ``run`` is :class:`LeaseHeldError`.
-
-        ``after``: the seq the caller last read the run at; when the run's head is elsewhere
-        (someone wrote since) nothing is written, not even the claim, and
-        :class:`~agentplane_journal.db.hotpath.HeadMoved` says where it is (the LangGraph
-        saver's first write to a thread it read: claim, check and write in one transaction).
-        """
-        run = check_run(run)
-        if after is not None:
-            after = check_int(after, "after")
-        owner = check_label(owner, "owner")
-        ttl = check_ttl(ttl)
-        items, batch_run = self.check_batch(batch)
-        if batch_run != run:
-            raise ValueError(f"admit's batch must be {run}'s records")
-        await self._ready()
-        now = self.now()
-
-        async def unit(session: AsyncSession) -> tuple[Lease, list[Record]]:
-            # Built here, not before the hot path: building it costs more than the hot
-            # admission's statement.
-            claim = self._claim_statement(run, owner, ttl, now, reclaim=False)
-            # The run mutex first, as for every lease change and append (the activity row
-            # the append keeps anyway), then the claim, then the fence under both.
-            params = {"tenant": self.tenant, "run_id": str(run), "now": now}
-            conn = await session.connection()
-            await conn.execute(hot_statements(self.dialect).run_mutex, params)
-            found = (await session.execute(claim)).scalar_one_or_none()
-            if found is None:
-                raise await self._holder(session, run, now)
-            epoch = stored_int(found, 0, "run_lease.epoch")
-            state = await self.lock_run(session, run, epoch, held=True)
-            if after is not None and state.head_seq != after:
-                raise HeadMoved(state.head_seq)  # rolls the claim back with it
-            return Lease(run, owner, epoch), await self.write_batch(
-                session, run, epoch, state, items
-            )
-
-        self.refuse_own_wait(run)
-        self.refuse_other_profile(items, self.profile)
-        try:  # SQLite: one thread hop, in the writer's queue (PostgreSQL: None)
-            hot: list[Record] | None = await self._writer.admit(
-                self.tenant,
-                self._signer,
-                now,
-                run,
-                owner,
-                lease_expiry(now, ttl),
-                items,
-                claimed_keys(items),
-                self.profile,
-                after,
-            )
-        finally:
-            self._wrote()
-        if hot is not None:
-            return Lease(run, owner, hot[-1].epoch), hot
-        lease, records = await self.unit(unit, run=run)
-        if records:
-            self._writer.remember(self.tenant, str(run), records[-1])
-        return lease, records
-
-    async def conclude(
-        self, epoch: int, batch: Sequence[Append], outcome: str
-    ) -> tuple[list[Record], Digest]:
-        """Append ``batch`` (ending with the run's ``RunSealed``), seal the run at its new
-        head and release the lease at ``epoch``, in one transaction; return the records and
-        the sealed head. Fenced and refused when sealed, as :meth:`append` and :meth:`seal`
-        are; nothing of it commits unless all of it does."""
-        epoch = check_int(epoch, "epoch")
-        outcome = check_label(outcome, "outcome")
-        items, run = self.check_batch(batch)
-        if run is None or items[-1].kind != RUN_SEALED:
-            raise ValueError("conclude's batch must end with the run's RunSealed record")
-        release = (
-            update(RunLease)
-            .where(
-                RunLease.tenant == self.tenant,
-                RunLease.run_id == str(run),
-                RunLease.epoch == epoch,
-            )
-            .values(owner=RELEASED_OWNER, expires_at=0)
-        )
-
-        async def unit(session: AsyncSession) -> tuple[list[Record], Digest]:
-            state = await self.lock_run(session, run, epoch)  # the lease row is locked too
-            records = await self.write_batch(session, run, epoch, state, items)
-            head = records[-1].hash
-            await self.tenant_log.append(session, [(str(run), bytes(head), self.now(), outcome)])
-            await session.execute(release)
-            return records, head
-
-        if claimed_keys(items) or any(i.kind == EFFECT_STARTED for i in items):
-            return await self.unit(unit, run=run)  # rare: the general unit claims and checks
-        self.refuse_own_wait(run)
-        await self._ready()
-        self.refuse_other_profile(items, self.profile)
-        try:  # SQLite: one thread hop in the group commit; PostgreSQL: one statement
-            hot = await self._writer.conclude(
-                self.tenant,
-                self._signer,
-                self.now(),
-                run,
-                epoch,
-                items,
-                outcome,
-                self.tenant_log.append_with,
-                self.profile,
-                counter=self.tenant_log.counter_name,
-                max_index=MAX_LOG_INDEX,
-            )
-        finally:
-            self._wrote()
-        if hot is not None:
-            return hot, hot[-1].hash
-        return await self.unit(unit, run=run)
+    # -- the caller's work in the append's transaction ----------------------------------
 
     async def append_atomic(
         self,

@@ -26,7 +26,7 @@ effect that declares nothing: untrusted, hence at least ``internal`` (the lattic
 more permissive than the truth). A person's settlement reports the provider's answer: the
 same label.
 
-In 0.22 the layer's records are ones agentplane 0.22's typed decode reads and re-seals to the
+In 0.22 the layer's records are ones agentplane 0.22's typed decode reads and re-chains to the
 same bytes (issue 36): ``RunAdmitted`` carries the required ``input_label`` (the caller's
 arguments, labelled as nothing vouches for them: :data:`INPUT_LABEL`); ``EffectStarted``'s
 recovery is agentplane's internally tagged ``Recovery`` (``{"mode": "reconcile"}``) and it
@@ -129,7 +129,7 @@ def effect_record(
         body.setdefault("declared", dict(DECLARED))
     if kind == EFFECT_STARTED and _is_022(profile):
         # agentplane's Recovery is internally tagged by `mode`; the position is not a member
-        # of its EffectStarted (its typed re-seal would drop it and change the bytes).
+        # of its EffectStarted (its typed re-chaining would drop it and change the bytes).
         if isinstance(body.get("recovery"), str):
             body["recovery"] = {"mode": body["recovery"]}
         body.pop("ordinal", None)

@@ -3,8 +3,10 @@
 Part of the repository (see :mod:`agentplane_journal.backends.dispatch`, which sends the hot
 appends here, and :mod:`agentplane_journal.backends.postgresql.sql`, the statements). The
 queue, its leaders and the answering of each append are the skeleton both databases share
-(:class:`~agentplane_journal.backends.writer.GroupWriter`); this module holds what a group
-is and does on PostgreSQL. Two costs go away:
+(:class:`~agentplane_journal.backends.writer.GroupWriter`); this module and its two parts
+hold what a group is and does on PostgreSQL: what is queued and answered
+(:mod:`~agentplane_journal.backends.postgresql.answers`) and how a group is sent
+(:mod:`~agentplane_journal.backends.postgresql.sending`). Two costs go away:
 
 * **The pool's checkout and checkin.** Through SQLAlchemy each is several greenlet switches
   and pool bookkeeping, about 40% of a lone writer's client CPU. One :class:`Writer` per
@@ -40,14 +42,23 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from agentplane_journal.backends.head_cache import HeadCache
 from agentplane_journal.backends.postgresql import conclude as _conclude
-from agentplane_journal.backends.postgresql import sql as _pgsql
+from agentplane_journal.backends.postgresql.answers import (
+    GENERAL,
+    Answer,
+    Conclusion,
+    GeneralAnswer,
+    Lost,
+    Request,
+    Result,
+    unknown,
+)
+from agentplane_journal.backends.postgresql.sending import Sending
 from agentplane_journal.backends.writer import GroupWriter
 from agentplane_journal.core.append import Append
 from agentplane_journal.core.batch import chain_batch
@@ -55,18 +66,10 @@ from agentplane_journal.core.ids import Digest, EffectKey, RunId
 from agentplane_journal.core.profile import AGENTPLANE_0_4, WireProfile
 from agentplane_journal.core.record import Record
 from agentplane_journal.core.signing import Signer
-from agentplane_journal.db.dialect import PostgresDialect
 from agentplane_journal.db.hotpath import General, LogSeal
 from agentplane_journal.db.turns import WriteTurn
-from agentplane_journal.db.unit import describe
-from agentplane_journal.db.violations import Collision, journal_collision
-from agentplane_journal.errors import (
-    BackendError,
-    CommitUnknownError,
-    DuplicateEffectError,
-    PoolerError,
-)
 
+# GENERAL, Answer, Request and Result are answers.py's, importable from here as before.
 __all__ = ["GENERAL", "Answer", "Request", "Result", "Writer", "open_path", "schema_of"]
 
 #: At most this many runs, and records, share one statement (a larger batch goes alone).
@@ -74,66 +77,6 @@ MAX_GROUP_RUNS = 64
 MAX_GROUP_ROWS = 1000
 #: Statements in flight at once without group commit (each on its own held connection).
 UNGROUPED_CONNECTIONS = 8
-#: A lease row locked (``NOWAIT``, never waited for): the append goes to the general unit
-#: of work, as does the primary key refusing a position (``db.violations``'s classification).
-_LOCKED = "55P03"
-#: Reads this path's driver errors (which constraint a unique violation names).
-_DIALECT = PostgresDialect()
-
-
-class _General:
-    """The answer that sends an append to the general unit of work (nothing was written)."""
-
-    def __repr__(self) -> str:
-        return "GENERAL"
-
-
-GENERAL = _General()
-#: What a statement answers an append: its records, or :data:`GENERAL`.
-Result = list[Record] | _General
-#: A result, or the exception the append's caller gets.
-Answer = Result | BaseException
-
-
-@dataclass
-class Request:
-    """One append waiting for a statement: already chained onto ``head`` (the known head)."""
-
-    tenant: str
-    run: RunId
-    epoch: int
-    now: int
-    head: tuple[int, Digest]
-    records: list[Record]
-    rows: list[tuple[Any, ...]]
-    keys: Sequence[EffectKey]
-    future: asyncio.Future[Any] = field(repr=False)
-    #: An effect's start: its own statement, which also checks for a stop request.
-    unless_cancelled: bool = False
-    #: A conclusion (:mod:`.conclude`): its own statement, never in a group.
-    conclude: _Conclusion | None = None
-    #: A fresh run's admission (:data:`.conclude.ADMIT`): the lease's owner and expiry and
-    #: the admission key (or none); its own statement, never in a group.
-    admit: tuple[str, int, str | None] | None = None
-
-
-@dataclass(frozen=True)
-class _Conclusion:
-    """What a conclusion adds to its append: the tenant's log counter, the outcomes (the
-    ``RunSealed`` record's and the log leaf's), the sealed head, the log's largest position."""
-
-    counter: str
-    conclusion: str
-    outcome: str
-    head: bytes
-    max_index: int
-
-
-class _Lost(Exception):
-    """Internal: the connection went away with a statement in flight."""
-
-    def __init__(self, error: Exception) -> None:
-        self.error = error
 
 
 def schema_of(bind: AsyncEngine) -> tuple[bool, str | None]:
@@ -146,13 +89,7 @@ def schema_of(bind: AsyncEngine) -> tuple[bool, str | None]:
     return False, None  # per-table maps: the general path's compiler applies them
 
 
-def _unknown(exc: BaseException) -> CommitUnknownError:
-    error = CommitUnknownError(describe(exc))
-    error.__cause__ = exc
-    return error
-
-
-class Writer(GroupWriter[Request, Result]):
+class Writer(Sending, GroupWriter[Request, Result]):
     """The process's PostgreSQL hot-append queue for one store (see the module).
 
     What is PostgreSQL's own, beside :class:`~agentplane_journal.backends.writer.GroupWriter`:
@@ -209,7 +146,7 @@ class Writer(GroupWriter[Request, Result]):
                     tenant, run, epoch, now, head, chained, rows, keys, future, unless_cancelled
                 )
             )
-            records = await general() if isinstance(answer, _General) else answer
+            records = await general() if isinstance(answer, GeneralAnswer) else answer
         if records:
             self._heads.put(tenant, run_id, records[-1].seq, records[-1].hash)
         return records
@@ -250,7 +187,7 @@ class Writer(GroupWriter[Request, Result]):
                 admit=(owner, expires_at, keys[0] if keys else None),
             )
         )
-        if isinstance(answer, _General):
+        if isinstance(answer, GeneralAnswer):
             return None
         return answer
 
@@ -296,10 +233,10 @@ class Writer(GroupWriter[Request, Result]):
                 [],
                 future,
                 False,
-                _Conclusion(counter, conclusion, outcome, bytes(chained[-1].hash), max_index),
+                Conclusion(counter, conclusion, outcome, bytes(chained[-1].hash), max_index),
             )
         )
-        if isinstance(answer, _General):
+        if isinstance(answer, GeneralAnswer):
             return None
         return answer
 
@@ -344,14 +281,14 @@ class Writer(GroupWriter[Request, Result]):
         if len(group) == 1:
             try:
                 return [await self._one(driver, group[0])], True
-            except _Lost as lost:
-                return [_unknown(lost.error)], False
+            except Lost as lost:
+                return [unknown(lost.error)], False
         return await self._many(driver, group)
 
     def _interrupted(self, group: list[Request], exc: BaseException) -> None:
         # Interrupted with the statement in flight (the leader cancelled): autocommitted,
         # it may have landed.
-        self._answer(group, [_unknown(exc)] * len(group))
+        self._answer(group, [unknown(exc)] * len(group))
 
     async def _abandon(self, conn: AsyncConnection) -> None:
         # Lost, closed by the server, or interrupted mid-statement (its answer may still
@@ -366,156 +303,6 @@ class Writer(GroupWriter[Request, Result]):
         else:
             self._heads.drop(request.tenant, str(request.run))
         return answer
-
-    async def _fetch(self, driver: Any, statement: str, args: tuple[Any, ...]) -> list[Any]:
-        # asyncpg ships no types: its fetch() answers a list of Records.
-        rows: list[Any]
-        if getattr(driver, "_stmt_cache_enabled", True):
-            rows = await driver.fetch(_pgsql.sql(statement, self._schema), *args)
-            return rows
-        # Behind a transaction pooler (no statement cache): the statement's server-side
-        # function, whose plan the server connection keeps (the statement itself would be
-        # planned afresh for every append). asyncpg prepares and executes an uncached
-        # statement in two exchanges, and only an open transaction keeps both on one
-        # server connection.
-        async with driver.transaction():
-            rows = await driver.fetch(_pgsql.pooled(statement, self._schema), *args)
-            return rows
-
-    async def _one(self, driver: Any, r: Request) -> Answer:
-        """One append by the single-run statement; raises :class:`_Lost`."""
-        args = _pgsql.one_args(r.tenant, str(r.run), r.now, r.epoch, r.head, r.rows)
-        statement = _pgsql.ONE
-        if r.admit is not None:
-            return await self._admit_one(driver, r, args)
-        if r.conclude is not None:
-            if not getattr(driver, "_stmt_cache_enabled", True):
-                return GENERAL  # behind a pooler: no server-side function concludes
-            log = await self._known_log(driver, r.tenant, r.conclude)
-            if log is None:
-                return GENERAL
-            c = r.conclude
-            args, after = _conclude.conclude_args(
-                args, c.counter, log, c.conclusion, c.head, c.outcome, c.max_index
-            )
-            self._logs.pop(r.tenant, None)  # until the answer says the log is ``after``
-            statement = _conclude.CONCLUDE
-        if r.unless_cancelled:
-            if not getattr(driver, "_stmt_cache_enabled", True):
-                return GENERAL  # behind a pooler: no server-side function checks requests
-            statement = _pgsql.ONE_UNLESS_CANCELLED
-        try:
-            rows = await self._fetch(driver, statement, args)
-        except Exception as exc:
-            if not _pgsql.answered(exc):
-                raise _Lost(exc) from exc
-            what, _ = journal_collision(_DIALECT, exc) or (None, "")
-            if what is Collision.EFFECT_STARTED:
-                if len(r.keys) == 1:
-                    error = DuplicateEffectError(r.keys[0])
-                    error.__cause__ = exc
-                    return error
-                return GENERAL  # which of the keys had started: the general path says
-            if what is Collision.CHAIN_POSITION or getattr(exc, "sqlstate", None) == _LOCKED:
-                # A writer that bypassed the run mutex took a position after this
-                # statement's snapshot, or a lease row is locked: the general path waits
-                # for the mutex, reads the head afresh, and names a real race itself.
-                return GENERAL
-            failure = (
-                PoolerError(describe(exc))
-                if _DIALECT.pooler_misrouted(exc)
-                else BackendError(describe(exc))
-            )
-            failure.__cause__ = exc
-            return failure
-        outcome = _pgsql.one_outcome(r.run, r.epoch, rows[0] if rows else None)
-        if r.conclude is not None and outcome.written:
-            self._logs[r.tenant] = after
-        return self._settle(r, outcome)
-
-    async def _admit_one(self, driver: Any, r: Request, one: tuple[Any, ...]) -> Answer:
-        """A fresh run's admission by :data:`.conclude.ADMIT`; raises :class:`_Lost`. Any
-        answered error wrote nothing, and the general unit admits the run or says why not."""
-        assert r.admit is not None
-        if not getattr(driver, "_stmt_cache_enabled", True):
-            return GENERAL  # behind a pooler: no server-side function admits
-        owner, expires, key = r.admit
-        args = (r.tenant, str(r.run), r.now, owner, expires, key, *one[6:])
-        try:
-            rows = await driver.fetch(_pgsql.sql(_conclude.ADMIT, self._schema), *args)
-        except Exception as exc:
-            if not _pgsql.answered(exc):
-                raise _Lost(exc) from exc
-            return GENERAL
-        if not rows or rows[0]["written"] != len(r.rows):
-            # Never this statement's answer (its guard fails it instead): what it wrote is
-            # not known, so nothing is claimed about it.
-            return CommitUnknownError(f"the admission statement answered {rows!r}")
-        return r.records
-
-    async def _known_log(
-        self, driver: Any, tenant: str, c: _Conclusion
-    ) -> _conclude.KnownLog | None:
-        """The tenant's log as last written here, or read now (one statement, unlocked:
-        the conclusion checks it); ``None`` when a seal here cannot use it. Raises
-        :class:`_Lost`."""
-        log = self._logs.get(tenant)
-        if log is not None:
-            return log
-        try:
-            rows = await driver.fetch(
-                _pgsql.sql(_conclude.LOG_STATE, self._schema), tenant, c.counter, c.max_index
-            )
-        except Exception as exc:
-            if not _pgsql.answered(exc):
-                raise _Lost(exc) from exc
-            return None
-        return _conclude.known_log(rows)
-
-    async def _many(self, driver: Any, group: list[Request]) -> tuple[list[Answer], bool]:
-        """A group by the multi-run statement: the answers, and whether the connection lives."""
-        runs = [(str(r.run), r.now, r.epoch, r.head, r.rows) for r in group]
-        args = _pgsql.group_args(group[0].tenant, runs)
-        statement = _pgsql.MANY
-        if any(r.unless_cancelled for r in group):
-            if not getattr(driver, "_stmt_cache_enabled", True):
-                return await self._each(driver, group)  # no server-side function checks it
-            statement = _pgsql.MANY_UNLESS_CANCELLED
-            args = (*args, ["1" if r.unless_cancelled else "0" for r in group])
-        try:
-            rows = await self._fetch(driver, statement, args)
-        except Exception as exc:
-            if not _pgsql.answered(exc):
-                return [_unknown(exc)] * len(group), False
-            # Refused as a whole, so nothing of it landed: each append on its own.
-            return await self._each(driver, group)
-        if len(rows) != len(group):  # never the statement's answer; what it wrote is unknown
-            error = CommitUnknownError(f"the group statement answered {len(rows)} rows")
-            return [error] * len(group), True
-        return [
-            self._settle(r, _pgsql.group_outcome(r.run, r.epoch, row))
-            for r, row in zip(group, rows, strict=True)
-        ], True
-
-    async def _each(self, driver: Any, group: list[Request]) -> tuple[list[Answer], bool]:
-        """``group``'s appends one statement each: the answers, and whether the connection
-        lives (one lost mid-statement leaves the rest unsent, for the general unit)."""
-        answers: list[Answer] = []
-        for i, r in enumerate(group):
-            try:
-                answers.append(await self._one(driver, r))
-            except _Lost as lost:
-                rest = [GENERAL] * (len(group) - i - 1)  # never sent: surely not written
-                return [*answers, _unknown(lost.error), *rest], False
-        return answers, True
-
-    @staticmethod
-    def _settle(r: Request, outcome: _pgsql.Outcome) -> Answer:
-        if outcome.written:
-            return r.records
-        if outcome.error is not None:
-            return outcome.error
-        return GENERAL
 
 
 def open_path(
