@@ -7,7 +7,7 @@ and the tenant's Merkle log as readers see it: checkpoints, proofs, and its audi
 rebuild (the SQL of which is :mod:`agentplane_journal.journal.log`'s). Kept apart from
 :mod:`agentplane_journal.journal.reads`, the per-run reads, whose page bounds
 (:data:`~agentplane_journal.journal.reads.PAGE_BYTES`, read at call time) and row fetching
-(:func:`~agentplane_journal.journal.reads.driver_rows`) it shares. Every record is hash-checked and
+(:func:`~agentplane_journal.db.driver_rows.driver_rows`) it shares. Every record is hash-checked and
 compared with its columns on the way out, so a row an attacker edited is
 :class:`CorruptRecordError`, never an answer.
 
@@ -27,6 +27,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from agentplane_journal.core.checks import check_int, check_run, check_text
 from agentplane_journal.core.ids import Digest, RunId
 from agentplane_journal.core.record import Record
+from agentplane_journal.db.driver_rows import driver_rows
 from agentplane_journal.db.models import Journal, RunSeal
 from agentplane_journal.db.statements import RECORD_COLUMNS, record_from_row
 from agentplane_journal.db.unit import Repository
@@ -35,7 +36,6 @@ from agentplane_journal.journal import reads as reads
 from agentplane_journal.journal.bounds import BoundsFinding, audit_bounds
 from agentplane_journal.journal.log import TenantLog
 from agentplane_journal.journal.log_audit import LogAudit
-from agentplane_journal.journal.reads import driver_rows
 from agentplane_journal.tlog.checkpoint import Checkpoint, Inclusion
 
 __all__ = ["AuditReads", "RunRead"]

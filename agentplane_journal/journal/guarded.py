@@ -42,6 +42,7 @@ from agentplane_journal.core.ids import Digest, RunId
 from agentplane_journal.core.record import Record
 from agentplane_journal.db import selfwait
 from agentplane_journal.db.dialect import Dialect, SqliteDialect
+from agentplane_journal.db.driver_rows import driver_rows
 from agentplane_journal.db.models import Journal, LogTree, RunAdmission, RunLease, RunSeal
 from agentplane_journal.db.statements import (
     RECORD_COLUMNS,
@@ -59,7 +60,6 @@ from agentplane_journal.errors import (
     LeaseHeldError,
     RunSealedError,
 )
-from agentplane_journal.journal.reads import driver_rows
 from agentplane_journal.journal.writes import RunState, RunWrites
 from agentplane_journal.tlog.merkle import raw_leaf
 

@@ -21,7 +21,7 @@ Why every builder takes the tenant's wire profile: the store accepts only record
 journal's profile (``v`` 4 in ``agentplane-0.4``, ``v`` 1 in ``agentplane-0.22``), and a
 kind of our own is accepted by either as long as its ``v`` is the journal's (only
 ``RunAdmitted`` and ``EffectDone`` have members a profile requires, and these kinds journal
-no canon of their own: the record's bytes are sealed under the journal's rule). The payloads
+no canon of their own: the record's bytes are chained under the journal's rule). The payloads
 hold only text and integers, so the two rules write the same payload bytes; only ``v``
 differs.
 """
