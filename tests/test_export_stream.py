@@ -237,6 +237,26 @@ def test_the_report_names_a_sample_of_sound_runs_and_counts_them_all() -> None:
         assert report.to_json()["runs_sound"] == SOUND_LISTED + 7
 
 
+def test_the_verifier_notes_runs_in_the_set_it_is_given() -> None:
+    """The command line passes a set spilled to a scratch file: the verifier must note runs
+    there, not in a set of its own in memory (which would grow with the file)."""
+
+    class Noted:
+        def __init__(self) -> None:
+            self.runs: list[str] = []
+
+        def add(self, run: str) -> bool:
+            self.runs.append(run)
+            return self.runs.count(run) == 1
+
+    noted = Noted()
+    check = ExportVerifier(seen=noted)
+    for line in _file(5):
+        check.feed(line)
+    assert check.finish(None).is_sound
+    assert len(noted.runs) == 5 and len(set(noted.runs)) == 5
+
+
 def _peak(runs: int, tmp_path: Path) -> int:
     path = tmp_path / f"{runs}.jsonl"
     write_lines(path, list(_file(runs)))
