@@ -359,3 +359,15 @@ def test_canon_v1s_general_writer_keeps_the_exact_depth_limit(container: str) ->
     assert at_limit == general_v1(deep(MAX_DEPTH))
     with pytest.raises(ValueError, match=f"nested more than {MAX_DEPTH} levels deep"):
         canonical_bytes_v1(deep(MAX_DEPTH + 1))
+
+
+@pytest.mark.parametrize("module", [canon, canon_v1], ids=["canon", "canon_v1"])
+def test_a_value_made_only_of_plain_items_takes_the_fast_path(module: Any) -> None:
+    """The fast path is the cost promise (one C encoder pass per record body): a walk that
+    wrongly refused every dict, list or tuple (its type read from another value, the dict
+    lost before its keys are joined) would send every body to the general encoder, with
+    the same bytes, and only this notices."""
+    for item in PLAIN:
+        for value in ({"a": item, "b": [item]}, [item, {"k": item}], (item,)):
+            assert module._plain(value, 1) is True, value
+    assert canon._plain({"a": 1.5, "b": [100.0]}, 1) is True

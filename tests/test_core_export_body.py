@@ -17,6 +17,7 @@ from agentplane_journal.exportfmt.body import (
     TOP_MEMBERS,
     VARIANT_MEMBERS,
     body_text,
+    same_value,
     serde_value,
 )
 
@@ -119,3 +120,73 @@ def test_the_declared_orders_are_agentplane_022s() -> None:
     assert VARIANT_MEMBERS["RunSealed"] == ("outcome", "reason", "chain_head")
     assert NESTED_MEMBERS[("Released", "field_labels")][0] == "map"
     assert NESTED_MEMBERS[("CaseBound", "correlation")][0] == "list"
+
+
+def test_wire_bytes_are_read_with_serde_jsons_numbers_as_bytes_too() -> None:
+    """serde_value takes the wire's bytes as verify-export reads them, with the same
+    number rules as its text form: -0 and beyond 64 bits an f64, out of f64 range refused,
+    NaN and Infinity not JSON."""
+    assert serde_value(b'{"a":[1,"s"]}') == {"a": [1, "s"]}
+    negative_zero = serde_value(b"-0")
+    assert type(negative_zero) is float and str(negative_zero) == "-0.0"
+    assert type(serde_value(str(U64 + 1).encode())) is float
+    with pytest.raises(ValueError, match="out of range"):
+        serde_value(b'{"x":1e400}')
+    with pytest.raises(ValueError, match="NaN is not JSON"):
+        serde_value(b'{"x":NaN}')
+
+
+def test_a_small_float_written_with_a_capital_e_takes_serde_jsons_layout() -> None:
+    assert body_text('{"x":1E-5}') == '{"x":0.00001}'
+    assert body_text('{"x":1E-7}') == '{"x":1e-7}'
+
+
+@pytest.mark.parametrize("constant", ["NaN", "Infinity", "-Infinity"])
+def test_nan_beside_a_small_float_is_not_json_either(constant: str) -> None:
+    """A record holding a small float takes the exact writer's path; NaN or Infinity beside
+    it is refused there too, naming the constant."""
+    with pytest.raises(ValueError, match=f"{constant} is not JSON"):
+        body_text(f'{{"a":1e-7,"x":{constant}}}')
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        ("a", "b"),
+        ("1", 1),
+        ({"a": 1}, {"b": 1}),
+        ({"a": 1}, {"a": 1, "b": 2}),
+        ({"a": 1}, {"a": 2}),
+        ({"a": 1}, [1]),
+        ([1], [1, 2]),
+        ([1, 2], [1]),
+        ([1], [2]),
+        ([1], {"0": 1}),
+        (1, 1.0),
+        (True, 1),
+        (10**400, 1e308),
+        (10**400, 10**400),
+        (U64 + 1, U64 + 1),
+    ],
+)
+def test_values_serde_json_tells_apart_are_not_the_same(a: object, b: object) -> None:
+    """An edited body must not pass for its wire bytes: every difference in a string, a key,
+    a member, a length, an item or a number's kind is one (``b`` is the wire's reading,
+    where an integer beyond 64 bits is already an f64; one no f64 holds is never equal)."""
+    assert same_value(a, b) is False
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        ("a", "a"),
+        ({"a": [1, {"b": None}], "c": 1.5}, {"a": [1, {"b": None}], "c": 1.5}),
+        ([], []),
+        ({}, {}),
+        ([True, "x"], [True, "x"]),
+        (U64 + 1, float(U64 + 1)),
+        (I64 - 1, float(I64 - 1)),
+    ],
+)
+def test_values_serde_json_holds_equal_are_the_same(a: object, b: object) -> None:
+    assert same_value(a, b) is True

@@ -31,7 +31,13 @@ from agentplane_journal.exportfmt.lines import (
     run_line,
     trailer_line,
 )
-from agentplane_journal.exportfmt.settle import Frontier, LogLeaves, settle_tree
+from agentplane_journal.exportfmt.settle import (
+    Frontier,
+    LogLeaves,
+    Tally,
+    settle_trailer,
+    settle_tree,
+)
 from agentplane_journal.exportfmt.verify import SOUND_LISTED, ExportVerifier
 from agentplane_journal.journal import export_seen
 from agentplane_journal.journal import restore as restore_mod
@@ -127,6 +133,45 @@ def test_leaves_in_any_order_reach_the_verdict_sorting_them_reached(seed: int) -
         assert _streamed(pairs, against) == _reference(pairs, against), (shape, pairs)
 
 
+def test_the_positions_finding_names_exactly_what_is_wrong() -> None:
+    """The finding's text, whole: a missing position alone is named with nothing else, and a
+    duplicated one always comes with the position it pushed out (the count matched)."""
+    root = merkle.root([merkle.leaf_hash(_seal(i)) for i in range(3)])
+    gap = LogLeaves()
+    for i in (0, 2, 3):
+        gap.add(i, _seal(i))
+    found: list[str] = []
+    settle_tree(found, gap, Checkpoint(ORIGIN, 3, root))
+    assert found == [
+        "the run blocks' log positions are not the contiguous 0..3 the checkpoint commits "
+        "to — position(s) [1] missing, so this file describes a different log than the one "
+        "it names"
+    ]
+    twice = LogLeaves()
+    for i in (0, 1, 1):
+        twice.add(i, _seal(i))
+    found = []
+    settle_tree(found, twice, Checkpoint(ORIGIN, 3, root))
+    assert found == [
+        "the run blocks' log positions are not the contiguous 0..3 the checkpoint commits "
+        "to — position(s) [1] duplicated, position(s) [2] missing, so this file describes "
+        "a different log than the one it names"
+    ]
+
+
+def test_an_emptied_run_block_is_named_with_both_explanations() -> None:
+    found: list[str] = []
+    not_checked: list[str] = []
+    tally = Tally(empty=[RunId("01HZY0000000000000000000AA")])
+    settle_trailer(found, not_checked, tally, complete=False, records=0)
+    assert found == [
+        "run run_01HZY0000000000000000000AA: its block carries no records and the export "
+        "does not declare it unreadable — either the records were removed after the export "
+        "was taken, or the file was cut short before them"
+    ]
+    assert not_checked == []
+
+
 def test_a_file_in_log_order_holds_no_leaf_back() -> None:
     leaves = LogLeaves()
     for i in range(5000):
@@ -190,6 +235,26 @@ def test_the_report_names_a_sample_of_sound_runs_and_counts_them_all() -> None:
         assert report.findings == [] and report.is_sound
         assert len(report.sound) == named and report.runs_sound == SOUND_LISTED + 7
         assert report.to_json()["runs_sound"] == SOUND_LISTED + 7
+
+
+def test_the_verifier_notes_runs_in_the_set_it_is_given() -> None:
+    """The command line passes a set spilled to a scratch file: the verifier must note runs
+    there, not in a set of its own in memory (which would grow with the file)."""
+
+    class Noted:
+        def __init__(self) -> None:
+            self.runs: list[str] = []
+
+        def add(self, run: str) -> bool:
+            self.runs.append(run)
+            return self.runs.count(run) == 1
+
+    noted = Noted()
+    check = ExportVerifier(seen=noted)
+    for line in _file(5):
+        check.feed(line)
+    assert check.finish(None).is_sound
+    assert len(noted.runs) == 5 and len(set(noted.runs)) == 5
 
 
 def _peak(runs: int, tmp_path: Path) -> int:
