@@ -65,6 +65,10 @@ def test_spec_example_sorts_keys_recursively_and_drops_whitespace() -> None:
         (1e-323, "1e-323"),
         (-5e-324, "-5e-324"),
         (1.5, "1.5"),
+        # e-05 with a fraction: repr's mantissa holds a point that the plain layout drops.
+        (1.5e-05, "0.000015"),
+        (-1.5e-05, "-0.000015"),
+        (-2.25e-05, "-0.0000225"),
         (0.1, "0.1"),
         (-2.5, "-2.5"),
         (123456.789, "123456.789"),
