@@ -18,11 +18,11 @@ from typing import Any
 
 import pytest
 
-from agentplane_journal import CorruptRecordError, SqlJournalStore
+from agentplane_journal import SqlJournalStore
 from agentplane_journal.core.append import RESERVED_MEMBERS, Append
 from agentplane_journal.core.batch import COLUMNS, chain_batch
 
-from support.langgraph_graph import cfg, forge_tail, graph, sql
+from support.langgraph_graph import INSERT_COPY, caught, cfg, edit_content, forge_tail, graph, sql
 from support.tamper import run_cli
 
 try:
@@ -53,38 +53,17 @@ class Lean:
             await sql(self.store, part, r=str(thread_run(self.name)), **params)
 
 
-def _content(dialect: str) -> str:
-    if dialect == "postgresql":
-        return (
-            "UPDATE journal SET raw = convert_to(replace(convert_from(raw, 'UTF8'), "
-            "'LangGraph', 'LangGraff'), 'UTF8') WHERE tenant = :t AND run_id = :r AND seq = :s"
-        )
-    return (
-        "UPDATE journal SET raw = CAST(REPLACE(CAST(raw AS TEXT), 'LangGraph', 'LangGraff') "
-        "AS BLOB) WHERE tenant = :t AND run_id = :r AND seq = :s"
-    )
-
-
 _DELETE = "DELETE FROM journal WHERE tenant = :t AND run_id = :r AND seq = :s"
-#: A copy of record ``:n`` inserted at ``:s``, the rest moved up by one (by way of free seqs).
-_INSERT = (
-    "UPDATE journal SET seq = seq + 1000000 WHERE tenant = :t AND run_id = :r AND seq >= :s;"
-    "UPDATE journal SET seq = seq - 999999 WHERE tenant = :t AND run_id = :r AND seq >= 1000000;"
-    "INSERT INTO journal (tenant, run_id, seq, prev_hash, hash, raw, key_id, signature, epoch,"
-    " kind, effect_key, case_id) SELECT tenant, run_id, :s, prev_hash, hash, raw, key_id,"
-    " signature, epoch, kind, effect_key, case_id FROM journal"
-    " WHERE tenant = :t AND run_id = :r AND seq = :n"
-)
 #: The named record moved to a free seq: the name's seq then holds nothing.
 _MOVE = "UPDATE journal SET seq = 1000000 WHERE tenant = :t AND run_id = :r AND seq = :s"
 
 
 async def _edit_checkpoint(t: Lean, dialect: str) -> None:
-    await t.sql(_content(dialect), s=t.checkpoint)
+    await t.sql(edit_content(dialect), s=t.checkpoint)
 
 
 async def _edit_named(t: Lean, dialect: str) -> None:
-    await t.sql(_content(dialect), s=t.named[0])
+    await t.sql(edit_content(dialect), s=t.named[0])
 
 
 async def _rehash_named(t: Lean, dialect: str) -> None:
@@ -117,7 +96,7 @@ async def _move_named(t: Lean, dialect: str) -> None:
 
 
 async def _edit_tail(t: Lean, dialect: str) -> None:
-    await t.sql(_content(dialect), s=t.checkpoint + 1)
+    await t.sql(edit_content(dialect), s=t.checkpoint + 1)
 
 
 async def _delete_tail(t: Lean, dialect: str) -> None:
@@ -125,11 +104,11 @@ async def _delete_tail(t: Lean, dialect: str) -> None:
 
 
 async def _insert_tail(t: Lean, dialect: str) -> None:
-    await t.sql(_INSERT, s=t.checkpoint + 1, n=t.checkpoint + 2)
+    await t.sql(INSERT_COPY, s=t.checkpoint + 1, n=t.checkpoint + 2)
 
 
 async def _edit_unread(t: Lean, dialect: str) -> None:
-    await t.sql(_content(dialect), s=t.unread)
+    await t.sql(edit_content(dialect), s=t.unread)
 
 
 async def _truncate(t: Lean, dialect: str) -> None:
@@ -183,14 +162,6 @@ async def _written(store: SqlJournalStore, name: str, sealed: bool) -> Lean:
     return Lean(store, name, checkpoint, head, named, unread)
 
 
-async def _caught(read: Awaitable[Any]) -> bool:
-    try:
-        await read
-    except CorruptRecordError:
-        return True
-    return False
-
-
 @pytest.mark.parametrize("sealed", [False, True], ids=["unsealed", "sealed"])
 @pytest.mark.parametrize("row", list(ROWS))
 async def test_each_row_of_the_lean_column(
@@ -201,8 +172,8 @@ async def test_each_row_of_the_lean_column(
     lean = await _written(store, f"lean-{row[:24]}-{sealed}", sealed)
     await tamper(lean, dialect)
     got = (
-        await _caught(JournalSaver(store, lean_resume=True).aget_tuple(cfg(lean.name))),
-        await _caught(store.verify(thread_run(lean.name))),
+        await caught(JournalSaver(store, lean_resume=True).aget_tuple(cfg(lean.name))),
+        await caught(store.verify(thread_run(lean.name))),
     )
     assert got == (sealed_expected if sealed else unsealed_expected)
 

@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
-from agentplane_journal import CorruptRecordError, SqlJournalStore
+from agentplane_journal import SqlJournalStore
 
-from support.langgraph_graph import cfg, forge_tail, graph, sql
+from support.langgraph_graph import INSERT_COPY, caught, cfg, edit_content, forge_tail, graph, sql
 from support.tamper import run_cli
 
 try:
@@ -51,40 +51,19 @@ class Thread:
             await sql(self.store, part, r=self.run, **params)
 
 
-def _content(dialect: str) -> str:
-    if dialect == "postgresql":
-        return (
-            "UPDATE journal SET raw = convert_to(replace(convert_from(raw, 'UTF8'), "
-            "'LangGraph', 'LangGraff'), 'UTF8') WHERE tenant = :t AND run_id = :r AND seq = :s"
-        )
-    return (
-        "UPDATE journal SET raw = CAST(REPLACE(CAST(raw AS TEXT), 'LangGraph', 'LangGraff') "
-        "AS BLOB) WHERE tenant = :t AND run_id = :r AND seq = :s"
-    )
-
-
 _SWAP = (
     "UPDATE journal SET seq = 1000000 WHERE tenant = :t AND run_id = :r AND seq = :a;"
     "UPDATE journal SET seq = :a WHERE tenant = :t AND run_id = :r AND seq = :b;"
     "UPDATE journal SET seq = :b WHERE tenant = :t AND run_id = :r AND seq = 1000000"
 )
-#: A copy of record ``:s`` inserted at ``:s``, the rest moved up by one (by way of free seqs).
-_INSERT = (
-    "UPDATE journal SET seq = seq + 1000000 WHERE tenant = :t AND run_id = :r AND seq >= :s;"
-    "UPDATE journal SET seq = seq - 999999 WHERE tenant = :t AND run_id = :r AND seq >= 1000000;"
-    "INSERT INTO journal (tenant, run_id, seq, prev_hash, hash, raw, key_id, signature, epoch,"
-    " kind, effect_key, case_id) SELECT tenant, run_id, :s, prev_hash, hash, raw, key_id,"
-    " signature, epoch, kind, effect_key, case_id FROM journal"
-    " WHERE tenant = :t AND run_id = :r AND seq = :n"
-)
 
 
 async def _edit_after(t: Thread, dialect: str) -> None:
-    await t.sql(_content(dialect), s=t.point + 1)
+    await t.sql(edit_content(dialect), s=t.point + 1)
 
 
 async def _edit_point(t: Thread, dialect: str) -> None:
-    await t.sql(_content(dialect), s=t.point)
+    await t.sql(edit_content(dialect), s=t.point)
 
 
 async def _delete_after(t: Thread, dialect: str) -> None:
@@ -96,11 +75,11 @@ async def _reorder_after(t: Thread, dialect: str) -> None:
 
 
 async def _insert_after(t: Thread, dialect: str) -> None:
-    await t.sql(_INSERT, s=t.point + 1, n=t.point + 2)
+    await t.sql(INSERT_COPY, s=t.point + 1, n=t.point + 2)
 
 
 async def _edit_prefix(t: Thread, dialect: str) -> None:
-    await t.sql(_content(dialect), s=2)
+    await t.sql(edit_content(dialect), s=2)
 
 
 async def _truncate(t: Thread, dialect: str) -> None:
@@ -125,14 +104,6 @@ ROWS: dict[str, tuple[Tamper, tuple[bool, ...], tuple[bool, ...]]] = {
     "truncation back to the verified point": (_truncate, NONE, ALL),
     "a forged tail, rightly chained": (_forge_tail, NONE, ALL),
 }
-
-
-async def _caught(read: Awaitable[Any]) -> bool:
-    try:
-        await read
-    except CorruptRecordError:
-        return True
-    return False
 
 
 @pytest.mark.parametrize("sealed", [False, True], ids=["unsealed", "sealed"])
@@ -161,9 +132,9 @@ async def test_each_row_of_the_trust_model(
     warm = JournalSaver(store, share_verified=True)  # a new saver, from the shared point
     cold = JournalSaver(store)  # a saver without one: the whole chain
     got = (
-        await _caught(warm.aget_tuple(cfg(name))),
-        await _caught(cold.aget_tuple(cfg(name))),
-        await _caught(store.verify(thread_run(name))),
+        await caught(warm.aget_tuple(cfg(name))),
+        await caught(cold.aget_tuple(cfg(name))),
+        await caught(store.verify(thread_run(name))),
     )
     assert got == (sealed_expected if sealed else unsealed_expected)
     THREADS.forget(warm._memo_key(store, thread_run(name)))
@@ -178,7 +149,7 @@ async def test_a_verify_all_finds_what_the_shared_point_does_not(
     await writer.aclose()
     reader = JournalSaver(store, share_verified=True)
     before = await reader.aget_tuple(cfg("trust-all"))
-    await sql(store, _content(dialect), r=str(thread_run("trust-all")), s=2)
+    await sql(store, edit_content(dialect), r=str(thread_run("trust-all")), s=2)
     # The shared point goes on from the true state (never from the edit) ...
     again = await JournalSaver(store, share_verified=True).aget_tuple(cfg("trust-all"))
     assert before is not None and again is not None

@@ -1,10 +1,12 @@
 """The LangGraph graph the saver's tests run (draft, review with an interrupt, publish), and
-what an attacker with write access and no key does to a thread: shared by tests/test_langgraph.py
-and tests/test_langgraph_trust.py. Import it after checking that langgraph is installed."""
+what an attacker with write access and no key does to a thread: shared by
+tests/test_langgraph.py, tests/test_langgraph_trust.py and tests/test_langgraph_lean.py.
+Import it after checking that langgraph is installed."""
 
 from __future__ import annotations
 
 import operator
+from collections.abc import Awaitable
 from typing import Annotated, Any, TypedDict
 
 from langgraph.checkpoint.base.id import uuid6
@@ -12,7 +14,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.types import interrupt
 from sqlalchemy import insert, text
 
-from agentplane_journal import SqlJournalStore
+from agentplane_journal import CorruptRecordError, SqlJournalStore
 from agentplane_journal.core.batch import COLUMNS, chain_batch
 from agentplane_journal.db.models import Journal
 from agentplane_journal.langgraph import JournalSaver, thread_run
@@ -88,3 +90,37 @@ async def forge_tail(store: SqlJournalStore, thread: str, saver: JournalSaver) -
     )
     async with store.engine.begin() as conn:
         await conn.execute(insert(Journal), [dict(zip(COLUMNS, rows[0], strict=True))])
+
+
+def edit_content(dialect: str) -> str:
+    """SQL rewriting record ``:s``'s stored bytes ('LangGraph' -> 'LangGraff'), hash untouched."""
+    if dialect == "postgresql":
+        return (
+            "UPDATE journal SET raw = convert_to(replace(convert_from(raw, 'UTF8'), "
+            "'LangGraph', 'LangGraff'), 'UTF8') WHERE tenant = :t AND run_id = :r AND seq = :s"
+        )
+    return (
+        "UPDATE journal SET raw = CAST(REPLACE(CAST(raw AS TEXT), 'LangGraph', 'LangGraff') "
+        "AS BLOB) WHERE tenant = :t AND run_id = :r AND seq = :s"
+    )
+
+
+#: A copy of record ``:n`` inserted at ``:s``, the rest moved up by one (by way of free seqs);
+#: statements separated by ``;``.
+INSERT_COPY = (
+    "UPDATE journal SET seq = seq + 1000000 WHERE tenant = :t AND run_id = :r AND seq >= :s;"
+    "UPDATE journal SET seq = seq - 999999 WHERE tenant = :t AND run_id = :r AND seq >= 1000000;"
+    "INSERT INTO journal (tenant, run_id, seq, prev_hash, hash, raw, key_id, signature, epoch,"
+    " kind, effect_key, case_id) SELECT tenant, run_id, :s, prev_hash, hash, raw, key_id,"
+    " signature, epoch, kind, effect_key, case_id FROM journal"
+    " WHERE tenant = :t AND run_id = :r AND seq = :n"
+)
+
+
+async def caught(read: Awaitable[Any]) -> bool:
+    """Whether ``read`` refuses with :class:`CorruptRecordError` (any other error propagates)."""
+    try:
+        await read
+    except CorruptRecordError:
+        return True
+    return False
