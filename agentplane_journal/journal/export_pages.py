@@ -1,0 +1,164 @@
+"""The statements an export of every run reads its pages with: one statement per page.
+
+``export --all`` used to read a page of runs in five statements (the log's page of seals or a
+page of run ids, then the seals again, the page's sizes and its records, by lists of 1,000
+ids each); each was compiled anew (an ``IN`` list of 1,000 parameters is not cached) and
+cost more than the rows it brought. Here a page is **one** ``SELECT`` of records in export
+order, with the run's seal and its leaf beside each row, from a keyset position:
+
+* :data:`LOG` (the log's leaves below the checkpoint's size, in log order): ``run_seal``'s
+  range of ``log_index`` joined to each run's records, keyed by ``(log_index, seq)``; a run
+  with a seal and no record comes back as one row whose record columns are ``NULL``;
+* :data:`OPEN` (every other run, by run id): the journal's range of ``(run_id, seq)``,
+  leaving out the runs whose leaf is below the size (written in log order already);
+* :data:`SEAL_ONLY` (a seal with no record and no leaf below the size, which only a damaged
+  journal holds): those runs by run id, one row each, record columns ``NULL``.
+
+A page is at most ``rows`` rows and, past its first row, at most ``budget`` bytes of ``raw``
+(the ``LIMIT`` is computed first from the rows' ``length(raw)``, as
+:func:`~agentplane_journal.db.statements.page_statement` does for one run), so memory is a
+page whatever the journal's size. A page may end inside a run; the next one goes on from
+the last row's key. Every row leaves through :func:`~agentplane_journal.db.statements.
+record_from_row` in the caller (:mod:`agentplane_journal.journal.export`).
+
+Each row is ``(key, seq_key, run_id, chain_head, leaf, *RECORD_COLUMNS)``: the page key of
+the row (``log_index`` or the ``run_id`` column), the ``seq`` it continues from, the stored
+``run_id`` column (the seal's for a run with no record), the seal's ``chain_head`` column
+(``NULL``: not sealed) and its leaf in the stored tree (``log_tree``, as
+:meth:`~agentplane_journal.journal.log.TenantLog.seals_of` reads it).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from sqlalchemy import BigInteger, and_, bindparam, case, exists, func, literal, null, or_, select
+
+from agentplane_journal.db.models import Journal, LogTree, RunSeal
+from agentplane_journal.db.statements import RECORD_COLUMNS
+
+__all__ = ["LOG", "OPEN", "PAGE_ROWS", "SEAL_ONLY", "page_params", "page_statement"]
+
+LOG = "log"
+OPEN = "open"
+SEAL_ONLY = "seal-only"
+
+PAGE_ROWS = 2000
+"""Rows per page at most (a page's bytes are bounded too: ``reads.PAGE_BYTES``)."""
+
+_SEAL_KEY = and_(RunSeal.tenant == Journal.tenant, RunSeal.run_id == Journal.run_id)
+
+
+def _leaf() -> Any:
+    """The sealed run's leaf in the stored tree, one probe on ``log_tree``'s (tenant, run_id)
+    key, as ``TenantLog.seals_of`` reads it (``LIMIT 1``: a hostile duplicate is the audit's)."""
+    return (
+        select(LogTree.idx)
+        .where(
+            LogTree.tenant == RunSeal.tenant,
+            LogTree.run_id == RunSeal.run_id,
+            LogTree.level == 0,
+        )
+        .limit(1)
+        .scalar_subquery()
+    )
+
+
+def _in_log() -> Any:
+    """This row's run has a leaf below ``:size``: the log phase wrote it."""
+    return exists().where(_SEAL_KEY, _leaf() < bindparam("size", type_=BigInteger))
+
+
+def _log(*columns: Any) -> Any:
+    seq = func.coalesce(Journal.seq, 0)
+    at, after = bindparam("at", type_=BigInteger), bindparam("after_seq", type_=BigInteger)
+    return (
+        select(*columns)
+        .select_from(RunSeal)
+        .outerjoin(Journal, _SEAL_KEY)
+        .where(
+            RunSeal.tenant == bindparam("tenant"),
+            RunSeal.log_index >= at,
+            RunSeal.log_index < bindparam("size", type_=BigInteger),
+            or_(RunSeal.log_index > at, seq > after),
+        )
+        .order_by(RunSeal.log_index, Journal.seq)
+    )
+
+
+def _open(*columns: Any) -> Any:
+    run: Any = bindparam("run")
+    after: Any = bindparam("after_seq")
+    return (
+        select(*columns)
+        .where(
+            Journal.tenant == bindparam("tenant"),
+            Journal.run_id >= run,
+            or_(Journal.run_id > run, Journal.seq > after),
+            ~_in_log(),
+        )
+        .order_by(Journal.run_id, Journal.seq)
+    )
+
+
+def _seal_only(*columns: Any) -> Any:
+    leaf = _leaf()
+    size = bindparam("size", type_=BigInteger)
+    return (
+        select(*columns)
+        .select_from(RunSeal)
+        .where(
+            RunSeal.tenant == bindparam("tenant"),
+            RunSeal.run_id > bindparam("run"),
+            ~exists().where(_SEAL_KEY),
+            or_(leaf.is_(None), leaf >= size),
+        )
+        .order_by(RunSeal.run_id)
+    )
+
+
+def _size() -> Any:
+    return func.coalesce(func.length(Journal.raw), 0).label("size")
+
+
+@functools.lru_cache(maxsize=8)
+def page_statement(phase: str, rows: int) -> Any:
+    """The page statement of ``phase``, built once (its parameters are bound per page)."""
+    if phase == SEAL_ONLY:
+        nulls = [null().label(f"c{i}") for i in range(len(RECORD_COLUMNS))]
+        return _seal_only(
+            RunSeal.run_id, literal(0), RunSeal.run_id, RunSeal.chain_head, _leaf(), *nulls
+        ).limit(rows)
+    base, key = (_log, RunSeal.log_index) if phase == LOG else (_open, Journal.run_id)
+    order = (key.label("k"), func.coalesce(Journal.seq, 0).label("s"))
+    head = (RunSeal.chain_head, _leaf()) if phase == LOG else (null(), null())
+    run_column = RunSeal.run_id if phase == LOG else Journal.run_id
+    budget = bindparam("budget", type_=BigInteger)
+    # The LIMIT, computed before any row is read whole: `rows` when the next `rows` rows'
+    # sizes sum under the budget, else the rows whose running sum before them is.
+    sizes = base(_size()).limit(rows).subquery()
+    total = select(func.sum(sizes.c.size)).scalar_subquery()
+    keyed = base(*order, _size()).limit(rows).subquery()
+    before = (func.sum(keyed.c.size).over(order_by=(keyed.c.k, keyed.c.s)) - keyed.c.size).label(
+        "before"
+    )
+    sums = select(before).subquery()
+    fitting = select(func.count()).where(sums.c.before < budget).scalar_subquery()
+    limit = case((total < budget, rows), else_=fitting)  # never 0: nothing precedes row 1
+    return base(*order, run_column, *head, *RECORD_COLUMNS).limit(limit)
+
+
+def page_params(
+    tenant: str, phase: str, key: tuple[Any, Any], size: int, budget: int
+) -> dict[str, Any]:
+    """The parameters of :func:`page_statement` for the page after ``key`` (``(log_index,
+    seq)``, ``(run_id, seq)`` or ``(run_id, 0)``; the start is ``(-1, 0)`` or ``("", 0)``)."""
+    params: dict[str, Any] = {"tenant": tenant, "size": size}
+    if phase == LOG:
+        params.update(at=key[0], after_seq=key[1], budget=budget)
+    elif phase == OPEN:
+        params.update(run=key[0], after_seq=key[1], budget=budget)
+    else:
+        params.update(run=key[0])
+    return params
