@@ -53,7 +53,6 @@ __all__ = [
     "body_text",
     "same_value",
     "serde_value",
-    "wire_value",
 ]
 
 TOP_MEMBERS: tuple[str, ...] = ("seq", "run", "case", "step", "phase", "epoch", "v", "effect_key")
@@ -203,26 +202,6 @@ def serde_value(text: str | bytes) -> Any:
     return jsonload.loads(
         text, parse_int=_serde_number, parse_float=_as_f64, parse_constant=_refuse_constant
     )
-
-
-_PLAIN = json.JSONDecoder(parse_constant=_refuse_constant)
-"""``json``'s own reading (its C scanner, no Python call per number), constants refused."""
-_DIGITS = bytes.maketrans(b"123456789", b"000000000")
-_PLAIN_UNSAFE = (b"0" * 20, b"e000", b"e+000", b"E000", b"E+000")
-"""With every digit read as ``0``: a run of 20 digits (an integer past 64 bits), or an
-exponent of three digits or more (a float past ``f64``'s range)."""
-
-
-def wire_value(text: str, data: bytes) -> Any:
-    """:func:`serde_value` of ``text`` (whose UTF-8 bytes are ``data``), read by ``json``'s C
-    scanner alone when that holds the same values: no ``-`` anywhere (so no ``-0`` and no
-    integer below ``i64``), no run of 20 digits and no three-digit exponent (checked on the
-    bytes, conservatively: inside strings too). Anything else is :func:`serde_value`'s."""
-    if b"-" not in data:
-        digits = data.translate(_DIGITS)
-        if not any(mark in digits for mark in _PLAIN_UNSAFE):
-            return jsonload.decode(_PLAIN, text)
-    return serde_value(text)
 
 
 def _ordered(obj: dict[str, Any], order: tuple[str, ...]) -> dict[str, Any]:
