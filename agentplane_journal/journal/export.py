@@ -217,7 +217,8 @@ async def _export_all(
                             progress(trailer.runs_requested, trailer.records)
                         block_key = row[0]
                         block = _Block(_canonical(row[2]), row[3], row[4])
-                    if row[11] is not None:  # a record's run_id: not a seal's bare row
+                    # A record (a seal's bare row has none), of a run the file can name.
+                    if row[11] is not None and block.run is not None:
                         block.add(row[5:])
             block.write(out, size, trailer)
             if progress is not None and block.run is not None:
