@@ -211,6 +211,8 @@ async def _export_all(
         try:
             async for page in _pages(store, phase, size):
                 for row in page:
+                    if row[16]:  # a run the log phase wrote (its leaf is below the size)
+                        continue
                     if row[0] != block_key:
                         block.write(out, size, trailer)
                         if progress is not None and block.run is not None:
@@ -219,7 +221,7 @@ async def _export_all(
                         block = _Block(_canonical(row[2]), row[3], row[4])
                     # A record (a seal's bare row has none), of a run the file can name.
                     if row[11] is not None and block.run is not None:
-                        block.add(row[5:])
+                        block.add(row[5:16])
             block.write(out, size, trailer)
             if progress is not None and block.run is not None:
                 progress(trailer.runs_requested, trailer.records)

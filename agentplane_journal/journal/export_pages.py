@@ -6,11 +6,14 @@ ids each); each was compiled anew (an ``IN`` list of 1,000 parameters is not cac
 cost more than the rows it brought. Here a page is **one** ``SELECT`` of records in export
 order, with the run's seal and its leaf beside each row, from a keyset position:
 
-* :data:`LOG` (the log's leaves below the checkpoint's size, in log order): ``run_seal``'s
-  range of ``log_index`` joined to each run's records, keyed by ``(log_index, seq)``; a run
-  with a seal and no record comes back as one row whose record columns are ``NULL``;
-* :data:`OPEN` (every other run, by run id): the journal's range of ``(run_id, seq)``,
-  leaving out the runs whose leaf is below the size (written in log order already);
+* :data:`LOG` (the log's leaves below the checkpoint's size, in log order): the next
+  :data:`PAGE_RUNS` seals from ``log_index`` on (an ordered scan that stops there) joined to
+  their runs' records, keyed by ``(log_index, seq)``; a run with a seal and no record comes
+  back as one row whose record columns are ``NULL``;
+* :data:`OPEN` (every other run, by run id): a range of the journal's primary key after
+  ``(run_id, seq)``, each row flagged ``skip`` when its run has a leaf below the size (the
+  log phase wrote it; a filter in SQL could leave a page empty before the end, and on
+  PostgreSQL it was planned as an anti-join over the rest of the journal, once a page);
 * :data:`SEAL_ONLY` (a seal with no record and no leaf below the size, which only a damaged
   journal holds): those runs by run id, one row each, record columns ``NULL``.
 
@@ -21,11 +24,12 @@ page whatever the journal's size. A page may end inside a run; the next one goes
 the last row's key. Every row leaves through :func:`~agentplane_journal.db.statements.
 record_from_row` in the caller (:mod:`agentplane_journal.journal.export`).
 
-Each row is ``(key, seq_key, run_id, chain_head, leaf, *RECORD_COLUMNS)``: the page key of
-the row (``log_index`` or the ``run_id`` column), the ``seq`` it continues from, the stored
-``run_id`` column (the seal's for a run with no record), the seal's ``chain_head`` column
-(``NULL``: not sealed) and its leaf in the stored tree (``log_tree``, as
-:meth:`~agentplane_journal.journal.log.TenantLog.seals_of` reads it).
+Each row is ``(key, seq_key, run_id, chain_head, leaf, *RECORD_COLUMNS, skip)``: the page
+key of the row (``log_index`` or the ``run_id`` column), the ``seq`` it continues from, the
+stored ``run_id`` column (the seal's for a run with no record), the seal's ``chain_head``
+column and its leaf in the stored tree (``log_tree``, as
+:meth:`~agentplane_journal.journal.log.TenantLog.seals_of` reads it; both ``NULL`` in the open
+phase, which writes every run open), the record's columns, and ``skip``.
 """
 
 from __future__ import annotations
@@ -33,7 +37,20 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from sqlalchemy import BigInteger, and_, bindparam, case, exists, func, literal, null, or_, select
+from sqlalchemy import (
+    BigInteger,
+    and_,
+    bindparam,
+    case,
+    exists,
+    false,
+    func,
+    literal,
+    null,
+    or_,
+    select,
+    tuple_,
+)
 
 from agentplane_journal.db.models import Journal, LogTree, RunSeal
 from agentplane_journal.db.statements import RECORD_COLUMNS
@@ -49,17 +66,16 @@ PAGE_ROWS = 2000
 
 _SEAL_KEY = and_(RunSeal.tenant == Journal.tenant, RunSeal.run_id == Journal.run_id)
 
+PAGE_RUNS = 1000
+"""Seals a log page reads the records of at most (the ``LIMIT`` of its first scan)."""
 
-def _leaf() -> Any:
+
+def _leaf(tenant: Any = RunSeal.tenant, run_id: Any = RunSeal.run_id) -> Any:
     """The sealed run's leaf in the stored tree, one probe on ``log_tree``'s (tenant, run_id)
     key, as ``TenantLog.seals_of`` reads it (``LIMIT 1``: a hostile duplicate is the audit's)."""
     return (
         select(LogTree.idx)
-        .where(
-            LogTree.tenant == RunSeal.tenant,
-            LogTree.run_id == RunSeal.run_id,
-            LogTree.level == 0,
-        )
+        .where(LogTree.tenant == tenant, LogTree.run_id == run_id, LogTree.level == 0)
         .limit(1)
         .scalar_subquery()
     )
@@ -70,33 +86,52 @@ def _in_log() -> Any:
     return exists().where(_SEAL_KEY, _leaf() < bindparam("size", type_=BigInteger))
 
 
-def _log(*columns: Any) -> Any:
-    seq = func.coalesce(Journal.seq, 0)
-    at, after = bindparam("at", type_=BigInteger), bindparam("after_seq", type_=BigInteger)
+def _seals() -> Any:
+    """The next :data:`PAGE_RUNS` seals from ``:at`` below ``:size``, by an ordered scan of
+    ``run_seal``'s ``(tenant, log_index)`` key that stops there: what keeps a page's work a
+    page's, whatever the log's length (a join ordered by ``(log_index, seq)`` over the whole
+    rest of the log was sorted whole on PostgreSQL, once a page)."""
+    at = bindparam("at", type_=BigInteger)
     return (
-        select(*columns)
-        .select_from(RunSeal)
-        .outerjoin(Journal, _SEAL_KEY)
+        select(RunSeal.tenant, RunSeal.run_id, RunSeal.log_index, RunSeal.chain_head)
         .where(
             RunSeal.tenant == bindparam("tenant"),
             RunSeal.log_index >= at,
             RunSeal.log_index < bindparam("size", type_=BigInteger),
-            or_(RunSeal.log_index > at, seq > after),
         )
-        .order_by(RunSeal.log_index, Journal.seq)
+        .order_by(RunSeal.log_index)
+        .limit(PAGE_RUNS)
+        .subquery()
+    )
+
+
+def _log(*columns: Any) -> Any:
+    return _log_from(_seals(), *columns)
+
+
+def _log_from(seals: Any, *columns: Any) -> Any:
+    at, after = bindparam("at", type_=BigInteger), bindparam("after_seq", type_=BigInteger)
+    key = and_(Journal.tenant == seals.c.tenant, Journal.run_id == seals.c.run_id)
+    return (
+        select(*columns)
+        .select_from(seals)
+        .outerjoin(Journal, key)
+        .where(or_(seals.c.log_index > at, func.coalesce(Journal.seq, 0) > after))
+        .order_by(seals.c.log_index, Journal.seq)
     )
 
 
 def _open(*columns: Any) -> Any:
+    """Every journal row after ``(:run, :after_seq)`` in key order: a range of the primary
+    key, so a page reads a page (the runs the log phase wrote are told apart per row by
+    ``skip``, not filtered here: a filter could leave a page empty before the end)."""
     run: Any = bindparam("run")
-    after: Any = bindparam("after_seq")
+    after: Any = bindparam("after_seq", type_=BigInteger)
     return (
         select(*columns)
         .where(
             Journal.tenant == bindparam("tenant"),
-            Journal.run_id >= run,
-            or_(Journal.run_id > run, Journal.seq > after),
-            ~_in_log(),
+            tuple_(Journal.run_id, Journal.seq) > tuple_(run, after),
         )
         .order_by(Journal.run_id, Journal.seq)
     )
@@ -128,12 +163,25 @@ def page_statement(phase: str, rows: int) -> Any:
     if phase == SEAL_ONLY:
         nulls = [null().label(f"c{i}") for i in range(len(RECORD_COLUMNS))]
         return _seal_only(
-            RunSeal.run_id, literal(0), RunSeal.run_id, RunSeal.chain_head, _leaf(), *nulls
+            RunSeal.run_id,
+            literal(0),
+            RunSeal.run_id,
+            RunSeal.chain_head,
+            _leaf(),
+            *nulls,
+            false(),
         ).limit(rows)
-    base, key = (_log, RunSeal.log_index) if phase == LOG else (_open, Journal.run_id)
-    order = (key.label("k"), func.coalesce(Journal.seq, 0).label("s"))
-    head = (RunSeal.chain_head, _leaf()) if phase == LOG else (null(), null())
-    run_column = RunSeal.run_id if phase == LOG else Journal.run_id
+    if phase == LOG:
+        seals = _seals()
+        base: Any = functools.partial(_log_from, seals)
+        order = (seals.c.log_index.label("k"), func.coalesce(Journal.seq, 0).label("s"))
+        head = (seals.c.run_id, seals.c.chain_head, _leaf(seals.c.tenant, seals.c.run_id))
+        skip: Any = false()
+    else:
+        base = _open
+        order = (Journal.run_id.label("k"), Journal.seq.label("s"))
+        head = (Journal.run_id, null(), null())
+        skip = _in_log()
     budget = bindparam("budget", type_=BigInteger)
     # The LIMIT, computed before any row is read whole: `rows` when the next `rows` rows'
     # sizes sum under the budget, else the rows whose running sum before them is.
@@ -146,7 +194,7 @@ def page_statement(phase: str, rows: int) -> Any:
     sums = select(before).subquery()
     fitting = select(func.count()).where(sums.c.before < budget).scalar_subquery()
     limit = case((total < budget, rows), else_=fitting)  # never 0: nothing precedes row 1
-    return base(*order, run_column, *head, *RECORD_COLUMNS).limit(limit)
+    return base(*order, *head, *RECORD_COLUMNS, skip.label("skip")).limit(limit)
 
 
 def page_params(
