@@ -21,11 +21,14 @@ against what a user would write by hand with the bare driver:
   ``executemany``, 2,000 rows per transaction (no checks, no log, no indexes of ours).
 
 Each line gives the median records/s of both and the median of the rounds' ratios (ours /
-bare). Then, unless ``--no-memory``, each phase (and ``check``, restore's first pass alone)
-runs once more in a child process of its own under ``tracemalloc``: its peak of Python
-allocations and its peak resident set (``ru_maxrss``, interpreter and imports included,
-~70 MiB); run with ``--runs 10000 100000`` to see them not grow with the journal (the 100k
-case seeds for a minute or two per dialect, so it is opt-in). Figures, never assertions.
+bare), by the wall and by process CPU (every thread of this process, the SQLite driver's
+included, a PostgreSQL server's on neither side): on a loaded machine the wall ratio swings
+with the scheduler, the CPU one much less. Then, unless ``--no-memory``, each phase (and
+``check``, restore's first pass alone) runs once more in a child process of its own under
+``tracemalloc``: its peak of Python allocations and its peak resident set (``ru_maxrss``,
+interpreter and imports included, ~70 MiB); run with ``--runs 10000 100000`` to see them not
+grow with the journal (the 100k case seeds for a minute or two per dialect, so it is opt-in).
+Figures, never assertions.
 
 Without ``--pg-url``, PostgreSQL is a throwaway cluster started here with the settings users
 run (``tests/support/pgcluster.py``, ``durable=True``: fsync on).
@@ -226,16 +229,17 @@ async def ours_export(url: str, tenant: str, path: Path) -> int:
     store = await SqlJournalStore.connect(url, tenant=tenant)
     try:
         await store.checkpoint()  # connected and warmed before the clock starts
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         with path.open("w", encoding="utf-8", newline="\n") as out:
             _, trailer = await write_export(store, out)
-        _ours_export.append(time.perf_counter() - start)
+        _ours_export.append((time.perf_counter() - start, time.process_time() - cpu))
         return trailer.records
     finally:
         await store.close()
 
 
-_ours_export: list[float] = []
+_ours_export: list[tuple[float, float]] = []
+"""``(wall, process CPU)`` seconds of each of our exports' write alone."""
 
 
 async def ours_verify(url: str, tenant: str, path: Path) -> int:
@@ -261,10 +265,13 @@ async def ours_restore(url: str, tenant: str, path: Path) -> int:
     return report.records
 
 
-async def timed(fn: Callable[[], Awaitable[int]]) -> tuple[int, float]:
-    start = time.perf_counter()
+async def timed(fn: Callable[[], Awaitable[int]]) -> tuple[int, float, float]:
+    """``(records, wall seconds, process CPU seconds)``: CPU counts every thread of this
+    process (the SQLite driver's included, a PostgreSQL server's not, on both sides), and
+    the machine's load inflates it far less than the wall."""
+    start, cpu = time.perf_counter(), time.process_time()
     n = await fn()
-    return n, time.perf_counter() - start
+    return n, time.perf_counter() - start, time.process_time() - cpu
 
 
 class Targets:
@@ -294,7 +301,12 @@ def rounds(
         return []
     ours_file = Path(work) / f"ours-{dialect}-{n}.jsonl"
     bare_file = Path(work) / f"bare-{dialect}-{n}.jsonl"
-    rates: dict[str, list[tuple[float, float]]] = {"export": [], "verify": [], "restore": []}
+    # per round: (ours, bare) records per wall second, then per CPU second
+    rates: dict[str, list[tuple[float, float, float, float]]] = {
+        "export": [],
+        "verify": [],
+        "restore": [],
+    }
     for r in range(count):
         flip = r % 2 == 1
         # export
@@ -305,17 +317,20 @@ def rounds(
         got = {}
         for i in [1, 0] if flip else [0, 1]:
             got[i] = asyncio.run(pair[i]())
-        ours_s = _ours_export[-1]  # the write alone, without connecting
-        rates["export"].append((got[0][0] / ours_s, got[1][0] / got[1][1]))
+        ours_s, ours_cpu = _ours_export[-1]  # the write alone, without connecting
+        rates["export"].append(
+            (got[0][0] / ours_s, got[1][0] / got[1][1], got[0][0] / ours_cpu, got[1][0] / got[1][2])
+        )
         # verify (both read our file)
         got = {}
         for i in [1, 0] if flip else [0, 1]:
             if i == 0:
                 got[0] = asyncio.run(timed(lambda: ours_verify(source, tenant, ours_file)))
             else:
-                start = time.perf_counter()
-                got[1] = (bare_verify(ours_file), time.perf_counter() - start)
-        rates["verify"].append((got[0][0] / got[0][1], got[1][0] / got[1][1]))
+                start, cpu = time.perf_counter(), time.process_time()
+                n_bare = bare_verify(ours_file)
+                got[1] = (n_bare, time.perf_counter() - start, time.process_time() - cpu)
+        rates["verify"].append(_rates(got))
         # restore
         got = {}
         for i in [1, 0] if flip else [0, 1]:
@@ -329,16 +344,25 @@ def rounds(
 
             got[i] = asyncio.run(timed(restore_once))
             targets.drop(url)
-        rates["restore"].append((got[0][0] / got[0][1], got[1][0] / got[1][1]))
+        rates["restore"].append(_rates(got))
     out = []
     for phase, pairs in rates.items():
-        ours = statistics.median(o for o, _ in pairs)
-        bare = statistics.median(b for _, b in pairs)
-        ratio = statistics.median(o / b for o, b in pairs)
-        out.append(f"{dialect:>10} {n:>7} {phase:>8} {ours:>12,.0f} {bare:>12,.0f} {ratio:>7.2f}")
+        ours = statistics.median(p[0] for p in pairs)
+        bare = statistics.median(p[1] for p in pairs)
+        ratio = statistics.median(p[0] / p[1] for p in pairs)
+        cpu_ratio = statistics.median(p[2] / p[3] for p in pairs)
+        out.append(
+            f"{dialect:>10} {n:>7} {phase:>8} {ours:>12,.0f} {bare:>12,.0f} {ratio:>7.2f}"
+            f" {cpu_ratio:>9.2f}"
+        )
     ours_file.unlink(missing_ok=True)
     bare_file.unlink(missing_ok=True)
     return out
+
+
+def _rates(got: dict[int, tuple[int, float, float]]) -> tuple[float, float, float, float]:
+    (n0, wall0, cpu0), (n1, wall1, cpu1) = got[0], got[1]
+    return n0 / wall0, n1 / wall1, n0 / max(cpu0, 1e-9), n1 / max(cpu1, 1e-9)
 
 
 # -- peak memory, in a child process per phase ------------------------------------------
@@ -458,8 +482,14 @@ def main() -> None:
     finally:
         if cluster is not None:
             cluster.stop()
-    print(f"\nrecords/s, median of {args.rounds} interleaved rounds (ratio: median of ours/bare)")
-    print(f"{'dialect':>10} {'runs':>7} {'phase':>8} {'ours':>12} {'bare':>12} {'ratio':>7}")
+    print(
+        f"\nrecords/s, median of {args.rounds} interleaved rounds (ratio: median of ours/bare;"
+        " cpu ratio: the same per process CPU-second)"
+    )
+    print(
+        f"{'dialect':>10} {'runs':>7} {'phase':>8} {'ours':>12} {'bare':>12} {'ratio':>7}"
+        f" {'cpu ratio':>9}"
+    )
     print("\n".join(speed))
     if mem:
         print("\npeak memory of each phase alone, in a child process (MiB)")

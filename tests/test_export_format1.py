@@ -240,14 +240,14 @@ async def test_a_run_sealed_while_the_export_runs_is_exported_open(
     was read travels in the next export, and this one still verifies (no false alarm)."""
     made = await build(store, 8, long=False)
     late = next(r for r in made["runs"] if r not in made["sealed"])
-    read_runs = store.read_runs
+    export_page = store.export_page
 
     async def sealing_first(*args: Any, **kw: Any) -> Any:
-        monkeypatch.setattr(store, "read_runs", read_runs)
+        monkeypatch.setattr(store, "export_page", export_page)
         await _seal(store, late, 1, "succeeded")  # after the header's checkpoint was read
-        return await read_runs(*args, **kw)
+        return await export_page(*args, **kw)
 
-    monkeypatch.setattr(store, "read_runs", sealing_first)
+    monkeypatch.setattr(store, "export_page", sealing_first)
     path = tmp_path / "e.jsonl"
     cp, _ = await export_to(store, path)
     assert (await store.checkpoint()).size == cp.size + 1

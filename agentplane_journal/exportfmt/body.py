@@ -234,15 +234,32 @@ def _shaped(value: Any, shape: Any) -> Any:
     return out
 
 
+def _plan(kind: str) -> tuple[tuple[str, ...], tuple[tuple[str, Any], ...]]:
+    """A kind's member order and its shaped members, looked up once per kind."""
+    plan = _PLANS.get(kind)
+    if plan is None:
+        plan = (
+            (*TOP_MEMBERS, "kind", *VARIANT_MEMBERS.get(kind, ())),
+            tuple((key, shape) for (k, key), shape in NESTED_MEMBERS.items() if k == kind),
+        )
+        if len(_PLANS) < _MAX_PLANS:  # a hostile file's invented kinds do not grow it
+            _PLANS[kind] = plan
+    return plan
+
+
+_PLANS: dict[str, tuple[tuple[str, ...], tuple[tuple[str, Any], ...]]] = {}
+_MAX_PLANS = 256
+
+
 def _reordered(wire: dict[str, Any]) -> dict[str, Any]:
     kind = wire.get("kind")
     if not isinstance(kind, str):
         return _ordered(wire, TOP_MEMBERS)
-    body = _ordered(wire, (*TOP_MEMBERS, "kind", *VARIANT_MEMBERS.get(kind, ())))
-    for key, value in body.items():
-        shape = NESTED_MEMBERS.get((kind, key))
-        if shape is not None:
-            body[key] = _shaped(value, shape)
+    order, shaped = _plan(kind)
+    body = _ordered(wire, order)
+    for key, shape in shaped:
+        if key in body:
+            body[key] = _shaped(body[key], shape)
     return body
 
 
@@ -279,12 +296,26 @@ def _maybe_small(raw: str) -> bool:
     return "e-" in raw or "E-" in raw or "0.0000" in raw
 
 
-def body_text(raw: str) -> str:
+def body_text(raw: str, parsed: dict[str, Any] | None = None) -> str:
     """The ``body`` agentplane 0.22 writes for a record whose wire bytes are ``raw``.
+
+    ``parsed``: ``raw`` as ``json.loads`` parses it, given by a caller that knows ``raw`` holds
+    no run of 20 digits (``record_line`` for a read record's body): used instead of parsing
+    ``raw`` again when serde_json would hold the same values (no ``-`` in ``raw``, so no
+    ``-0`` and no integer below ``i64``; no float the C writer writes otherwise); anything
+    else is parsed here, as without it.
 
     ``ValueError`` when ``raw`` is not a JSON object or holds what serde_json cannot (a number
     out of ``f64`` range, a lone surrogate): 0.22 files such a run as unreadable.
     """
+    if type(parsed) is dict and "-" not in raw and not _maybe_small(raw):
+        try:
+            text = _BODY_ENCODER.encode(_reordered(parsed))
+        except ValueError:  # an infinity (1e400): the exact path below names it
+            pass
+        else:
+            text.encode("utf-8")  # a lone surrogate: UnicodeEncodeError, a ValueError
+            return text
     # Integers are parsed as serde_json holds them (beyond 64 bits, and `-0`, an f64);
     # json's C encoder then writes every value as serde_json does, except a float below
     # 1e-4, which repr writes `1e-05` where serde_json writes `0.00001` (and `1e-07` for

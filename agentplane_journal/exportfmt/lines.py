@@ -163,17 +163,29 @@ def attestation_json(att: Attestation | None) -> dict[str, Any] | None:
     return {"key_id": att.key_id, "signature": att.signature.hex()}
 
 
-def record_line(record: Record) -> str:
+_DIGITS = bytes.maketrans(b"123456789", b"000000000")
+_TWENTY_DIGITS = b"0" * 20
+"""A run of 20 digits anywhere (whitespace or not around it): an integer ``json`` and serde_json
+may hold differently, so ``record_line`` parses such bytes the exact way."""
+
+
+def record_line(record: Record, *, read: bool = False) -> str:
     """One record: ``body`` as agentplane 0.22 writes it (:func:`.body.body_text`,
     from the wire bytes), ``raw`` the wire bytes themselves as a string.
+
+    ``read``: the record is one the store read (``record_from_row``), so its ``body`` is
+    ``json``'s parse of its bytes, which ``body_text`` may use rather than parse them again.
+    A record built any other way (``Record.seal`` keeps the caller's body, ``1.0`` where the
+    bytes say ``1``) is never taken at its body's word.
 
     ``ValueError`` when the bytes are not a UTF-8 JSON object serde_json can hold (the run is
     then unreadable: there is no other body to fall back on that the hash covers).
     """
     raw = bytes(record.raw)
     text = raw.decode("utf-8")  # UnicodeDecodeError is a ValueError
+    parsed = record.body if read and _TWENTY_DIGITS not in raw.translate(_DIGITS) else None
     try:
-        body = body_text(text)
+        body = body_text(text, parsed)
     except ValueError as exc:
         raise ValueError(f"record {record.seq}: {exc}") from None
     att = "null" if record.attestation is None else _dumps(attestation_json(record.attestation))

@@ -32,6 +32,7 @@ from agentplane_journal.db.models import Journal, RunSeal
 from agentplane_journal.db.statements import RECORD_COLUMNS, record_from_row
 from agentplane_journal.db.unit import Repository
 from agentplane_journal.errors import CorruptRecordError
+from agentplane_journal.journal import export_pages
 from agentplane_journal.journal import reads as reads
 from agentplane_journal.journal.bounds import BoundsFinding, audit_bounds
 from agentplane_journal.journal.log import TenantLog
@@ -131,6 +132,30 @@ class AuditReads(Repository):
             return out
 
         return await self.unit(unit, read_only=True, session=session)
+
+    async def export_page(
+        self,
+        phase: str,
+        key: tuple[Any, Any],
+        *,
+        size: int,
+        page_bytes: int | None = None,
+        rows: int = export_pages.PAGE_ROWS,
+    ) -> list[Any]:
+        """One page of ``export --all`` in one statement (:mod:`~agentplane_journal.journal.
+        export_pages`): rows in export order after ``key``, each with its run's seal and leaf
+        beside the record's columns, at most ``rows`` of them and ``page_bytes`` of ``raw``
+        past the first (:data:`~agentplane_journal.journal.reads.PAGE_BYTES` by default).
+        The rows are as the driver returned them: the caller checks each record."""
+        budget = reads.PAGE_BYTES if page_bytes is None else page_bytes
+        budget = check_int(budget, "page_bytes", minimum=1)
+        stmt = export_pages.page_statement(phase, check_int(rows, "rows", minimum=1))
+        params = export_pages.page_params(self.tenant, phase, key, size, budget)
+
+        async def unit(session: AsyncSession) -> list[Any]:
+            return await driver_rows(session, stmt, params)
+
+        return await self.unit(unit, read_only=True)
 
     async def inclusion_paths_at(
         self, size: int, positions: Sequence[int], *, session: AsyncSession | None = None

@@ -2,13 +2,16 @@
 
 The header's checkpoint is read first; every run is then described *as of it*: a run sealed
 after it is written as still open (no ``index``/``seal``), so the file never disagrees
-with its own first line. Runs come in log order (sealed runs by leaf position, a keyset page
-of :data:`RUN_PAGE` positions at a time), then every other run by run id (keyset pages of
-:meth:`~agentplane_journal.journal.audits.AuditReads.audit_runs`). Each page's records are
-read with :meth:`~agentplane_journal.journal.audits.AuditReads.read_runs` (bounded by bytes);
-a run too large for a page is read in its own pages and spooled (a temporary file past a
-few MiB) so that a run which fails to read half-way is filed as unreadable with nothing of it
-written. Memory is therefore a page of runs, whatever the journal's size.
+with its own first line. Runs come in log order (sealed runs by
+log position), then every other run by run id, each page read by **one** statement
+(:mod:`~agentplane_journal.journal.export_pages`: a keyset range of records with each run's
+seal and leaf beside them, bounded by rows and bytes) and every row checked as it is met
+(:func:`~agentplane_journal.db.statements.record_from_row`: its hash over its bytes, its
+columns against its body). A run's lines are held (a temporary file past a few MiB) until
+the run ends, so that a run which fails to read half-way is filed as unreadable with nothing
+of it written. Memory is therefore a page and a run, whatever the journal's size. An export
+of named runs (``runs=``) reads them with
+:meth:`~agentplane_journal.journal.audits.AuditReads.read_runs`.
 
 Log order is what lets :mod:`agentplane_journal.journal.restore` seal each run as soon as its
 block ends, with nothing held back. A run the store cannot read is named in the trailer and
@@ -17,17 +20,15 @@ the export continues: one damaged run must not withhold every healthy one.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import shutil
 import tempfile
 from collections.abc import AsyncIterator, Callable, Sequence
-from typing import TextIO
-
-from sqlalchemy import select
-from sqlalchemy.ext.asyncio import AsyncSession
+from typing import IO, Any, TextIO
 
 from agentplane_journal.core.ids import Digest, RunId
-from agentplane_journal.db.models import RunSeal
-from agentplane_journal.db.statements import digest
+from agentplane_journal.db.statements import digest, record_from_row
 from agentplane_journal.errors import CorruptRecordError
 from agentplane_journal.exportfmt.lines import (
     Trailer,
@@ -39,13 +40,11 @@ from agentplane_journal.exportfmt.lines import (
     trailer_line,
 )
 from agentplane_journal.journal.audits import RunRead
+from agentplane_journal.journal.export_pages import LOG, OPEN, PAGE_ROWS, SEAL_ONLY
 from agentplane_journal.journal.store import SqlJournalStore
 from agentplane_journal.tlog.checkpoint import Checkpoint
 
-__all__ = ["RUN_PAGE", "Progress", "export_runs", "store_canon", "write_export"]
-
-RUN_PAGE = 1000
-"""Runs listed (and their records read, at most ``PAGE_BYTES`` of them) per transaction."""
+__all__ = ["Progress", "store_canon", "write_export"]
 
 _SPOOL_BYTES = 4 << 20
 
@@ -54,67 +53,6 @@ def store_canon(store: SqlJournalStore) -> int:
     """The header's ``canon`` for this store: its tenant's wire profile's (``store.profile``;
     see ``CANON_BY_PROFILE``)."""
     return canon_for_profile(store.profile.name)
-
-
-async def _sealed_page(
-    store: SqlJournalStore, after: int, size: int, limit: int
-) -> list[tuple[int, str]]:
-    """``(log_index, run_id)`` of the sealed runs at positions ``after..size-1``, in order."""
-    stmt = (
-        select(RunSeal.log_index, RunSeal.run_id)
-        .where(
-            RunSeal.tenant == store.tenant,
-            RunSeal.log_index >= after,
-            RunSeal.log_index < size,
-        )
-        .order_by(RunSeal.log_index)
-        .limit(limit)
-    )
-
-    async def unit(session: AsyncSession) -> list[tuple[int, str]]:
-        return [(int(i), str(r)) for i, r in (await session.execute(stmt)).all()]
-
-    return await store.unit(unit, read_only=True)
-
-
-async def export_runs(store: SqlJournalStore, size: int) -> AsyncIterator[tuple[list[RunId], bool]]:
-    """Every run in pages, ``(runs, in_log_phase)``: the log's first ``size`` leaves in
-    order, then every run by id (the caller skips those it wrote in the first phase). A
-    stored id that is not a canonical run id is skipped (``verify --all`` names it)."""
-    at = 0
-    while at < size:
-        page = await _sealed_page(store, at, size, RUN_PAGE)
-        if not page:
-            break
-        runs = [r for r in (_canonical(v) for _, v in page) if r is not None]
-        if runs:
-            yield runs, True
-        at = page[-1][0] + 1
-    after: RunId | str | None = None
-    while True:
-        listed = await store.audit_runs(after, RUN_PAGE)
-        if not listed:
-            return
-        runs = [r for r in (_canonical(v) for v in listed) if r is not None]
-        if runs:
-            # Those in the log below `size` were written above; read_runs tells which.
-            yield runs, False
-        if len(listed) < RUN_PAGE:
-            return
-        last = listed[-1]
-        after = last if isinstance(last, str) else str(last)
-
-
-async def _not_in_log(store: SqlJournalStore, page: list[RunId], size: int) -> list[RunId]:
-    """The runs of ``page`` that are not among the log's first ``size`` leaves (those were
-    written in log order), asked of the seals alone so their records are not read twice."""
-
-    async def unit(session: AsyncSession) -> set[str]:
-        seals = await store.tenant_log.seals_of(session, [str(r) for r in page])
-        return {run for run, (_, at) in seals.items() if at is not None and at < size}
-
-    logged = await store.unit(unit, read_only=True)
-    return [r for r in page if str(r) not in logged]
 
 
 def _canonical(value: object) -> RunId | None:
@@ -142,23 +80,15 @@ async def write_export(
     cp = await store.checkpoint()
     out.write(header_line(cp, store_canon(store)) + "\n")
     trailer = Trailer()
-
-    async def pages() -> AsyncIterator[tuple[list[RunId], bool]]:
-        if runs is not None:
-            yield list(runs), True
-            return
-        async for page in export_runs(store, cp.size):
-            yield page
-
-    async for page, in_log_phase in pages():
-        pending = list(page) if in_log_phase else await _not_in_log(store, page, cp.size)
+    if runs is None:
+        await _export_all(store, out, cp.size, trailer, progress)
+    else:
+        pending = list(runs)
         while pending:
             reads = await store.read_runs(pending)
             for run in [r for r in pending if r in reads]:
                 read = reads[run]
                 in_cp = read.position is not None and read.position < cp.size
-                if in_cp and not in_log_phase:
-                    continue  # written in log order already
                 await _write_run(store, out, run, read, in_cp, trailer)
                 if progress is not None:
                     progress(trailer.runs_requested, trailer.records)
@@ -166,6 +96,140 @@ async def write_export(
     out.write(trailer_line(trailer) + "\n")
     out.flush()
     return cp, trailer
+
+
+class _Block:
+    """The run being read from the pages: its block's facts, then its lines (held until the
+    run ends, so a run that fails to read half-way is filed unreadable with nothing of it
+    written; past :data:`_SPOOL_BYTES` they go to a temporary file)."""
+
+    __slots__ = ("count", "error", "held", "leaf", "lines", "prev", "run", "sealed", "spool")
+
+    def __init__(self, run: RunId | None, sealed: Any, leaf: Any) -> None:
+        self.run, self.sealed = run, sealed
+        self.leaf: int | None = leaf if type(leaf) is int else None
+        self.lines: list[str] = []
+        self.held = 0
+        self.spool: IO[str] | None = None
+        self.count = 0
+        self.prev: Digest | None = None
+        self.error: str | None = None
+
+    def add(self, row: Any) -> None:
+        """One stored row of this run: checked (:func:`record_from_row`), then its line."""
+        if self.error is not None:
+            return
+        try:
+            record = record_from_row(row, self.prev)
+        except CorruptRecordError as exc:
+            self.error = str(exc)
+            return
+        self.prev = record.hash
+        try:
+            line = record_line(record, read=True)
+        except ValueError as exc:
+            self.error = f"a record's wire bytes do not parse: {exc}"
+            return
+        self.count += 1
+        if self.spool is not None:
+            self.spool.write(line + "\n")
+            return
+        self.lines.append(line)
+        self.held += len(line)
+        if self.held > _SPOOL_BYTES:
+            self.spool = tempfile.TemporaryFile(mode="w+", encoding="utf-8")
+            self.spool.write("".join(x + "\n" for x in self.lines))
+            self.lines = []
+
+    def write(self, out: TextIO, size: int, trailer: Trailer) -> None:
+        """The run's block and its lines (or its entry in the trailer's unreadable list)."""
+        if self.run is None:  # a stored id that is not a canonical run id: verify names it
+            return
+        seal: Digest | None = None
+        if self.leaf is not None and self.leaf < size and self.sealed is not None:
+            try:
+                seal = digest(self.sealed, 0)
+            except CorruptRecordError:
+                seal = None
+        out.write(run_line(self.run, self.leaf if seal is not None else None, seal) + "\n")
+        trailer.runs_requested += 1
+        if self.error is None and not self.count:
+            self.error = "the store holds no records for this run"
+        if self.error is not None:
+            trailer.unreadable.append(Unreadable(self.run, self.error))
+        elif self.spool is not None:
+            self.spool.seek(0)
+            shutil.copyfileobj(self.spool, out)
+        else:
+            out.write("".join(x + "\n" for x in self.lines))
+        if self.error is None:
+            trailer.records += self.count
+            trailer.runs_exported += 1
+        self.close()
+
+    def close(self) -> None:
+        if self.spool is not None:
+            self.spool.close()
+            self.spool = None
+
+
+async def _pages(store: SqlJournalStore, phase: str, size: int) -> AsyncIterator[list[Any]]:
+    """``phase``'s pages in order, each from the last row of the one before; the next is
+    read (by the database's thread or server) while the caller checks and writes this one."""
+    key: tuple[Any, Any] = (-1, 0) if phase == LOG else ("", 0)
+    pending = asyncio.ensure_future(store.export_page(phase, key, size=size))
+    try:
+        while True:
+            page = await pending
+            if not page:
+                return
+            last = (page[-1][0], page[-1][1])
+            if last == key:  # cannot happen in the database's own order; never loop
+                raise RuntimeError(f"the export's {phase} pages did not advance past {key!r}")
+            key = last
+            if phase == SEAL_ONLY and len(page) < PAGE_ROWS:
+                yield page
+                return
+            pending = asyncio.ensure_future(store.export_page(phase, key, size=size))
+            yield page
+    finally:
+        if not pending.done():
+            pending.cancel()
+            with contextlib.suppress(BaseException):
+                await pending
+
+
+async def _export_all(
+    store: SqlJournalStore, out: TextIO, size: int, trailer: Trailer, progress: Progress | None
+) -> None:
+    """Every run, a page (one statement) at a time: the log's first ``size`` leaves in log
+    order, then every other run by run id, then a seal that has no record and no leaf below
+    ``size`` (a damaged journal's; named unreadable). Each row is checked as it is met."""
+    for phase in (LOG, OPEN, SEAL_ONLY):
+        block = _Block(None, None, None)  # a placeholder: writes nothing
+        block_key: object = _NONE
+        try:
+            async for page in _pages(store, phase, size):
+                for row in page:
+                    if row[16]:  # a run the log phase wrote (its leaf is below the size)
+                        continue
+                    if row[0] != block_key:
+                        block.write(out, size, trailer)
+                        if progress is not None and block.run is not None:
+                            progress(trailer.runs_requested, trailer.records)
+                        block_key = row[0]
+                        block = _Block(_canonical(row[2]), row[3], row[4])
+                    # A record (a seal's bare row has none), of a run the file can name.
+                    if row[11] is not None and block.run is not None:
+                        block.add(row[5:16])
+            block.write(out, size, trailer)
+            if progress is not None and block.run is not None:
+                progress(trailer.runs_requested, trailer.records)
+        finally:
+            block.close()
+
+
+_NONE = object()
 
 
 async def _write_run(
@@ -194,7 +258,7 @@ async def _write_run(
         if not read.records:
             return unreadable("the store holds no records for this run")
         try:
-            lines = [record_line(r) for r in read.records]
+            lines = [record_line(r, read=True) for r in read.records]
         except ValueError as exc:
             return unreadable(f"a record's wire bytes do not parse: {exc}")
         out.write("".join(line + "\n" for line in lines))
@@ -206,7 +270,7 @@ async def _write_run(
         try:
             async for part in store.pages(run):
                 for record in part:
-                    spool.write(record_line(record) + "\n")
+                    spool.write(record_line(record, read=True) + "\n")
                     count += 1
         except (CorruptRecordError, ValueError) as exc:
             return unreadable(str(exc))

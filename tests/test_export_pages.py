@@ -1,0 +1,223 @@
+"""``export --all`` reads each page in one statement (``journal/export_pages.py``), and a
+record read from the store is written with the body its read already parsed
+(``exportfmt/body.py``'s ``body_text(raw, parsed)``), with the bytes and verdicts as before.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from sqlalchemy import event, text
+
+from agentplane_journal import Append, RunId, SqlJournalStore
+from agentplane_journal.core.ids import Digest
+from agentplane_journal.core.record import stored_record
+from agentplane_journal.exportfmt.lines import record_line
+from agentplane_journal.journal import reads
+
+from support.exports import build, export_to, lines_of, verify_lines
+
+
+@pytest.fixture
+def statements(store: SqlJournalStore) -> Iterator[list[str]]:
+    seen: list[str] = []
+
+    def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        if statement.split(None, 1)[0].upper() not in {"BEGIN", "COMMIT", "ROLLBACK"}:
+            seen.append(statement)
+
+    event.listen(store.engine.sync_engine, "before_cursor_execute", record)
+    yield seen
+    event.remove(store.engine.sync_engine, "before_cursor_execute", record)
+
+
+async def _sql(store: SqlJournalStore, statement: str, **params: Any) -> None:
+    async with store.engine.begin() as conn:
+        await conn.execute(text(statement), {"t": store.tenant, **params})
+
+
+def _pages(store: SqlJournalStore, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    calls: list[str] = []
+    page = store.export_page
+
+    async def counted(phase: str, *args: Any, **kw: Any) -> Any:
+        calls.append(phase)
+        return await page(phase, *args, **kw)
+
+    monkeypatch.setattr(store, "export_page", counted)
+    return calls
+
+
+async def test_each_page_is_one_statement_and_a_page_may_end_inside_a_run(
+    store: SqlJournalStore,
+    statements: list[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    await build(store, 12, long=False)
+    whole = tmp_path / "whole.jsonl"
+    statements.clear()
+    await store.checkpoint()
+    header = len(statements)  # what reading the checkpoint takes
+    calls = _pages(store, monkeypatch)
+    statements.clear()
+    cp, trailer = await export_to(store, whole)
+    # Log, open runs, seals without records: a page each, and the empty page ending the
+    # first two; nothing else is read.
+    assert calls == ["log", "log", "open", "open", "seal-only"]
+    assert len(statements) == header + len(calls), statements
+    assert trailer.runs_exported == 12 and not trailer.unreadable
+    assert verify_lines(lines_of(whole), cp).is_sound
+    # A budget of one byte: every page is one row, so every run spans pages; same file.
+    monkeypatch.setattr(reads, "PAGE_BYTES", 1)
+    calls.clear()
+    small = tmp_path / "small.jsonl"
+    _, again = await export_to(store, small)
+    # One per row: the log phase's; the open phase passes the logged runs' rows too (a
+    # filter could leave a page empty before the end); two empty pages and the seal-only one.
+    in_log, logged = False, 0
+    for line in lines_of(small):
+        value = json.loads(line)
+        if value.get("kind") == "agentplane.export.run":
+            in_log = "index" in value
+        elif value.get("kind") is None:
+            logged += in_log
+    assert (
+        len(calls) == again.records + logged + 3
+    )  # one per row, two empty pages, the seal-only page
+    assert small.read_bytes() == whole.read_bytes()
+
+
+async def test_a_corrupt_row_in_a_run_that_spans_pages_withholds_the_whole_run(
+    store: SqlJournalStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    made = await build(store, 8, long=False)
+    victim = next(r for r in made["runs"] if r not in made["sealed"])
+    await _sql(
+        store,
+        "UPDATE journal SET kind='Edited' WHERE tenant=:t AND run_id=:r AND seq=2",
+        r=str(victim),
+    )
+    monkeypatch.setattr(reads, "PAGE_BYTES", 1)
+    path = tmp_path / "e.jsonl"
+    cp, trailer = await export_to(store, path)
+    assert [u.run for u in trailer.unreadable] == [victim]
+    assert "the kind column says 'Edited'" in trailer.unreadable[0].reason, trailer.unreadable
+    lines = [json.loads(x) for x in lines_of(path)]
+    at = next(i for i, x in enumerate(lines) if x.get("run") == victim.ulid)
+    assert lines[at + 1].get("kind") is not None  # its block holds no record at all
+    assert trailer.runs_exported == 7 and trailer.runs_requested == 8
+    report = verify_lines(lines_of(path), cp)
+    assert report.runs_sound == 7, report.findings
+
+
+async def test_a_seal_whose_records_and_leaf_were_deleted_is_named_unreadable(
+    store: SqlJournalStore, tmp_path: Path
+) -> None:
+    """A damaged journal: the last sealed run's rows and its leaf deleted. It is in neither
+    the log below the size nor the journal, and the export still names it."""
+    made = await build(store, 8, long=False)
+    victim = made["sealed"][-1]  # the highest log position: the size drops below it
+    await _sql(store, "DELETE FROM journal WHERE tenant=:t AND run_id=:r", r=str(victim))
+    await _sql(
+        store,
+        "DELETE FROM log_tree WHERE tenant=:t AND run_id=:r AND level=0",
+        r=str(victim),
+    )
+    path = tmp_path / "e.jsonl"
+    _, trailer = await export_to(store, path)
+    assert [(u.run, u.reason) for u in trailer.unreadable] == [
+        (victim, "the store holds no records for this run")
+    ]
+    block = next(json.loads(x) for x in lines_of(path) if victim.ulid in x)
+    assert "index" not in block and trailer.runs_requested == 8
+
+
+async def test_a_run_of_records_only_and_an_empty_journal_export(
+    store: SqlJournalStore, tmp_path: Path
+) -> None:
+    path = tmp_path / "empty.jsonl"
+    _, trailer = await export_to(store, path)
+    assert trailer.runs_requested == 0 and len(lines_of(path)) == 2
+    run = RunId.generate()
+    await store.append(0, [Append(run, "Note", {"text": "only"})])
+    _, trailer = await export_to(store, path)
+    assert trailer.runs_exported == 1 and trailer.records == 1
+
+
+# -- the body of a read record, from its read's parse -------------------------------------
+
+_RAWS = [
+    '{"a":-0}',
+    '{"a":-0.0}',
+    '{"a":[1,-0,2]}',
+    '{"a":-9223372036854775808}',
+    '{"a":-9223372036854775809}',
+    '{"a":9223372036854775808}',
+    '{"a":1e400}',
+    '{"a":-1e400}',
+    '{"a":1e-7}',
+    '{"a":0.00001}',
+    '{"a":1.0,"b":100.0,"c":1e16,"d":1.5e300}',
+    '{"a":"\\ud800"}',
+    '{"a":"x-0 y"}',
+    '{"a": 18446744073709551616}',
+    '{"a":[ 100000000000000000000]}',
+    '{"a":1, "b": 18446744073709551615}',
+    '{"kind":"RunAdmitted","seq":1,"input_label":{"trust":"t","provenance":[]},"input":{"z":1,"a":2}}',
+    '{"kind":"Released","field_labels":{"b":{"trust":"t"},"a":{"sensitivity":"s"}}}',
+    '{"x":1e400}',
+]
+
+
+def _both(raw: str) -> tuple[str, str]:
+    """``record_line``'s body without and with the read's parse: each a text or its error."""
+    if raw != "{}":
+        raw = '{"seq":1,' + raw[1:]  # a record names its seq (its errors do)
+    data = raw.encode("utf-8", "surrogatepass")
+    out = []
+    for read in (False, True):
+        record = stored_record(json.loads(raw), data, Digest.ZERO, Digest.ZERO, None)
+        try:
+            line = record_line(record, read=read)
+        except ValueError as exc:
+            out.append(f"error: {exc}")
+        else:
+            out.append(line[line.index(',"body":') : line.index(',"prev_hash":')])
+    return out[0], out[1]
+
+
+@pytest.mark.parametrize("raw", _RAWS)
+def test_the_body_from_the_reads_parse_is_the_body_from_the_bytes(raw: str) -> None:
+    fresh, reused = _both(raw)
+    assert reused == fresh
+
+
+_json = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**64), max_value=2**64)
+    | st.floats(allow_nan=False)
+    | st.text(max_size=6),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=4), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.dictionaries(st.sampled_from(["kind", "a", "b", "input_label", "z"]), _json))
+def test_any_body_from_the_reads_parse_is_the_body_from_the_bytes(body: dict[str, Any]) -> None:
+    # Spaced as json.dumps spaces it (no read's bytes are, but a hostile row's may be).
+    raw = json.dumps(body, ensure_ascii=False, allow_nan=True)
+    if "Infinity" in raw or raw == "{}":
+        return  # not JSON: no read passes it
+    fresh, reused = _both(raw)
+    assert reused == fresh
