@@ -46,6 +46,10 @@ class Sending:
     _schema: str | None
     _logs: dict[str, _conclude.KnownLog]
 
+    def _refused(self, exc: BaseException) -> None:
+        """Each answered error a statement raised passes here first (``Together``'s: inside
+        a turn's transaction the turn, not the member, handles it)."""
+
     async def _fetch(self, driver: Any, statement: str, args: tuple[Any, ...]) -> list[Any]:
         # asyncpg ships no types: its fetch() answers a list of Records.
         rows: list[Any]
@@ -88,6 +92,7 @@ class Sending:
         except Exception as exc:
             if not _pgsql.answered(exc):
                 raise Lost(exc) from exc
+            self._refused(exc)
             what, _ = journal_collision(_DIALECT, exc) or (None, "")
             if what is Collision.EFFECT_STARTED:
                 if len(r.keys) == 1:
@@ -125,6 +130,7 @@ class Sending:
         except Exception as exc:
             if not _pgsql.answered(exc):
                 raise Lost(exc) from exc
+            self._refused(exc)
             return GENERAL
         if not rows or rows[0]["written"] != len(r.rows):
             # Never this statement's answer (its guard fails it instead): what it wrote is
@@ -148,6 +154,7 @@ class Sending:
         except Exception as exc:
             if not _pgsql.answered(exc):
                 raise Lost(exc) from exc
+            self._refused(exc)
             return None
         return _conclude.known_log(rows)
 
@@ -166,6 +173,7 @@ class Sending:
         except Exception as exc:
             if not _pgsql.answered(exc):
                 return [unknown(exc)] * len(group), False
+            self._refused(exc)
             # Refused as a whole, so nothing of it landed: each append on its own.
             return await self._each(driver, group)
         if len(rows) != len(group):  # never the statement's answer; what it wrote is unknown

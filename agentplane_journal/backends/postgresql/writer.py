@@ -53,12 +53,11 @@ from agentplane_journal.backends.postgresql.answers import (
     Answer,
     Conclusion,
     GeneralAnswer,
-    Lost,
     Request,
     Result,
     unknown,
 )
-from agentplane_journal.backends.postgresql.sending import Sending
+from agentplane_journal.backends.postgresql.together import Together
 from agentplane_journal.backends.writer import GroupWriter
 from agentplane_journal.core.append import Append
 from agentplane_journal.core.batch import chain_batch
@@ -89,7 +88,7 @@ def schema_of(bind: AsyncEngine) -> tuple[bool, str | None]:
     return False, None  # per-table maps: the general path's compiler applies them
 
 
-class Writer(Sending, GroupWriter[Request, Result]):
+class Writer(Together, GroupWriter[Request, Result]):
     """The process's PostgreSQL hot-append queue for one store (see the module).
 
     What is PostgreSQL's own, beside :class:`~agentplane_journal.backends.writer.GroupWriter`:
@@ -241,8 +240,9 @@ class Writer(Sending, GroupWriter[Request, Result]):
         return answer
 
     def _take(self) -> list[Request]:
-        """The next statement's appends: the first waiting one, and with group commit every
-        other waiting append of its tenant to another run (within the group's bounds)."""
+        """The next turn's writes: the first waiting one, and with group commit every other
+        waiting write to another run (within the turn's bounds), whatever its tenant or kind:
+        :mod:`.together` runs them in one transaction."""
         group: list[Request] = []
         rest: list[Request] = []
         runs: set[RunId] = set()
@@ -252,11 +252,6 @@ class Writer(Sending, GroupWriter[Request, Result]):
                 continue  # its caller was cancelled before it was sent
             if not group or (
                 self.group_commit
-                and request.conclude is None
-                and group[0].conclude is None
-                and request.admit is None
-                and group[0].admit is None
-                and request.tenant == group[0].tenant
                 and request.run not in runs
                 and len(group) < MAX_GROUP_RUNS
                 and rows + len(request.rows) <= MAX_GROUP_ROWS
@@ -278,12 +273,7 @@ class Writer(Sending, GroupWriter[Request, Result]):
             # idle timeout, a terminated backend): nothing was sent, so nothing is unknown.
             # The general unit of work runs each append on a fresh connection.
             return [GENERAL] * len(group), False
-        if len(group) == 1:
-            try:
-                return [await self._one(driver, group[0])], True
-            except Lost as lost:
-                return [unknown(lost.error)], False
-        return await self._many(driver, group)
+        return await self._turn(driver, group)
 
     def _interrupted(self, group: list[Request], exc: BaseException) -> None:
         # Interrupted with the statement in flight (the leader cancelled): autocommitted,
