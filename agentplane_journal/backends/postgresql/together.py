@@ -132,6 +132,10 @@ class Together(Sending):
                 return [GENERAL] * len(group), False  # COMMIT never sent: nothing landed
             answers, alive = await self._alone(driver, parts)
             return _reorder(group, parts, answers), alive
+        except BaseException:  # interrupted mid-turn: the logs it moved may not have landed
+            for tenant in concluded:
+                self._logs.pop(tenant, None)
+            raise
         if not committed:
             for tenant in concluded:
                 self._logs.pop(tenant, None)

@@ -26,9 +26,11 @@ hold what a group is and does on PostgreSQL: what is queued and answered
   (:mod:`agentplane_journal.db.violations`): the exactly-once index is a duplicate effect,
   the primary key a position taken meanwhile (the general unit of work retries under the
   run mutex), any other index the server's error. A group of one is the single-run
-  statement, exactly as without group commit.
+  statement, exactly as without group commit. Whatever else waited (other tenants' appends,
+  admissions, conclusions) rides the same turn: each its own statement, all in one
+  transaction, one commit (:mod:`~agentplane_journal.backends.postgresql.together`).
 
-The statements are autocommitted: a connection lost with one in flight is
+A turn's lone statement is autocommitted: a connection lost with one in flight is
 :class:`CommitUnknownError` for every append it carried; an answered error surely rolled
 back. Behind a transaction pooler (no statement cache) each statement runs as its
 server-side function (revision ``0007_pooled_append``: planned once per server connection,
@@ -207,9 +209,9 @@ class Writer(Together, GroupWriter[Request, Result]):
     ) -> list[Record] | None:
         """:class:`~agentplane_journal.db.hotpath.HotPath`'s conclusion: one statement
         (:mod:`.conclude`) onto the known head and the known log, or ``None`` (the general
-        unit) without them or when the statement says so. Alone in its statement, so the
-        process's conclusions of a tenant take the writer's connection one after another,
-        each onto the log the last one left."""
+        unit) without them or when the statement says so. Its own statement: a tenant's
+        conclusions in one turn (:mod:`.together`) run one after another in its
+        transaction, each onto the log the last one left, and share its commit."""
         run_id = str(run)
         head = self._heads.get(tenant, run_id)
         if head is None or not self.usable or not counter:
