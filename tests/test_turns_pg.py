@@ -19,6 +19,7 @@ import pytest
 from agentplane_journal import (
     CommitUnknownError,
     DuplicateEffectError,
+    FencedError,
     RunId,
     SqlJournalStore,
 )
@@ -26,7 +27,7 @@ from agentplane_journal.core.batch import chain_batch
 
 from support.clock import FakeClock
 from support.databases import dsn
-from support.helpers import key, note, started
+from support.helpers import concluded, key, note, started
 from support.races import until_waiting
 
 pytestmark = [pytest.mark.postgres, pytest.mark.race]
@@ -170,3 +171,42 @@ async def test_a_turn_struck_mid_transaction_tells_each_member_what_landed(
     finally:
         await intruder.close()
         await base.close()
+
+
+async def test_a_fenced_conclusion_among_a_turns_conclusions_breaks_none_of_the_others(
+    store: SqlJournalStore, pg_battery_url: str, clock: FakeClock
+) -> None:
+    """Four conclusions of one tenant in one turn, sent together, each hashed onto the log
+    the one before leaves; the second's run was taken over by another process meanwhile.
+    It is fenced and writes nothing, so the two after it find the log is not what they
+    were hashed onto and go to the general unit: each of the other three is sealed once,
+    the log is what its seals re-derive, and the fenced run is not in it. Red with the
+    answers mapped to the wrong members (the fenced caller told "sealed")."""
+    other = await SqlJournalStore.connect(pg_battery_url, tenant=store.tenant, clock=clock)
+    try:
+        warm = RunId.generate()
+        lease = await store.acquire(warm, "w", 300)
+        await store.append(lease.epoch, [note(warm, "warm")])
+        await store.conclude(lease.epoch, [concluded(warm, "succeeded")], "succeeded")
+        runs = [RunId.generate() for _ in range(4)]
+        epochs = {}
+        for i, run in enumerate(runs):
+            epochs[run] = (await store.acquire(run, "w", 1 if i == 1 else 300)).epoch
+            await store.append(epochs[run], [note(run, "work")])
+        clock.advance(5)  # the second run's lease lapses; its holder does not know
+        await other.acquire(runs[1], "x", 300)
+        turns = watch(store)
+        results = await asyncio.gather(
+            *(store.conclude(epochs[r], [concluded(r, "succeeded")], "succeeded") for r in runs),
+            return_exceptions=True,
+        )
+        assert isinstance(results[1], FencedError), results[1]
+        assert all(isinstance(r, tuple) for i, r in enumerate(results) if i != 1), results
+        assert any(len(t) == 4 for t in turns), turns  # the four shared a turn
+        audit = await store.audit_log()
+        assert audit.ok and audit.size == 4, audit
+        sealed = [run for run, _ in await store.sealed_runs()]
+        assert sorted(map(str, sealed)) == sorted(map(str, [warm, runs[0], *runs[2:]]))
+        assert await store.inclusion_proof(runs[1]) is None
+    finally:
+        await other.close()

@@ -74,13 +74,10 @@ class Sending:
         if r.conclude is not None:
             if not getattr(driver, "_stmt_cache_enabled", True):
                 return GENERAL  # behind a pooler: no server-side function concludes
-            log = await self._known_log(driver, r.tenant, r.conclude)
-            if log is None:
+            prepared = await self._conclusion(driver, r, args)
+            if prepared is None:
                 return GENERAL
-            c = r.conclude
-            args, after = _conclude.conclude_args(
-                args, c.counter, log, c.conclusion, c.head, c.outcome, c.max_index
-            )
+            args, after = prepared
             self._logs.pop(r.tenant, None)  # until the answer says the log is ``after``
             statement = _conclude.CONCLUDE
         if r.unless_cancelled:
@@ -117,14 +114,35 @@ class Sending:
             self._logs[r.tenant] = after
         return self._settle(r, outcome)
 
+    async def _conclusion(
+        self, driver: Any, r: Request, one: tuple[Any, ...]
+    ) -> tuple[tuple[Any, ...], _conclude.KnownLog] | None:
+        """:data:`.conclude.CONCLUDE`'s parameters for ``r`` (``one``: its
+        :func:`~.sql.one_args`) and the tenant's log once it has written, or ``None`` (the
+        general unit) when no usable log is known. Raises :class:`Lost`."""
+        c = r.conclude
+        assert c is not None
+        log = await self._known_log(driver, r.tenant, c)
+        if log is None:
+            return None
+        return _conclude.conclude_args(
+            one, c.counter, log, c.conclusion, c.head, c.outcome, c.max_index
+        )
+
+    @staticmethod
+    def _admit_args(r: Request, one: tuple[Any, ...]) -> tuple[Any, ...]:
+        """:data:`.conclude.ADMIT`'s parameters for ``r`` (``one``: its one_args)."""
+        assert r.admit is not None
+        owner, expires, key = r.admit
+        return (r.tenant, str(r.run), r.now, owner, expires, key, *one[6:])
+
     async def _admit_one(self, driver: Any, r: Request, one: tuple[Any, ...]) -> Answer:
         """A fresh run's admission by :data:`.conclude.ADMIT`; raises :class:`Lost`. Any
         answered error wrote nothing, and the general unit admits the run or says why not."""
         assert r.admit is not None
         if not getattr(driver, "_stmt_cache_enabled", True):
             return GENERAL  # behind a pooler: no server-side function admits
-        owner, expires, key = r.admit
-        args = (r.tenant, str(r.run), r.now, owner, expires, key, *one[6:])
+        args = self._admit_args(r, one)
         try:
             rows = await driver.fetch(_pgsql.sql(_conclude.ADMIT, self._schema), *args)
         except Exception as exc:

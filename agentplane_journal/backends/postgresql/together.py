@@ -12,7 +12,10 @@ writer's time.
 So a turn (what :meth:`Writer._take` hands the leader: every waiting write, each to a
 distinct run) is split into **units**, each what one statement carries alone (a tenant's
 appends, as :data:`MANY` or :data:`ONE`; an admission; a conclusion), and when there are
-several, they run as those same statements inside ``BEGIN`` .. ``COMMIT``. What each
+several, they run as those same statements inside ``BEGIN`` .. ``COMMIT``: the admissions
+first, all sent at once (asyncpg's ``fetchmany``: one round trip), then each tenant's
+appends, then the conclusions, sent at once too, each hashed onto the log the one before it
+(of its tenant) leaves. What each
 statement checks is unchanged (each still proves its snapshot current by the rows it locks,
 and waits for no row lock; locks taken by this transaction's earlier statements are its
 own, so a second conclusion of a tenant locks the counter the first one moved, and hashes
@@ -42,6 +45,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from agentplane_journal.backends.postgresql import conclude as _conclude
 from agentplane_journal.backends.postgresql import sql as _pgsql
 from agentplane_journal.backends.postgresql.answers import (
     GENERAL,
@@ -76,7 +80,12 @@ def units(group: list[Request]) -> list[list[Request]]:
         else:
             appends[r.tenant] = [r]
             out.append(appends[r.tenant])
-    return out
+    return sorted(out, key=_kind)
+
+
+def _kind(unit: list[Request]) -> int:
+    """Admissions first, then appends, then conclusions: each kind's statements together."""
+    return 0 if unit[0].admit is not None else 2 if unit[0].conclude is not None else 1
 
 
 class Together(Sending):
@@ -111,6 +120,74 @@ class Together(Sending):
                 return [*answers, *[GENERAL] * rest], False
         return answers, True
 
+    async def _pipeline(
+        self, driver: Any, statement: str, argsets: list[tuple[Any, ...]]
+    ) -> list[Any]:
+        """``statement`` once per parameter set, sent together (asyncpg's ``fetchmany``:
+        one round trip), one row each. Raises :class:`Lost`, or :class:`Aborted` for an
+        answered error or an answer of another length (never this path's)."""
+        try:
+            rows: list[Any] = await driver.fetchmany(_pgsql.sql(statement, self._schema), argsets)
+        except Exception as exc:
+            if not _pgsql.answered(exc):
+                raise Lost(exc) from exc
+            raise Aborted(exc) from exc
+        if len(rows) != len(argsets):
+            raise Aborted(RuntimeError(f"{len(argsets)} statements answered {len(rows)} rows"))
+        return rows
+
+    async def _admit_all(self, driver: Any, admits: list[Request]) -> list[Answer]:
+        """The turn's admissions, sent together. Any of them not fresh fails ADMIT's guard,
+        which aborts the turn (then each runs alone, and the general unit admits it)."""
+        argsets = [
+            self._admit_args(
+                r, _pgsql.one_args(r.tenant, str(r.run), r.now, r.epoch, r.head, r.rows)
+            )
+            for r in admits
+        ]
+        rows = await self._pipeline(driver, _conclude.ADMIT, argsets)
+        for r, row in zip(admits, rows, strict=True):
+            if row["written"] != len(r.rows):
+                raise Aborted(RuntimeError(f"the admission statement answered {row!r}"))
+        return [r.records for r in admits]
+
+    async def _conclude_all(self, driver: Any, concludes: list[Request]) -> list[Answer]:
+        """The turn's conclusions, sent together, each hashed onto the log the one before it
+        (of its tenant) leaves. One that writes nothing (fenced, a stale head, a log moved
+        by another process) leaves its tenant's later ones nothing to hash onto: their
+        statements' log checks fail and they go to the general unit; the tenant's known log
+        is then read afresh."""
+        prepared: list[tuple[Request, tuple[Any, ...] | None, Any]] = []
+        for r in concludes:
+            one = _pgsql.one_args(r.tenant, str(r.run), r.now, r.epoch, r.head, r.rows)
+            got = await self._conclusion(driver, r, one)
+            if got is None:
+                prepared.append((r, None, None))
+                continue
+            args, after = got
+            self._logs[r.tenant] = after  # what the tenant's next conclusion hashes onto
+            prepared.append((r, args, after))
+        sent = [(r, args, after) for r, args, after in prepared if args is not None]
+        rows = (
+            await self._pipeline(driver, _conclude.CONCLUDE, [a for _, a, _ in sent])
+            if sent
+            else []
+        )
+        for tenant in {r.tenant for r in concludes}:
+            self._logs.pop(tenant, None)
+        answers: dict[int, Answer] = {id(r): GENERAL for r in concludes}
+        broken: set[str] = set()
+        for (r, _, after), row in zip(sent, rows, strict=True):
+            outcome = _pgsql.one_outcome(r.run, r.epoch, row)
+            if not outcome.written:
+                broken.add(r.tenant)
+            elif r.tenant not in broken:
+                self._logs[r.tenant] = after
+            answers[id(r)] = self._settle(r, outcome)
+        for tenant in broken:
+            self._logs.pop(tenant, None)
+        return [answers[id(r)] for r in concludes]
+
     async def _turn(self, driver: Any, group: list[Request]) -> tuple[list[Answer], bool]:
         """``group``'s units, in one transaction when there are several (see the module):
         the answers in ``group``'s order, and whether the connection lives."""
@@ -118,6 +195,8 @@ class Together(Sending):
         if len(parts) == 1 or not getattr(driver, "_stmt_cache_enabled", True):
             answers, alive = await self._alone(driver, parts)
             return _reorder(group, parts, answers), alive
+        if {_kind(u) for u in parts} in ({0}, {2}):
+            return await self._sent_together(driver, group, parts)
         concluded = {r.tenant for r in group if r.conclude is not None}
         try:
             answers, alive, committed = await self._together(driver, parts)
@@ -141,6 +220,41 @@ class Together(Sending):
                 self._logs.pop(tenant, None)
         return _reorder(group, parts, answers), alive
 
+    async def _sent_together(
+        self, driver: Any, group: list[Request], parts: list[list[Request]]
+    ) -> tuple[list[Answer], bool]:
+        """A turn of admissions only, or conclusions only: sent at once outside any
+        ``BEGIN``, they are one implicit transaction that commits at the pipeline's end
+        (one round trip, no ``BEGIN``/``COMMIT``). A refusal rolled all of it back: each
+        then runs alone. Lost: the pipeline may have committed, each is unknown."""
+        requests = [unit[0] for unit in parts]
+        concluded = {r.tenant for r in requests if r.conclude is not None}
+        refused = False
+        self._in_turn = True
+        try:
+            if requests[0].admit is not None:
+                answers = await self._admit_all(driver, requests)
+            else:
+                answers = await self._conclude_all(driver, requests)
+        except Aborted:
+            refused = True
+        except Lost as lost:
+            for tenant in concluded:
+                self._logs.pop(tenant, None)
+            return [unknown(lost.error)] * len(group), False
+        except BaseException:
+            for tenant in concluded:
+                self._logs.pop(tenant, None)
+            raise
+        finally:
+            self._in_turn = False
+        if refused:
+            for tenant in concluded:
+                self._logs.pop(tenant, None)
+            answers, alive = await self._alone(driver, parts)
+            return _reorder(group, parts, answers), alive
+        return _reorder(group, parts, answers), True
+
     async def _together(
         self, driver: Any, parts: list[list[Request]]
     ) -> tuple[list[Answer], bool, bool]:
@@ -157,11 +271,21 @@ class Together(Sending):
         answers: list[Answer] = []
         self._in_turn = True
         try:
+            admits = [u[0] for u in parts if _kind(u) == 0]
+            concludes = [u[0] for u in parts if _kind(u) == 2]
+            if admits:
+                answers.extend(await self._admit_all(driver, admits))
             for unit in parts:
+                if _kind(unit) != 1:
+                    continue
                 got, alive = await self._unit(driver, unit)
                 if not alive:  # lost before COMMIT was sent: the server rolls it all back
                     return [GENERAL] * size, False, False
                 answers.extend(got)
+            if concludes:
+                answers.extend(await self._conclude_all(driver, concludes))
+        except Lost:  # lost before COMMIT was sent: the server rolls it all back
+            return [GENERAL] * size, False, False
         finally:
             self._in_turn = False
         wrote = [isinstance(a, list) for a in answers]
