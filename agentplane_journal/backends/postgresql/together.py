@@ -37,6 +37,11 @@ onto the log the first one left). What changes is when it lands, and what a fail
 * The tenants' known logs (:mod:`.conclude`) that this turn's conclusions moved are
   forgotten unless the commit landed.
 
+A turn of admissions only, or conclusions only, needs no ``BEGIN``: sent at once, the
+statements are one implicit transaction that commits at the end of the pipeline. A refusal
+rolled all of it back (each then runs alone); lost, or answered with what these statements
+never answer (:class:`Garbled`), it may have committed: each member is unknown.
+
 Behind a transaction pooler the units run one by one, as before (each statement there is a
 server-side function inside a transaction of its own).
 """
@@ -56,7 +61,7 @@ from agentplane_journal.backends.postgresql.answers import (
 )
 from agentplane_journal.backends.postgresql.sending import Sending
 
-__all__ = ["Aborted", "Together", "units"]
+__all__ = ["Aborted", "Garbled", "Together", "units"]
 
 
 class Aborted(Exception):
@@ -65,6 +70,13 @@ class Aborted(Exception):
 
     def __init__(self, error: BaseException) -> None:
         self.error = error
+
+
+class Garbled(Aborted):
+    """Internal: statements sent together answered what they never answer (rows of another
+    count, an admission that wrote other than its records). Inside ``BEGIN`` the turn is
+    rolled back as for :class:`Aborted`; sent alone, their implicit transaction may have
+    committed, so each member is a :class:`CommitUnknownError`."""
 
 
 def units(group: list[Request]) -> list[list[Request]]:
@@ -133,7 +145,7 @@ class Together(Sending):
                 raise Lost(exc) from exc
             raise Aborted(exc) from exc
         if len(rows) != len(argsets):
-            raise Aborted(RuntimeError(f"{len(argsets)} statements answered {len(rows)} rows"))
+            raise Garbled(RuntimeError(f"{len(argsets)} statements answered {len(rows)} rows"))
         return rows
 
     async def _admit_all(self, driver: Any, admits: list[Request]) -> list[Answer]:
@@ -148,7 +160,7 @@ class Together(Sending):
         rows = await self._pipeline(driver, _conclude.ADMIT, argsets)
         for r, row in zip(admits, rows, strict=True):
             if row["written"] != len(r.rows):
-                raise Aborted(RuntimeError(f"the admission statement answered {row!r}"))
+                raise Garbled(RuntimeError(f"the admission statement answered {row!r}"))
         return [r.records for r in admits]
 
     async def _conclude_all(self, driver: Any, concludes: list[Request]) -> list[Answer]:
@@ -236,6 +248,10 @@ class Together(Sending):
                 answers = await self._admit_all(driver, requests)
             else:
                 answers = await self._conclude_all(driver, requests)
+        except Garbled as garbled:
+            for tenant in concluded:
+                self._logs.pop(tenant, None)
+            return [unknown(garbled.error)] * len(group), True
         except Aborted:
             refused = True
         except Lost as lost:
