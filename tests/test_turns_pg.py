@@ -210,3 +210,70 @@ async def test_a_fenced_conclusion_among_a_turns_conclusions_breaks_none_of_the_
         assert await store.inclusion_proof(runs[1]) is None
     finally:
         await other.close()
+
+
+@pytest.mark.parametrize("fault", ["drop the connection", "time out"])
+async def test_conclusions_sent_together_and_struck_tell_each_what_landed(
+    pg_battery_url: str, clock: FakeClock, fault: str
+) -> None:
+    """Four conclusions of one tenant, sent together without ``BEGIN`` (one implicit
+    transaction), wait on a log node another transaction inserted at the next position
+    (uncommitted); then the fault strikes. Lost, each is an unknown commit; refused (the
+    timeout), the pipeline rolled back and each ran alone. Whatever each was told is what
+    the log holds, and the log is whole. Red with a pipeline lost mid-flight answered as
+    written (the four told "sealed", none in the log)."""
+    options: dict[str, Any] = {}
+    if fault == "time out":
+        options["connect_args"] = {"server_settings": {"statement_timeout": "300"}}
+    store = await SqlJournalStore.connect(
+        pg_battery_url, tenant=f"turnc{uuid.uuid4().hex[:8]}", clock=clock, engine_options=options
+    )
+    intruder = await asyncpg.connect(dsn(pg_battery_url))
+    try:
+        warm = RunId.generate()
+        lease = await store.acquire(warm, "w", 300)
+        await store.append(lease.epoch, [note(warm, "warm")])
+        await store.conclude(lease.epoch, [concluded(warm, "succeeded")], "succeeded")
+        runs = [RunId.generate() for _ in range(4)]
+        epochs = {}
+        for run in runs:
+            epochs[run] = (await store.acquire(run, "w", 300)).epoch
+            await store.append(epochs[run], [note(run, "work")])
+        tx = intruder.transaction()
+        await tx.start()
+        await intruder.execute(
+            "INSERT INTO log_tree (tenant, level, idx, hash) VALUES ($1, 0, 1, $2)",
+            store.tenant,
+            bytes(32),
+        )
+        turns = watch(store)
+        tasks = [
+            asyncio.ensure_future(
+                store.conclude(epochs[r], [concluded(r, "succeeded")], "succeeded")
+            )
+            for r in runs
+        ]
+        await until_waiting(intruder, 1, tries=1000)
+        if fault == "drop the connection":
+            await intruder.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+            )
+        else:
+            await asyncio.sleep(0.5)
+        await tx.rollback()
+        _, pending = await asyncio.wait(tasks, timeout=BOUND)
+        assert not pending, f"{len(pending)} conclusions hung"
+        outcomes = [t.result() if t.exception() is None else t.exception() for t in tasks]
+        assert turns and len(turns[0]) == 4, turns  # the four were sent together
+        sealed = {str(run) for run, _ in await store.sealed_runs()}
+        for run, outcome in zip(runs, outcomes, strict=True):
+            if isinstance(outcome, tuple):
+                assert str(run) in sealed, (fault, outcome)
+            elif not isinstance(outcome, CommitUnknownError):
+                assert str(run) not in sealed, (fault, outcome)
+        audit = await store.audit_log()
+        assert audit.ok and audit.size == len(sealed), audit
+    finally:
+        await intruder.close()
+        await store.close()
