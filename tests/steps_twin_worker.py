@@ -12,7 +12,8 @@ functions, as a provider's status API would be.
 
 ``--no-fence`` breaks the fence in this process only (the test's red run): the store's
 check of a write's epoch against the lease's (``core.batch.fenced``, and the PostgreSQL
-hot statements, the append's and the conclusion's) lets a displaced writer's records in.
+hot statements: the single-run and multi-run appends' and the conclusion's) lets a displaced
+writer's records in.
 """
 
 from __future__ import annotations
@@ -75,6 +76,12 @@ def break_the_fence() -> None:
     sql.ONE = sql.ONE.replace("st.lease_epoch = $4", "true")
     sql.ONE_UNLESS_CANCELLED = sql.ONE_UNLESS_CANCELLED.replace("st.lease_epoch = $4", "true")
     conclude.CONCLUDE = conclude.CONCLUDE.replace("st.lease_epoch = $4", "true")
+    # The multi-run statement too: the writer's turns carry most concurrent appends in it.
+    sql.MANY = sql.MANY.replace("st.lease_epoch = st.epoch", "true")
+    sql.MANY_UNLESS_CANCELLED = sql.MANY_UNLESS_CANCELLED.replace(
+        "st.lease_epoch = st.epoch", "true"
+    )
+    assert "st.lease_epoch = st.epoch" not in sql.MANY + sql.MANY_UNLESS_CANCELLED
 
 
 async def main(url: str, tenant: str, ledger: str, runs: int) -> dict[str, Any]:

@@ -271,6 +271,54 @@ async def test_an_unknown_reconciliation_is_journaled_and_stops(
     assert calls["pay"] == 0
 
 
+async def test_a_stop_request_met_by_did_not_happen_is_journaled_and_not_called(
+    make_store: Any, clock: FakeClock
+) -> None:
+    """The reconciliation's "did not happen" is journaled in one transaction with the step
+    boundary's stop check (the call would come next): a stop request recorded meanwhile
+    still gets the answer journaled, then cancels the run, and the effect is not called.
+    Without one, the effect is called once under the same start."""
+    for stop in (True, False):
+        await _did_not_happen(make_store, clock, stop)
+
+
+async def _did_not_happen(make_store: Any, clock: FakeClock, stop: bool) -> None:
+    """One round of the test above: with a stop request (``stop``) or without."""
+    dead = Steps(
+        await make_store(), instance="dead", lease_ttl=TTL, _boundary=crash_at("after_start")
+    )
+    calls = Counter[str]()
+
+    async def ask(x: int) -> DidNotHappen:
+        return DidNotHappen()
+
+    @dead.effect("pay", reconcile=ask)
+    async def pay(x: int) -> int:
+        calls["pay"] += 1
+        return x
+
+    @dead.workflow("w")
+    async def w(x: int) -> int:
+        return await pay(x)
+
+    with pytest.raises(Crash):
+        await w.start(None, 3)
+    clock.advance(TTL + 1)
+    (run,) = await dead.store.abandoned_runs(10)
+    if stop:
+        await dead.cancel(run, "ops", "not any more")
+        with pytest.raises(RunCancelledError, match="not any more"):
+            await dead.resume(run)
+    else:
+        assert await dead.resume(run) == 3
+    kinds = [r.kind for r in await dead.store.read(run) if r.kind != "Note"]
+    tail = ["RunCancelled", "RunSealed"] if stop else ["EffectDone", "RunSealed"]
+    assert kinds[-4:] == ["EffectStarted", "EffectReconciled", *tail], kinds
+    assert kinds.count("EffectStarted") == 1
+    assert calls["pay"] == (0 if stop else 1)
+    await dead.store.verify(run)
+
+
 async def test_safe_to_retry_is_retried_and_other_failures_are_not(store: SqlJournalStore) -> None:
     steps = Steps(store, instance="w1", lease_ttl=TTL)
     calls = Counter[str]()

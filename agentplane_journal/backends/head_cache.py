@@ -17,8 +17,9 @@ class HeadCache:
     """The head each run had after this process's last commit to it, at most ``size`` runs.
 
     Only a hint: the append statement checks it under the run mutex, and a wrong or missing
-    entry costs one general unit of work, never a wrong record. Filled only after a commit
-    (never after an unknown one), dropped on any failure.
+    entry costs one general unit of work, never a wrong record. Filled after a commit (never
+    after an unknown one) and from a resumed run's read under its new lease
+    (``SqlJournalStore.remember_head``), dropped on any failure.
     """
 
     def __init__(self, size: int = 4096) -> None:

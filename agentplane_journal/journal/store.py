@@ -250,6 +250,13 @@ class SqlJournalStore(
             _named=True,
         )
 
+    def remember_head(self, run: RunId, record: Record) -> None:
+        """Take ``record`` as the run's head, just read under a lease held here (a resumed
+        run's), so its next append goes by the hot path. Package-internal, and only a hint
+        (:class:`~agentplane_journal.backends.head_cache.HeadCache`): the append statement
+        checks the head under the run mutex, and a wrong one costs a general unit of work."""
+        self._writer.remember(self.tenant, str(check_run(run)), record)
+
     def handle_options(self) -> dict[str, Any]:
         """The constructor arguments of another handle onto this one: the same tenant, log
         name, signer, clock and shared state (engine, writer, schema check). Package-internal:

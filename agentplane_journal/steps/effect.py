@@ -34,6 +34,7 @@ from agentplane_journal.core.append import EFFECT_STARTED
 from agentplane_journal.core.canon_v1 import canonical_bytes_rfc8785
 from agentplane_journal.core.ids import EffectKey
 from agentplane_journal.core.profile import profile_of_record
+from agentplane_journal.core.values import Cancellation
 from agentplane_journal.errors import (
     EffectFailedError,
     EffectInDoubtError,
@@ -157,6 +158,7 @@ class Effect(Generic[P, R]):
                     + ("" if descriptor.get("kind") != self.name else " with other arguments"),
                 )
         attempt, performed = 1, 0
+        checked = False  # the step boundary's stop check made with a reconciliation
         while True:
             key = profile.effect_key(STEP, "forward", ordinal, attempt, self.name, value)
             if recorded is not None and not ctx.history.effects.get(key):
@@ -190,7 +192,7 @@ class Effect(Generic[P, R]):
                 and known.record is not None
                 and known.record.epoch != ctx.epoch
             ):
-                await self._reconcile(ctx, key, args, kwargs)
+                checked = await self._reconcile(ctx, key, args, kwargs)
                 continue
             if performed >= self.attempts:  # reconciled "did not happen" over and over
                 raise EffectInDoubtError(
@@ -198,8 +200,9 @@ class Effect(Generic[P, R]):
                 )
             performed += 1
             await self._perform(
-                ctx, key, attempt, ordinal, value, args, kwargs, verdict is Verdict.NEW
+                ctx, key, attempt, ordinal, value, args, kwargs, verdict is Verdict.NEW, checked
             )
+            checked = False
 
     async def _perform(
         self,
@@ -211,8 +214,11 @@ class Effect(Generic[P, R]):
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
         announce: bool,
+        checked: bool = False,
     ) -> None:
-        """Call the function once under ``key``; journal its start (if ``announce``) and end."""
+        """Call the function once under ``key``; journal its start (if ``announce``) and end.
+        ``checked``: the step boundary's stop check was made with the reconciliation just
+        journaled (no await since), so it is not made again."""
         with spans.span(
             f"effect {self.name}",
             **{spans.RUN_ID: str(ctx.run), spans.EFFECT: self.name, spans.EFFECT_KEY: key.hex()},
@@ -231,7 +237,7 @@ class Effect(Generic[P, R]):
                 }
                 await ctx.start(ctx.effect_record(EFFECT_STARTED, payload, key))
                 ctx.boundary("after_start")
-            else:
+            elif not checked:
                 await ctx.check_cancel()
             ctx.check_deadline()  # no await from here to the call: the fence's proof holds
             try:
@@ -263,8 +269,10 @@ class Effect(Generic[P, R]):
 
     async def _reconcile(
         self, ctx: RunContext, key: EffectKey, args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> None:
-        """Ask whether an in-doubt attempt landed; journal the answer (even "unknown")."""
+    ) -> bool:
+        """Ask whether an in-doubt attempt landed; journal the answer (even "unknown").
+        ``True`` when the answer ("did not happen": the call comes next, at this step
+        boundary) was journaled in one transaction with the boundary's stop check."""
         if self.reconcile is None:
             raise EffectInDoubtError(
                 ctx.run,
@@ -298,13 +306,26 @@ class Effect(Generic[P, R]):
                 )
             if detail:
                 payload["detail"] = detail
-            (record,) = await ctx.append([ctx.effect_record(EFFECT_RECONCILED, payload, key)])
+            reconciled = ctx.effect_record(EFFECT_RECONCILED, payload, key)
+            checked = bool(payload["disposition"] == DID_NOT_HAPPEN)
+            if checked:
+                # The call comes next: the step boundary's stop check rides this record's
+                # transaction (one round trip, not a read and then a write).
+                boundary = await ctx.unless_cancelled([reconciled])
+                if isinstance(boundary, Cancellation):
+                    (record,) = await ctx.append([reconciled])  # what was learned stays
+                    span.record(record)
+                    await ctx.cancelled(boundary)
+                (record,) = boundary
+            else:
+                (record,) = await ctx.append([reconciled])
             span.record(record)
             span.set("agentplane.disposition", payload["disposition"])
         if payload["disposition"] == IN_DOUBT:
             raise EffectInDoubtError(
                 ctx.run, self.name, key, detail or "the reconcile function could not tell"
             )
+        return checked
 
 
 def _key_before_ties(

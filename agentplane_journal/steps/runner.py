@@ -221,14 +221,21 @@ class RunContext:
         """Journal an effect's start at a step boundary, in one transaction with the
         boundary's cancellation check: a stop request found there writes nothing, and the
         run is cancelled instead (:meth:`cancelled`)."""
-        self.check()
-        try:
-            answer = await self.store.append_unless_cancelled(self.epoch, [started])
-        except REFUSALS as error:
-            raise self._refused([started], error) from error
+        answer = await self.unless_cancelled([started])
         if isinstance(answer, Cancellation):
             await self.cancelled(answer)
-        self.history.add(answer)
+
+    async def unless_cancelled(self, batch: Sequence[Append]) -> list[Record] | Cancellation:
+        """Journal ``batch`` in one transaction with a step boundary's cancellation check:
+        its records, or the stop request found (then nothing was written)."""
+        self.check()
+        try:
+            answer = await self.store.append_unless_cancelled(self.epoch, batch)
+        except REFUSALS as error:
+            raise self._refused(batch, error) from error
+        if not isinstance(answer, Cancellation):
+            self.history.add(answer)
+        return answer
 
     def _refused(self, batch: Sequence[Append], error: Exception) -> Exception:
         """The stop for an append of ``batch`` that raised ``error`` (see the module)."""

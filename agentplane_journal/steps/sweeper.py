@@ -162,7 +162,10 @@ class Sweeper:
             return
         # Read again under the lease: everything the previous owner committed is in it, and
         # nothing it tries from now on gets past the fence.
-        history = RunHistory.of(await store.read(run))
+        records = await store.read(run)
+        if records:  # its next append chains onto this head by the hot path
+            store.remember_head(run, records[-1])
+        history = RunHistory.of(records)
         ctx = steps.context(run, lease.epoch, history, leased_at)
         if history.admitted is None:
             await store.release_lease(run, lease.epoch)

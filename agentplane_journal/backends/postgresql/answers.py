@@ -59,10 +59,11 @@ class Request:
     future: asyncio.Future[Any] = field(repr=False)
     #: An effect's start: its own statement, which also checks for a stop request.
     unless_cancelled: bool = False
-    #: A conclusion (:mod:`.conclude`): its own statement, never in a group.
+    #: A conclusion (:mod:`.conclude`): its own statement, never in a multi-run one (a
+    #: turn's transaction may carry it with others: :mod:`.together`).
     conclude: Conclusion | None = None
     #: A fresh run's admission (:data:`.conclude.ADMIT`): the lease's owner and expiry and
-    #: the admission key (or none); its own statement, never in a group.
+    #: the admission key (or none); its own statement, as a conclusion's.
     admit: tuple[str, int, str | None] | None = None
 
 

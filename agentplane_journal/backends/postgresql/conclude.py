@@ -104,9 +104,11 @@ CONCLUDE = (
 )
 SELECT lock.fresh, st.lease_epoch, st.lease_owner, st.sealed_outcome,
        (SELECT count(*) FROM ins) AS written
-FROM lock LEFT JOIN st ON true
+FROM (SELECT 1) AS always LEFT JOIN lock ON true LEFT JOIN st ON true
 """
 )
+# ``always``: one row even when the run's mutex row is missing or locked (``fresh`` NULL),
+# so a turn's conclusions sent together (``fetchmany``) answer one row each, in order.
 
 #: The tenant's log as a seal reads it: ``(0, size, counter value, NULL)``, then
 #: ``(1, level, idx, hash)`` per frontier node. ``$1`` tenant, ``$2`` counter, ``$3`` the

@@ -46,6 +46,10 @@ class Sending:
     _schema: str | None
     _logs: dict[str, _conclude.KnownLog]
 
+    def _refused(self, exc: BaseException) -> None:
+        """Each answered error a statement raised passes here first (``Together``'s: inside
+        a turn's transaction the turn, not the member, handles it)."""
+
     async def _fetch(self, driver: Any, statement: str, args: tuple[Any, ...]) -> list[Any]:
         # asyncpg ships no types: its fetch() answers a list of Records.
         rows: list[Any]
@@ -70,13 +74,10 @@ class Sending:
         if r.conclude is not None:
             if not getattr(driver, "_stmt_cache_enabled", True):
                 return GENERAL  # behind a pooler: no server-side function concludes
-            log = await self._known_log(driver, r.tenant, r.conclude)
-            if log is None:
+            prepared = await self._conclusion(driver, r, args)
+            if prepared is None:
                 return GENERAL
-            c = r.conclude
-            args, after = _conclude.conclude_args(
-                args, c.counter, log, c.conclusion, c.head, c.outcome, c.max_index
-            )
+            args, after = prepared
             self._logs.pop(r.tenant, None)  # until the answer says the log is ``after``
             statement = _conclude.CONCLUDE
         if r.unless_cancelled:
@@ -88,6 +89,7 @@ class Sending:
         except Exception as exc:
             if not _pgsql.answered(exc):
                 raise Lost(exc) from exc
+            self._refused(exc)
             what, _ = journal_collision(_DIALECT, exc) or (None, "")
             if what is Collision.EFFECT_STARTED:
                 if len(r.keys) == 1:
@@ -112,19 +114,41 @@ class Sending:
             self._logs[r.tenant] = after
         return self._settle(r, outcome)
 
+    async def _conclusion(
+        self, driver: Any, r: Request, one: tuple[Any, ...]
+    ) -> tuple[tuple[Any, ...], _conclude.KnownLog] | None:
+        """:data:`.conclude.CONCLUDE`'s parameters for ``r`` (``one``: its
+        :func:`~.sql.one_args`) and the tenant's log once it has written, or ``None`` (the
+        general unit) when no usable log is known. Raises :class:`Lost`."""
+        c = r.conclude
+        assert c is not None
+        log = await self._known_log(driver, r.tenant, c)
+        if log is None:
+            return None
+        return _conclude.conclude_args(
+            one, c.counter, log, c.conclusion, c.head, c.outcome, c.max_index
+        )
+
+    @staticmethod
+    def _admit_args(r: Request, one: tuple[Any, ...]) -> tuple[Any, ...]:
+        """:data:`.conclude.ADMIT`'s parameters for ``r`` (``one``: its one_args)."""
+        assert r.admit is not None
+        owner, expires, key = r.admit
+        return (r.tenant, str(r.run), r.now, owner, expires, key, *one[6:])
+
     async def _admit_one(self, driver: Any, r: Request, one: tuple[Any, ...]) -> Answer:
         """A fresh run's admission by :data:`.conclude.ADMIT`; raises :class:`Lost`. Any
         answered error wrote nothing, and the general unit admits the run or says why not."""
         assert r.admit is not None
         if not getattr(driver, "_stmt_cache_enabled", True):
             return GENERAL  # behind a pooler: no server-side function admits
-        owner, expires, key = r.admit
-        args = (r.tenant, str(r.run), r.now, owner, expires, key, *one[6:])
+        args = self._admit_args(r, one)
         try:
             rows = await driver.fetch(_pgsql.sql(_conclude.ADMIT, self._schema), *args)
         except Exception as exc:
             if not _pgsql.answered(exc):
                 raise Lost(exc) from exc
+            self._refused(exc)
             return GENERAL
         if not rows or rows[0]["written"] != len(r.rows):
             # Never this statement's answer (its guard fails it instead): what it wrote is
@@ -148,6 +172,7 @@ class Sending:
         except Exception as exc:
             if not _pgsql.answered(exc):
                 raise Lost(exc) from exc
+            self._refused(exc)
             return None
         return _conclude.known_log(rows)
 
@@ -166,6 +191,7 @@ class Sending:
         except Exception as exc:
             if not _pgsql.answered(exc):
                 return [unknown(exc)] * len(group), False
+            self._refused(exc)
             # Refused as a whole, so nothing of it landed: each append on its own.
             return await self._each(driver, group)
         if len(rows) != len(group):  # never the statement's answer; what it wrote is unknown

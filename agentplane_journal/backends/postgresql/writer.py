@@ -26,9 +26,11 @@ hold what a group is and does on PostgreSQL: what is queued and answered
   (:mod:`agentplane_journal.db.violations`): the exactly-once index is a duplicate effect,
   the primary key a position taken meanwhile (the general unit of work retries under the
   run mutex), any other index the server's error. A group of one is the single-run
-  statement, exactly as without group commit.
+  statement, exactly as without group commit. Whatever else waited (other tenants' appends,
+  admissions, conclusions) rides the same turn: each its own statement, all in one
+  transaction, one commit (:mod:`~agentplane_journal.backends.postgresql.together`).
 
-The statements are autocommitted: a connection lost with one in flight is
+A turn's lone statement is autocommitted: a connection lost with one in flight is
 :class:`CommitUnknownError` for every append it carried; an answered error surely rolled
 back. Behind a transaction pooler (no statement cache) each statement runs as its
 server-side function (revision ``0007_pooled_append``: planned once per server connection,
@@ -53,12 +55,11 @@ from agentplane_journal.backends.postgresql.answers import (
     Answer,
     Conclusion,
     GeneralAnswer,
-    Lost,
     Request,
     Result,
     unknown,
 )
-from agentplane_journal.backends.postgresql.sending import Sending
+from agentplane_journal.backends.postgresql.together import Together
 from agentplane_journal.backends.writer import GroupWriter
 from agentplane_journal.core.append import Append
 from agentplane_journal.core.batch import chain_batch
@@ -89,7 +90,7 @@ def schema_of(bind: AsyncEngine) -> tuple[bool, str | None]:
     return False, None  # per-table maps: the general path's compiler applies them
 
 
-class Writer(Sending, GroupWriter[Request, Result]):
+class Writer(Together, GroupWriter[Request, Result]):
     """The process's PostgreSQL hot-append queue for one store (see the module).
 
     What is PostgreSQL's own, beside :class:`~agentplane_journal.backends.writer.GroupWriter`:
@@ -208,9 +209,9 @@ class Writer(Sending, GroupWriter[Request, Result]):
     ) -> list[Record] | None:
         """:class:`~agentplane_journal.db.hotpath.HotPath`'s conclusion: one statement
         (:mod:`.conclude`) onto the known head and the known log, or ``None`` (the general
-        unit) without them or when the statement says so. Alone in its statement, so the
-        process's conclusions of a tenant take the writer's connection one after another,
-        each onto the log the last one left."""
+        unit) without them or when the statement says so. Its own statement: a tenant's
+        conclusions in one turn (:mod:`.together`) run one after another in its
+        transaction, each onto the log the last one left, and share its commit."""
         run_id = str(run)
         head = self._heads.get(tenant, run_id)
         if head is None or not self.usable or not counter:
@@ -241,8 +242,9 @@ class Writer(Sending, GroupWriter[Request, Result]):
         return answer
 
     def _take(self) -> list[Request]:
-        """The next statement's appends: the first waiting one, and with group commit every
-        other waiting append of its tenant to another run (within the group's bounds)."""
+        """The next turn's writes: the first waiting one, and with group commit every other
+        waiting write to another run (within the turn's bounds), whatever its tenant or kind:
+        :mod:`.together` runs them in one transaction."""
         group: list[Request] = []
         rest: list[Request] = []
         runs: set[RunId] = set()
@@ -252,11 +254,6 @@ class Writer(Sending, GroupWriter[Request, Result]):
                 continue  # its caller was cancelled before it was sent
             if not group or (
                 self.group_commit
-                and request.conclude is None
-                and group[0].conclude is None
-                and request.admit is None
-                and group[0].admit is None
-                and request.tenant == group[0].tenant
                 and request.run not in runs
                 and len(group) < MAX_GROUP_RUNS
                 and rows + len(request.rows) <= MAX_GROUP_ROWS
@@ -278,12 +275,7 @@ class Writer(Sending, GroupWriter[Request, Result]):
             # idle timeout, a terminated backend): nothing was sent, so nothing is unknown.
             # The general unit of work runs each append on a fresh connection.
             return [GENERAL] * len(group), False
-        if len(group) == 1:
-            try:
-                return [await self._one(driver, group[0])], True
-            except Lost as lost:
-                return [unknown(lost.error)], False
-        return await self._many(driver, group)
+        return await self._turn(driver, group)
 
     def _interrupted(self, group: list[Request], exc: BaseException) -> None:
         # Interrupted with the statement in flight (the leader cancelled): autocommitted,
