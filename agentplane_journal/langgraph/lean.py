@@ -34,6 +34,7 @@ from agentplane_journal.langgraph.records import (
     CHECKPOINT,
     COPIED,
     DELETED,
+    WRITES,
     Place,
     ThreadView,
     Use,
@@ -58,6 +59,10 @@ class Names:
     complete: bool
     newest: dict[str, str] = field(default_factory=dict)
     blob_at: dict[tuple[str, str], Place] = field(default_factory=dict)
+    #: Checkpoints newer than their namespace's newest that already have pending writes (a
+    #: ``put_writes`` before the ``put``): such a checkpoint names nothing, since a reader
+    #: that reads from it on (lean reads) would not see those writes. Almost always empty.
+    early: set[tuple[str, str]] = field(default_factory=set)
 
     @classmethod
     def of(cls, view: ThreadView) -> Names:
@@ -67,6 +72,7 @@ class Names:
             latest = view.latest(ns)
             if latest is not None:
                 names.newest[ns] = latest.id
+        names.early = {(ns, cid) for ns, cid in view.writes if cid > names.newest.get(ns, "")}
         return names
 
     def uses(
@@ -78,7 +84,9 @@ class Names:
         newest = self.newest.get(ns)
         if newest is None and not self.complete:
             return None  # a namespace this writer has not seen: it cannot vouch
-        if newest is not None and checkpoint_id < newest:
+        if newest is not None and checkpoint_id <= newest:
+            return None  # an older id, or the newest put again: its history is behind it
+        if (ns, checkpoint_id) in self.early:
             return None
         out: list[Use] = []
         for channel, version in versions.items():
@@ -105,11 +113,19 @@ class Names:
                     return False
                 if cid >= self.newest.get(ns, cid):
                     self.newest[ns] = cid
+                    if self.early:
+                        self.early = {k for k in self.early if k[0] != ns or k[1] > cid}
                 for blob in body.get("blobs") or ():
                     if isinstance(blob, list) and len(blob) == 4:
                         channel, version = blob[0], blob[1]
                         if isinstance(channel, str) and isinstance(version, str):
                             self.blob_at[(ns, channel)] = (version, record.seq, record.hash.hex())
+            elif record.kind == WRITES:
+                ns, cid = body.get("ns"), body.get("checkpoint")
+                if not isinstance(ns, str) or not isinstance(cid, str):
+                    return False
+                if cid > self.newest.get(ns, ""):
+                    self.early.add((ns, cid))
         self.upto = records[-1].seq
         return True
 

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
+from agentplane_journal.core.append import Append
 from agentplane_journal.core.ids import RunId
 from agentplane_journal.core.record import Record
 from agentplane_journal.core.values import Lease
@@ -125,10 +126,19 @@ class ThreadWrites(SaverBase):
                 await asyncio.sleep(pause)
                 pause = min(pause * 2, 0.25)
 
-    async def _write(self, store: SqlJournalStore, thread_id: str, appends: list[Any]) -> None:
+    async def _write(
+        self,
+        store: SqlJournalStore,
+        thread_id: str,
+        appends: list[Append] | Callable[[], list[Append]],
+    ) -> None:
+        """Append ``appends`` (or what ``appends()`` builds under the thread's write lock,
+        from what the saver then knows: a checkpoint's names) under the thread's lease."""
         run = thread_run(thread_id)
         key = (store.tenant, run)
         async with self._lock(key):
+            if callable(appends):
+                appends = appends()
             if key not in self._leases and not isinstance(store, SealingStore):
                 records = await self._admit(store, thread_id, run, appends)
             else:
