@@ -62,7 +62,7 @@ class Names:
     #: Checkpoints newer than their namespace's newest that already have pending writes (a
     #: ``put_writes`` before the ``put``): such a checkpoint names nothing, since a reader
     #: that reads from it on (lean reads) would not see those writes. Almost always empty.
-    early: set[tuple[str, str]] = field(default_factory=set)
+    early: frozenset[tuple[str, str]] = frozenset()
 
     @classmethod
     def of(cls, view: ThreadView) -> Names:
@@ -72,7 +72,9 @@ class Names:
             latest = view.latest(ns)
             if latest is not None:
                 names.newest[ns] = latest.id
-        names.early = {(ns, cid) for ns, cid in view.writes if cid > names.newest.get(ns, "")}
+        early = [(ns, cid) for ns, cid in view.writes if cid > names.newest.get(ns, "")]
+        if early:  # (an empty set is 216 bytes, per thread remembered)
+            names.early = frozenset(early)
         return names
 
     def uses(
@@ -114,7 +116,7 @@ class Names:
                 if cid >= self.newest.get(ns, cid):
                     self.newest[ns] = cid
                     if self.early:
-                        self.early = {k for k in self.early if k[0] != ns or k[1] > cid}
+                        self.early = frozenset(k for k in self.early if k[0] != ns or k[1] > cid)
                 for blob in body.get("blobs") or ():
                     if isinstance(blob, list) and len(blob) == 4:
                         channel, version = blob[0], blob[1]
@@ -125,7 +127,7 @@ class Names:
                 if not isinstance(ns, str) or not isinstance(cid, str):
                     return False
                 if cid > self.newest.get(ns, ""):
-                    self.early.add((ns, cid))
+                    self.early = self.early | {(ns, cid)}
         self.upto = records[-1].seq
         return True
 

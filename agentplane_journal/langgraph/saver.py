@@ -56,6 +56,7 @@ from agentplane_journal.errors import (
 )
 from agentplane_journal.journal.store import SqlJournalStore
 from agentplane_journal.keyring.ring import Keyring
+from agentplane_journal.langgraph.base import _NAMES, Recent
 from agentplane_journal.langgraph.bridge import SyncBridge
 from agentplane_journal.langgraph.edits import ThreadEdits
 from agentplane_journal.langgraph.erasure import ThreadSealingStore
@@ -154,14 +155,15 @@ class JournalSaver(ThreadEdits, SyncBridge):
         # Shared by the handles of for_tenant (shallow copies), so one lease table per saver.
         self._stores = {store.tenant: store}
         self._leases = {}
-        self._seen = {}
-        self._known = {}
+        remember = max(self.remember_threads, self.cache_threads)
+        self._seen = Recent(remember)
+        self._known = Recent(remember)
         #: Each thread's write lock and how many calls hold or wait for it: dropped when
         #: none does, so an idle thread keeps no lock.
         self._locks = {}
         self._cache = OrderedDict()
         #: What this saver knows to name in a thread's next checkpoint (langgraph/lean.py).
-        self._names = OrderedDict()
+        self._names = Recent(min(_NAMES, remember))
 
     # -- construction ------------------------------------------------------------------
 

@@ -21,7 +21,7 @@ from agentplane_journal.errors import (
     StoreError,
 )
 from agentplane_journal.journal.store import SqlJournalStore
-from agentplane_journal.langgraph.base import _NAMES, _SCAN_PAGE, SaverBase, _Key, _log
+from agentplane_journal.langgraph.base import _SCAN_PAGE, SaverBase, _Key, _log
 from agentplane_journal.langgraph.lean import Names, lean_view
 from agentplane_journal.langgraph.lean_list import lean_page
 from agentplane_journal.langgraph.memo import THREADS
@@ -178,8 +178,6 @@ class ThreadReads(SaverBase):
         """Remember a verified ``view`` (read up to ``last``) for the next read and write."""
         self._seen[key] = last
         self._names[key] = Names.of(view)
-        while len(self._names) > _NAMES:
-            self._names.popitem(last=False)
         if shared is not None and view.partial_ns is None:
             THREADS.give(shared, view)
         elif self.cache_threads:

@@ -24,7 +24,7 @@ from agentplane_journal.errors import (
 )
 from agentplane_journal.journal.store import SqlJournalStore
 from agentplane_journal.keyring.store import SealingStore
-from agentplane_journal.langgraph.base import _NAMES, SaverBase, _Key
+from agentplane_journal.langgraph.base import SaverBase, _Key
 from agentplane_journal.langgraph.lean import Names
 from agentplane_journal.langgraph.records import (
     thread_run,
@@ -157,8 +157,6 @@ class ThreadWrites(SaverBase):
                     names = Names(0, complete=True)  # a thread this write began
                 if names is not None and names.apply(records):
                     self._names[key] = names
-                    while len(self._names) > _NAMES:
-                        self._names.popitem(last=False)
 
     async def arelease(self, thread_id: str) -> None:
         """Give the thread's lease back now (another saver may write it at once)."""
