@@ -236,6 +236,30 @@ async def test_a_checkpoint_put_while_its_pending_writes_land_names_nothing(
     assert await listed(lean, "early", limit=2) == await listed(full, "early", limit=2)
 
 
+@pytest.mark.parametrize("tamper", ["edit", "delete"])
+async def test_a_page_read_further_back_is_checked_as_it_is_read(
+    make_store: Callable[..., Any], dialect: str, tamper: str
+) -> None:
+    # A filter that matches an old checkpoint only: read back three statements deep, each
+    # older page checked as linking onto the newer one before the filter opens its metadata.
+    store: SqlJournalStore = await make_store()
+    writer = await written(store, "list-deep", 30)
+    await writer.aclose()
+    count = Counted(store)
+    lean = JournalSaver(store, lean_resume=True)
+    want: dict[str, Any] = {"limit": 1, "filter": {"step": 2}}
+    assert await listed(lean, "list-deep", **want) == await listed(
+        JournalSaver(store), "list-deep", **want
+    )
+    assert len(count.back) == 3 and 30 in count.back[1]
+    run = str(thread_run("list-deep"))
+    if tamper == "edit":
+        await sql(store, edit_content(dialect), r=run, s=30)
+    else:
+        await sql(store, _DELETE, r=run, s=30)
+    assert await caught(listed(lean, "list-deep", **want))
+
+
 # -- the trust model's "lean list" rows ---------------------------------------------------
 
 

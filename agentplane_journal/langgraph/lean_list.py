@@ -19,8 +19,9 @@ answered by the replay instead (``None``).
 
 What it checks, as the lean resume does (docs/guides/langgraph.md, the trust model): every
 record read re-hashed from its row; what it read as one chain from its first record to the
-head (links, signatures with a verifier, the seal when sealed); each named record's seq,
-hash and blob. What it cannot see is what it does not read: the records before the page
+head (links, signatures with a verifier, the seal when sealed), each page as it is read,
+before the filter opens any metadata with the serializer; each named record's seq, hash
+and blob. What it cannot see is what it does not read: the records before the page
 that its checkpoints do not name, and, without a seal or a signature, a tail rewritten
 whole or cut short.
 """
@@ -30,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from agentplane_journal.core.chain import RunCheck, verify_attested
-from agentplane_journal.core.ids import RunId
+from agentplane_journal.core.ids import Digest, RunId
 from agentplane_journal.core.record import Record
 from agentplane_journal.core.signing import Verifier
 from agentplane_journal.errors import CorruptRecordError
@@ -72,6 +73,10 @@ async def lean_page(
     page, sealed = await store.read_back(run, None, size)
     if not page:
         return None
+    # Each page is checked before anything of it is decoded further (the filter opens
+    # metadata with the serializer): as a chain onto the head and the seal, or onto the
+    # newer page it precedes.
+    _check(page, None, sealed, verifier, require)
     pages = [page]
     seen: set[tuple[str, str]] = set()
     deleted: set[tuple[str, str]] = set()
@@ -119,15 +124,11 @@ async def lean_page(
                         pages[-1][0].seq - 1,
                         "the records before this one are gone: records were deleted",
                     )
+                _check(page, pages[-1][0], None, verifier, require)
                 pages.append(page)
                 continue
         break
     records = [r for p in reversed(pages) for r in p]
-    # What was read, as one chain from its first record to the head (and the seal).
-    check = RunCheck(verifier, require)
-    check.head, check.last = records[0].prev_hash, records[0].seq - 1
-    check.feed(records)
-    check.finish(sealed)
     uses: list[tuple[Record, Use]] = [(r, use) for r in picked for use in named_uses(r) or ()]
     by_seq = {r.seq: r for r in records}
     wanted = sorted({use[2] for _, use in uses if use[2] not in by_seq})
@@ -153,4 +154,25 @@ async def lean_page(
         view.add_named(named, ns, channel, version)
     view.extend(r for r in records if r.seq > floor)
     keys = sorted(((ns, r.body["id"]) for r in picked), key=lambda k: k[1], reverse=True)
-    return view, keys, records, check.last
+    return view, keys, records, records[-1].seq
+
+
+def _check(
+    page: list[Record],
+    newer: Record | None,
+    sealed: Digest | None,
+    verifier: Verifier | None,
+    require: bool,
+) -> None:
+    """``page`` (in seq order) as one chain (links, signatures with a verifier) that ends at
+    the head (``newer`` None: and the seal, if sealed) or links onto ``newer``, the first
+    record of the page after it."""
+    check = RunCheck(verifier, require)
+    check.head, check.last = page[0].prev_hash, page[0].seq - 1
+    check.feed(page)
+    if newer is None:
+        check.finish(sealed)
+    elif newer.prev_hash != check.head:
+        raise CorruptRecordError(
+            newer.seq, "the record before this one is not the one it links to: records rewritten"
+        )
