@@ -23,8 +23,10 @@ from agentplane_journal import SqlJournalStore
 from support.langgraph_graph import (
     INSERT_COPY,
     caught,
+    cfg,
     edit_content,
     forge_tail,
+    graph,
     rehash_blobs,
     sql,
 )
@@ -33,6 +35,7 @@ from support.tamper import run_cli
 try:
     from langgraph.checkpoint.base import empty_checkpoint
     from langgraph.checkpoint.base.id import uuid6
+    from langgraph.types import Command
 
     from agentplane_journal.langgraph import JournalSaver, thread_run
     from agentplane_journal.langgraph.records import CHECKPOINT, deleted_append
@@ -258,6 +261,28 @@ async def test_a_page_read_further_back_is_checked_as_it_is_read(
     else:
         await sql(store, _DELETE, r=run, s=30)
     assert await caught(listed(lean, "list-deep", **want))
+
+
+async def test_a_lean_resume_of_an_interrupted_graph_keeps_its_pending_writes(
+    make_store: Callable[..., Any],
+) -> None:
+    # A graph interrupted in its second invocation: a task's pending write landed before
+    # the checkpoint it belongs to. Red before (6 of 6 runs): the lean read, which reads
+    # from the checkpoint on, answered without it, so the graph would have resumed from
+    # another state than the replay's.
+    store: SqlJournalStore = await make_store()
+    writer = JournalSaver(store)
+    app = graph(writer)
+    await app.ainvoke({"topic": "t", "log": []}, cfg("interrupted"))
+    await app.ainvoke(Command(resume="yes"), cfg("interrupted"))
+    await app.ainvoke({"topic": "u", "log": []}, cfg("interrupted"))  # interrupted again
+    await writer.aclose()
+    replayed = await JournalSaver(store).aget_tuple(cfg("interrupted"))
+    assert replayed is not None and replayed.pending_writes
+    lean = JournalSaver(store, lean_resume=True)
+    assert await lean.aget_tuple(cfg("interrupted")) == replayed
+    history = await listed(JournalSaver(store), "interrupted", limit=4)
+    assert await listed(lean, "interrupted", limit=4) == history
 
 
 # -- the trust model's "lean list" rows ---------------------------------------------------
