@@ -211,13 +211,14 @@ async def test_a_lean_resume_of_a_copied_thread_answers_as_the_replay_does(
     ) == await JournalSaver(store).aget_tuple(ns_cfg("copy-dst"))
 
 
-async def test_a_checkpoint_put_while_its_pending_writes_land_names_nothing(
-    make_store: Callable[..., Any],
+@pytest.mark.parametrize("tamper", [None, "edit", "move"])
+async def test_a_checkpoint_put_while_its_pending_writes_land_names_them(
+    make_store: Callable[..., Any], dialect: str, tamper: str | None
 ) -> None:
     # LangGraph writes a task's pending writes while it puts their checkpoint; a write that
-    # lands first is before the checkpoint in the chain, where a lean read does not look,
-    # so the checkpoint must name nothing (then it is replayed). Red before the names were
-    # taken under the thread's lock.
+    # lands first is before the checkpoint in the chain, where a lean read does not look, so
+    # the checkpoint names it (``pending``: seq and hash) and a lean read fetches and checks
+    # it. Red before the names were taken under the thread's lock (they ignored the write).
     store: SqlJournalStore = await make_store()
     writer = await written(store, "early", 3)
     latest = await writer.aget_tuple(ns_cfg("early"))
@@ -231,12 +232,29 @@ async def test_a_checkpoint_put_while_its_pending_writes_land_names_nothing(
     put = writer.aput(latest.config, checkpoint, {"source": "loop", "step": 9}, {})
     early = writer.aput_writes(config, [("log", ["early"])], "task-early")
     await asyncio.gather(early, put)
+    for i in range(7):  # the early write just out of a lean resume's last 8 records
+        await writer.aput_writes(latest.config, [("log", [f"late {i}"])], f"task-late-{i}")
     await writer.aclose()
     records = await store.read(thread_run("early"))
-    assert records[-1].kind == CHECKPOINT and "uses" not in records[-1].body
+    [put_record] = [r for r in records if r.kind == CHECKPOINT and r.body["id"] == checkpoint["id"]]
+    [(seq, _)] = put_record.body["pending"]
+    assert records[seq - 1].kind == "LangGraphWrites" and seq < put_record.seq
     full, lean = JournalSaver(store), JournalSaver(store, lean_resume=True)
-    assert await lean.aget_tuple(ns_cfg("early")) == await full.aget_tuple(ns_cfg("early"))
-    assert await listed(lean, "early", limit=2) == await listed(full, "early", limit=2)
+    if tamper is None:
+        latest_full = await full.aget_tuple(ns_cfg("early"))
+        history = await listed(full, "early", limit=2)
+        count = Counted(store)
+        got = await lean.aget_tuple(ns_cfg("early"))
+        assert got == latest_full and got and got.pending_writes
+        assert count.whole == [list(range(seq + 1, seq + 9))]  # lean: the tail, + by seq
+        assert await listed(JournalSaver(store, lean_resume=True), "early", limit=2) == history
+        assert len(count.whole) == 1 and count.back  # read back from the head
+        return
+    run = str(thread_run("early"))
+    await sql(store, edit_content(dialect) if tamper == "edit" else _MOVE, r=run, s=seq)
+    assert await caught(lean.aget_tuple(ns_cfg("early")))
+    assert await caught(listed(lean, "early", limit=2))
+    assert await caught(store.verify(thread_run("early")))
 
 
 @pytest.mark.parametrize("tamper", ["edit", "delete"])

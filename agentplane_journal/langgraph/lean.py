@@ -38,6 +38,8 @@ from agentplane_journal.langgraph.records import (
     Place,
     ThreadView,
     Use,
+    check_pending,
+    named_pending,
     named_uses,
     version_key,
 )
@@ -59,10 +61,13 @@ class Names:
     complete: bool
     newest: dict[str, str] = field(default_factory=dict)
     blob_at: dict[tuple[str, str], Place] = field(default_factory=dict)
-    #: Checkpoints newer than their namespace's newest that already have pending writes (a
-    #: ``put_writes`` before the ``put``): such a checkpoint names nothing, since a reader
-    #: that reads from it on (lean reads) would not see those writes. Almost always empty.
-    early: frozenset[tuple[str, str]] = frozenset()
+    #: Pending writes already written for checkpoints newer than their namespace's newest
+    #: (LangGraph writes a task's writes while it puts their checkpoint, and one may land
+    #: first): ``(ns, checkpoint id, seq, hash hex)``, seq 0 when the writer saw them in a
+    #: view and does not know where (then the checkpoint names nothing). A reader that
+    #: reads from the checkpoint on would not see them: the checkpoint names them
+    #: (``pending``). Almost always empty.
+    early: frozenset[tuple[str, str, int, str]] = frozenset()
 
     @classmethod
     def of(cls, view: ThreadView) -> Names:
@@ -72,7 +77,7 @@ class Names:
             latest = view.latest(ns)
             if latest is not None:
                 names.newest[ns] = latest.id
-        early = [(ns, cid) for ns, cid in view.writes if cid > names.newest.get(ns, "")]
+        early = [(ns, cid, 0, "") for ns, cid in view.writes if cid > names.newest.get(ns, "")]
         if early:  # (an empty set is 216 bytes, per thread remembered)
             names.early = frozenset(early)
         return names
@@ -88,8 +93,8 @@ class Names:
             return None  # a namespace this writer has not seen: it cannot vouch
         if newest is not None and checkpoint_id <= newest:
             return None  # an older id, or the newest put again: its history is behind it
-        if (ns, checkpoint_id) in self.early:
-            return None
+        if any(e[0] == ns and e[1] == checkpoint_id and e[2] == 0 for e in self.early):
+            return None  # pending writes it saw but cannot name
         out: list[Use] = []
         for channel, version in versions.items():
             if channel in new:
@@ -99,6 +104,11 @@ class Names:
                 return None
             out.append((channel, found[0], found[1], found[2]))
         return out
+
+    def pending(self, ns: str, checkpoint_id: str) -> list[tuple[int, str]]:
+        """The records holding pending writes of that checkpoint written before it, by
+        seq and hash (what its ``pending`` names), in seq order."""
+        return sorted((e[2], e[3]) for e in self.early if e[0] == ns and e[1] == checkpoint_id)
 
     def apply(self, records: list[Record]) -> bool:
         """Go on past this writer's own ``records``; ``False`` when they do not follow what
@@ -127,7 +137,7 @@ class Names:
                 if not isinstance(ns, str) or not isinstance(cid, str):
                     return False
                 if cid > self.newest.get(ns, ""):
-                    self.early = self.early | {(ns, cid)}
+                    self.early = self.early | {(ns, cid, record.seq, record.hash.hex())}
         self.upto = records[-1].seq
         return True
 
@@ -169,8 +179,12 @@ async def lean_view(
     check.head, check.last = tail[0].prev_hash, tail[0].seq - 1
     check.feed(tail)
     check.finish(sealed)
+    pending = named_pending(tail[at])
     by_seq = {r.seq: r for r in tail}
-    wanted = [seq for _, _, seq, _ in uses if seq not in by_seq]
+    wanted = sorted(
+        {seq for _, _, seq, _ in uses if seq not in by_seq}
+        | {seq for seq, _ in pending if seq not in by_seq}
+    )
     if wanted:
         for record in await store.records_at(run, wanted):
             if verifier is not None:  # its own signature: the chain does not reach it
@@ -187,5 +201,7 @@ async def lean_view(
                 "rewritten",
             )
         view.add_named(named, ns, channel, version)
+    # Its pending writes that landed before it, then the checkpoint and what follows.
+    view.extend(check_pending(by_seq.get(seq), tail[at], seq, digest) for seq, digest in pending)
     view.extend(tail[at:])
     return view, tail, check.last

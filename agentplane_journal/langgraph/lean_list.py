@@ -10,12 +10,13 @@ same at 100 checkpoints as at 100,000.
 
 Why the answer is the replay's: each answered checkpoint must name its blobs (``uses``, see
 :mod:`agentplane_journal.langgraph.lean`), which also says its writer knew the thread and
-it was its namespace's newest, with no pending writes before it. So every checkpoint of the
-namespace before it in the chain has a smaller id (the page is newest first by id as by
-seq), its pending writes and any deletion of it are in the records read (after it), and
-each blob it does not carry is in the record it names. A page needing a checkpoint that
-names nothing (an old journal, a writer that did not read first), or reaching a copy, is
-answered by the replay instead (``None``).
+it was its namespace's newest, and names any of its pending writes that landed before it
+(``pending``). So every checkpoint of the namespace before it in the chain has a smaller
+id (the page is newest first by id as by seq), its other pending writes and any deletion
+of it are in the records read (after it), and each blob it does not carry and each early
+pending write is in the record it names (read and checked by seq and hash). A page
+needing a checkpoint that names nothing (an old journal, a writer that did not read
+first), or reaching a copy, is answered by the replay instead (``None``).
 
 What it checks, as the lean resume does (docs/guides/langgraph.md, the trust model): every
 record read re-hashed from its row; what it read as one chain from its first record to the
@@ -43,6 +44,8 @@ from agentplane_journal.langgraph.records import (
     DELETED,
     ThreadView,
     Use,
+    check_pending,
+    named_pending,
     named_uses,
 )
 
@@ -130,8 +133,12 @@ async def lean_page(
         break
     records = [r for p in reversed(pages) for r in p]
     uses: list[tuple[Record, Use]] = [(r, use) for r in picked for use in named_uses(r) or ()]
+    pending = [(r, item) for r in picked for item in named_pending(r)]
     by_seq = {r.seq: r for r in records}
-    wanted = sorted({use[2] for _, use in uses if use[2] not in by_seq})
+    wanted = sorted(
+        {use[2] for _, use in uses if use[2] not in by_seq}
+        | {seq for _, (seq, _) in pending if seq not in by_seq}
+    )
     if wanted and wanted[0] <= floor:
         return None  # names a record before the thread's deletion: the replay answers
     if wanted:
@@ -152,6 +159,12 @@ async def lean_page(
         if seq <= floor:
             return None
         view.add_named(named, ns, channel, version)
+    # Pending writes that landed before their checkpoint and before the page, in seq order;
+    # those in the page are applied with it.
+    early = {seq: check_pending(by_seq.get(seq), r, seq, digest) for r, (seq, digest) in pending}
+    if early and min(early) <= floor:
+        return None
+    view.extend(early[seq] for seq in sorted(early) if seq < records[0].seq)
     view.extend(r for r in records if r.seq > floor)
     keys = sorted(((ns, r.body["id"]) for r in picked), key=lambda k: k[1], reverse=True)
     return view, keys, records, records[-1].seq

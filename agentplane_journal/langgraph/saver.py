@@ -347,11 +347,13 @@ class JournalSaver(ThreadEdits, SyncBridge):
             # Under the thread's write lock: what this saver knows of the thread is then
             # what the record follows (LangGraph writes a task's pending writes while it
             # puts the checkpoint they belong to; those must be counted before it names).
-            names, uses = self._names.get(key), None
+            names, uses, pending = self._names.get(key), None, []
             if names is not None and names.upto == self._seen.get(key):
                 uses = names.uses(
                     ns, checkpoint["id"], dict(checkpoint["channel_versions"]), set(new_versions)
                 )
+                if uses is not None:
+                    pending = names.pending(ns, checkpoint["id"])
             return [
                 checkpoint_append(
                     key[1],
@@ -364,6 +366,7 @@ class JournalSaver(ThreadEdits, SyncBridge):
                     blobs,
                     profile=profile,
                     uses=uses,
+                    pending=pending,
                 )
             ]
 
