@@ -38,13 +38,11 @@ from agentplane_journal.langgraph.records import (
     Place,
     ThreadView,
     Use,
-    check_pending,
-    named_pending,
     named_uses,
     version_key,
 )
 
-__all__ = ["TAIL", "Names", "lean_view"]
+__all__ = ["TAIL", "Names", "check_pending", "lean_view", "named_pending"]
 
 #: Records read back from the head to find the newest checkpoint: a put and a few tasks'
 #: pending writes. A thread whose last checkpoint is further back is replayed.
@@ -205,3 +203,46 @@ async def lean_view(
     view.extend(check_pending(by_seq.get(seq), tail[at], seq, digest) for seq, digest in pending)
     view.extend(tail[at:])
     return view, tail, check.last
+
+
+def named_pending(record: Record) -> list[tuple[int, str]]:
+    """A checkpoint record's ``pending`` (the records holding its pending writes written
+    before it, by seq and hash), checked for shape: each names a record before this one."""
+    pending = record.body.get("pending", [])
+    if not isinstance(pending, list):
+        raise CorruptRecordError(record.seq, "a checkpoint whose 'pending' is not a list")
+    out: list[tuple[int, str]] = []
+    for item in pending:
+        if not (
+            isinstance(item, list)
+            and len(item) == 2
+            and type(item[0]) is int
+            and 1 <= item[0] < record.seq
+            and isinstance(item[1], str)
+        ):
+            raise CorruptRecordError(record.seq, "a checkpoint naming a malformed record")
+        out.append((item[0], item[1]))
+    return out
+
+
+def check_pending(named: Record | None, checkpoint: Record, seq: int, digest: str) -> Record:
+    """The record ``checkpoint`` names in ``pending`` as ``(seq, digest)``: it must be there,
+    have that hash, and hold pending writes of that checkpoint, else
+    :class:`CorruptRecordError`."""
+    body = checkpoint.body
+    if named is None or named.hash.hex() != digest:
+        raise CorruptRecordError(
+            seq,
+            f"checkpoint seq {checkpoint.seq} names record {seq} ({digest[:12]}) for its "
+            "pending writes, and that record is gone or different: records were deleted or "
+            "rewritten",
+        )
+    held = named.body
+    if (
+        named.kind != WRITES
+        or held.get("thread") != body.get("thread")
+        or held.get("ns") != body.get("ns")
+        or held.get("checkpoint") != body.get("id")
+    ):
+        raise CorruptRecordError(seq, "a named record does not hold that checkpoint's writes")
+    return named

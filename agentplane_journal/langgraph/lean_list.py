@@ -38,14 +38,13 @@ from agentplane_journal.core.signing import Verifier
 from agentplane_journal.errors import CorruptRecordError
 from agentplane_journal.journal.store import SqlJournalStore
 from agentplane_journal.keyring.store import SealingStore
+from agentplane_journal.langgraph.lean import check_pending, named_pending
 from agentplane_journal.langgraph.records import (
     CHECKPOINT,
     COPIED,
     DELETED,
     ThreadView,
     Use,
-    check_pending,
-    named_pending,
     named_uses,
 )
 
