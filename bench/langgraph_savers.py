@@ -33,7 +33,15 @@ Then, in interleaved rounds too (issue 32's targets):
   ``lean_resume=True`` (no verified point: the newest checkpoint and the records it names,
   langgraph/lean.py); LangGraph's savers keep no state, so
   theirs is a ``get_tuple`` by the open saver;
+* ``list`` of the last 10 checkpoints of a ``--list-depth`` (1,000) checkpoint thread:
+  ``journal`` a new saver (it reads the thread), ``journal-warm`` the saver that wrote it,
+  ``journal-lean`` a new one with ``lean_resume=True`` (read back from the head,
+  langgraph/lean_list.py), LangGraph's open saver;
+* memory per 1,000 idle threads past ``--idle`` WARM threads (tracemalloc from the saver's
+  start), ours against LangGraph's;
 * the machine's load average, before and after.
+
+``--skip-turns`` runs the list and memory parts alone.
 """
 
 from __future__ import annotations
@@ -44,6 +52,7 @@ import gc
 import os
 import statistics
 import time
+import tracemalloc
 import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -207,6 +216,82 @@ async def bench_cold(backend: Backend, rounds: int, concurrency: int, depths: li
     print(f"  load average after: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
 
 
+async def timed_list(saver: BaseCheckpointSaver[Any], name: str, thread: str, limit: int) -> float:
+    """Seconds of one ``list`` of the thread's last ``limit`` checkpoints (see bench_list)."""
+    reader = saver
+    if name in ("journal", "journal-lean"):
+        assert isinstance(saver, JournalSaver)
+        reader = JournalSaver(saver.store, lean_resume=name == "journal-lean")
+    config = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
+    gc.disable()
+    try:
+        start = time.perf_counter()
+        got = [t async for t in reader.alist(config, limit=limit)]
+        took = time.perf_counter() - start
+    finally:
+        gc.enable()
+    assert len(got) == limit
+    return took
+
+
+async def bench_list(backend: Backend, rounds: int, depth: int, limit: int) -> None:
+    """``list`` of the last ``limit`` checkpoints of a ``depth``-checkpoint thread, as
+    ``get_state_history`` pages it: ``journal`` a new saver (it reads the thread),
+    ``journal-warm`` the saver that wrote it (from its kept view), ``journal-lean`` a new
+    one with ``lean_resume=True`` (read back from the head), LangGraph's open saver."""
+    print(f"  list of the last {limit} of a {depth}-checkpoint thread, ms (median of rounds):")
+    async with journal(backend) as j, langgraph(backend) as lg:
+        thread = {"journal": await deep_thread(j, depth), "langgraph": await deep_thread(lg, depth)}
+        contenders = ["journal", "journal-warm", "journal-lean", "langgraph"]
+        got: dict[str, list[float]] = {name: [] for name in contenders}
+        for r in range(rounds):
+            for name in contenders[r % 4 :] + contenders[: r % 4]:
+                saver = lg if name == "langgraph" else j
+                which = thread["langgraph" if name == "langgraph" else "journal"]
+                got[name].append(await timed_list(saver, name, which, limit))
+        peer = statistics.median(got["langgraph"])
+        for name in contenders:
+            median = statistics.median(got[name])
+            print(
+                f"    {name:<13} {median * 1e3:8.2f}  ({min(got[name]) * 1e3:.2f}-"
+                f"{max(got[name]) * 1e3:.2f})  / langgraph {median / peer:.1f}x"
+            )
+
+
+async def _idle_touch(saver: BaseCheckpointSaver[Any], thread: str) -> None:
+    config: Any = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
+    config = await saver.aput(config, empty_checkpoint(), {"step": 1}, {})
+    assert await saver.aget_tuple(config) is not None
+    if isinstance(saver, JournalSaver):
+        await saver.arelease(thread)  # the thread goes idle
+
+
+async def bench_idle(backend: Backend, warm: int, more: int) -> None:
+    """Memory a saver holds per idle thread (a put and a get, then left): tracemalloc from
+    the saver's start, so what its bounded caches evict is counted as freed; the growth
+    over ``more`` threads after ``warm`` (past every bound, 4,096 threads), per 1,000."""
+    print(f"  memory per 1,000 idle threads after {warm} (tracemalloc, MiB):")
+    for name, opener in (("journal", journal), ("langgraph", langgraph)):
+        tracemalloc.start()
+        try:
+            async with opener(backend) as saver:
+                base = tracemalloc.get_traced_memory()[0]
+                for i in range(warm):
+                    await _idle_touch(saver, f"idle-{uuid.uuid4().hex}-{i}")
+                gc.collect()
+                held = tracemalloc.get_traced_memory()[0]
+                for i in range(more):
+                    await _idle_touch(saver, f"idle-{uuid.uuid4().hex}-{i}")
+                gc.collect()
+                grown = tracemalloc.get_traced_memory()[0] - held
+        finally:
+            tracemalloc.stop()
+        print(
+            f"    {name:<10} {grown / more * 1000 / 2**20:+6.2f} per 1,000 past {warm}"
+            f"   (held at {warm}: {(held - base) / 2**20:.1f})"
+        )
+
+
 def spread(values: list[float]) -> str:
     return f"{statistics.median(values):8.0f}  ({min(values):.0f}-{max(values):.0f})"
 
@@ -218,6 +303,8 @@ async def bench(
     depth: int,
     concurrency: int = 8,
     cold_depths: list[int] | None = None,
+    list_depth: int = 0,
+    idle: tuple[int, int] | None = None,
 ) -> None:
     contenders: dict[str, Opener] = {"journal": journal, "langgraph": langgraph}
     puts: dict[str, list[float]] = {name: [] for name in contenders}
@@ -242,6 +329,10 @@ async def bench(
     print(f"  journal / langgraph: steps {ratio_put:.2f}x, gets {ratio_get:.2f}x")
     if cold_depths:
         await bench_cold(backend, rounds, concurrency, cold_depths)
+    if list_depth:
+        await bench_list(backend, max(rounds, 4) * 2, list_depth, 10)
+    if idle:
+        await bench_idle(backend, idle[0], idle[1])
 
 
 async def main() -> None:
@@ -253,14 +344,36 @@ async def main() -> None:
     parser.add_argument("--only", choices=("sqlite", "postgresql"), default=None)
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--cold", default="10,100,1000", help="cold get_tuple depths")
+    parser.add_argument("--list-depth", type=int, default=1000, help="0: no list bench")
+    parser.add_argument(
+        "--idle", default="4200,1000", help="WARM,MORE idle threads for memory; '' skips"
+    )
+    parser.add_argument("--skip-turns", action="store_true", help="only list and memory")
     args = parser.parse_args()
     cold = [int(d) for d in args.cold.split(",") if d]
-    if args.only in (None, "sqlite"):
-        async with sqlite_backend() as backend:
-            await bench(backend, args.rounds, args.threads, args.depth, args.concurrency, cold)
-    if args.only in (None, "postgresql"):
-        async with postgres_backend(args.pg_url) as backend:
-            await bench(backend, args.rounds, args.threads, args.depth, args.concurrency, cold)
+    idle = tuple(int(n) for n in args.idle.split(",")) if args.idle else None
+    for name, open_backend in (("sqlite", sqlite_backend), ("postgresql", postgres_backend)):
+        if args.only not in (None, name):
+            continue
+        async with open_backend(args.pg_url) if name == "postgresql" else open_backend() as backend:
+            if args.skip_turns:
+                print(f"\n{backend.name}: {backend.settings}")
+                print(f"  load average: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
+                if args.list_depth:
+                    await bench_list(backend, max(args.rounds, 4) * 2, args.list_depth, 10)
+                if idle:
+                    await bench_idle(backend, idle[0], idle[1])
+                continue
+            await bench(
+                backend,
+                args.rounds,
+                args.threads,
+                args.depth,
+                args.concurrency,
+                cold,
+                args.list_depth,
+                idle,  # type: ignore[arg-type]
+            )
 
 
 if __name__ == "__main__":

@@ -10,7 +10,6 @@ what a lean read reads: the newest checkpoint ``C``, the records after it up to 
 
 from __future__ import annotations
 
-import base64
 import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -19,10 +18,17 @@ from typing import Any
 import pytest
 
 from agentplane_journal import SqlJournalStore
-from agentplane_journal.core.append import RESERVED_MEMBERS, Append
-from agentplane_journal.core.batch import COLUMNS, chain_batch
 
-from support.langgraph_graph import INSERT_COPY, caught, cfg, edit_content, forge_tail, graph, sql
+from support.langgraph_graph import (
+    INSERT_COPY,
+    caught,
+    cfg,
+    edit_content,
+    forge_tail,
+    graph,
+    rehash_blobs,
+    sql,
+)
 from support.tamper import run_cli
 
 try:
@@ -67,28 +73,7 @@ async def _edit_named(t: Lean, dialect: str) -> None:
 
 
 async def _rehash_named(t: Lean, dialect: str) -> None:
-    """The named record's blob rewritten and the record sealed again onto the same
-    predecessor: every hash right, its own and its row's; only the name disagrees."""
-    run = thread_run(t.name)
-    record = (await t.store.records_at(run, [t.named[0]]))[0]
-    payload = {k: v for k, v in record.body.items() if k not in RESERVED_MEMBERS}
-    payload["blobs"] = [
-        [b[0], b[1], "json", base64.b64encode(b'"forged"').decode()] for b in payload["blobs"]
-    ]
-    append = Append(run, record.kind, payload, v=record.body["v"])
-    _, rows, _ = chain_batch(
-        t.store.tenant, str(run), record.epoch, record.seq - 1, record.prev_hash, [append], None
-    )
-    row = dict(zip(COLUMNS, rows[0], strict=True))
-    await sql(
-        t.store,
-        "UPDATE journal SET raw = :raw, hash = :hash WHERE tenant = :t AND run_id = :r"
-        " AND seq = :s",
-        r=str(run),
-        s=record.seq,
-        raw=row["raw"],
-        hash=row["hash"],
-    )
+    await rehash_blobs(t.store, t.name, t.named[0])
 
 
 async def _move_named(t: Lean, dialect: str) -> None:

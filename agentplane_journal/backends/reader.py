@@ -49,7 +49,18 @@ from agentplane_journal.db.statements import RECORD_COLUMNS
 from agentplane_journal.db.unit import describe
 from agentplane_journal.errors import BackendError, PoolerError
 
-__all__ = ["AT", "FROM", "HEAD", "PAGE", "SEAL", "SEALED", "SEQS", "Reader", "open_reader"]
+__all__ = [
+    "AT",
+    "BACK",
+    "FROM",
+    "HEAD",
+    "PAGE",
+    "SEAL",
+    "SEALED",
+    "SEQS",
+    "Reader",
+    "open_reader",
+]
 
 _COLUMNS = ", ".join(c.name for c in RECORD_COLUMNS)
 _J_COLUMNS = ", ".join("j." + c.name for c in RECORD_COLUMNS)
@@ -81,6 +92,19 @@ SEALED = (
     " LEFT JOIN {s}run_seal s ON s.tenant = $1 AND s.run_id = $2"
     " LEFT JOIN {s}journal j ON j.tenant = $1 AND j.run_id = $2 AND j.seq >= $3"
     " ORDER BY j.seq"
+)
+
+
+#: The run's seal (the last column) and its last ``$4`` records below seq ``$3``, newest
+#: first, in one statement (one snapshot): a reader that wants a run's end, not the run,
+#: reads back from the head a page at a time (LangGraph's ``list`` with ``limit``). At least
+#: one row (all record columns NULL when there is none).
+BACK = (
+    f"SELECT {_J_COLUMNS}, s.chain_head FROM (SELECT 1 AS one) o"
+    " LEFT JOIN {s}run_seal s ON s.tenant = $1 AND s.run_id = $2"
+    f" LEFT JOIN (SELECT {_COLUMNS} FROM {{s}}journal WHERE tenant = $1 AND run_id = $2"
+    " AND seq < $3 ORDER BY seq DESC LIMIT $4) j ON 1 = 1"
+    " ORDER BY j.seq DESC"
 )
 
 

@@ -53,6 +53,9 @@ PAGE_BYTES = 4 * 2**20
 #: The largest ``page_size`` :meth:`RunReads.stream` takes (100 x ``store.MAX_INSERT_ROWS``).
 _MAX_STREAM_PAGE = 100_000
 
+#: ``read_back``'s bound when it reads from the head: above any seq (``BIGINT``'s largest).
+_NO_BOUND = 2**63 - 1
+
 
 def _left(fetch: asyncio.Future[Any] | None) -> None:
     """A page fetched ahead and not wanted: left to finish (a driver's statement is never
@@ -155,6 +158,52 @@ class RunReads(RunIndexes):
         async def unit(session: AsyncSession) -> tuple[list[Record], Digest | None]:
             seal = await driver_rows(session, seal_stmt)
             records = records_from_rows(await driver_rows(session, stmt))
+            last = records[-1].seq if records else 0
+            return records, digest(seal[0][0], last) if seal else None
+
+        return await self.unit(unit, read_only=True, primary=True, session=session)
+
+    async def read_back(
+        self,
+        run: RunId,
+        below: int | None,
+        limit: int,
+        *,
+        session: AsyncSession | None = None,
+    ) -> tuple[list[Record], Digest | None]:
+        """The run's last ``limit`` records below seq ``below`` (``None``: from its head),
+        **in seq order**, hash-checked, and its sealed head (``None``: not sealed), on the
+        primary, in one snapshot: a reader that wants the run's end reads back from the head
+        a page at a time instead of reading the run (``JournalSaver.list`` with a
+        ``limit``). It vouches for each record alone: the caller checks the page as a chain
+        onto the head (``RunCheck`` from the page's first ``prev_hash``) and the seal."""
+        run = check_run(run)
+        limit = check_int(limit, "limit", minimum=1, maximum=_MAX_STREAM_PAGE)
+        bound = _NO_BOUND if below is None else check_int(below, "below", minimum=1)
+        reader = await self._lean(session, primary=True)
+        if reader is not None:  # the seal and the page from one statement: one snapshot
+            rows = await reader.rows(lean.BACK, self.tenant, str(run), bound, limit)
+            seal = rows[0][-1] if rows else None
+            records = (
+                []
+                if not rows or rows[0][0] is None
+                else records_from_rows(tuple(row)[:-1] for row in reversed(rows))
+            )
+            last = records[-1].seq if records else 0
+            return records, None if seal is None else digest(seal, last)
+        seal_stmt = select(RunSeal.chain_head).where(
+            RunSeal.tenant == self.tenant, RunSeal.run_id == str(run)
+        )
+        stmt = (
+            select(*RECORD_COLUMNS)
+            .where(self._key(run), Journal.seq < bound)
+            .order_by(Journal.seq.desc())
+            .limit(limit)
+        )
+
+        async def unit(session: AsyncSession) -> tuple[list[Record], Digest | None]:
+            seal = await driver_rows(session, seal_stmt)
+            records = records_from_rows(reversed(await driver_rows(session, stmt)))
             last = records[-1].seq if records else 0
             return records, digest(seal[0][0], last) if seal else None
 

@@ -10,6 +10,7 @@ import asyncio
 import logging
 from collections import OrderedDict
 from collections.abc import Hashable
+from typing import TypeVar
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -28,7 +29,7 @@ from agentplane_journal.langgraph.records import (
     ThreadView,
 )
 
-__all__ = ["SaverBase"]
+__all__ = ["Recent", "SaverBase"]
 
 _Key = tuple[str, RunId]
 #: Runs read per statement when ``list`` or ``delete_for_runs`` walks every thread.
@@ -36,6 +37,23 @@ _SCAN_PAGE = 200
 #: Threads whose blob records a saver remembers to name in their next checkpoint.
 _NAMES = 1024
 _log = logging.getLogger(__name__)
+_K = TypeVar("_K")
+_V = TypeVar("_V")
+
+
+class Recent(OrderedDict[_K, _V]):
+    """A dict holding the ``capacity`` keys set most recently (the least recently set goes
+    first): what a saver remembers per thread stays bounded however many threads it served."""
+
+    def __init__(self, capacity: int) -> None:
+        super().__init__()
+        self.capacity = capacity
+
+    def __setitem__(self, key: _K, value: _V) -> None:
+        super().__setitem__(key, value)
+        self.move_to_end(key)
+        while len(self) > self.capacity:
+            self.popitem(last=False)
 
 
 class SaverBase(BaseCheckpointSaver[int]):
@@ -56,12 +74,18 @@ class SaverBase(BaseCheckpointSaver[int]):
     _tenant: str
     _owns_store: bool
     _stores: dict[str, SqlJournalStore]
+    #: The threads a saver remembers what it read or wrote of (``_seen``: the last seq it
+    #: read, ``_known``: the head it wrote), least recently used out first, so its memory
+    #: is flat however many threads it served (never below ``cache_threads``). A thread
+    #: it no longer remembers is written as by a saver that never read it: the "moved
+    #: under it" check then needs a read first, which a graph makes at each invocation.
+    remember_threads: int = 4096
     _leases: dict[_Key, tuple[int, float]]
-    _seen: dict[_Key, int]
-    _known: dict[_Key, tuple[int, Digest]]
+    _seen: Recent[_Key, int]
+    _known: Recent[_Key, tuple[int, Digest]]
     _locks: dict[_Key, tuple[asyncio.Lock, int]]
     _cache: OrderedDict[_Key, ThreadView]
-    _names: OrderedDict[_Key, Names]
+    _names: Recent[_Key, Names]
 
     def _store(self, tenant: str | None) -> SqlJournalStore:
         name = self._tenant if tenant is None else tenant

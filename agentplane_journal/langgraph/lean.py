@@ -34,6 +34,7 @@ from agentplane_journal.langgraph.records import (
     CHECKPOINT,
     COPIED,
     DELETED,
+    WRITES,
     Place,
     ThreadView,
     Use,
@@ -41,7 +42,7 @@ from agentplane_journal.langgraph.records import (
     version_key,
 )
 
-__all__ = ["TAIL", "Names", "lean_view"]
+__all__ = ["TAIL", "Names", "check_pending", "lean_view", "named_pending"]
 
 #: Records read back from the head to find the newest checkpoint: a put and a few tasks'
 #: pending writes. A thread whose last checkpoint is further back is replayed.
@@ -58,6 +59,13 @@ class Names:
     complete: bool
     newest: dict[str, str] = field(default_factory=dict)
     blob_at: dict[tuple[str, str], Place] = field(default_factory=dict)
+    #: Pending writes already written for checkpoints newer than their namespace's newest
+    #: (LangGraph writes a task's writes while it puts their checkpoint, and one may land
+    #: first): ``(ns, checkpoint id, seq, hash hex)``, seq 0 when the writer saw them in a
+    #: view and does not know where (then the checkpoint names nothing). A reader that
+    #: reads from the checkpoint on would not see them: the checkpoint names them
+    #: (``pending``). Almost always empty.
+    early: frozenset[tuple[str, str, int, str]] = frozenset()
 
     @classmethod
     def of(cls, view: ThreadView) -> Names:
@@ -67,6 +75,9 @@ class Names:
             latest = view.latest(ns)
             if latest is not None:
                 names.newest[ns] = latest.id
+        early = [(ns, cid, 0, "") for ns, cid in view.writes if cid > names.newest.get(ns, "")]
+        if early:  # (an empty set is 216 bytes, per thread remembered)
+            names.early = frozenset(early)
         return names
 
     def uses(
@@ -78,8 +89,10 @@ class Names:
         newest = self.newest.get(ns)
         if newest is None and not self.complete:
             return None  # a namespace this writer has not seen: it cannot vouch
-        if newest is not None and checkpoint_id < newest:
-            return None
+        if newest is not None and checkpoint_id <= newest:
+            return None  # an older id, or the newest put again: its history is behind it
+        if any(e[0] == ns and e[1] == checkpoint_id and e[2] == 0 for e in self.early):
+            return None  # pending writes it saw but cannot name
         out: list[Use] = []
         for channel, version in versions.items():
             if channel in new:
@@ -89,6 +102,11 @@ class Names:
                 return None
             out.append((channel, found[0], found[1], found[2]))
         return out
+
+    def pending(self, ns: str, checkpoint_id: str) -> list[tuple[int, str]]:
+        """The records holding pending writes of that checkpoint written before it, by
+        seq and hash (what its ``pending`` names), in seq order."""
+        return sorted((e[2], e[3]) for e in self.early if e[0] == ns and e[1] == checkpoint_id)
 
     def apply(self, records: list[Record]) -> bool:
         """Go on past this writer's own ``records``; ``False`` when they do not follow what
@@ -105,11 +123,19 @@ class Names:
                     return False
                 if cid >= self.newest.get(ns, cid):
                     self.newest[ns] = cid
+                    if self.early:
+                        self.early = frozenset(k for k in self.early if k[0] != ns or k[1] > cid)
                 for blob in body.get("blobs") or ():
                     if isinstance(blob, list) and len(blob) == 4:
                         channel, version = blob[0], blob[1]
                         if isinstance(channel, str) and isinstance(version, str):
                             self.blob_at[(ns, channel)] = (version, record.seq, record.hash.hex())
+            elif record.kind == WRITES:
+                ns, cid = body.get("ns"), body.get("checkpoint")
+                if not isinstance(ns, str) or not isinstance(cid, str):
+                    return False
+                if cid > self.newest.get(ns, ""):
+                    self.early = self.early | {(ns, cid, record.seq, record.hash.hex())}
         self.upto = records[-1].seq
         return True
 
@@ -151,8 +177,12 @@ async def lean_view(
     check.head, check.last = tail[0].prev_hash, tail[0].seq - 1
     check.feed(tail)
     check.finish(sealed)
+    pending = named_pending(tail[at])
     by_seq = {r.seq: r for r in tail}
-    wanted = [seq for _, _, seq, _ in uses if seq not in by_seq]
+    wanted = sorted(
+        {seq for _, _, seq, _ in uses if seq not in by_seq}
+        | {seq for seq, _ in pending if seq not in by_seq}
+    )
     if wanted:
         for record in await store.records_at(run, wanted):
             if verifier is not None:  # its own signature: the chain does not reach it
@@ -169,5 +199,50 @@ async def lean_view(
                 "rewritten",
             )
         view.add_named(named, ns, channel, version)
+    # Its pending writes that landed before it, then the checkpoint and what follows.
+    view.extend(check_pending(by_seq.get(seq), tail[at], seq, digest) for seq, digest in pending)
     view.extend(tail[at:])
     return view, tail, check.last
+
+
+def named_pending(record: Record) -> list[tuple[int, str]]:
+    """A checkpoint record's ``pending`` (the records holding its pending writes written
+    before it, by seq and hash), checked for shape: each names a record before this one."""
+    pending = record.body.get("pending", [])
+    if not isinstance(pending, list):
+        raise CorruptRecordError(record.seq, "a checkpoint whose 'pending' is not a list")
+    out: list[tuple[int, str]] = []
+    for item in pending:
+        if not (
+            isinstance(item, list)
+            and len(item) == 2
+            and type(item[0]) is int
+            and 1 <= item[0] < record.seq
+            and isinstance(item[1], str)
+        ):
+            raise CorruptRecordError(record.seq, "a checkpoint naming a malformed record")
+        out.append((item[0], item[1]))
+    return out
+
+
+def check_pending(named: Record | None, checkpoint: Record, seq: int, digest: str) -> Record:
+    """The record ``checkpoint`` names in ``pending`` as ``(seq, digest)``: it must be there,
+    have that hash, and hold pending writes of that checkpoint, else
+    :class:`CorruptRecordError`."""
+    body = checkpoint.body
+    if named is None or named.hash.hex() != digest:
+        raise CorruptRecordError(
+            seq,
+            f"checkpoint seq {checkpoint.seq} names record {seq} ({digest[:12]}) for its "
+            "pending writes, and that record is gone or different: records were deleted or "
+            "rewritten",
+        )
+    held = named.body
+    if (
+        named.kind != WRITES
+        or held.get("thread") != body.get("thread")
+        or held.get("ns") != body.get("ns")
+        or held.get("checkpoint") != body.get("id")
+    ):
+        raise CorruptRecordError(seq, "a named record does not hold that checkpoint's writes")
+    return named

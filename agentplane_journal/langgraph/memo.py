@@ -64,6 +64,9 @@ class VerifiedThreads:
     def __len__(self) -> int:
         return len(self._views)
 
+    def __contains__(self, key: Hashable) -> bool:
+        return key in self._views
+
 
 #: The process's memo (``JournalSaver(share_verified=True)`` uses it).
 THREADS = VerifiedThreads()

@@ -61,6 +61,7 @@ __all__ = [
     "copied_appends",
     "deleted_append",
     "thread_run",
+    "typed_member",
     "version_key",
     "writes_append",
 ]
@@ -121,6 +122,7 @@ def checkpoint_append(
     *,
     profile: WireProfile = AGENTPLANE_0_4,
     uses: Sequence[Use] | None = None,
+    pending: Sequence[tuple[int, str]] = (),
 ) -> Append:
     """One ``put``: the checkpoint without its channel values, its metadata, and the blobs
     of the channels whose version this checkpoint moved (LangGraph's ``new_versions``).
@@ -142,6 +144,8 @@ def checkpoint_append(
         payload["parent"] = parent_id
     if uses is not None:
         payload["uses"] = [list(use) for use in uses]
+        if pending:  # its pending writes that landed before it: [seq, hash]
+            payload["pending"] = [[seq, digest] for seq, digest in pending]
     return profile.append(run, CHECKPOINT, payload)
 
 
@@ -215,6 +219,10 @@ def copied_appends(
         if record.kind in (CHECKPOINT, WRITES, DELETED):
             payload = _payload_of(record)
             payload["thread"] = thread_id
+            # Its names are the source run's seqs: in the target they would name other
+            # records, so a copied checkpoint names none (a lean read replays the copy).
+            payload.pop("uses", None)
+            payload.pop("pending", None)
             out.append(profile.append(run, record.kind, payload))
     return out
 
@@ -233,6 +241,12 @@ def _decode(seq: int, value: object, what: str) -> Typed:
         return value[0], base64.b64decode(value[1], validate=True)
     except (binascii.Error, ValueError) as exc:
         raise CorruptRecordError(seq, f"the {what} is not valid base64") from exc
+
+
+def typed_member(record: Record, name: str) -> Typed:
+    """A record's serialized member ``name`` (``checkpoint``, ``metadata``) as LangGraph's
+    serializer gave it; a malformed one is :class:`CorruptRecordError`."""
+    return _decode(record.seq, record.body.get(name), name)
 
 
 def _text(seq: int, body: dict[str, Any], name: str) -> str:

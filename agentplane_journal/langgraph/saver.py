@@ -48,6 +48,7 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
+from agentplane_journal.core.append import Append
 from agentplane_journal.core.ids import Digest
 from agentplane_journal.core.signing import Verifier
 from agentplane_journal.errors import (
@@ -55,6 +56,7 @@ from agentplane_journal.errors import (
 )
 from agentplane_journal.journal.store import SqlJournalStore
 from agentplane_journal.keyring.ring import Keyring
+from agentplane_journal.langgraph.base import _NAMES, Recent
 from agentplane_journal.langgraph.bridge import SyncBridge
 from agentplane_journal.langgraph.edits import ThreadEdits
 from agentplane_journal.langgraph.erasure import ThreadSealingStore
@@ -88,7 +90,10 @@ class JournalSaver(ThreadEdits, SyncBridge):
     ``agentplane-journal verify`` (docs/guides/langgraph.md, the trust model).
     ``lean_resume``: a read of a namespace's latest checkpoint with no verified point reads
     that checkpoint and the records it names, not the thread
-    (:mod:`agentplane_journal.langgraph.lean`; what it cannot see: the trust model).
+    (:mod:`agentplane_journal.langgraph.lean`; what it cannot see: the trust model); and
+    ``list`` with a ``limit`` of one namespace reads back from the head, not the thread
+    (:mod:`agentplane_journal.langgraph.lean_list`). One flag for both: the same trust (a
+    read that does not read the thread, checked as far as it reads), opted into once.
     ``keyring``: seal each thread under its own erasure scope, and ``erase_on_delete``: make
     every ``delete_thread`` erase it too (:mod:`agentplane_journal.langgraph.erasure`).
     """
@@ -150,14 +155,15 @@ class JournalSaver(ThreadEdits, SyncBridge):
         # Shared by the handles of for_tenant (shallow copies), so one lease table per saver.
         self._stores = {store.tenant: store}
         self._leases = {}
-        self._seen = {}
-        self._known = {}
+        remember = max(self.remember_threads, self.cache_threads)
+        self._seen = Recent(remember)
+        self._known = Recent(remember)
         #: Each thread's write lock and how many calls hold or wait for it: dropped when
         #: none does, so an idle thread keeps no lock.
         self._locks = {}
         self._cache = OrderedDict()
         #: What this saver knows to name in a thread's next checkpoint (langgraph/lean.py).
-        self._names = OrderedDict()
+        self._names = Recent(min(_NAMES, remember))
 
     # -- construction ------------------------------------------------------------------
 
@@ -270,6 +276,14 @@ class JournalSaver(ThreadEdits, SyncBridge):
             configurable = config.get("configurable") or {}
             ns = configurable.get("checkpoint_ns")
             wanted = get_checkpoint_id(config)
+            if self.lean_resume and limit is not None and wanted is None and isinstance(ns, str):
+                # A page of history read back from the head (langgraph/lean_list.py).
+                page = await self._page(store, thread_id, ns, before_id, limit, filter)
+                if page is not None:
+                    view, found = page
+                    for c in found:
+                        yield self._tuple(view, c, configurable.get("tenant"))
+                    return
             views: AsyncIterator[ThreadView] | None = None
             single = [await self._view(store, thread_id)]
             tenant = configurable.get("tenant")
@@ -326,24 +340,37 @@ class JournalSaver(ThreadEdits, SyncBridge):
         configurable = config.get("configurable") or {}
         profile = await store.wire_profile()
         key = (store.tenant, thread_run(thread_id))
-        names, uses = self._names.get(key), None
-        if names is not None and names.upto == self._seen.get(key):
-            uses = names.uses(
-                ns, checkpoint["id"], dict(checkpoint["channel_versions"]), set(new_versions)
-            )
-        append = checkpoint_append(
-            thread_run(thread_id),
-            thread_id,
-            ns,
-            checkpoint["id"],
-            configurable.get("checkpoint_id"),
-            self.serde.dumps_typed(stripped),
-            self.serde.dumps_typed(get_checkpoint_metadata(config, metadata)),
-            blobs,
-            profile=profile,
-            uses=uses,
-        )
-        await self._write(store, thread_id, [append])
+        serialized = self.serde.dumps_typed(stripped)
+        meta = self.serde.dumps_typed(get_checkpoint_metadata(config, metadata))
+
+        def build() -> list[Append]:
+            # Under the thread's write lock: what this saver knows of the thread is then
+            # what the record follows (LangGraph writes a task's pending writes while it
+            # puts the checkpoint they belong to; those must be counted before it names).
+            names, uses, pending = self._names.get(key), None, []
+            if names is not None and names.upto == self._seen.get(key):
+                uses = names.uses(
+                    ns, checkpoint["id"], dict(checkpoint["channel_versions"]), set(new_versions)
+                )
+                if uses is not None:
+                    pending = names.pending(ns, checkpoint["id"])
+            return [
+                checkpoint_append(
+                    key[1],
+                    thread_id,
+                    ns,
+                    checkpoint["id"],
+                    configurable.get("checkpoint_id"),
+                    serialized,
+                    meta,
+                    blobs,
+                    profile=profile,
+                    uses=uses,
+                    pending=pending,
+                )
+            ]
+
+        await self._write(store, thread_id, build)
         out: dict[str, Any] = {
             "thread_id": thread_id,
             "checkpoint_ns": ns,

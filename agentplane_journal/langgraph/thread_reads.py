@@ -21,8 +21,9 @@ from agentplane_journal.errors import (
     StoreError,
 )
 from agentplane_journal.journal.store import SqlJournalStore
-from agentplane_journal.langgraph.base import _NAMES, _SCAN_PAGE, SaverBase, _Key, _log
+from agentplane_journal.langgraph.base import _SCAN_PAGE, SaverBase, _Key, _log
 from agentplane_journal.langgraph.lean import Names, lean_view
+from agentplane_journal.langgraph.lean_list import lean_page
 from agentplane_journal.langgraph.memo import THREADS
 from agentplane_journal.langgraph.records import (
     KINDS,
@@ -30,6 +31,7 @@ from agentplane_journal.langgraph.records import (
     StoredCheckpoint,
     ThreadView,
     thread_run,
+    typed_member,
     version_key,
 )
 
@@ -122,6 +124,42 @@ class ThreadReads(SaverBase):
         view.extend(fresh)
         return self._keep(key, view, check.last, shared)
 
+    async def _page(
+        self,
+        store: SqlJournalStore,
+        thread_id: str,
+        ns: str,
+        before: str | None,
+        limit: int,
+        filter: dict[str, Any] | None,
+    ) -> tuple[ThreadView, list[StoredCheckpoint]] | None:
+        """``list``'s answer read back from the head (:mod:`agentplane_journal.langgraph.
+        lean_list`), for a saver made with ``lean_resume`` that has no verified view of the
+        thread; ``None``: the caller reads the thread (a view kept, or the page cannot vouch).
+        Leaves the saver's state as it was: a page is not a view of the thread to write on."""
+        run = thread_run(thread_id)
+        key = (store.tenant, run)
+        cached = self._cache.get(key)
+        if (cached is not None and cached.partial_ns is None) or (
+            self.share_verified and self._memo_key(store, run) in THREADS
+        ):
+            return None  # a verified view is kept: reading on from it is cheaper still
+
+        def matches(record: Record) -> bool:
+            if not filter:
+                return True
+            metadata = self.serde.loads_typed(typed_member(record, "metadata"))
+            return all(metadata.get(k) == v for k, v in filter.items())
+
+        got = await lean_page(
+            store, thread_id, run, ns, before, limit, matches, self._verifier, self._require
+        )
+        if got is None:
+            return None
+        view, keys, records, last = got
+        self._check_known(key, records, last)
+        return view, [view.checkpoints[k] for k in keys if k in view.checkpoints]
+
     def _check_known(self, key: _Key, records: list[Record], last: int) -> None:
         """The head this saver wrote must still be there (a cut or rewritten tail)."""
         known = self._known.get(key)
@@ -140,8 +178,6 @@ class ThreadReads(SaverBase):
         """Remember a verified ``view`` (read up to ``last``) for the next read and write."""
         self._seen[key] = last
         self._names[key] = Names.of(view)
-        while len(self._names) > _NAMES:
-            self._names.popitem(last=False)
         if shared is not None and view.partial_ns is None:
             THREADS.give(shared, view)
         elif self.cache_threads:

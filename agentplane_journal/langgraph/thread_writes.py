@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
+from agentplane_journal.core.append import Append
 from agentplane_journal.core.ids import RunId
 from agentplane_journal.core.record import Record
 from agentplane_journal.core.values import Lease
@@ -23,7 +24,7 @@ from agentplane_journal.errors import (
 )
 from agentplane_journal.journal.store import SqlJournalStore
 from agentplane_journal.keyring.store import SealingStore
-from agentplane_journal.langgraph.base import _NAMES, SaverBase, _Key
+from agentplane_journal.langgraph.base import SaverBase, _Key
 from agentplane_journal.langgraph.lean import Names
 from agentplane_journal.langgraph.records import (
     thread_run,
@@ -125,10 +126,19 @@ class ThreadWrites(SaverBase):
                 await asyncio.sleep(pause)
                 pause = min(pause * 2, 0.25)
 
-    async def _write(self, store: SqlJournalStore, thread_id: str, appends: list[Any]) -> None:
+    async def _write(
+        self,
+        store: SqlJournalStore,
+        thread_id: str,
+        appends: list[Append] | Callable[[], list[Append]],
+    ) -> None:
+        """Append ``appends`` (or what ``appends()`` builds under the thread's write lock,
+        from what the saver then knows: a checkpoint's names) under the thread's lease."""
         run = thread_run(thread_id)
         key = (store.tenant, run)
         async with self._lock(key):
+            if callable(appends):
+                appends = appends()
             if key not in self._leases and not isinstance(store, SealingStore):
                 records = await self._admit(store, thread_id, run, appends)
             else:
@@ -147,8 +157,6 @@ class ThreadWrites(SaverBase):
                     names = Names(0, complete=True)  # a thread this write began
                 if names is not None and names.apply(records):
                     self._names[key] = names
-                    while len(self._names) > _NAMES:
-                        self._names.popitem(last=False)
 
     async def arelease(self, thread_id: str) -> None:
         """Give the thread's lease back now (another saver may write it at once)."""

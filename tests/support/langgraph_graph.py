@@ -5,6 +5,7 @@ Import it after checking that langgraph is installed."""
 
 from __future__ import annotations
 
+import base64
 import operator
 from collections.abc import Awaitable
 from typing import Annotated, Any, TypedDict
@@ -15,6 +16,7 @@ from langgraph.types import interrupt
 from sqlalchemy import insert, text
 
 from agentplane_journal import CorruptRecordError, SqlJournalStore
+from agentplane_journal.core.append import RESERVED_MEMBERS, Append
 from agentplane_journal.core.batch import COLUMNS, chain_batch
 from agentplane_journal.db.models import Journal
 from agentplane_journal.langgraph import JournalSaver, thread_run
@@ -124,3 +126,28 @@ async def caught(read: Awaitable[Any]) -> bool:
     except CorruptRecordError:
         return True
     return False
+
+
+async def rehash_blobs(store: SqlJournalStore, thread: str, seq: int) -> None:
+    """Checkpoint record ``seq``'s blobs rewritten and the record sealed again onto the same
+    predecessor: every hash right, its own and its row's; only a name of it disagrees."""
+    run = thread_run(thread)
+    record = (await store.records_at(run, [seq]))[0]
+    payload = {k: v for k, v in record.body.items() if k not in RESERVED_MEMBERS}
+    payload["blobs"] = [
+        [b[0], b[1], "json", base64.b64encode(b'"forged"').decode()] for b in payload["blobs"]
+    ]
+    append = Append(run, record.kind, payload, v=record.body["v"])
+    _, rows, _ = chain_batch(
+        store.tenant, str(run), record.epoch, record.seq - 1, record.prev_hash, [append], None
+    )
+    row = dict(zip(COLUMNS, rows[0], strict=True))
+    await sql(
+        store,
+        "UPDATE journal SET raw = :raw, hash = :hash WHERE tenant = :t AND run_id = :r"
+        " AND seq = :s",
+        r=str(run),
+        s=record.seq,
+        raw=row["raw"],
+        hash=row["hash"],
+    )
