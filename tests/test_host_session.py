@@ -88,6 +88,7 @@ async def host(dialect: str, database_url: str, clock: FakeClock) -> AsyncIterat
         yield Host(
             dialect, engine, async_sessionmaker(engine, expire_on_commit=False), store, database_url
         )
+        await store.close()  # as docs/host-guide.md says: the writer's connections back first
     finally:
         await engine.dispose()
 
@@ -590,6 +591,7 @@ async def sqlite_host(sqlite_url: str, clock: FakeClock) -> AsyncIterator[Host]:
             await conn.run_sync(ShopBase.metadata.create_all)
         store = SqlJournalStore(engine, clock=clock)
         yield Host("sqlite", engine, async_sessionmaker(engine), store, sqlite_url)
+        await store.close()
     finally:
         await engine.dispose()
 
@@ -842,5 +844,6 @@ async def test_postgresql_a_store_write_on_a_run_the_tasks_transaction_holds_is_
                 await store.append(99, [admitted(run)], session=session)
             lease = await soon(store.renew(run, "web", first.epoch, 60))
             await soon(store.append(lease.epoch, [admitted(run)]))
+        await store.close()
     finally:
         await engine.dispose()
