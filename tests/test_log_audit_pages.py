@@ -16,12 +16,14 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import event, text
 
-from agentplane_journal import Digest, SqlJournalStore, leaf_hash, root
+from agentplane_journal import Digest, RunId, SqlJournalStore, leaf_hash, root
 from agentplane_journal.journal import log_audit
+from agentplane_journal.tlog.merkle import raw_leaf
 
 from support.checks_tools import around_checks
+from support.helpers import note
 from support.logs import bulk_seal
 from support.tamper import SIGNER, honest_run
 
@@ -83,26 +85,44 @@ async def test_a_clean_log_is_audited_page_by_page(make_store: Callable[..., Any
     assert told == [(2, 7), (4, 7), (6, 7), (7, 7)]
 
 
-# Seven leaves: the stored tree holds (0, 0..6), (1, 0..2) and (2, 0). Each edit, the
-# position the audit names, a word of its detail, and the rows the rebuild rewrites.
-TREE_EDITS: list[tuple[str, dict[str, int], int, str, int]] = [
-    (f"UPDATE log_tree SET hash = :h {_NODE}", {"lv": 0, "ix": 5}, 5, "not the seal's hash", 1),
+# Seven leaves: the stored tree holds (0, 0..6), (1, 0..2) and (2, 0). Each edit: the
+# position the audit names, a word of its detail, the rows the rebuild rewrites or removes,
+# and whether only SQLite can store it (its columns take any storage class). A row that is
+# no node a seal writes is left out of the pages ("is missing" where it stood) and removed.
+TREE_EDITS: list[tuple[str, dict[str, int], int, str, int, bool]] = [
+    (
+        f"UPDATE log_tree SET hash = :h {_NODE}",
+        {"lv": 0, "ix": 5},
+        5,
+        "not the seal's hash",
+        1,
+        False,
+    ),
     (
         f"UPDATE log_tree SET hash = :h {_NODE}",
         {"lv": 1, "ix": 1},
         2,
-        "does not hash its children",
+        "(level 1, index 1) does not hash its children",
         1,
+        False,
     ),
-    (f"DELETE FROM log_tree {_NODE}", {"lv": 2, "ix": 0}, 0, "is missing", 1),
-    (f"UPDATE log_tree SET run_id = NULL {_NODE}", {"lv": 0, "ix": 3}, 3, "names run None", 1),
-    (f"DELETE FROM log_tree {_NODE}", {"lv": 0, "ix": 6}, 6, "is missing", 1),
+    (f"DELETE FROM log_tree {_NODE}", {"lv": 2, "ix": 0}, 0, "is missing", 1, False),
+    (
+        f"UPDATE log_tree SET run_id = NULL {_NODE}",
+        {"lv": 0, "ix": 3},
+        3,
+        "(level 0, index 3) names run None, not run_01J00000000000000000000000",
+        1,
+        False,
+    ),
+    (f"DELETE FROM log_tree {_NODE}", {"lv": 0, "ix": 6}, 6, "is missing", 1, False),
     (
         "INSERT INTO log_tree (tenant, level, idx, hash) VALUES (:t, 1, 3, :h)",
         {},
         7,
         "beyond its 7 leaves",
         1,
+        False,
     ),
     (
         "INSERT INTO log_tree (tenant, level, idx, hash) VALUES (:t, 0, 9, :h)",
@@ -110,22 +130,61 @@ TREE_EDITS: list[tuple[str, dict[str, int], int, str, int]] = [
         7,
         "holds 10 leaves, but 7 runs are sealed",
         1,
+        False,
     ),
-    (f"UPDATE log_tree SET level = -1 {_NODE}", {"lv": 1, "ix": 1}, 2, "is missing", 2),
+    (
+        "INSERT INTO log_tree (tenant, level, idx, hash) VALUES (:t, -1, 0, :h)",
+        {},
+        7,
+        "the stored tree holds 1 row(s) that are no node a seal writes (a level outside "
+        "0..62, a negative index, a hash not of 32 bytes, or a value of the wrong type)",
+        1,
+        False,
+    ),
+    (f"UPDATE log_tree SET level = -1 {_NODE}", {"lv": 1, "ix": 1}, 2, "is missing", 2, False),
+    (f"UPDATE log_tree SET idx = -1 {_NODE}", {"lv": 1, "ix": 1}, 2, "is missing", 2, False),
+    (f"UPDATE log_tree SET hash = :short {_NODE}", {"lv": 1, "ix": 1}, 2, "is missing", 1, False),
+    (
+        f"UPDATE log_tree SET level = CAST('1' AS BLOB) {_NODE}",
+        {"lv": 1, "ix": 1},
+        2,
+        "is missing",
+        2,
+        True,
+    ),
+    (f"UPDATE log_tree SET idx = 1.5 {_NODE}", {"lv": 0, "ix": 1}, 1, "is missing", 1, True),
+    (
+        f"UPDATE log_tree SET hash = '0123456789abcdef0123456789abcdef' {_NODE}",
+        {"lv": 1, "ix": 1},
+        2,
+        "is missing",
+        1,
+        True,
+    ),
+    (
+        f"UPDATE log_tree SET run_id = CAST(run_id AS BLOB) {_NODE}",
+        {"lv": 0, "ix": 2},
+        2,
+        "is missing",
+        1,
+        True,
+    ),
 ]
 
 
 @pytest.mark.parametrize("edit", range(len(TREE_EDITS)))
 async def test_an_edited_tree_is_named_at_its_first_bad_position_and_rebuilt(
-    make_store: Callable[..., Any], edit: int
+    make_store: Callable[..., Any], dialect: str, edit: int
 ) -> None:
-    statement, where, position, detail, rewritten = TREE_EDITS[edit]
+    statement, where, position, detail, rewritten, sqlite_only = TREE_EDITS[edit]
+    if sqlite_only and dialect != "sqlite":
+        pytest.skip("PostgreSQL's column types refuse this value")
     store: SqlJournalStore = await make_store(signer=SIGNER)
     await _log(store)
-    await _sql(store, statement, h=bytes(32), lv=where.get("lv"), ix=where.get("ix"))
+    await _sql(store, statement, h=bytes(32), short=b"\x01", lv=where.get("lv"), ix=where.get("ix"))
     audit = await store.audit_log()
     assert (audit.first_bad, audit.size, audit.repaired) == (position, 7, 0), audit
-    assert detail in (audit.detail or ""), audit
+    assert audit.detail is not None and audit.detail.endswith(detail), audit
     rebuilt = await store.reindex_log()
     assert (rebuilt.first_bad, rebuilt.repaired, rebuilt.kept) == (position, rewritten, 0), rebuilt
     assert (await store.audit_log()).ok
@@ -154,16 +213,46 @@ async def test_a_seal_the_tree_missed_is_added_to_it(make_store: Callable[..., A
     await _root_is_the_seals(store)
 
 
+async def _counter(store: SqlJournalStore) -> object:
+    async with store.engine.connect() as conn:
+        return (
+            await conn.execute(
+                text("SELECT value FROM journal_counter WHERE name = 'log_position/' || :t"),
+                {"t": store.tenant},
+            )
+        ).scalar_one_or_none()
+
+
+async def _auditor(make_store: Callable[..., Any], dialect: str) -> SqlJournalStore:
+    """Another store of the tenant whose PostgreSQL connections read tables in heap order
+    (no index scans), so a statement gets its rows in the order its ORDER BY makes them
+    (SQLite reads an index in order whatever the statement says). An edited row's new
+    version lies at the end of the heap."""
+    auditor: SqlJournalStore = await make_store(signer=SIGNER)
+    if dialect == "postgresql":
+
+        def connect(dbapi_connection: Any, _: Any) -> None:
+            cursor = dbapi_connection.cursor()
+            for setting in ("enable_indexscan", "enable_indexonlyscan", "enable_bitmapscan"):
+                cursor.execute(f"SET {setting} = off")
+            cursor.close()
+
+        event.listen(auditor.engine.sync_engine, "connect", connect)
+        await auditor.engine.dispose()
+    return auditor
+
+
 # A seal's log_index made no position: the largest integer (on which the next seal would
 # overflow) or TEXT (SQLite) on the last seal, a fraction (SQLite) that keeps its rank, and
-# a negative one that moves a seal first (the renumbering keeps that new order).
+# a negative one that moves a seal first (the renumbering keeps that new order). The rows
+# rewritten: the seals moved, the counter reset, and the tree's nodes a new order changes.
 @pytest.mark.parametrize(
-    ("value", "seal", "around", "sqlite_only"),
+    ("value", "seal", "around", "sqlite_only", "repaired"),
     [
-        (str(BIG), 6, (), False),
-        ("-7", 4, ("run_seal",), False),
-        ("'last'", 6, (), True),
-        ("log_index + 0.5", 6, (), True),
+        (str(BIG), 6, (), False, 2),
+        ("-7", 4, ("run_seal",), False, 15),
+        ("'last'", 6, (), True, 2),
+        ("log_index + 0.5", 6, (), True, 2),
     ],
 )
 async def test_a_seal_whose_log_index_is_no_position_is_renumbered_in_order(
@@ -173,29 +262,63 @@ async def test_a_seal_whose_log_index_is_no_position_is_renumbered_in_order(
     seal: int,
     around: tuple[str, ...],
     sqlite_only: bool,
+    repaired: int,
 ) -> None:
     if sqlite_only and dialect != "sqlite":
         pytest.skip("PostgreSQL's column types refuse this value")
     store: SqlJournalStore = await make_store(signer=SIGNER)
     log = await _log(store)
+    moved = log[seal][0]
     await _sql(
         store,
         f"UPDATE run_seal SET log_index = {value} WHERE tenant = :t AND run_id = :r",
         around=around,
-        r=log[seal][0],
+        r=moved,
     )
-    order = [run for run, _ in await _seals(store)]
-    where = order.index(log[seal][0])  # its rank
-    audit = await store.audit_log()
-    assert audit.first_bad == where and "not a position" in (audit.detail or ""), audit
-    rebuilt = await store.reindex_log()
-    assert rebuilt.first_bad == where, rebuilt
-    assert "renumbered in their order" in (rebuilt.detail or ""), rebuilt
+    seals = await _seals(store)
+    order = [run for run, _ in seals]
+    where = order.index(moved)  # its rank
+    auditor = await _auditor(make_store, dialect)
+    audit = await auditor.audit_log()
+    assert audit.first_bad == where, audit
+    assert audit.detail == (
+        f"the seal of {moved} has log_index {seals[where][1]!r}, not a position "
+        f"0..{log_audit.MAX_LOG_INDEX} (`reindex-log` renumbers the seals in their order)"
+    )
+    rebuilt = await auditor.reindex_log()
+    assert (rebuilt.first_bad, rebuilt.repaired) == (where, repaired), rebuilt
+    assert rebuilt.detail == (
+        f"the seal of {moved} has log_index {seals[where][1]!r}, not a position "
+        f"0..{log_audit.MAX_LOG_INDEX}: the seals were renumbered in their order"
+    )
     assert await _seals(store) == [(run, i) for i, run in enumerate(order)]
-    assert (await store.audit_log()).ok
+    assert await _counter(store) == 6
+    assert (await auditor.audit_log()).ok
     await _root_is_the_seals(store)
     late = await honest_run(store, seal=True)  # the counter goes on from the last rank
-    assert (await store.inclusion_proof(late.run)).index == 7  # type: ignore[union-attr]
+    assert (await _seals(store))[-1] == (str(late.run), 7)
+
+
+async def test_renumbering_steps_around_the_values_seals_still_hold(
+    make_store: Callable[..., Any],
+) -> None:
+    # The first seal at -1 (no position), the last at 7 (a position, past a gap): each is
+    # moved through a temporary value that no seal holds, never onto the last one's 7.
+    store: SqlJournalStore = await make_store(signer=SIGNER)
+    log = await _log(store)
+    await _sql(
+        store,
+        "UPDATE run_seal SET log_index = -1 WHERE tenant = :t AND run_id = :r",
+        around=("run_seal",),
+        r=log[0][0],
+    )
+    await _sql(
+        store, "UPDATE run_seal SET log_index = 7 WHERE tenant = :t AND run_id = :r", r=log[6][0]
+    )
+    rebuilt = await store.reindex_log()
+    assert (rebuilt.first_bad, rebuilt.repaired) == (0, 3), rebuilt  # two seals, the counter
+    assert await _seals(store) == [(run, i) for i, (run, _) in enumerate(log)]
+    assert (await store.audit_log()).ok
 
 
 @pytest.mark.parametrize("value", [str(BIG), "-5"])
@@ -211,23 +334,175 @@ async def test_a_log_counter_that_is_no_position_is_named_and_reset(
     assert audit.first_bad == 7 and "log counter holds" in (audit.detail or ""), audit
     rebuilt = await store.reindex_log()
     assert (rebuilt.first_bad, rebuilt.repaired) == (7, 1), rebuilt
-    assert "it was reset" in (rebuilt.detail or "")
+    assert rebuilt.detail == f"the log counter holds {value}, not a position: it was reset"
+    assert await _counter(store) == 6
     assert (await store.audit_log()).ok
     late = await honest_run(store, seal=True)
-    assert (await store.inclusion_proof(late.run)).index == 7  # type: ignore[union-attr]
+    assert (await _seals(store))[-1] == (str(late.run), 7)
 
 
-async def test_an_edited_seal_is_kept_and_stays_reported(make_store: Callable[..., Any]) -> None:
+async def test_an_empty_log_is_clean_and_its_lost_counter_starts_again(
+    make_store: Callable[..., Any],
+) -> None:
+    store: SqlJournalStore = await make_store(signer=SIGNER)
+    audit = await store.audit_log()
+    assert (audit.ok, audit.size) == (True, 0), audit
+    await _sql(
+        store,
+        f"INSERT INTO journal_counter (name, value) VALUES ('log_position/' || :t, {BIG})",
+    )
+    assert (await store.audit_log()).first_bad == 0
+    rebuilt = await store.reindex_log()
+    assert (rebuilt.first_bad, rebuilt.repaired) == (0, 1), rebuilt
+    assert await _counter(store) == -1
+    first = await honest_run(store, seal=True)
+    assert await _seals(store) == [(str(first.run), 0)]
+    assert (await store.audit_log()).ok
+
+
+async def test_a_tree_lost_whole_is_named_and_rebuilt(make_store: Callable[..., Any]) -> None:
+    store: SqlJournalStore = await make_store(signer=SIGNER)
+    await _log(store)
+    await _sql(store, "DELETE FROM log_tree WHERE tenant = :t")
+    audit = await store.audit_log()
+    assert (audit.first_bad, audit.size) == (0, 7), audit
+    rebuilt = await store.reindex_log()
+    assert (rebuilt.first_bad, rebuilt.repaired) == (0, 11), rebuilt  # 7 + 3 + 1 nodes
+    assert (await store.audit_log()).ok
+    await _root_is_the_seals(store)
+
+
+async def test_an_audit_checks_the_log_its_census_counted(make_store: Callable[..., Any]) -> None:
+    """Seals that land after the census are the next audit's: this one checks seven."""
+    store: SqlJournalStore = await make_store(signer=SIGNER)
+    await _log(store)
+    units = 0
+
+    async def unit(fn: Callable[[Any], Any], primary: bool = False) -> Any:
+        nonlocal units
+        result = await store._unit(fn, read_only=True)
+        units += 1
+        if units == 1:  # the census: two seals land before the first page
+            await bulk_seal(
+                store,
+                [(f"run_01J000000000000000000001{i}", bytes(32), 0, "x") for i in range(2)],
+            )
+        return result
+
+    told: list[tuple[int, int]] = []
+    audit = await log_audit.audit_pages(store._log, unit, False, lambda d, t: told.append((d, t)))
+    assert (audit.ok, audit.size) == (True, 7), audit
+    assert told == [(2, 7), (4, 7), (6, 7), (7, 7)]
+    assert (await store.audit_log()).size == 9
+
+
+# A seal edited (its chain head no longer the one its run's records end at, or not 32
+# bytes, or on SQLite not bytes at all): no rebuild can repair it, so it is kept, counted and
+# stays reported, and the tree keeps the leaf it holds for the run; where the tree lost that
+# leaf too, the rebuild writes the seal's own leaf (of no bytes, for a head that is none).
+EDITED_SEALS: list[tuple[str, str, bool]] = [
+    (
+        "X'000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f'",
+        "holds a chain head its run's records do not end at (the seal or the records were edited)",
+        False,
+    ),
+    ("X'01'", "holds a chain head of 1 bytes, not 32", False),
+    ("'0123456789abcdef0123456789abcdef'", "holds text as its chain head, not 32 bytes", True),
+]
+
+
+@pytest.mark.parametrize("edit", range(len(EDITED_SEALS)))
+async def test_an_edited_seal_is_kept_and_stays_reported(
+    make_store: Callable[..., Any], dialect: str, edit: int
+) -> None:
+    head, problem, sqlite_only = EDITED_SEALS[edit]
+    if sqlite_only and dialect != "sqlite":
+        pytest.skip("PostgreSQL's column types refuse this value")
+    sealed = bytes.fromhex(head[2:-1]) if head.startswith("X'") else b""  # what a leaf hashes
+    if dialect == "postgresql":
+        head = head.replace("X'", "'\\x")
     store: SqlJournalStore = await make_store(signer=SIGNER)
     log = await _log(store)
     before = await store.checkpoint()
+    for run, _ in (log[1], log[2]):
+        await _sql(
+            store,
+            f"UPDATE run_seal SET chain_head = {head} WHERE tenant = :t AND run_id = :r",
+            r=run,
+        )
+    for report in (await store.audit_log(), await store.reindex_log(), await store.audit_log()):
+        assert (report.first_bad, report.kept, report.repaired) == (1, 2, 0), report
+        assert report.detail == (
+            f"the seal of {log[1][0]} {problem}: no rebuild can repair a seal "
+            f"(`verify {log[1][0]}` shows the run)"
+        ), report
+    assert await store.checkpoint() == before  # the tree keeps the leaves it holds for them
+    await _sql(store, "DELETE FROM log_tree WHERE tenant = :t AND level = 0 AND idx = 1")
+    rebuilt = await store.reindex_log()
+    # the leaf, and the two nodes above it, which now hash it: named at leaf 0, their first
+    assert (rebuilt.first_bad, rebuilt.kept, rebuilt.repaired) == (0, 2, 3), rebuilt
+    async with store.engine.connect() as conn:
+        leaf = (
+            await conn.execute(
+                text("SELECT hash FROM log_tree WHERE tenant = :t AND level = 0 AND idx = 1"),
+                {"t": store.tenant},
+            )
+        ).scalar_one()
+    assert bytes(leaf) == raw_leaf(sealed)
+
+
+async def _snapshot(store: SqlJournalStore) -> list[Any]:
+    """Every log row of the tenant: its seals, its tree, its counter."""
+    async with store.engine.connect() as conn:
+        out: list[Any] = []
+        for table, order in (("run_seal", "run_id"), ("log_tree", "level, idx")):
+            rows = await conn.execute(
+                text(f"SELECT * FROM {table} WHERE tenant = :t ORDER BY {order}"),
+                {"t": store.tenant},
+            )
+            out.append([tuple(r) for r in rows])
+    return [*out, await _counter(store)]
+
+
+async def test_another_tenants_log_is_none_of_this_audits_business(
+    make_store: Callable[..., Any],
+) -> None:
+    store: SqlJournalStore = await make_store(signer=SIGNER)
+    other: SqlJournalStore = await make_store(tenant=store.tenant + "-other", signer=SIGNER)
+    log = await _log(store)
+    # The other tenant: a longer log under the same run ids (other heads, so other nodes at
+    # the same positions), more records under one of this tenant's sealed runs, a hostile
+    # node and a seal whose log_index is no position.
+    shared = log[0][0]
+    lease = await other.acquire(RunId.parse(shared), "other", 60)
+    await other.append(lease.epoch, [note(RunId.parse(shared)) for _ in range(6)])
+    theirs = [(run, bytes(Digest.of(run.encode())), 0, "x") for run, _ in log[3:]]
+    theirs += [(f"run_01J000000000000000000002{i}", bytes(32), 0, "x") for i in range(5)]
+    await bulk_seal(other, theirs)
+    await _sql(
+        other, "INSERT INTO log_tree (tenant, level, idx, hash) VALUES (:t, -1, 0, :h)", h=bytes(32)
+    )
+    await _sql(
+        other,
+        f"UPDATE run_seal SET log_index = {BIG} WHERE tenant = :t AND run_id = :r",
+        r=theirs[-1][0],
+    )
+    before = await _snapshot(other)
+    audit = await store.audit_log()
+    assert (audit.ok, audit.size) == (True, 7), audit
+    rebuilt = await store.reindex_log()
+    assert (rebuilt.ok, rebuilt.repaired) == (True, 0), rebuilt
+    # This tenant's last seal (a run id the other tenant has sealed too) made no position,
+    # and its counter lost: renumbered and reset from this tenant's seals alone.
     await _sql(
         store,
-        "UPDATE run_seal SET chain_head = :h WHERE tenant = :t AND run_id = :r",
-        h=bytes(range(32)),
-        r=log[1][0],
+        f"UPDATE run_seal SET log_index = {BIG} WHERE tenant = :t AND run_id = :r",
+        r=log[6][0],
     )
-    for report in (await store.audit_log(), await store.reindex_log(), await store.audit_log()):
-        assert (report.first_bad, report.kept, report.repaired) == (1, 1, 0), report
-        assert "no rebuild can repair a seal" in (report.detail or ""), report
-    assert await store.checkpoint() == before  # the tree keeps the leaf it holds for the run
+    await _sql(store, "UPDATE journal_counter SET value = -5 WHERE name = 'log_position/' || :t")
+    rebuilt = await store.reindex_log()
+    assert (rebuilt.first_bad, rebuilt.repaired) == (6, 2), rebuilt
+    assert await _seals(store) == [(run, i) for i, (run, _) in enumerate(log)]
+    assert await _counter(store) == 6
+    assert (await store.audit_log()).ok
+    assert await _snapshot(other) == before
