@@ -198,6 +198,8 @@ async def test_an_edited_tree_is_named_at_its_first_bad_position_and_rebuilt(
     # (a rebuild names a row beyond the log at the log's end, where it sweeps it)
     at = min(position, 7)
     assert (rebuilt.first_bad, rebuilt.repaired, rebuilt.kept) == (at, rewritten, 0), rebuilt
+    if at == 7:
+        assert rebuilt.detail == "1 stored row(s) beyond the 7 sealed runs or no node at all"
     assert (await store.audit_log()).ok
     await _root_is_the_seals(store)
 
@@ -342,7 +344,11 @@ async def test_a_log_counter_that_is_no_position_is_named_and_reset(
         store, f"UPDATE journal_counter SET value = {value} WHERE name = 'log_position/' || :t"
     )
     audit = await store.audit_log()
-    assert audit.first_bad == 7 and "log counter holds" in (audit.detail or ""), audit
+    assert audit.first_bad == 7, audit
+    assert audit.detail == (
+        f"the log counter holds {value}, not a position: the next seal would fail "
+        "(`reindex-log` resets it)"
+    )
     rebuilt = await store.reindex_log()
     assert (rebuilt.first_bad, rebuilt.repaired) == (7, 1), rebuilt
     assert rebuilt.detail == f"the log counter holds {value}, not a position: it was reset"
@@ -375,10 +381,14 @@ async def test_a_tree_lost_whole_is_named_and_rebuilt(make_store: Callable[..., 
     store: SqlJournalStore = await make_store(signer=SIGNER)
     await _log(store)
     await _sql(store, "DELETE FROM log_tree WHERE tenant = :t")
+    await _sql(
+        store, "INSERT INTO log_tree (tenant, level, idx, hash) VALUES (:t, -1, 0, :h)", h=bytes(32)
+    )
     audit = await store.audit_log()
     assert (audit.first_bad, audit.size) == (0, 7), audit
     rebuilt = await store.reindex_log()
-    assert (rebuilt.first_bad, rebuilt.repaired) == (0, 11), rebuilt  # 7 + 3 + 1 nodes
+    # 7 + 3 + 1 nodes written, the last page's leaf among them, and the hostile row swept
+    assert (rebuilt.first_bad, rebuilt.repaired) == (0, 12), rebuilt
     assert (await store.audit_log()).ok
     await _root_is_the_seals(store)
 
@@ -511,8 +521,10 @@ async def test_another_tenants_log_is_none_of_this_audits_business(
         r=log[6][0],
     )
     await _sql(store, "UPDATE journal_counter SET value = -5 WHERE name = 'log_position/' || :t")
+    # and its leaf lost: rewritten here only, though the other tenant's leaf names that run
+    await _sql(store, "DELETE FROM log_tree WHERE tenant = :t AND level = 0 AND idx = 6")
     rebuilt = await store.reindex_log()
-    assert (rebuilt.first_bad, rebuilt.repaired) == (6, 2), rebuilt
+    assert (rebuilt.first_bad, rebuilt.repaired) == (6, 3), rebuilt
     assert await _seals(store) == [(run, i) for i, (run, _) in enumerate(log)]
     assert await _counter(store) == 6
     assert (await store.audit_log()).ok
