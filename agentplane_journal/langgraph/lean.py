@@ -183,26 +183,51 @@ async def lean_view(
         {seq for _, _, seq, _ in uses if seq not in by_seq}
         | {seq for seq, _ in pending if seq not in by_seq}
     )
-    if wanted:
-        for record in await store.records_at(run, wanted):
-            if verifier is not None:  # its own signature: the chain does not reach it
-                verify_attested([record], verifier, require, start=record.prev_hash, rehash=False)
-            by_seq[record.seq] = record
+    await fetch_named(store, run, wanted, by_seq, verifier, require)
     view = ThreadView(thread_id, partial_ns=ns)
     for channel, version, seq, digest in uses:
-        named = by_seq.get(seq)
-        if named is None or named.hash.hex() != digest:
-            raise CorruptRecordError(
-                seq,
-                f"checkpoint seq {tail[at].seq} names record {seq} ({digest[:12]}) for channel "
-                f"{channel!r}, and that record is gone or different: records were deleted or "
-                "rewritten",
-            )
+        named = named_record(by_seq, tail[at].seq, channel, seq, digest)
         view.add_named(named, ns, channel, version)
     # Its pending writes that landed before it, then the checkpoint and what follows.
     view.extend(check_pending(by_seq.get(seq), tail[at], seq, digest) for seq, digest in pending)
     view.extend(tail[at:])
     return view, tail, check.last
+
+
+async def fetch_named(
+    store: SqlJournalStore,
+    run: RunId,
+    wanted: list[int],
+    by_seq: dict[int, Record],
+    verifier: Verifier | None,
+    require: bool,
+) -> None:
+    """Add to ``by_seq`` the named records outside the records read (one statement). The
+    chain read does not reach them, so each is checked against its own signature when a
+    verifier is set; :func:`named_record` then holds each to the hash its checkpoint names."""
+    if not wanted:
+        return
+    for record in await store.records_at(run, wanted):
+        if verifier is not None:
+            verify_attested([record], verifier, require, start=record.prev_hash, rehash=False)
+        by_seq[record.seq] = record
+
+
+def named_record(
+    by_seq: dict[int, Record], checkpoint: int, channel: str, seq: int, digest: str
+) -> Record:
+    """The record a checkpoint (at seq ``checkpoint``) names for ``channel`` by seq and
+    hash; a record gone, or there with another hash, is the damage it is (deleted or
+    rewritten), never a stale channel value."""
+    named = by_seq.get(seq)
+    if named is None or named.hash.hex() != digest:
+        raise CorruptRecordError(
+            seq,
+            f"checkpoint seq {checkpoint} names record {seq} ({digest[:12]}) for channel "
+            f"{channel!r}, and that record is gone or different: records were deleted or "
+            "rewritten",
+        )
+    return named
 
 
 def named_pending(record: Record) -> list[tuple[int, str]]:

@@ -31,14 +31,19 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from agentplane_journal.core.chain import RunCheck, verify_attested
+from agentplane_journal.core.chain import RunCheck
 from agentplane_journal.core.ids import Digest, RunId
 from agentplane_journal.core.record import Record
 from agentplane_journal.core.signing import Verifier
 from agentplane_journal.errors import CorruptRecordError
 from agentplane_journal.journal.store import SqlJournalStore
 from agentplane_journal.keyring.store import SealingStore
-from agentplane_journal.langgraph.lean import check_pending, named_pending
+from agentplane_journal.langgraph.lean import (
+    check_pending,
+    fetch_named,
+    named_pending,
+    named_record,
+)
 from agentplane_journal.langgraph.records import (
     CHECKPOINT,
     COPIED,
@@ -140,21 +145,10 @@ async def lean_page(
     )
     if wanted and wanted[0] <= floor:
         return None  # names a record before the thread's deletion: the replay answers
-    if wanted:
-        for record in await store.records_at(run, wanted):
-            if verifier is not None:  # its own signature: the chain does not reach it
-                verify_attested([record], verifier, require, start=record.prev_hash, rehash=False)
-            by_seq[record.seq] = record
+    await fetch_named(store, run, wanted, by_seq, verifier, require)
     view = ThreadView(thread_id, partial_ns=ns)
     for checkpoint, (channel, version, seq, digest) in sorted(uses, key=lambda u: u[1][2]):
-        named = by_seq.get(seq)
-        if named is None or named.hash.hex() != digest:
-            raise CorruptRecordError(
-                seq,
-                f"checkpoint seq {checkpoint.seq} names record {seq} ({digest[:12]}) for channel "
-                f"{channel!r}, and that record is gone or different: records were deleted or "
-                "rewritten",
-            )
+        named = named_record(by_seq, checkpoint.seq, channel, seq, digest)
         if seq <= floor:
             return None
         view.add_named(named, ns, channel, version)
