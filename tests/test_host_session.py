@@ -676,6 +676,7 @@ async def test_sqlite_an_engine_used_before_configuration_is_refused(sqlite_url:
         await engine.dispose()  # as the message says: then it can be configured
         store = SqlJournalStore(engine)
         assert await store.head(RunId.generate()) == await store.head(RunId.generate())
+        await store.close()  # the host guide's shutdown order: the store, then the engine
     finally:
         await engine.dispose()
 
