@@ -44,6 +44,7 @@ pytestmark = pytest.mark.postgres
 
 WORKER = Path(__file__).with_name("steps_twin_worker.py")
 RUNS = 8
+RED_ATTEMPTS = 3
 
 
 def twins(url: str, tenant: str, ledger: Path, *flags: str) -> list[dict[str, Any]]:
@@ -121,7 +122,18 @@ async def test_two_live_processes_under_one_name_are_fenced(
 async def test_with_the_fence_broken_in_one_process_an_older_epoch_writes_late(
     pg_battery_url: str, tmp_path: Path
 ) -> None:
-    """The red run: the same race with one process's fence broken is caught."""
-    _, wrong = await raced(pg_battery_url, tmp_path / "ledger", "--no-fence")
-    print("\n".join(wrong))
-    assert any("older epoch" in w for w in wrong), wrong
+    """The red run: the same race with one process's fence broken is caught.
+
+    A race is a race: on a loaded machine one attempt may end before the broken process
+    is displaced mid-write, so up to :data:`RED_ATTEMPTS` are run and one must be caught
+    (each attempt is a fresh tenant and ledger). What this shows is that the judge can
+    see the fence fail, not how often a broken fence is hit.
+    """
+    seen: list[list[str]] = []
+    for attempt in range(RED_ATTEMPTS):
+        _, wrong = await raced(pg_battery_url, tmp_path / f"ledger{attempt}", "--no-fence")
+        seen.append(wrong)
+        if any("older epoch" in w for w in wrong):
+            break
+    print("\n".join(seen[-1]))
+    assert any("older epoch" in w for w in seen[-1]), seen
