@@ -113,8 +113,7 @@ class Writer(GroupWriter[Request, list[Record]]):
         self, driver: Any, group: list[Request]
     ) -> tuple[list[list[Record] | BaseException], bool]:
         """One hop to the connection's thread: ``group``'s transaction (see
-        :func:`transaction`). aiosqlite's own queue onto that thread (``_execute``) and the
-        sqlite3 connection it owns (``_conn``) are private, present since 0.17."""
+        :func:`transaction` and :meth:`_hop`)."""
         try:
             if self._turn is None or _pool.is_short(self._bind):
                 # No turn while this writer holds the pool's last connection: the store's
@@ -122,12 +121,10 @@ class Writer(GroupWriter[Request, list[Record]]):
                 # holds the turn may be waiting for this very connection (a deadlock until
                 # the pool's timeout). Without the turn the database's lock judges, as it
                 # did before turns; a short pool then gets the connection back at once.
-                answers: list[list[Record] | BaseException] = await driver._execute(
-                    transaction, driver._conn, group
-                )
+                answers: list[list[Record] | BaseException] = await self._hop(driver, group)
             else:
                 async with self._turn.taken():  # after the store's other write transactions
-                    answers = await driver._execute(transaction, driver._conn, group)
+                    answers = await self._hop(driver, group)
         except sqlite3.Error as exc:  # a savepoint or rollback failed: nothing was committed
             return [exc] * len(group), True
         except Exception as exc:
@@ -137,6 +134,44 @@ class Writer(GroupWriter[Request, list[Record]]):
             error.__cause__ = exc
             return [error] * len(group), False
         return answers, True
+
+    async def _hop(self, driver: Any, group: list[Request]) -> list[list[Record] | BaseException]:
+        """``group``'s transaction on aiosqlite's thread (:func:`transaction`), answered from
+        there: the thread's one wake of the event loop hands each caller its answer and the
+        leader its list in the same loop turn, so a caller resumes as soon as the leader
+        would have (one loop turn sooner than through the leader, which answers again: a
+        done future is never set twice). aiosqlite's queue onto its thread (``_tx``) and its
+        ``sqlite3`` connection (``_conn``) are private, present since 0.17; a connection it
+        has closed raises here, as its own ``_execute`` would."""
+        if not driver._running or driver._connection is None:
+            raise ValueError("Connection closed")
+        conn: sqlite3.Connection = driver._conn
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[list[list[Record] | BaseException]] = loop.create_future()
+
+        def run() -> None:  # on aiosqlite's thread
+            try:
+                answers = transaction(conn, group)
+            except BaseException as exc:  # a savepoint or rollback failed; or worse
+                _wake(loop, _failed_hop, done, exc)
+            else:
+                _wake(loop, self._settle, group, answers, done)
+
+        driver._tx.put_nowait((None, run))
+        return await done
+
+    def _settle(
+        self,
+        group: list[Request],
+        answers: list[list[Record] | BaseException],
+        done: asyncio.Future[list[list[Record] | BaseException]],
+    ) -> None:
+        """On the event loop, the moment the transaction ended: the callers' answers, then
+        the leader's (skipped if the leader was interrupted meanwhile: it answers none)."""
+        if done.done():
+            return
+        self._answer(group, answers)
+        done.set_result(answers)
 
     def _interrupted(self, group: list[Request], exc: BaseException) -> None:
         for request in group:
@@ -291,6 +326,20 @@ class Writer(GroupWriter[Request, list[Record]]):
             last = records[-1]
             heads.put(tenant, run_id, last.seq, last.hash)
         return records
+
+
+def _wake(loop: asyncio.AbstractEventLoop, callback: Any, *args: Any) -> None:
+    """``callback(*args)`` on ``loop`` from aiosqlite's thread; nothing if the loop has
+    closed (nobody is left to hear it, as aiosqlite's own answer would be lost then)."""
+    try:
+        loop.call_soon_threadsafe(callback, *args)
+    except RuntimeError:
+        pass
+
+
+def _failed_hop(done: asyncio.Future[Any], exc: BaseException) -> None:
+    if not done.done():
+        done.set_exception(exc)
 
 
 def open_path(
