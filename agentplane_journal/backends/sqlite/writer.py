@@ -136,42 +136,24 @@ class Writer(GroupWriter[Request, list[Record]]):
         return answers, True
 
     async def _hop(self, driver: Any, group: list[Request]) -> list[list[Record] | BaseException]:
-        """``group``'s transaction on aiosqlite's thread (:func:`transaction`), answered from
-        there: the thread's one wake of the event loop hands each caller its answer and the
-        leader its list in the same loop turn, so a caller resumes as soon as the leader
-        would have (one loop turn sooner than through the leader, which answers again: a
-        done future is never set twice). aiosqlite's queue onto its thread (``_tx``) and its
-        ``sqlite3`` connection (``_conn``) are private, present since 0.17; a connection it
-        has closed raises here, as its own ``_execute`` would."""
-        if not driver._running or driver._connection is None:
-            raise ValueError("Connection closed")
-        conn: sqlite3.Connection = driver._conn
+        """``group``'s transaction on aiosqlite's thread (:func:`transaction`), through
+        aiosqlite's own queue (``_execute``; with the ``sqlite3`` connection it owns,
+        ``_conn``: both private, present since 0.17). The callers are answered from that
+        thread as the transaction ends, ahead of aiosqlite's answer to the leader: in the
+        loop turn that wake brings, one turn sooner than through the leader, which answers
+        again (a done future is never set twice)."""
         loop = asyncio.get_running_loop()
-        done: asyncio.Future[list[list[Record] | BaseException]] = loop.create_future()
 
-        def run() -> None:  # on aiosqlite's thread
+        def run(conn: sqlite3.Connection) -> list[list[Record] | BaseException]:
+            answers = transaction(conn, group)  # raises only when no answer is known
             try:
-                answers = transaction(conn, group)
-            except BaseException as exc:  # a savepoint or rollback failed; or worse
-                _wake(loop, _failed_hop, done, exc)
-            else:
-                _wake(loop, self._settle, group, answers, done)
+                loop.call_soon_threadsafe(self._answer, group, answers)
+            except RuntimeError:
+                pass  # the loop has closed: nobody is left to hear it
+            return answers
 
-        driver._tx.put_nowait((None, run))
-        return await done
-
-    def _settle(
-        self,
-        group: list[Request],
-        answers: list[list[Record] | BaseException],
-        done: asyncio.Future[list[list[Record] | BaseException]],
-    ) -> None:
-        """On the event loop, the moment the transaction ended: the callers' answers, then
-        the leader's (skipped if the leader was interrupted meanwhile: it answers none)."""
-        if done.done():
-            return
-        self._answer(group, answers)
-        done.set_result(answers)
+        answers: list[list[Record] | BaseException] = await driver._execute(run, driver._conn)
+        return answers
 
     def _interrupted(self, group: list[Request], exc: BaseException) -> None:
         for request in group:
@@ -326,20 +308,6 @@ class Writer(GroupWriter[Request, list[Record]]):
             last = records[-1]
             heads.put(tenant, run_id, last.seq, last.hash)
         return records
-
-
-def _wake(loop: asyncio.AbstractEventLoop, callback: Any, *args: Any) -> None:
-    """``callback(*args)`` on ``loop`` from aiosqlite's thread; nothing if the loop has
-    closed (nobody is left to hear it, as aiosqlite's own answer would be lost then)."""
-    try:
-        loop.call_soon_threadsafe(callback, *args)
-    except RuntimeError:
-        pass
-
-
-def _failed_hop(done: asyncio.Future[Any], exc: BaseException) -> None:
-    if not done.done():
-        done.set_exception(exc)
 
 
 def open_path(
