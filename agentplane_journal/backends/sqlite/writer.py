@@ -84,7 +84,9 @@ class Writer(GroupWriter[Request, list[Record]]):
       reason drops it.
     * **An interrupted group is cancelled**, not answered: the transaction function goes on
       running on aiosqlite's thread, where it commits or rolls back by itself, so its
-      callers hear :class:`asyncio.CancelledError`, as a caller cancelled mid-append does.
+      callers hear :class:`asyncio.CancelledError`, as a caller cancelled mid-append does
+      (unless the transaction had ended first: its callers were then answered from the
+      thread, see :meth:`_hop`, with the outcome that is known).
     * **A connection is never invalidated here**: the transaction function ends its own
       transaction before it returns, whatever became of the task waiting for it, so the
       connection goes back to the pool clean, and one aiosqlite has closed fails the pool's
