@@ -21,11 +21,15 @@ put with a pending write as a graph step makes (``put`` + ``put_writes``, counte
 step), then reads each thread's latest checkpoint (``get_tuple``) ``--depth`` times. Rounds
 are interleaved (the contenders take turns, in a rotating order) so load from elsewhere on
 the machine spreads over both; the table shows each median with its min-max, then the
-ratio journal / langgraph. Figures, never assertions.
+ratio journal / langgraph. Then the same turns again with the contenders taking turns
+thread by thread (``paired_round``): on a loaded machine a round-level interleave leaves
+each contender its own bursts of load, and the paired ratio is the steadier one. Figures,
+never assertions.
 
 Then, in interleaved rounds too (issue 32's targets):
 
-* turns/s with ``--concurrency`` (8) threads written at once by one saver;
+* turns/s with ``--concurrency`` (8) threads written at once by one saver (``0`` skips it;
+  it runs whatever ``--cold`` says);
 * cold ``get_tuple`` of a thread 10, 100 and 1,000 checkpoints deep: ``journal`` is a new
   ``JournalSaver`` (no verified point: the whole chain), ``journal-shared`` a new one with
   ``share_verified=True`` after another saver of the process verified the thread (its
@@ -109,6 +113,25 @@ async def one_round(
     return steps / (wrote - start), steps / (read - wrote)
 
 
+async def paired_round(
+    savers: dict[str, BaseCheckpointSaver[Any]], threads: int, depth: int, flip: bool
+) -> dict[str, float]:
+    """Steps/s of each saver, taking turns thread by thread (one thread's ``depth`` turns
+    on one, then a thread on the other, the order flipped every thread), so a burst of load
+    from elsewhere falls on both within milliseconds: the ratio a loaded machine can give."""
+    spent = dict.fromkeys(savers, 0.0)
+    names = list(savers)
+    for t in range(threads):
+        for name in names if (t % 2 == 0) != flip else names[::-1]:
+            thread = f"paired-{uuid.uuid4().hex}"
+            config: dict[str, Any] = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
+            start = time.perf_counter()
+            for step in range(depth):
+                config = await _turn(savers[name], config, step)
+            spent[name] += time.perf_counter() - start
+    return {name: threads * depth / spent[name] for name in names}
+
+
 async def concurrent_round(saver: BaseCheckpointSaver[Any], threads: int, depth: int) -> float:
     """Turns/s with ``threads`` threads written at once (each ``depth`` turns)."""
 
@@ -173,8 +196,8 @@ async def cold_get(saver: BaseCheckpointSaver[Any], name: str, thread: str, trie
     return statistics.median(times)
 
 
-async def bench_cold(backend: Backend, rounds: int, concurrency: int, depths: list[int]) -> None:
-    print(f"  load average before: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
+async def bench_many(backend: Backend, rounds: int, concurrency: int) -> None:
+    """Turns/s with ``concurrency`` threads written at once, interleaved rounds."""
     async with journal(backend) as j, langgraph(backend) as lg:
         savers: dict[str, BaseCheckpointSaver[Any]] = {"journal": j, "langgraph": lg}
         many: dict[str, list[float]] = {name: [] for name in savers}
@@ -187,6 +210,12 @@ async def bench_cold(backend: Backend, rounds: int, concurrency: int, depths: li
             print(f"    {name:<10} {spread(many[name])}")
         ratio = statistics.median(many["journal"]) / statistics.median(many["langgraph"])
         print(f"    journal / langgraph: {ratio:.2f}x")
+
+
+async def bench_cold(backend: Backend, rounds: int, depths: list[int]) -> None:
+    async with journal(backend) as j, langgraph(backend) as lg:
+        savers: dict[str, BaseCheckpointSaver[Any]] = {"journal": j, "langgraph": lg}
+        names = list(savers)
         threads = {
             (name, depth): await deep_thread(savers[name], depth)
             for depth in depths
@@ -213,7 +242,6 @@ async def bench_cold(backend: Backend, rounds: int, concurrency: int, depths: li
                 f"{name} {statistics.median(got[name]) / peer:.1f}x" for name in contenders[:3]
             )
             print(f"    {depth:>5} checkpoints: {cells}   (/ langgraph: {ratios})")
-    print(f"  load average after: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
 
 
 async def timed_list(saver: BaseCheckpointSaver[Any], name: str, thread: str, limit: int) -> float:
@@ -292,6 +320,23 @@ async def bench_idle(backend: Backend, warm: int, more: int) -> None:
         )
 
 
+async def _sqlite_durability(saver: BaseCheckpointSaver[Any]) -> str:
+    """The journal mode and ``synchronous`` the saver's SQLite connection really runs with
+    (both sides must commit alike: WAL, ``FULL``, one ``fsync`` per commit)."""
+    if isinstance(saver, JournalSaver):
+        async with saver.store.engine.connect() as conn:
+            mode = (await conn.exec_driver_sql("PRAGMA journal_mode")).scalar()
+            sync = (await conn.exec_driver_sql("PRAGMA synchronous")).scalar()
+    else:
+        conn_ = saver.conn  # type: ignore[attr-defined]  # AsyncSqliteSaver's aiosqlite connection
+        async with conn_.execute("PRAGMA journal_mode") as cur:
+            mode = (await cur.fetchone())[0]
+        async with conn_.execute("PRAGMA synchronous") as cur:
+            sync = (await cur.fetchone())[0]
+    names = {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}
+    return f"journal_mode={mode}, synchronous={names.get(sync, sync)}"
+
+
 def spread(values: list[float]) -> str:
     return f"{statistics.median(values):8.0f}  ({min(values):.0f}-{max(values):.0f})"
 
@@ -309,8 +354,12 @@ async def bench(
     contenders: dict[str, Opener] = {"journal": journal, "langgraph": langgraph}
     puts: dict[str, list[float]] = {name: [] for name in contenders}
     gets: dict[str, list[float]] = {name: [] for name in contenders}
+    load = " ".join(f"{x:.1f}" for x in os.getloadavg())
+    durability: list[str] = []
     async with journal(backend) as j, langgraph(backend) as lg:
         savers = {"journal": j, "langgraph": lg}
+        if backend.name == "sqlite":
+            durability = [await _sqlite_durability(j), await _sqlite_durability(lg)]
         await one_round(j, 2, 2)  # warm both: connections, statements
         await one_round(lg, 2, 2)
         names = list(contenders)
@@ -319,7 +368,15 @@ async def bench(
                 put, get = await one_round(savers[name], threads, depth)
                 puts[name].append(put)
                 gets[name].append(get)
+        paired: dict[str, list[float]] = {name: [] for name in contenders}
+        for r in range(rounds):
+            for name, rate in (await paired_round(savers, threads, depth, r % 2 == 1)).items():
+                paired[name].append(rate)
     print(f"\n{backend.name}: {backend.settings}")
+    if durability:
+        print(f"  journal:   {durability[0]}")
+        print(f"  langgraph: {durability[1]}")
+    print(f"  load average before: {load}")
     print(f"  {threads} threads x {depth} checkpoints a round, {rounds} rounds, one writer")
     print("  contender     steps/s (put+put_writes)     get_tuple/s")
     for name in contenders:
@@ -327,8 +384,19 @@ async def bench(
     ratio_put = statistics.median(puts["journal"]) / statistics.median(puts["langgraph"])
     ratio_get = statistics.median(gets["journal"]) / statistics.median(gets["langgraph"])
     print(f"  journal / langgraph: steps {ratio_put:.2f}x, gets {ratio_get:.2f}x")
+    print("  steps/s again, the contenders taking turns thread by thread (paired_round):")
+    for name in contenders:
+        print(f"  {name:<10} {spread(paired[name])}")
+    ratios = [j / lg for j, lg in zip(paired["journal"], paired["langgraph"], strict=True)]
+    print(
+        f"  journal / langgraph, paired: {statistics.median(ratios):.2f}x"
+        f" (median of the rounds' ratios; {min(ratios):.2f}-{max(ratios):.2f})"
+    )
+    if concurrency:
+        await bench_many(backend, rounds, concurrency)
     if cold_depths:
-        await bench_cold(backend, rounds, concurrency, cold_depths)
+        await bench_cold(backend, rounds, cold_depths)
+    print(f"  load average after: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     if list_depth:
         await bench_list(backend, max(rounds, 4) * 2, list_depth, 10)
     if idle:
@@ -342,7 +410,7 @@ async def main() -> None:
     parser.add_argument("--depth", type=int, default=10)
     parser.add_argument("--pg-url", default=None)
     parser.add_argument("--only", choices=("sqlite", "postgresql"), default=None)
-    parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--concurrency", type=int, default=8, help="0: no threads-at-once bench")
     parser.add_argument("--cold", default="10,100,1000", help="cold get_tuple depths")
     parser.add_argument("--list-depth", type=int, default=1000, help="0: no list bench")
     parser.add_argument(

@@ -5,11 +5,14 @@
 One process, one database file, one connection of the store's engine, interleaved rounds
 (medians): ``blocking`` is a ``BEGIN IMMEDIATE`` / ``INSERT`` / ``COMMIT`` of a precomputed
 row run right on the event loop's thread (what a blocking recorder such as eventsourcing's
-pays: the commit's ``fdatasync`` and SQLite's own work); ``one hop`` is the same function
-run through aiosqlite's thread, as every call of an async store must be (the least an
-append can cost without blocking the event loop); ``store`` is ``SqlJournalStore.append``
-of one record to a leased run, whose transaction is one such hop. The differences are the
-hop's cost and the store's own work beyond it. Figures, never assertions.
+pays: the commit's ``fdatasync`` and SQLite's own work); ``es aggregate`` is eventsourcing's
+``SQLiteAggregateRecorder`` inserting the same record's bytes as one stored event on that
+thread (its own file beside ours, WAL, the build's default ``synchronous``: ``FULL``, as
+the store sets); ``one hop`` is the ``blocking`` function run through aiosqlite's thread, as
+every call of an async store must be (the least an append can cost without blocking the
+event loop); ``store`` is ``SqlJournalStore.append`` of one record to a leased run, whose
+transaction is one such hop. The differences are the hop's cost and each one's own work
+beyond it. Figures, never assertions.
 """
 
 from __future__ import annotations
@@ -19,7 +22,11 @@ import asyncio
 import statistics
 import tempfile
 import time
+import uuid
 from collections.abc import Awaitable, Callable
+from typing import Any
+
+from eventsourcing.persistence import StoredEvent
 
 from agentplane_journal import Append, Digest, Record, RunId, SqlJournalStore, upgrade
 from agentplane_journal.backends.sqlite.writer import _INSERT
@@ -59,6 +66,17 @@ async def main() -> None:
                     for _ in range(n):
                         transaction()
 
+                recorder, close_es = _eventsourcing(tmp)
+                aggregate, version = uuid.uuid4(), 0
+
+                async def eventsourcing() -> None:
+                    nonlocal version
+                    for _ in range(n):
+                        version += 1
+                        recorder.insert_events(
+                            [StoredEvent(aggregate, version, "bound:Note", raw)]  # type: ignore[arg-type]
+                        )
+
                 async def one_hop() -> None:
                     for _ in range(n):
                         await driver._execute(transaction)
@@ -69,28 +87,46 @@ async def main() -> None:
 
                 runs: dict[str, Callable[[], Awaitable[None]]] = {
                     "blocking": blocking,
+                    "es aggregate": eventsourcing,
                     "one hop": one_hop,
                     "store": through_store,
                 }
                 times: dict[str, list[float]] = {name: [] for name in runs}
                 names = list(runs)
                 for r in range(args.rounds):
-                    for name in names[r % 3 :] + names[: r % 3]:
+                    for name in names[r % len(names) :] + names[: r % len(names)]:
                         start = time.perf_counter()
                         await runs[name]()
                         times[name].append((time.perf_counter() - start) / n * 1e6)
+                close_es()
         finally:
             await store.close()
     m = {name: statistics.median(t) for name, t in times.items()}
     print(f"one SQLite writer, µs per append (median of {args.rounds} interleaved rounds):")
     for name, t in times.items():
         print(
-            f"  {name:<9} {m[name]:5.0f} µs = {1e6 / m[name]:5.0f}/s  ({min(t):.0f}-{max(t):.0f})"
+            f"  {name:<12} {m[name]:5.0f} µs = {1e6 / m[name]:5.0f}/s  ({min(t):.0f}-{max(t):.0f})"
         )
     print(
         f"  one hop costs {m['one hop'] - m['blocking']:.0f} µs; the store's own work beyond"
-        f" floor + hop {m['store'] - m['one hop']:.0f} µs"
+        f" floor + hop {m['store'] - m['one hop']:.0f} µs; eventsourcing's own work beyond the"
+        f" floor {m['es aggregate'] - m['blocking']:.0f} µs"
     )
+    print(
+        f"  store / es aggregate {m['es aggregate'] / m['store']:.2f}x;"
+        f" one hop with no work of its own / es aggregate {m['es aggregate'] / m['one hop']:.2f}x"
+    )
+
+
+def _eventsourcing(tmp: str) -> tuple[Any, Callable[[], None]]:
+    """eventsourcing's SQLite aggregate recorder on its own file beside ours, at the build's
+    default ``synchronous`` (``FULL`` here, as the store sets), WAL as it sets."""
+    from eventsourcing.sqlite import SQLiteAggregateRecorder, SQLiteDatastore
+
+    datastore = SQLiteDatastore(db_name=f"{tmp}/eventsourcing.db", pool_size=1, max_overflow=0)
+    recorder = SQLiteAggregateRecorder(datastore, events_table_name="bound_events")
+    recorder.create_table()
+    return recorder, datastore.close
 
 
 if __name__ == "__main__":

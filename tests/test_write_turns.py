@@ -70,3 +70,34 @@ async def test_a_waiter_cancelled_while_waiting_leaves_the_turn_free() -> None:
 async def _take(turn: WriteTurn) -> None:
     async with turn.taken():
         pass
+
+
+async def test_a_turn_just_handed_to_a_waiter_still_bounds_a_newcomer() -> None:
+    """The free turn's fast path (no timer) is not taken in the loop turn between a release
+    and the woken waiter taking the turn: a newcomer then queues with its timeout, so a
+    waiter that keeps the turn cannot stall it for good. Seen red (hung) with the fast path
+    looking only at ``locked()``."""
+    turn = WriteTurn(timeout=0.05)
+    got_in, done = asyncio.Event(), asyncio.Event()
+
+    async def holder_then_newcomer() -> None:
+        async with turn.taken():
+            await asyncio.sleep(0.01)  # the waiter queues meanwhile
+        # Released: the waiter is woken but has not run; come in at once, in this step.
+        async with asyncio.timeout(1):
+            await _take(turn)  # goes on without the turn after its timeout
+        got_in.set()
+
+    async def waiter() -> None:
+        async with turn.taken():
+            await done.wait()  # keeps the turn until the newcomer got through
+
+    first = asyncio.create_task(holder_then_newcomer())
+    await asyncio.sleep(0)
+    second = asyncio.create_task(waiter())
+    try:
+        await first
+        assert got_in.is_set()
+    finally:
+        done.set()
+        await second

@@ -37,7 +37,8 @@ def is_short(bind: AsyncEngine) -> bool:
     if pool is None:
         return False
     limit = pool._max_overflow  # SQLAlchemy's own attribute since 0.x; -1: no limit
-    return pool.checkedin() == 0 and limit >= 0 and pool.overflow() >= limit
+    # Cheapest first: the overflow count is an attribute, ``checkedin`` takes the pool's lock.
+    return limit >= 0 and pool.overflow() >= limit and pool.checkedin() == 0
 
 
 async def hand_over(bind: AsyncEngine) -> None:

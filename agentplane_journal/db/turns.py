@@ -36,6 +36,16 @@ class WriteTurn:
     async def taken(self) -> AsyncIterator[None]:
         """Hold the turn inside (or, after the timeout, go on without it)."""
         got = False
+        lock = self._lock
+        if not lock.locked() and not getattr(lock, "_waiters", None):
+            # Free and nobody queued for it: taken at once, without yielding (asyncio.Lock's
+            # own fast path), so no timer is armed for a wait that cannot happen.
+            got = await lock.acquire()
+            try:
+                yield
+            finally:
+                lock.release()
+            return
         try:
             # asyncio.timeout, not wait_for: Lock.acquire, cancelled by it, never leaves the
             # lock taken (wait_for runs it in a task of its own, which could).

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 from typing import Any
 
 from agentplane_journal.core.append import Append
@@ -33,23 +32,43 @@ from agentplane_journal.langgraph.records import (
 __all__ = ["ThreadWrites"]
 
 
+class _Held:
+    """A thread's write lock while it is waited for or held: an ``async with`` written out
+    (a generator-based context manager costs a few µs more, twice per LangGraph turn)."""
+
+    __slots__ = ("_key", "_lock", "_locks")
+
+    def __init__(self, locks: dict[_Key, tuple[asyncio.Lock, int]], key: _Key) -> None:
+        lock, users = locks.get(key) or (asyncio.Lock(), 0)
+        locks[key] = (lock, users + 1)
+        self._locks, self._key, self._lock = locks, key, lock
+
+    async def __aenter__(self) -> None:
+        try:
+            await self._lock.acquire()
+        except BaseException:
+            self._leave()  # cancelled while waiting: no longer a user
+            raise
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._lock.release()
+        self._leave()
+
+    def _leave(self) -> None:
+        lock, users = self._locks[self._key]
+        if users == 1:
+            del self._locks[self._key]
+        else:
+            self._locks[self._key] = (lock, users - 1)
+
+
 class ThreadWrites(SaverBase):
     """The lease and the append (see the module)."""
 
-    @asynccontextmanager
-    async def _lock(self, key: _Key) -> AsyncIterator[None]:
-        """The thread's write lock, held in the block (one write of this saver at a time)."""
-        lock, users = self._locks.get(key) or (asyncio.Lock(), 0)
-        self._locks[key] = (lock, users + 1)
-        try:
-            async with lock:
-                yield
-        finally:
-            lock, users = self._locks[key]
-            if users == 1:
-                del self._locks[key]
-            else:
-                self._locks[key] = (lock, users - 1)
+    def _lock(self, key: _Key) -> _Held:
+        """The thread's write lock, held in an ``async with`` (one write of this saver at a
+        time); its entry is dropped with its last user."""
+        return _Held(self._locks, key)
 
     async def _lease(self, store: SqlJournalStore, thread_id: str, run: RunId) -> int:
         """The epoch to write under: this saver's lease, renewed or taken, after checking

@@ -84,7 +84,9 @@ class Writer(GroupWriter[Request, list[Record]]):
       reason drops it.
     * **An interrupted group is cancelled**, not answered: the transaction function goes on
       running on aiosqlite's thread, where it commits or rolls back by itself, so its
-      callers hear :class:`asyncio.CancelledError`, as a caller cancelled mid-append does.
+      callers hear :class:`asyncio.CancelledError`, as a caller cancelled mid-append does
+      (unless the transaction had ended first: its callers were then answered from the
+      thread, see :meth:`_hop`, with the outcome that is known).
     * **A connection is never invalidated here**: the transaction function ends its own
       transaction before it returns, whatever became of the task waiting for it, so the
       connection goes back to the pool clean, and one aiosqlite has closed fails the pool's
@@ -113,8 +115,7 @@ class Writer(GroupWriter[Request, list[Record]]):
         self, driver: Any, group: list[Request]
     ) -> tuple[list[list[Record] | BaseException], bool]:
         """One hop to the connection's thread: ``group``'s transaction (see
-        :func:`transaction`). aiosqlite's own queue onto that thread (``_execute``) and the
-        sqlite3 connection it owns (``_conn``) are private, present since 0.17."""
+        :func:`transaction` and :meth:`_hop`)."""
         try:
             if self._turn is None or _pool.is_short(self._bind):
                 # No turn while this writer holds the pool's last connection: the store's
@@ -122,12 +123,10 @@ class Writer(GroupWriter[Request, list[Record]]):
                 # holds the turn may be waiting for this very connection (a deadlock until
                 # the pool's timeout). Without the turn the database's lock judges, as it
                 # did before turns; a short pool then gets the connection back at once.
-                answers: list[list[Record] | BaseException] = await driver._execute(
-                    transaction, driver._conn, group
-                )
+                answers: list[list[Record] | BaseException] = await self._hop(driver, group)
             else:
                 async with self._turn.taken():  # after the store's other write transactions
-                    answers = await driver._execute(transaction, driver._conn, group)
+                    answers = await self._hop(driver, group)
         except sqlite3.Error as exc:  # a savepoint or rollback failed: nothing was committed
             return [exc] * len(group), True
         except Exception as exc:
@@ -137,6 +136,26 @@ class Writer(GroupWriter[Request, list[Record]]):
             error.__cause__ = exc
             return [error] * len(group), False
         return answers, True
+
+    async def _hop(self, driver: Any, group: list[Request]) -> list[list[Record] | BaseException]:
+        """``group``'s transaction on aiosqlite's thread (:func:`transaction`), through
+        aiosqlite's own queue (``_execute``; with the ``sqlite3`` connection it owns,
+        ``_conn``: both private, present since 0.17). The callers are answered from that
+        thread as the transaction ends, ahead of aiosqlite's answer to the leader: in the
+        loop turn that wake brings, one turn sooner than through the leader, which answers
+        again (a done future is never set twice)."""
+        loop = asyncio.get_running_loop()
+
+        def run(conn: sqlite3.Connection) -> list[list[Record] | BaseException]:
+            answers = transaction(conn, group)  # raises only when no answer is known
+            try:
+                loop.call_soon_threadsafe(self._answer, group, answers)
+            except RuntimeError:
+                pass  # the loop has closed: nobody is left to hear it
+            return answers
+
+        answers: list[list[Record] | BaseException] = await driver._execute(run, driver._conn)
+        return answers
 
     def _interrupted(self, group: list[Request], exc: BaseException) -> None:
         for request in group:
