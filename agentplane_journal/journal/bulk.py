@@ -43,9 +43,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from sqlalchemy import func, select
-from sqlalchemy.engine import Dialect as SqlalchemyDialect
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from agentplane_journal.core.admission import IDEMPOTENCY_KEY, RUN_ADMITTED
 from agentplane_journal.core.append import EFFECT_STARTED, Append
@@ -237,7 +236,7 @@ async def write_rows(store: SqlJournalStore, ops: Sequence[RowOp]) -> None:
         runs.append(check_run(op.run))
     if not ops:
         return
-    for run in runs:
+    for run in set(runs):
         store.refuse_own_wait(run)
     tenant, attest = store.tenant, store.attest
 
@@ -312,10 +311,11 @@ async def _insert_rows(
     if not rows:
         return
     conn = await session.connection()
+    text, names = _driver_sql(conn, "journal", _JOURNAL_INSERT)
+    if names != COLUMNS:
+        raise RuntimeError("the journal INSERT's parameters are not in COLUMNS order")
     try:
-        sync = conn.sync_connection
-        schemas = None if sync is None else sync.get_execution_options().get("schema_translate_map")
-        await conn.exec_driver_sql(_plain_insert(conn.dialect, schemas), rows)
+        await conn.exec_driver_sql(text, rows)
     except DBAPIError as exc:
         started = {
             EffectKey.from_hex(r[5]) for r in rows if r[4] == EFFECT_STARTED and r[5] is not None
@@ -324,33 +324,31 @@ async def _insert_rows(
         raise store.insert_refused(exc, RunId.parse(first[1]), first[2], started) from exc
 
 
-_PLAIN_INSERTS: dict[tuple[Any, ...], str] = {}
+_DRIVER_SQL: dict[tuple[Any, ...], tuple[str, tuple[str, ...]]] = {}
 
 
-def _plain_insert(dialect: SqlalchemyDialect, schemas: dict[str | None, str] | None) -> str:
-    """The journal's INSERT of every column, in the driver's own parameter style, naming the
-    table as the connection's ``schema_translate_map`` does (a drill's scratch schema):
-    compiled once per driver and schema."""
+def _driver_sql(conn: AsyncConnection, name: str, statement: Any) -> tuple[str, tuple[str, ...]]:
+    """``statement`` compiled for ``conn``'s driver, naming the tables as the connection's
+    ``schema_translate_map`` does (a drill's scratch schema), with its parameters' names in
+    order: for ``exec_driver_sql`` with a list of tuples, an ``executemany`` with no
+    per-row parameter processing. Compiled once per statement, driver and schema."""
+    sync = conn.sync_connection
+    schemas = None if sync is None else sync.get_execution_options().get("schema_translate_map")
+    dialect = conn.dialect
     mapped = sorted((repr(k), repr(v)) for k, v in (schemas or {}).items())
-    key = (dialect.name, dialect.driver, dialect.paramstyle, *mapped)
-    text = _PLAIN_INSERTS.get(key)
-    if text is None:
-        values = dict.fromkeys(COLUMNS)
-        compiled = (
-            Journal.__table__.insert()
-            .values(values)
-            .compile(
-                dialect=dialect,
-                schema_translate_map=schemas or None,
-                render_schema_translate=bool(schemas),
-            )
-        )
-        if tuple(compiled.positiontup or ()) != COLUMNS:
-            raise RuntimeError("the journal INSERT's parameters are not in COLUMNS order")
-        if len(_PLAIN_INSERTS) > 64:  # a scratch schema per drill: keep the cache small
-            _PLAIN_INSERTS.clear()
-        text = _PLAIN_INSERTS[key] = str(compiled)
-    return text
+    key = (name, dialect.name, dialect.driver, dialect.paramstyle, *mapped)
+    found = _DRIVER_SQL.get(key)
+    if found is None:
+        translate = {"schema_translate_map": schemas, "render_schema_translate": True}
+        compiled = statement.compile(dialect=dialect, **(translate if schemas else {}))
+        if len(_DRIVER_SQL) > 64:  # a scratch schema per drill: keep the cache small
+            _DRIVER_SQL.clear()
+        found = _DRIVER_SQL[key] = (str(compiled), tuple(compiled.positiontup or ()))
+    return found
+
+
+_JOURNAL_INSERT = Journal.__table__.insert().values(dict.fromkeys(COLUMNS))
+"""The journal's INSERT of every column, in :data:`COLUMNS` order."""
 
 
 class _Rows:
@@ -429,12 +427,12 @@ async def _lock_runs(
         return {}
     conn = await session.connection()
     now = store.now()
-    mutex = hot_statements(store.dialect).run_mutex
+    text, names = _driver_sql(conn, "run_mutex", hot_statements(store.dialect).run_mutex)
     for start in range(0, len(ids), _IN_LIST):
-        await conn.execute(
-            mutex,
-            [{"tenant": tenant, "run_id": i, "now": now} for i in ids[start : start + _IN_LIST]],
-        )
+        values = [
+            {"tenant": tenant, "run_id": i, "now": now} for i in ids[start : start + _IN_LIST]
+        ]
+        await conn.exec_driver_sql(text, [tuple(v[n] for n in names) for v in values])
     if conn.sync_connection is not None:  # so that this task never waits on them itself
         for i in ids:
             selfwait.hold(conn.sync_connection, tenant, i)

@@ -304,7 +304,7 @@ class _Replay:
             self.ops.append(RowsOp(*self.group))
         self.group = None
 
-    async def _flush(self) -> None:
+    async def flush(self) -> None:
         """Send what is gathered as one transaction, after the previous one has committed."""
         self._end_group()
         ops, self.ops, self.held = self.ops, [], 0
@@ -320,8 +320,10 @@ class _Replay:
             if self.progress is not None:
                 self.progress(self.report.runs, self.committed[0])
 
-    async def record(self, run: RunId, record: Spooled) -> None:
-        """One record, written with the run's others of its epoch."""
+    def record(self, run: RunId, record: Spooled) -> bool:
+        """One record, written with the run's others of its epoch; ``True`` once the chunk is
+        full (the caller then awaits :meth:`flush`: mid-run or not, the run goes on in the
+        next chunk)."""
         epoch = record[1]
         group = self.group
         if group is None or group[1] != epoch or group[0] != run:
@@ -330,8 +332,7 @@ class _Replay:
         group[2].append(record)
         self.epoch = epoch
         self.held += 1
-        if self.held >= BATCH:  # mid-run or not: the run goes on in the next chunk
-            await self._flush()
+        return self.held >= BATCH
 
     async def end_run(
         self, run: RunId, index: int | None, outcome: str | None, *, any_records: bool
@@ -351,7 +352,7 @@ class _Replay:
     async def finish(self) -> None:
         self._end_group()
         self._place(True)
-        await self._flush()
+        await self.flush()
         await self._settle()
 
     async def abandon(self, *, cancel: bool) -> None:
@@ -428,7 +429,8 @@ async def _replay(spool: Spool, replay: _Replay, report: RestoreReport) -> None:
             if entry[9] is not None:  # a RunSealed record's outcome
                 outcome = entry[9]
             records += 1
-            await replay.record(run, entry)
+            if replay.record(run, entry):
+                await replay.flush()
     if run is not None:
         await replay.end_run(run, index, outcome, any_records=records > 0)
     await replay.finish()
