@@ -1,11 +1,18 @@
 """Restoring an export (format 1) into an empty store, and proving it by an equal root.
 
-Through the store's own ``append`` and ``seal``, never by writing rows: whatever derived
-index ``append`` maintains (exactly-once, outcomes, admissions, activity, the log's tree), a
-restore maintains, with nothing to enumerate. Three properties reproduce the original bytes
-rather than similar ones (agentplane 0.22's ``export::from_jsonl``):
+Through the store's own unit of work for appends and seals
+(:func:`~agentplane_journal.journal.bulk.write_rows`): the run mutex, the fence for each
+record's epoch, the head each run's rows must continue, then the records, the admission
+claims, the outcomes and the log's leaves, as ``append`` and ``seal`` write them (the rows
+are compared column by column with a store-written tenant's in tests/test_restore_rows.py).
+What is written is what pass one established of each record (its bytes, compared with the
+bytes ``append`` writes for it; its hash, chained over them; seq, epoch, kind, effect key,
+case, admission key, outcome), kept in this process's own scratch file
+(:mod:`~agentplane_journal.journal.restore_spool`), never the file read again. Three
+properties reproduce the original bytes rather than similar ones (agentplane 0.22's
+``export::from_jsonl``):
 
-* ``seq`` is re-derived and lands identically: an empty store, the same records in order;
+* ``seq`` lands identically: an empty store, each run's records from 1, in order;
 * ``epoch`` is **carried**: it is inside the hashed body, so each maximal group of a run's
   records with one epoch is one ``append`` under that epoch (a store with no lease rows
   fences nothing), and a run that changed hands restores with its epochs;
@@ -16,15 +23,17 @@ rather than similar ones (agentplane 0.22's ``export::from_jsonl``):
 Two passes over the file, so that a file that cannot be restored is refused before anything
 is written: the first (:mod:`~agentplane_journal.journal.restore_check`) judges it as
 ``verify-export`` does and checks that every record can be replayed and written in its own
-wire profile; the second replays. Both read each line and run block alike
-(:mod:`~agentplane_journal.exportfmt.read`). Memory is a chunk of records (:data:`BATCH`),
-whatever the file's size. The target must be empty (no record, no seal): a restore rebuilds
+wire profile, spooling what it established; the second writes from the spool. The verifier
+and pass one read each line and run block alike (:mod:`~agentplane_journal.exportfmt.read`).
+Memory is a chunk of records (:data:`BATCH`) and a chunk of the spool, whatever the file's
+size. The target must be empty (no record, no seal): a restore rebuilds
 a history, it does not merge one.
 
 A tenant's records may be in both wire profiles (migrated, or written by two handles in the
-window ``profiles.py`` describes). Each record is replayed in the profile its version names,
-so its bytes come back; the target records the header's profile, and as the one it left
-the other profile the file's records are in (:meth:`Profiles.restore_profile`).
+window ``profiles.py`` describes). Each record is checked in the profile its version names
+(its bytes are what that profile writes for it), so its bytes come back; the target records
+the header's profile, and as the one it left the other profile the file's records are in
+(:meth:`Profiles.restore_profile`).
 """
 
 from __future__ import annotations
