@@ -189,7 +189,7 @@ def check_frame(path: Path, spool: Spool | None = None) -> Frame:
         for number, value in _lines(path):
             run = judge.line(number, value)
             if run is not None and isinstance(value, dict):
-                raw, body, epoch, append, resealed = _replay_of(value, run, number)
+                raw, body, epoch, append, profile = _replay_of(value, run, number)
                 judge.record(
                     number,
                     raw,
@@ -197,7 +197,8 @@ def check_frame(path: Path, spool: Spool | None = None) -> Frame:
                     epoch,
                     append,
                     carried=value.get("hash"),
-                    resealed=resealed,
+                    resealed=profile is not None,
+                    profile=profile,
                 )
         return judge.finish()
     finally:
@@ -206,8 +207,9 @@ def check_frame(path: Path, spool: Spool | None = None) -> Frame:
 
 def _replay_of(
     value: dict[str, Any], run: RunId, number: int
-) -> tuple[bytes, dict[str, Any], int, Append, bool]:
-    """``(raw, body, epoch, append, resealed)`` for a record line.
+) -> tuple[bytes, dict[str, Any], int, Append, WireProfile | None]:
+    """``(raw, body, epoch, append, resealed)`` for a record line (``resealed``: the profile
+    whose bytes were compared, else ``None``).
 
     The line's readable ``body`` was parsed with the line; when the append built from it
     is written by its version's profile as exactly the line's wire bytes, it *is* the
@@ -230,12 +232,12 @@ def _replay_of(
                 and append.run == run
                 and profile.canonicalize(append.body(shown["seq"], epoch), path="body") == data
             ):
-                return data, shown, epoch, append, True
+                return data, shown, epoch, append, profile
         except (TypeError, ValueError, KeyError, RecursionError):
             pass  # judged from the wire bytes below
     body = _wire(value, number)
     epoch, append = _replayable(body, run, number)
-    return data, body, epoch, append, False
+    return data, body, epoch, append, None
 
 
 def append_of(body: dict[str, Any], run: RunId | None = None) -> tuple[int, Append]:

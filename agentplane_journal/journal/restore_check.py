@@ -35,7 +35,7 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentplane_journal.core.admission import claimed_keys
+from agentplane_journal.core.admission import RUN_ADMITTED, claimed_keys
 from agentplane_journal.core.append import EFFECT_STARTED, RUN_SEALED, Append
 from agentplane_journal.core.checks import check_label
 from agentplane_journal.core.ids import Digest, EffectKey, RunId
@@ -59,6 +59,11 @@ __all__ = ["Frame", "Judge", "RestoreRefused"]
 
 _SHOWN = 5
 """Findings quoted in a refusal (the rest are counted; ``verify-export`` lists them all)."""
+
+_INDEXED = frozenset({RUN_SEALED, EFFECT_STARTED, RUN_ADMITTED})
+"""The kinds :meth:`Judge._indexed` has anything to check for (an outcome, a started effect,
+an admission key); every other kind claims nothing and indexes nothing."""
+_NO_KEYS: list[str] = []
 
 
 class RestoreRefused(ValueError, RefusedError):
@@ -157,14 +162,17 @@ class Judge:
         *,
         carried: object = None,
         resealed: bool = False,
+        profile: WireProfile | None = None,
     ) -> None:
         """A record line's wire bytes (``raw``, parsed: ``body``) and the ``(epoch, append)``
         that re-creates them: the wire profile its version names must write them again,
         byte for byte, and nothing the store checks may refuse them. ``resealed``: the
         caller has already compared that profile's canonical bytes of ``append``'s body
         with ``raw`` (and found them equal, at most ``MAX_RECORD_BYTES``). ``carried``: the
-        line's ``hash``. Then chained onto the run's head and spooled."""
-        profile = profile_of_record(body)
+        line's ``hash``; ``profile``: ``body``'s, if the caller has it. Then chained onto the
+        run's head and spooled."""
+        if profile is None:
+            profile = profile_of_record(body)
         if profile is None:
             known = ", ".join(f"v={p.record_version} ({p.name})" for p in PROFILES)
             raise RestoreRefused(
@@ -177,8 +185,9 @@ class Judge:
             raise RestoreRefused(f"line {number}: {refused}")
         self._profiles.add(profile)
         seq = body.get("seq")
+        kind = append.kind
         try:
-            keys = self._indexed(append)
+            keys = self._indexed(append) if kind in _INDEXED else _NO_KEYS
             if not resealed:
                 again = Record.seal(
                     append.body(seq, epoch),  # type: ignore[arg-type]
@@ -208,18 +217,19 @@ class Judge:
         if carried != digest.hex():
             self._differing += 1
         if self._spool is not None:
+            effect, case = append.effect_key, append.case
             self._spool.record(
                 (
                     seq,  # type: ignore[arg-type]
                     epoch,
-                    append.kind,
-                    None if append.effect_key is None else append.effect_key.hex(),
-                    None if append.case is None else str(append.case),
+                    kind,
+                    None if effect is None else effect.hex(),
+                    None if case is None else str(case),
                     prev,
                     digest,
                     raw,
                     keys[0] if keys else None,
-                    append.payload.get("outcome") if append.kind == RUN_SEALED else None,
+                    append.payload.get("outcome") if kind == RUN_SEALED else None,
                 )
             )
 
