@@ -179,3 +179,25 @@ async def test_rows_that_no_longer_continue_the_targets_head_fail_their_chunk(
     assert caught.value.records == 3
     held = await target.read(run)
     assert [r.body.get("text") for r in held] == ["n0", "n1", "n2", "another writer"]
+
+
+async def test_an_honest_files_wire_bytes_are_not_parsed_a_second_time(
+    store: SqlJournalStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pass one builds each record from the line's readable body when that body reproduces
+    the wire bytes exactly (both wire profiles here); the wire bytes are parsed on their own
+    only for a line whose body does not (then judged as before)."""
+    await _mixed(store)
+    path = tmp_path / "e.jsonl"
+    await export_to(store, path)
+    real, parsed = restore_mod._wire, 0
+
+    def counted(value: Any, number: int) -> Any:
+        nonlocal parsed
+        parsed += 1
+        return real(value, number)
+
+    monkeypatch.setattr(restore_mod, "_wire", counted)
+    restored = await restore_export(other_tenant(store), path)
+    assert restored.is_faithful and restored.records > 0, restored.to_json()
+    assert parsed == 0
