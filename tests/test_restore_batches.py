@@ -100,7 +100,7 @@ async def test_a_batch_whose_commit_is_lost_is_named_unknown_never_counted(
     await build(store, 12, long=False)
     path = tmp_path / "e.jsonl"
     await export_to(store, path)
-    real = restore_mod.write_ops
+    real = restore_mod.write_rows
     calls = 0
 
     async def lost_at_third_commit(target: SqlJournalStore, ops: list[object]) -> object:
@@ -111,7 +111,7 @@ async def test_a_batch_whose_commit_is_lost_is_named_unknown_never_counted(
             raise CommitUnknownError("connection lost during COMMIT")
         return result
 
-    monkeypatch.setattr(restore_mod, "write_ops", lost_at_third_commit)
+    monkeypatch.setattr(restore_mod, "write_rows", lost_at_third_commit)
     monkeypatch.setattr(restore_mod, "BATCH", 4)
     target = other_tenant(store)
     with pytest.raises(RestoreIncomplete, match="unknown") as caught:

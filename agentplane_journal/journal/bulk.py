@@ -25,6 +25,14 @@ see the glossary). Nothing is bypassed:
 Within a chunk a seal is final: an append after its own run's seal operation is
 :class:`RunSealedError`, as it would be after a committed seal; a second seal of the run
 returns the first's head and adds no leaf (first seal wins).
+
+:func:`write_rows` is the same unit for records a restore's first pass has already chained
+and checked (:mod:`~agentplane_journal.journal.restore_spool`): the same locks, fence, seal
+and head judgement per operation (and the rows must continue the head the target holds,
+byte for byte), the same admission claims, outcomes and leaves, the rows inserted by one
+``executemany`` of the journal's plain INSERT (the driver's, no statement compiled per chunk
+and no per-row parameter processing): a second start of an effect, or a position another
+writer took, is refused by the index and fails the chunk, all or nothing.
 """
 
 from __future__ import annotations
@@ -34,11 +42,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import bindparam, func, select
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
-from agentplane_journal.core.append import Append
+from agentplane_journal.core.admission import IDEMPOTENCY_KEY, RUN_ADMITTED
+from agentplane_journal.core.append import EFFECT_STARTED, Append
+from agentplane_journal.core.batch import COLUMNS
 from agentplane_journal.core.checks import check_int, check_label, check_run
 from agentplane_journal.core.ids import Digest, EffectKey, RunId
 from agentplane_journal.core.profile import WireProfile, profile_named
@@ -47,12 +57,22 @@ from agentplane_journal.db import selfwait
 from agentplane_journal.db.dialect import Dialect
 from agentplane_journal.db.models import EFFECT_STARTED_PREDICATE, Journal, RunLease, RunSeal
 from agentplane_journal.db.statements import RECORD_COLUMNS, digest, hot_statements
-from agentplane_journal.errors import DuplicateEffectError, RunSealedError
+from agentplane_journal.errors import ConflictError, DuplicateEffectError, RunSealedError
 from agentplane_journal.journal.log import SealedLeaf
 from agentplane_journal.journal.store import MAX_INSERT_ROWS, SqlJournalStore
 from agentplane_journal.journal.writes import RunState, run_state_from
 
-__all__ = ["AppendOp", "SealOp", "Op", "write_ops"]
+__all__ = [
+    "AppendOp",
+    "ChainMovedError",
+    "Op",
+    "RowOp",
+    "RowsOp",
+    "SealOp",
+    "StoredRow",
+    "write_ops",
+    "write_rows",
+]
 
 _IN_LIST = 500
 """Runs per statement when locking and reading many runs (far under any bound-parameter
@@ -83,6 +103,40 @@ class SealOp:
 
 
 Op = AppendOp | SealOp
+
+StoredRow = tuple[
+    int, int, str, str | None, str | None, bytes, bytes, bytes, str | None, str | None
+]
+"""A record chained and checked before the transaction (a restore's pass one,
+:data:`~agentplane_journal.journal.restore_spool.Spooled`): ``(seq, epoch, kind, effect_key,
+case_id, prev_hash, hash, raw, admission_key, outcome)``."""
+
+
+@dataclass(frozen=True, slots=True)
+class RowsOp:
+    """One run's records under ``epoch``, in order from the run's next seq: their bytes and
+    hashes already established (the caller compared the bytes with what ``append`` writes for
+    them, and chained the hashes over them), written as they are (one ``append``'s batch)."""
+
+    run: RunId
+    epoch: int
+    records: Sequence[StoredRow]
+
+
+RowOp = RowsOp | SealOp
+
+
+class ChainMovedError(ConflictError):
+    """Rows chained before the transaction do not continue the head the run holds now: another
+    writer wrote to the run. Nothing of the chunk was written."""
+
+    def __init__(self, run: RunId, seq: int, head: Digest, first: int) -> None:
+        super().__init__(
+            f"run {run} ends at seq {seq} ({head.hex()[:12]}) in the target, and the rows being "
+            f"written continue a chain to seq {first - 1}: another writer wrote to the run; "
+            "nothing of this chunk was written"
+        )
+        self.run, self.seq, self.head = run, seq, head
 
 
 def _checked(ops: Sequence[Op], store: SqlJournalStore) -> list[tuple[Op, RunId | None]]:
@@ -163,6 +217,140 @@ async def write_ops(store: SqlJournalStore, ops: Sequence[Op]) -> list[list[Reco
     return await store.unit(unit)
 
 
+async def write_rows(store: SqlJournalStore, ops: Sequence[RowOp]) -> None:
+    """:func:`write_ops` for records already chained and checked (:class:`RowsOp`): in one
+    transaction, each run locked and fenced for each operation's epoch, each run's rows
+    continuing its head exactly (else :class:`ChainMovedError`), unsealed; then the rows,
+    the admission claims, the outcomes and the seals' leaves, as ``append`` and ``seal``
+    leave them. All or nothing."""
+    runs: list[RunId] = []
+    for i, op in enumerate(ops):
+        if isinstance(op, RowsOp):
+            check_int(op.epoch, f"ops[{i}].epoch")
+            if not op.records:
+                raise ValueError(f"ops[{i}] holds no records")
+        elif isinstance(op, SealOp):
+            check_label(op.outcome, f"ops[{i}].outcome")
+        else:
+            raise TypeError(f"ops[{i}] must be a RowsOp or a SealOp")
+        runs.append(check_run(op.run))
+    if not ops:
+        return
+    for run in set(runs):
+        store.refuse_own_wait(run)
+    tenant, attest = store.tenant, store.attest
+
+    async def unit(session: AsyncSession) -> None:
+        states = await _lock_runs(store, session, runs)
+        held: dict[RunId, RunState] = {}
+        sealed: dict[RunId, str] = {}
+        leaves: list[SealedLeaf] = []
+        rows: list[tuple[Any, ...]] = []
+        after: list[tuple[RunId, list[Append], str | None]] = []
+        for op in ops:
+            run = op.run
+            state = run_state_from(run, op.epoch, states[run])  # the fence, for this epoch
+            state = held.get(run, state)
+            if run in sealed or state.sealed_outcome is not None:
+                if isinstance(op, SealOp):  # first seal wins, as in write_ops
+                    continue
+                raise RunSealedError(run, sealed.get(run) or str(state.sealed_outcome))
+            if isinstance(op, SealOp):
+                if state.sealed_head is None:
+                    sealed[run] = op.outcome
+                    leaves.append((str(run), bytes(state.head_hash), store.now(), op.outcome))
+                held[run] = state
+                continue
+            first = op.records[0]
+            if first[0] != state.head_seq + 1 or first[5] != bytes(state.head_hash):
+                raise ChainMovedError(run, state.head_seq, state.head_hash, first[0])
+            run_id, epoch = str(run), op.epoch
+            claims: list[Append] = []
+            conclusion = None
+            for seq, _, kind, effect, case, prev, hash_, raw, key, outcome in op.records:
+                key_id, signature = attest(hash_)  # the restoring store's own signer, if any
+                rows.append(
+                    (
+                        tenant,
+                        run_id,
+                        seq,
+                        epoch,
+                        kind,
+                        effect,
+                        prev,
+                        hash_,
+                        raw,
+                        key_id,
+                        signature,
+                        case,
+                    )
+                )
+                if key is not None:  # the claim alone: what after_rows reads of it
+                    claims.append(Append(run, RUN_ADMITTED, {IDEMPOTENCY_KEY: key}))
+                if outcome is not None:
+                    conclusion = outcome
+            last = op.records[-1]
+            held[run] = replace(state, head_seq=last[0], head_hash=Digest(last[6]))
+            if claims or conclusion is not None:
+                after.append((run, claims, conclusion))
+        await _insert_rows(store, session, rows)
+        for run, claims, conclusion in after:
+            await store.after_rows(session, run, claims, conclusion)
+        await store.tenant_log.append(session, leaves)
+
+    await store.unit(unit)
+
+
+async def _insert_rows(
+    store: SqlJournalStore, session: AsyncSession, rows: list[tuple[Any, ...]]
+) -> None:
+    """``rows`` (in :data:`~agentplane_journal.core.batch.COLUMNS` order) by one
+    ``executemany`` of the journal's plain INSERT: no ``ON CONFLICT``, so a second start of
+    an effect or a taken position raises (mapped as ``append`` maps it) and the chunk rolls
+    back."""
+    if not rows:
+        return
+    conn = await session.connection()
+    text, names = _driver_sql(conn, "journal", _JOURNAL_INSERT)
+    if names != COLUMNS:
+        raise RuntimeError("the journal INSERT's parameters are not in COLUMNS order")
+    try:
+        await conn.exec_driver_sql(text, rows)
+    except DBAPIError as exc:
+        started = {
+            EffectKey.from_hex(r[5]) for r in rows if r[4] == EFFECT_STARTED and r[5] is not None
+        }
+        first = rows[0]
+        raise store.insert_refused(exc, RunId.parse(first[1]), first[2], started) from exc
+
+
+_DRIVER_SQL: dict[tuple[Any, ...], tuple[str, tuple[str, ...]]] = {}
+
+
+def _driver_sql(conn: AsyncConnection, name: str, statement: Any) -> tuple[str, tuple[str, ...]]:
+    """``statement`` compiled for ``conn``'s driver, naming the tables as the connection's
+    ``schema_translate_map`` does (a drill's scratch schema), with its parameters' names in
+    order: for ``exec_driver_sql`` with a list of tuples, an ``executemany`` with no
+    per-row parameter processing. Compiled once per statement, driver and schema."""
+    sync = conn.sync_connection
+    schemas = None if sync is None else sync.get_execution_options().get("schema_translate_map")
+    dialect = conn.dialect
+    mapped = sorted((repr(k), repr(v)) for k, v in (schemas or {}).items())
+    key = (name, dialect.name, dialect.driver, dialect.paramstyle, *mapped)
+    found = _DRIVER_SQL.get(key)
+    if found is None:
+        translate = {"schema_translate_map": schemas, "render_schema_translate": True}
+        compiled = statement.compile(dialect=dialect, **(translate if schemas else {}))
+        if len(_DRIVER_SQL) > 64:  # a scratch schema per drill: keep the cache small
+            _DRIVER_SQL.clear()
+        found = _DRIVER_SQL[key] = (str(compiled), tuple(compiled.positiontup or ()))
+    return found
+
+
+_JOURNAL_INSERT = Journal.__table__.insert().values(dict.fromkeys(COLUMNS))
+"""The journal's INSERT of every column, in :data:`COLUMNS` order."""
+
+
 class _Rows:
     """The chunk's records, chained and checked (``chain_rows``), inserted together: one
     multi-row INSERT per :data:`~agentplane_journal.journal.store.MAX_INSERT_ROWS` rows
@@ -220,6 +408,30 @@ def _insert_statement(dialect: Dialect) -> Any:
     )
 
 
+@functools.cache
+def _state_reads(dialect: Dialect) -> tuple[Any, Any, Any]:
+    """``_lock_runs``' reads of many runs, built once: the lease rows ``FOR UPDATE``, the
+    seals, and the last seq of the runs that have records (the primary key's prefix alone:
+    joined back to the rows in the same statement, a planner without fresh statistics, a
+    tenant just written beside a large one, took ~45 s a chunk at 100k runs). The run ids
+    are one list parameter, ``ids`` (:meth:`Dialect.text_in`)."""
+    tenant: Any = bindparam("tenant")
+    lease = (
+        select(RunLease.run_id, RunLease.epoch, RunLease.owner)
+        .where(RunLease.tenant == tenant, dialect.text_in(RunLease.run_id, "ids"))
+        .with_for_update()
+    )
+    seal = select(RunSeal.run_id, RunSeal.outcome, RunSeal.chain_head).where(
+        RunSeal.tenant == tenant, dialect.text_in(RunSeal.run_id, "ids")
+    )
+    last = (
+        select(Journal.run_id, func.max(Journal.seq))
+        .where(Journal.tenant == tenant, dialect.text_in(Journal.run_id, "ids"))
+        .group_by(Journal.run_id)
+    )
+    return lease, seal, last
+
+
 async def _lock_runs(
     store: SqlJournalStore, session: AsyncSession, runs: list[RunId]
 ) -> dict[RunId, tuple[Any, ...]]:
@@ -239,41 +451,26 @@ async def _lock_runs(
         return {}
     conn = await session.connection()
     now = store.now()
-    mutex = hot_statements(store.dialect).run_mutex
+    text, names = _driver_sql(conn, "run_mutex", hot_statements(store.dialect).run_mutex)
     for start in range(0, len(ids), _IN_LIST):
-        await conn.execute(
-            mutex,
-            [{"tenant": tenant, "run_id": i, "now": now} for i in ids[start : start + _IN_LIST]],
-        )
+        values = [
+            {"tenant": tenant, "run_id": i, "now": now} for i in ids[start : start + _IN_LIST]
+        ]
+        await conn.exec_driver_sql(text, [tuple(v[n] for n in names) for v in values])
     if conn.sync_connection is not None:  # so that this task never waits on them itself
         for i in ids:
             selfwait.hold(conn.sync_connection, tenant, i)
     leases: dict[str, tuple[Any, Any]] = {}
     seals: dict[str, tuple[Any, Any]] = {}
     heads: dict[str, tuple[Any, ...]] = {}
+    lease_stmt, seal_stmt, last = _state_reads(store.dialect)
     for start in range(0, len(ids), _IN_LIST):
-        part = ids[start : start + _IN_LIST]
-        lease_stmt = (
-            select(RunLease.run_id, RunLease.epoch, RunLease.owner)
-            .where(RunLease.tenant == tenant, RunLease.run_id.in_(part))
-            .with_for_update()
-        )
-        for run_id, epoch, owner in (await conn.execute(lease_stmt)).all():
+        params = {"tenant": tenant, "ids": ids[start : start + _IN_LIST]}
+        for run_id, epoch, owner in (await conn.execute(lease_stmt, params)).all():
             leases[run_id] = (epoch, owner)
-        seal_stmt = select(RunSeal.run_id, RunSeal.outcome, RunSeal.chain_head).where(
-            RunSeal.tenant == tenant, RunSeal.run_id.in_(part)
-        )
-        for run_id, outcome, head in (await conn.execute(seal_stmt)).all():
+        for run_id, outcome, head in (await conn.execute(seal_stmt, params)).all():
             seals[run_id] = (outcome, head)
-        # The runs that have records, and their last seq: the primary key's prefix alone.
-        # Joined back to the rows in the same statement, a planner without fresh statistics
-        # (a tenant just written beside a large one) took ~45 s a chunk at 100k runs.
-        last = (
-            select(Journal.run_id, func.max(Journal.seq))
-            .where(Journal.tenant == tenant, Journal.run_id.in_(part))
-            .group_by(Journal.run_id)
-        )
-        for run_id, seq in (await conn.execute(last)).all():
+        for run_id, seq in (await conn.execute(last, params)).all():
             heads[run_id] = (seq,)
     for run_id, (seq, *_) in list(heads.items()):
         # A run that already has records (none, in a restore): its head row by primary key.

@@ -1,11 +1,18 @@
 """Restoring an export (format 1) into an empty store, and proving it by an equal root.
 
-Through the store's own ``append`` and ``seal``, never by writing rows: whatever derived
-index ``append`` maintains (exactly-once, outcomes, admissions, activity, the log's tree), a
-restore maintains, with nothing to enumerate. Three properties reproduce the original bytes
-rather than similar ones (agentplane 0.22's ``export::from_jsonl``):
+Through the store's own unit of work for appends and seals
+(:func:`~agentplane_journal.journal.bulk.write_rows`): the run mutex, the fence for each
+record's epoch, the head each run's rows must continue, then the records, the admission
+claims, the outcomes and the log's leaves, as ``append`` and ``seal`` write them (the rows
+are compared column by column with a store-written tenant's in tests/test_restore_rows.py).
+What is written is what pass one established of each record (its bytes, compared with the
+bytes ``append`` writes for it; its hash, chained over them; seq, epoch, kind, effect key,
+case, admission key, outcome), kept in this process's own scratch file
+(:mod:`~agentplane_journal.journal.restore_spool`), never the file read again. Three
+properties reproduce the original bytes rather than similar ones (agentplane 0.22's
+``export::from_jsonl``):
 
-* ``seq`` is re-derived and lands identically: an empty store, the same records in order;
+* ``seq`` lands identically: an empty store, each run's records from 1, in order;
 * ``epoch`` is **carried**: it is inside the hashed body, so each maximal group of a run's
   records with one epoch is one ``append`` under that epoch (a store with no lease rows
   fences nothing), and a run that changed hands restores with its epochs;
@@ -16,15 +23,17 @@ rather than similar ones (agentplane 0.22's ``export::from_jsonl``):
 Two passes over the file, so that a file that cannot be restored is refused before anything
 is written: the first (:mod:`~agentplane_journal.journal.restore_check`) judges it as
 ``verify-export`` does and checks that every record can be replayed and written in its own
-wire profile; the second replays. Both read each line and run block alike
-(:mod:`~agentplane_journal.exportfmt.read`). Memory is a chunk of records (:data:`BATCH`),
-whatever the file's size. The target must be empty (no record, no seal): a restore rebuilds
+wire profile, spooling what it established; the second writes from the spool. The verifier
+and pass one read each line and run block alike (:mod:`~agentplane_journal.exportfmt.read`).
+Memory is a chunk of records (:data:`BATCH`) and a chunk of the spool, whatever the file's
+size. The target must be empty (no record, no seal): a restore rebuilds
 a history, it does not merge one.
 
 A tenant's records may be in both wire profiles (migrated, or written by two handles in the
-window ``profiles.py`` describes). Each record is replayed in the profile its version names,
-so its bytes come back; the target records the header's profile, and as the one it left
-the other profile the file's records are in (:meth:`Profiles.restore_profile`).
+window ``profiles.py`` describes). Each record is checked in the profile its version names
+(its bytes are what that profile writes for it), so its bytes come back; the target records
+the header's profile, and as the one it left the other profile the file's records are in
+(:meth:`Profiles.restore_profile`).
 """
 
 from __future__ import annotations
@@ -40,12 +49,13 @@ from agentplane_journal.core import jsonload
 from agentplane_journal.core.append import RESERVED_MEMBERS, Append
 from agentplane_journal.core.ids import RunId
 from agentplane_journal.core.profile import WireProfile, profile_named, profile_of_record
-from agentplane_journal.core.record import decode_wire
+from agentplane_journal.core.record import MAX_RECORD_BYTES, decode_wire
 from agentplane_journal.errors import CommitUnknownError, UnavailableError
-from agentplane_journal.exportfmt.lines import PROFILE_BY_CANON, RUN_BLOCK
-from agentplane_journal.exportfmt.read import RunBlock, read_line, run_block
-from agentplane_journal.journal.bulk import AppendOp, Op, SealOp, write_ops
+from agentplane_journal.exportfmt.lines import PROFILE_BY_CANON
+from agentplane_journal.exportfmt.read import read_line
+from agentplane_journal.journal.bulk import RowOp, RowsOp, SealOp, write_rows
 from agentplane_journal.journal.restore_check import Frame, Judge, RestoreRefused
+from agentplane_journal.journal.restore_spool import Spool, Spooled
 from agentplane_journal.journal.store import SqlJournalStore
 from agentplane_journal.tlog.checkpoint import Checkpoint
 
@@ -169,35 +179,78 @@ def _wire(value: dict[str, Any], number: int) -> dict[str, Any]:
     return body
 
 
-def check_frame(path: Path) -> Frame:
+def check_frame(path: Path, spool: Spool | None = None) -> Frame:
     """Pass one (:mod:`~agentplane_journal.journal.restore_check`): every line judged as
     ``verify-export`` judges it, and every record's ``append`` built, under its own run's
-    block, and checked against the wire profile its version names."""
-    judge = Judge()
+    block, and checked against the wire profile its version names; what it established
+    written to ``spool``, if given, for pass two."""
+    judge = Judge(spool)
     try:
         for number, value in _lines(path):
             run = judge.line(number, value)
             if run is not None and isinstance(value, dict):
-                try:
-                    body = _wire(value, number)
-                except RecursionError:
-                    raise RestoreRefused(f"line {number}: the wire bytes nest too deep") from None
-                epoch, append = _replayable(body, run, number)
-                judge.record(number, value["raw"], body, epoch, append)
+                raw, body, epoch, append, profile = _replay_of(value, run, number)
+                judge.record(
+                    number,
+                    raw,
+                    body,
+                    epoch,
+                    append,
+                    carried=value.get("hash"),
+                    resealed=profile is not None,
+                    profile=profile,
+                )
         return judge.finish()
     finally:
         judge.close()
 
 
-def append_of(body: dict[str, Any]) -> tuple[int, Append]:
+def _replay_of(
+    value: dict[str, Any], run: RunId, number: int
+) -> tuple[bytes, dict[str, Any], int, Append, WireProfile | None]:
+    """``(raw, body, epoch, append, resealed)`` for a record line (``resealed``: the profile
+    whose bytes were compared, else ``None``).
+
+    The line's readable ``body`` was parsed with the line; when the append built from it
+    is written by its version's profile as exactly the line's wire bytes, it *is* the
+    record (canonical JSON is one text per value), and the wire bytes need no parse of
+    their own (``resealed``: that comparison is made). Anything else (a display copy that
+    differs, a body the profile writes otherwise, an unreplayable one) is read from the wire
+    bytes as before, and judged there: the same verdicts and messages either way."""
+    raw = value.get("raw")
+    if not isinstance(raw, str):
+        _wire(value, number)  # refuses it, naming the line
+        raise AssertionError("unreachable")
+    data = raw.encode("utf-8", "surrogatepass")
+    shown = value.get("body")
+    if type(shown) is dict and len(data) <= MAX_RECORD_BYTES:
+        try:
+            epoch, append = append_of(shown, run)
+            profile = profile_of_record(shown)
+            if (
+                profile is not None
+                and append.run == run
+                and profile.canonicalize(append.body(shown["seq"], epoch), path="body") == data
+            ):
+                return data, shown, epoch, append, profile
+        except (TypeError, ValueError, KeyError, RecursionError):
+            pass  # judged from the wire bytes below
+    body = _wire(value, number)
+    epoch, append = _replayable(body, run, number)
+    return data, body, epoch, append, None
+
+
+def append_of(body: dict[str, Any], run: RunId | None = None) -> tuple[int, Append]:
     """``(epoch, Append)`` that re-creates ``body``: the envelope's members as the append's
-    fields, every other member its payload (one place, so no field can be forgotten)."""
+    fields, every other member its payload (one place, so no field can be forgotten).
+    ``run``: the block's, used as it is when the body names it (no second parse)."""
     payload = {k: v for k, v in body.items() if k not in RESERVED_MEMBERS}
     epoch = body.get("epoch")
     if type(epoch) is not int:
         raise ValueError(f"record {body.get('seq')!r} has no integer epoch")
+    named = body.get("run")
     return epoch, Append(
-        str(body.get("run")),
+        run if run is not None and named == run.ulid else str(named),
         str(body.get("kind")),
         payload,
         case=body.get("case"),
@@ -220,7 +273,7 @@ async def _refuse_non_empty(store: SqlJournalStore) -> None:
 
 class _Replay:
     """Gathers a chunk of operations (each run's records in order, the seals in log order) and
-    writes it in one transaction (:func:`~agentplane_journal.journal.bulk.write_ops`).
+    writes it in one transaction (:func:`~agentplane_journal.journal.bulk.write_rows`).
 
     A chunk ends after :data:`BATCH` records, at a run's end or in its middle (a long run
     continues in the next chunk from its committed head), so memory is a chunk whatever
@@ -236,9 +289,8 @@ class _Replay:
         progress: Callable[[int, int], None] | None = None,
     ) -> None:
         self.store, self.report, self.progress = store, report, progress
-        self.ops: list[Op] = []
-        self.hashes: list[list[str]] = []  # per AppendOp, the hashes the export carries
-        self.group: tuple[int, WireProfile | None, list[Append], list[str]] | None = None
+        self.ops: list[RowOp] = []
+        self.group: tuple[RunId, int, list[Spooled]] | None = None
         self.held = 0  # records in self.ops and self.group
         self.epoch = 0  # the current run's last epoch
         self.inflight: asyncio.Task[tuple[int, int]] | None = None
@@ -247,39 +299,29 @@ class _Replay:
         self.committed = (0, 0)  # (records, seals) surely committed
         self.unknown = (0, 0)  # (records, seals) of a chunk whose COMMIT outcome is unknown
 
-    async def _write(self, ops: list[Op], hashes: list[list[str]]) -> tuple[int, int]:
-        try:
-            results = await write_ops(self.store, ops)
-        except CommitUnknownError:
-            self.unknown = (
-                sum(len(s.batch) for s in ops if isinstance(s, AppendOp)),
-                sum(1 for s in ops if isinstance(s, SealOp)),
-            )
-            raise
-        records = seals = 0
-        appended = (r for r in results if isinstance(r, list))
-        for written, carried in zip(appended, hashes, strict=True):
-            records += len(written)
-            self.report.differing += sum(
-                r.hash.hex() != h for r, h in zip(written, carried, strict=False)
-            )
+    async def _write(self, ops: list[RowOp]) -> tuple[int, int]:
+        records = sum(len(op.records) for op in ops if isinstance(op, RowsOp))
         seals = sum(1 for op in ops if isinstance(op, SealOp))
+        try:
+            await write_rows(self.store, ops)
+        except CommitUnknownError:
+            self.unknown = (records, seals)
+            raise
         self.report.records += records
         return records, seals
 
     def _end_group(self) -> None:
         if self.group is not None and self.group[2]:
-            self.ops.append(AppendOp(self.group[0], self.group[2], self.group[1]))
-            self.hashes.append(self.group[3])
+            self.ops.append(RowsOp(*self.group))
         self.group = None
 
-    async def _flush(self) -> None:
+    async def flush(self) -> None:
         """Send what is gathered as one transaction, after the previous one has committed."""
         self._end_group()
-        ops, hashes, self.ops, self.hashes, self.held = self.ops, self.hashes, [], [], 0
+        ops, self.ops, self.held = self.ops, [], 0
         await self._settle()
         if ops:
-            self.inflight = asyncio.create_task(self._write(ops, hashes))
+            self.inflight = asyncio.create_task(self._write(ops))
 
     async def _settle(self) -> None:
         if self.inflight is not None:
@@ -289,19 +331,19 @@ class _Replay:
             if self.progress is not None:
                 self.progress(self.report.runs, self.committed[0])
 
-    async def record(
-        self, epoch: int, append: Append, hash_hex: object, profile: WireProfile | None
-    ) -> None:
-        """One record, appended with the run's others of its epoch and wire profile."""
-        if self.group is None or self.group[:2] != (epoch, profile):
+    def record(self, run: RunId, record: Spooled) -> bool:
+        """One record, written with the run's others of its epoch; ``True`` once the chunk is
+        full (the caller then awaits :meth:`flush`: mid-run or not, the run goes on in the
+        next chunk)."""
+        epoch = record[1]
+        group = self.group
+        if group is None or group[1] != epoch or group[0] != run:
             self._end_group()
-            self.group = (epoch, profile, [], [])
-        self.group[2].append(append)
-        self.group[3].append(hash_hex if isinstance(hash_hex, str) else "")
+            self.group = group = (run, epoch, [])
+        group[2].append(record)
         self.epoch = epoch
         self.held += 1
-        if self.held >= BATCH:  # mid-run or not: the run goes on in the next chunk
-            await self._flush()
+        return self.held >= BATCH
 
     async def end_run(
         self, run: RunId, index: int | None, outcome: str | None, *, any_records: bool
@@ -321,7 +363,7 @@ class _Replay:
     async def finish(self) -> None:
         self._end_group()
         self._place(True)
-        await self._flush()
+        await self.flush()
         await self._settle()
 
     async def abandon(self, *, cancel: bool) -> None:
@@ -346,25 +388,27 @@ async def restore_export(
     that is not empty; :class:`RestoreIncomplete` for a failure once writing has begun
     (what is committed stays, counted; restore into a fresh database).
     """
-    frame = check_frame(path)
-    await _refuse_non_empty(store)
-    # The records are replayed through append, which re-chains each body in the wire profile
-    # its version names: the bytes (and the root) come back, whichever profiles they are in.
-    # The empty target records the export's profile, and the other one its records are in.
-    wanted = _target_profile(frame, await store.wire_profile())
-    left = sorted(p.name for p in frame.profiles if p is not wanted)
-    await store.restore_profile(wanted, profile_named(left[0]) if left else None)
-    report = RestoreReport(expected=frame.checkpoint, rebuilt=frame.checkpoint)
-    replay = _Replay(store, report, progress)
-    try:
-        await _replay(path, replay, report)
-    except Exception as exc:
-        await replay.abandon(cancel=False)
-        records, seals = replay.committed
-        raise RestoreIncomplete(store.tenant, records, seals, exc, replay.unknown) from exc
-    except BaseException:
-        await replay.abandon(cancel=True)
-        raise
+    with Spool() as spool:
+        frame = check_frame(path, spool)
+        await _refuse_non_empty(store)
+        # Each record is written as the bytes its own wire profile writes for it (pass one
+        # compared them), so they come back whichever profiles they are in. The empty
+        # target records the export's profile, and the other one its records are in.
+        wanted = _target_profile(frame, await store.wire_profile())
+        left = sorted(p.name for p in frame.profiles if p is not wanted)
+        await store.restore_profile(wanted, profile_named(left[0]) if left else None)
+        report = RestoreReport(expected=frame.checkpoint, rebuilt=frame.checkpoint)
+        report.differing = frame.differing
+        replay = _Replay(store, report, progress)
+        try:
+            await _replay(spool, replay, report)
+        except Exception as exc:
+            await replay.abandon(cancel=False)
+            records, seals = replay.committed
+            raise RestoreIncomplete(store.tenant, records, seals, exc, replay.unknown) from exc
+        except BaseException:
+            await replay.abandon(cancel=True)
+            raise
     report.rebuilt = await store.checkpoint()
     _not_carried(report, frame)
     return report
@@ -379,30 +423,25 @@ def _target_profile(frame: Frame, current: WireProfile) -> WireProfile:
     return next(iter(frame.profiles)) if len(frame.profiles) == 1 else current
 
 
-async def _replay(path: Path, replay: _Replay, report: RestoreReport) -> None:
+async def _replay(spool: Spool, replay: _Replay, report: RestoreReport) -> None:
+    """Pass two: every block and record pass one spooled, in file order, written in chunks."""
     run: RunId | None = None
     index: int | None = None
     outcome: str | None = None
     records = 0
-    for number, value in _lines(path):
-        if isinstance(value, str):  # pass one read it: the file changed since
-            raise RestoreRefused(f"line {number}: {value}")
-        kind = value.get("kind")
-        if kind == RUN_BLOCK:
+    for entry in spool.entries():
+        if type(entry[0]) is str:  # a run block: (run ulid, log index or None)
             if run is not None:
                 await replay.end_run(run, index, outcome, any_records=records > 0)
-            block = run_block(value)
-            run, index = (block.run, block.index) if isinstance(block, RunBlock) else (None, None)
-            outcome, records = None, 0
-            if run is not None:
-                report.runs += 1
-        elif kind is None and run is not None:
-            body = _wire(value, number)
-            if body.get("kind") == "RunSealed" and isinstance(body.get("outcome"), str):
-                outcome = body["outcome"]
-            epoch, append = _replayable(body, run, number)
+            run = RunId.parse(entry[0])  # pass one's run_block parsed it
+            index, outcome, records = entry[1], None, 0
+            report.runs += 1
+        elif run is not None:
+            if entry[9] is not None:  # a RunSealed record's outcome
+                outcome = entry[9]
             records += 1
-            await replay.record(epoch, append, value.get("hash"), profile_of_record(body))
+            if replay.record(run, entry):
+                await replay.flush()
     if run is not None:
         await replay.end_run(run, index, outcome, any_records=records > 0)
     await replay.finish()

@@ -31,10 +31,11 @@ RestoreIncomplete`, named as PARTIAL.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentplane_journal.core.admission import claimed_keys
+from agentplane_journal.core.admission import RUN_ADMITTED, claimed_keys
 from agentplane_journal.core.append import EFFECT_STARTED, RUN_SEALED, Append
 from agentplane_journal.core.checks import check_label
 from agentplane_journal.core.ids import Digest, EffectKey, RunId
@@ -48,15 +49,21 @@ from agentplane_journal.exportfmt.lines import (
     TRAILER,
     parse_checkpoint,
 )
-from agentplane_journal.exportfmt.read import run_block
+from agentplane_journal.exportfmt.read import RunBlock, run_block
 from agentplane_journal.exportfmt.verify import ExportVerifier
 from agentplane_journal.journal.export_seen import SpilledRuns
+from agentplane_journal.journal.restore_spool import Spool
 from agentplane_journal.tlog.checkpoint import Checkpoint
 
 __all__ = ["Frame", "Judge", "RestoreRefused"]
 
 _SHOWN = 5
 """Findings quoted in a refusal (the rest are counted; ``verify-export`` lists them all)."""
+
+_INDEXED = frozenset({RUN_SEALED, EFFECT_STARTED, RUN_ADMITTED})
+"""The kinds :meth:`Judge._indexed` has anything to check for (an outcome, a started effect,
+an admission key); every other kind claims nothing and indexes nothing."""
+_NO_KEYS: list[str] = []
 
 
 class RestoreRefused(ValueError, RefusedError):
@@ -74,13 +81,19 @@ class Frame:
     """The wire profiles the file's records are in (both, for a migrated tenant)."""
     dropped: int = 0
     """Open runs the export declared unreadable: nothing of them to restore."""
+    differing: int = 0
+    """Records whose hash, chained here over their bytes, is not the one their line carries
+    (the verifier's findings refuse such a file; counted for the report all the same)."""
 
 
 class Judge:
     """Pass one's state: fed every line (:meth:`line`) and every record's replayable form
-    (:meth:`record`), then :meth:`finish` refuses or returns the :class:`Frame`."""
+    (:meth:`record`), then :meth:`finish` refuses or returns the :class:`Frame`.
 
-    def __init__(self) -> None:
+    With a ``spool``, what it established of each block and record is written there in
+    order (:mod:`~agentplane_journal.journal.restore_spool`) for pass two to write from."""
+
+    def __init__(self, spool: Spool | None = None) -> None:
         # This package's restore replays its own kinds too (LangGraph, sessions), which
         # agentplane 0.22's typed decode cannot read: that is verify-export's remark about
         # agentplane, not a reason to refuse the file here.
@@ -102,6 +115,11 @@ class Judge:
         self._profiles: set[WireProfile] = set()
         self._started: set[EffectKey] = set()  # the current run's
         self._claims: dict[str, RunId] = {}
+        self._spool = spool
+        self._prev = bytes(32)  # the current run's head, chained here over the bytes
+        self._last_seq = 0
+        self._gaps = 0  # records whose seq does not follow the one before (the verifier names them)
+        self._differing = 0
 
     def line(self, number: int, value: dict[str, Any] | str) -> RunId | None:
         """Take line ``number`` as :func:`~.exportfmt.read.read_line` read it; the run whose
@@ -123,6 +141,8 @@ class Judge:
             block = run_block(value)
             self._run = None if isinstance(block, str) else block.run
             self._sealed = not isinstance(block, str) and block.index is not None
+            if self._spool is not None and isinstance(block, RunBlock):
+                self._spool.block(block.run.ulid, block.index)
         elif kind == TRAILER:
             self._complete = True
         elif kind is None:
@@ -133,12 +153,26 @@ class Judge:
         return None
 
     def record(
-        self, number: int, raw: str, body: dict[str, Any], epoch: int, append: Append
+        self,
+        number: int,
+        raw: bytes,
+        body: dict[str, Any],
+        epoch: int,
+        append: Append,
+        *,
+        carried: object = None,
+        resealed: bool = False,
+        profile: WireProfile | None = None,
     ) -> None:
         """A record line's wire bytes (``raw``, parsed: ``body``) and the ``(epoch, append)``
         that re-creates them: the wire profile its version names must write them again,
-        byte for byte, and nothing the store checks may refuse them."""
-        profile = profile_of_record(body)
+        byte for byte, and nothing the store checks may refuse them. ``resealed``: the
+        caller has already compared that profile's canonical bytes of ``append``'s body
+        with ``raw`` (and found them equal, at most ``MAX_RECORD_BYTES``). ``carried``: the
+        line's ``hash``; ``profile``: ``body``'s, if the caller has it. Then chained onto the
+        run's head and spooled."""
+        if profile is None:
+            profile = profile_of_record(body)
         if profile is None:
             known = ", ".join(f"v={p.record_version} ({p.name})" for p in PROFILES)
             raise RestoreRefused(
@@ -150,18 +184,21 @@ class Judge:
         if refused is not None:
             raise RestoreRefused(f"line {number}: {refused}")
         self._profiles.add(profile)
+        seq = body.get("seq")
+        kind = append.kind
         try:
-            self._indexed(append)
-            again = Record.seal(
-                append.body(body.get("seq"), epoch),  # type: ignore[arg-type]
-                Digest.ZERO,
-                canon=profile.canonicalize,
-            ).raw
+            keys = self._indexed(append) if kind in _INDEXED else _NO_KEYS
+            if not resealed:
+                again = Record.seal(
+                    append.body(seq, epoch),  # type: ignore[arg-type]
+                    Digest.ZERO,
+                    canon=profile.canonicalize,
+                ).raw
         except (TypeError, ValueError, RecordTooLargeError) as exc:
             raise RestoreRefused(
                 f"line {number}: {exc} — the store would refuse it part-way through the restore"
             ) from None
-        if again != raw.encode("utf-8", "surrogatepass"):
+        if not resealed and again != raw:
             # Sound as a file (the hash is over these bytes), yet append would write other
             # bytes under another hash: the restored run would not be the file's.
             raise RestoreRefused(
@@ -169,10 +206,37 @@ class Judge:
                 f"{profile.name} writes for it, so replaying it would write another record "
                 "(another hash) than the file holds"
             )
+        # ``raw`` is what append writes for it: chained here, from the run's first record.
+        if seq != self._last_seq + 1:
+            self._gaps += 1
+        self._last_seq = seq  # type: ignore[assignment]
+        prev = self._prev
+        h = hashlib.sha256(prev)
+        h.update(raw)
+        self._prev = digest = h.digest()
+        if carried != digest.hex():
+            self._differing += 1
+        if self._spool is not None:
+            effect, case = append.effect_key, append.case
+            self._spool.record(
+                (
+                    seq,  # type: ignore[arg-type]
+                    epoch,
+                    kind,
+                    None if effect is None else effect.hex(),
+                    None if case is None else str(case),
+                    prev,
+                    digest,
+                    raw,
+                    keys[0] if keys else None,
+                    append.payload.get("outcome") if kind == RUN_SEALED else None,
+                )
+            )
 
-    def _indexed(self, append: Append) -> None:
+    def _indexed(self, append: Append) -> list[str]:
         """What ``append`` checks (an outcome label) and its indexes refuse (a second start
-        of an effect in a run, a key another run claimed), as a ``ValueError``."""
+        of an effect in a run, a key another run claimed), as a ``ValueError``; the
+        admission keys it claims."""
         if append.kind == RUN_SEALED:
             check_label(append.payload.get("outcome"), "the RunSealed record's outcome")
         elif append.kind == EFFECT_STARTED and append.effect_key is not None:
@@ -182,7 +246,8 @@ class Judge:
                     "(the exactly-once index holds one start per effect and run)"
                 )
             self._started.add(append.effect_key)
-        for key in claimed_keys([append]):
+        keys = claimed_keys([append])
+        for key in keys:
             holder = self._claims.setdefault(key, append.run)
             if holder != append.run:
                 raise ValueError(
@@ -190,6 +255,7 @@ class Judge:
                     "claimed earlier in this file (a key has one holder; a claim the source "
                     "retired with forget_admissions cannot be replayed)"
                 )
+        return keys
 
     def _close_block(self) -> None:
         if self._run is not None and not self._records:
@@ -199,6 +265,7 @@ class Judge:
                 self._dropped += 1
         self._run, self._sealed, self._records = None, False, 0
         self._started = set()
+        self._prev, self._last_seq = bytes(32), 0
 
     def close(self) -> None:
         """Delete the scratch file of runs met (after :meth:`finish`, or on a refusal)."""
@@ -230,6 +297,12 @@ class Judge:
                 + "; ".join(findings[:_SHOWN])
                 + more
             )
+        if self._gaps:
+            # The verifier names every gap; this is the spool's own guard, should it not.
+            raise RestoreRefused(
+                f"{self._gaps} record(s) do not follow the seq before them in their run, so "
+                "the file's runs are not contiguous chains"
+            )
         if self._sealed_empty:
             runs = ", ".join(str(r) for r in self._sealed_empty[:_SHOWN])
             raise RestoreRefused(
@@ -238,4 +311,11 @@ class Judge:
                 "without them. Repair them in the source (`verify --all` names the damage) and "
                 "export again"
             )
-        return Frame(self._checkpoint, self._canon, self._signed, self._profiles, self._dropped)
+        return Frame(
+            self._checkpoint,
+            self._canon,
+            self._signed,
+            self._profiles,
+            self._dropped,
+            self._differing,
+        )

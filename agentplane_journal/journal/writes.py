@@ -31,7 +31,7 @@ from agentplane_journal.core.checks import check_int, check_label
 from agentplane_journal.core.ids import Digest, EffectKey, RunId
 from agentplane_journal.core.profile import WireProfile
 from agentplane_journal.core.record import Record
-from agentplane_journal.core.signing import Signer
+from agentplane_journal.core.signing import DOMAIN_RECORD, Signer, signing_hash
 from agentplane_journal.core.values import Cancellation
 from agentplane_journal.db import selfwait
 from agentplane_journal.db.hotpath import CancelRequested, HotPath
@@ -246,6 +246,15 @@ class RunWrites(Repository):
         )
         rows = [dict(zip(COLUMNS, row, strict=True)) for row in row_tuples]
         return records, rows, conclusion, seen
+
+    def attest(self, hash_: bytes) -> tuple[str | None, bytes | None]:
+        """The ``(key_id, signature)`` columns ``chain_rows`` writes for a record of hash
+        ``hash_`` (the store's signer's, as :meth:`Record.seal` signs; none without one), for
+        rows chained before the transaction (journal/bulk.py ``write_rows``)."""
+        signer = self._signer
+        if signer is None:
+            return None, None
+        return signer.key_id, signer.sign(signing_hash(DOMAIN_RECORD, Digest(hash_)))
 
     def insert_refused(
         self, exc: DBAPIError, run: RunId, seq: int, seen: set[EffectKey]

@@ -10,6 +10,9 @@ from sqlalchemy import (
     ColumnElement,
     LargeBinary,
     Table,
+    Text,
+    any_,
+    bindparam,
     func,
     literal,
     select,
@@ -144,6 +147,12 @@ class PostgresDialect:
         # Allocation order, not commit order: across runs "newest first" may differ from
         # commit order by the width of a race, which the outcome index tolerates.
         return run_conclusion_ordinal.next_value()
+
+    def text_in(self, column: Any, name: str) -> ColumnElement[bool]:
+        # One text[] parameter (asyncpg's built-in codec): an IN list would be rendered into
+        # the statement, a cast per id, at every execution.
+        one_of: ColumnElement[bool] = column == any_(bindparam(name, type_=pg.ARRAY(Text)))
+        return one_of
 
     def contains_bytes(self, column: Any, needle: bytes) -> ColumnElement[bool]:
         # bytea LIKE bytea; the needle is a ULID, which holds neither % nor _ nor \.

@@ -124,6 +124,11 @@ class Dialect(Protocol):
     def greatest(self, a: Any, b: Any) -> ColumnElement[Any]:
         """The larger of two non-NULL values."""
 
+    def text_in(self, column: Any, name: str) -> ColumnElement[bool]:
+        """``column`` is one of the texts bound as the list parameter ``name``: a statement
+        built once whose list is not rendered into it per execution where the backend binds
+        a list as one value."""
+
     def least(self, a: Any, b: Any) -> ColumnElement[Any]:
         """The smaller of two non-NULL values."""
 

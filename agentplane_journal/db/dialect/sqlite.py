@@ -13,6 +13,7 @@ from sqlalchemy import (
     LargeBinary,
     Table,
     UniqueConstraint,
+    bindparam,
     event,
     func,
     literal,
@@ -169,6 +170,11 @@ class SqliteDialect:
             await conn.execute(counter_next(self, "run_conclusion_ordinal", initial))
         ).scalar_one()
         return literal(value)
+
+    def text_in(self, column: Any, name: str) -> ColumnElement[bool]:
+        # No list type: an expanding IN (one parameter per id, without casts).
+        one_of: ColumnElement[bool] = column.in_(bindparam(name, expanding=True))
+        return one_of
 
     def contains_bytes(self, column: Any, needle: bytes) -> ColumnElement[bool]:
         # instr() compares BLOBs byte by byte (LIKE would fold case and stop at a NUL).
