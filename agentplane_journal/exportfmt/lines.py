@@ -57,6 +57,7 @@ __all__ = [
     "header_line",
     "record_line",
     "run_line",
+    "stored_line",
     "trailer_line",
 ]
 
@@ -184,14 +185,42 @@ def record_line(record: Record, *, read: bool = False) -> str:
     raw = bytes(record.raw)
     text = raw.decode("utf-8")  # UnicodeDecodeError is a ValueError
     parsed = record.body if read and _TWENTY_DIGITS not in raw.translate(_DIGITS) else None
+    return _line(
+        record.seq, record.prev_hash.hex(), record.hash.hex(), text, parsed, record.attestation
+    )
+
+
+def stored_line(
+    seq: int,
+    prev_hash: bytes,
+    hash_: bytes,
+    text: str,
+    parsed: dict[str, Any] | None,
+    attestation: Attestation | None,
+) -> str:
+    """:func:`record_line` of a record the store read, from its checked parts (a row
+    ``db.row_bodies.plain_body`` accepted: ``parsed`` is ``json``'s parse of ``text``, given
+    only where ``text`` holds no 20 digits in a row), without building the record: the
+    same line."""
+    return _line(seq, prev_hash.hex(), hash_.hex(), text, parsed, attestation)
+
+
+def _line(
+    seq: int,
+    prev_hex: str,
+    hash_hex: str,
+    text: str,
+    parsed: dict[str, Any] | None,
+    attestation: Attestation | None,
+) -> str:
     try:
         body = body_text(text, parsed)
     except ValueError as exc:
-        raise ValueError(f"record {record.seq}: {exc}") from None
-    att = "null" if record.attestation is None else _dumps(attestation_json(record.attestation))
+        raise ValueError(f"record {seq}: {exc}") from None
+    att = "null" if attestation is None else _dumps(attestation_json(attestation))
     return (
-        f'{{"seq":{record.seq},"body":{body},"prev_hash":"{record.prev_hash.hex()}",'
-        f'"hash":"{record.hash.hex()}","attestation":{att},"raw":{_string(text)}}}'
+        f'{{"seq":{seq},"body":{body},"prev_hash":"{prev_hex}",'
+        f'"hash":"{hash_hex}","attestation":{att},"raw":{_string(text)}}}'
     )
 
 

@@ -28,6 +28,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from typing import IO, Any, TextIO
 
 from agentplane_journal.core.ids import Digest, RunId
+from agentplane_journal.db.row_bodies import plain_body
 from agentplane_journal.db.statements import digest, record_from_row
 from agentplane_journal.errors import CorruptRecordError
 from agentplane_journal.exportfmt.lines import (
@@ -37,6 +38,7 @@ from agentplane_journal.exportfmt.lines import (
     header_line,
     record_line,
     run_line,
+    stored_line,
     trailer_line,
 )
 from agentplane_journal.journal.audits import RunRead
@@ -47,6 +49,11 @@ from agentplane_journal.tlog.checkpoint import Checkpoint
 __all__ = ["Progress", "store_canon", "write_export"]
 
 _SPOOL_BYTES = 4 << 20
+
+_HAND_BACK = 128
+"""Rows checked and written between two hand-backs to the event loop, so that the page
+fetched ahead is actually in flight (sent to the server, or running in the SQLite thread)
+while this one is written: without them the fetch only starts once the page is done."""
 
 
 def store_canon(store: SqlJournalStore) -> int:
@@ -103,7 +110,7 @@ class _Block:
     run ends, so a run that fails to read half-way is filed unreadable with nothing of it
     written; past :data:`_SPOOL_BYTES` they go to a temporary file)."""
 
-    __slots__ = ("count", "error", "held", "leaf", "lines", "prev", "run", "sealed", "spool")
+    __slots__ = ("count", "error", "held", "leaf", "lines", "run", "sealed", "spool")
 
     def __init__(self, run: RunId | None, sealed: Any, leaf: Any) -> None:
         self.run, self.sealed = run, sealed
@@ -112,21 +119,24 @@ class _Block:
         self.held = 0
         self.spool: IO[str] | None = None
         self.count = 0
-        self.prev: Digest | None = None
         self.error: str | None = None
 
     def add(self, row: Any) -> None:
-        """One stored row of this run: checked (:func:`record_from_row`), then its line."""
+        """One stored row of this run: checked (:func:`plain_body`, or for its verdict
+        :func:`record_from_row`), then its line."""
         if self.error is not None:
             return
+        plain = plain_body(row)
         try:
-            record = record_from_row(row, self.prev)
-        except CorruptRecordError as exc:
-            self.error = str(exc)
-            return
-        self.prev = record.hash
-        try:
-            line = record_line(record, read=True)
+            if plain is not None:  # every check passed: the line from the row's own parts
+                line = stored_line(row[0], row[1], row[2], plain[1], plain[0], plain[2])
+            else:
+                try:
+                    record = record_from_row(row)
+                except CorruptRecordError as exc:
+                    self.error = str(exc)
+                    return
+                line = record_line(record, read=True)
         except ValueError as exc:
             self.error = f"a record's wire bytes do not parse: {exc}"
             return
@@ -210,7 +220,9 @@ async def _export_all(
         block_key: object = _NONE
         try:
             async for page in _pages(store, phase, size):
-                for row in page:
+                for i, row in enumerate(page):
+                    if not i % _HAND_BACK:
+                        await asyncio.sleep(0)  # the next page's statement goes on meanwhile
                     if row[16]:  # a run the log phase wrote (its leaf is below the size)
                         continue
                     if row[0] != block_key:
