@@ -23,6 +23,7 @@ from agentplane_journal.db.row_bodies import plain_body
 from agentplane_journal.db.statements import record_from_row
 from agentplane_journal.errors import CorruptRecordError
 from agentplane_journal.exportfmt.lines import record_line, stored_line
+from agentplane_journal.journal import export as export_mod
 
 RUN = RunId.parse("01ARZ3NDEKTSV4RRFFQ69G5FAV")
 PREV = Digest.of(b"the record before")
@@ -165,3 +166,37 @@ def test_any_row_the_export_pass_takes_gets_the_reference_line(
     if "Infinity" in raw:
         return  # not JSON: no store holds it
     _agrees(_honest(members, spaced, **edit))
+
+
+def _parsed_run(value: object) -> RunId | None:
+    """The reference: the stored text is a run id's when parsing it gives it back."""
+    if not isinstance(value, str):
+        return None
+    try:
+        run = RunId.parse(value)
+    except ValueError:
+        return None
+    return run if str(run) == value else None
+
+
+_ULID_CHARS = "0123456789ABCDEFGHJKMNPQRSTVWXYZabcdefghjkmnpqrstvwxyzILOU_-"
+
+
+@settings(max_examples=600, deadline=None)
+@given(
+    st.one_of(
+        st.builds(
+            lambda head, ulid: head + ulid,
+            st.sampled_from(["run_", "RUN_", "Run_", "", "run", "run__", "case_"]),
+            st.text(alphabet=_ULID_CHARS, min_size=24, max_size=28)
+            | st.from_regex(r"[0-9][0-9A-HJKMNP-TV-Z]{25}", fullmatch=True)
+            | st.from_regex(r"[0-7][0-9A-Za-z]{25}", fullmatch=True),
+        ),
+        st.text(max_size=40),
+        st.sampled_from([None, 1, b"run_01ARZ3NDEKTSV4RRFFQ69G5FAV", str(RUN), RUN.ulid]),
+    )
+)
+def test_a_stored_run_id_is_named_as_parsing_it_would(value: Any) -> None:
+    got = export_mod._canonical(value)
+    want = _parsed_run(value)
+    assert got == want and (got is None or str(got) == value)

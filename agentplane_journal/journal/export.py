@@ -28,6 +28,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from typing import IO, Any, TextIO
 
 from agentplane_journal.core.ids import Digest, RunId
+from agentplane_journal.core.record import is_canonical_ulid
 from agentplane_journal.db.row_bodies import plain_body
 from agentplane_journal.db.statements import digest, record_from_row
 from agentplane_journal.errors import CorruptRecordError
@@ -50,11 +51,6 @@ __all__ = ["Progress", "store_canon", "write_export"]
 
 _SPOOL_BYTES = 4 << 20
 
-_HAND_BACK = 128
-"""Rows checked and written between two hand-backs to the event loop, so that the page
-fetched ahead is actually in flight (sent to the server, or running in the SQLite thread)
-while this one is written: without them the fetch only starts once the page is done."""
-
 
 def store_canon(store: SqlJournalStore) -> int:
     """The header's ``canon`` for this store: its tenant's wire profile's (``store.profile``;
@@ -63,13 +59,12 @@ def store_canon(store: SqlJournalStore) -> int:
 
 
 def _canonical(value: object) -> RunId | None:
-    if not isinstance(value, str):
-        return None
-    try:
-        run = RunId.parse(value)
-    except ValueError:
-        return None
-    return run if str(run) == value else None
+    """The run a stored ``run_id`` names when it is a run id's exact text (``run_`` and an
+    upper-case ULID), else ``None``: ``RunId.parse(value)`` whose ``str`` is ``value``, by
+    the read path's cached ULID check (a parse per run was a tenth of the export)."""
+    if isinstance(value, str) and value[:4] == "run_" and is_canonical_ulid(value[4:]):
+        return RunId._trusted(value[4:])
+    return None
 
 
 Progress = Callable[[int, int], None]
@@ -185,7 +180,9 @@ class _Block:
 
 async def _pages(store: SqlJournalStore, phase: str, size: int) -> AsyncIterator[list[Any]]:
     """``phase``'s pages in order, each from the last row of the one before; the next is
-    read (by the database's thread or server) while the caller checks and writes this one."""
+    asked for before this one is handed over. (It only goes on while the caller awaits: a
+    page is checked and written without an ``await``. Handing the loop back every few
+    hundred rows, so that it would go on meanwhile, measured no faster on either dialect.)"""
     key: tuple[Any, Any] = (-1, 0) if phase == LOG else ("", 0)
     pending = asyncio.ensure_future(store.export_page(phase, key, size=size))
     try:
@@ -220,9 +217,7 @@ async def _export_all(
         block_key: object = _NONE
         try:
             async for page in _pages(store, phase, size):
-                for i, row in enumerate(page):
-                    if not i % _HAND_BACK:
-                        await asyncio.sleep(0)  # the next page's statement goes on meanwhile
+                for row in page:
                     if row[16]:  # a run the log phase wrote (its leaf is below the size)
                         continue
                     if row[0] != block_key:
