@@ -3,6 +3,7 @@
     python bench/export.py [--runs 10000 [100000]] [--rounds 5] [--dialect sqlite postgresql]
                            [--pg-url postgresql+asyncpg://...] [--no-memory]
                            [--memory-phases export verify check restore]
+                           [--phases export verify restore]
 
 For each dialect and size, a source (a SQLite file, or a fresh tenant on PostgreSQL) is seeded
 with that many runs (a ``RunAdmitted`` and two notes each; every other run sealed) through the
@@ -295,7 +296,14 @@ class Targets:
 
 
 def rounds(
-    dialect: str, n: int, source: str, tenant: str, work: str, targets: Targets, count: int
+    dialect: str,
+    n: int,
+    source: str,
+    tenant: str,
+    work: str,
+    targets: Targets,
+    count: int,
+    phases: tuple[str, ...] = ("export", "verify", "restore"),
 ) -> list[str]:
     if count == 0:  # --rounds 0: peak memory only
         return []
@@ -321,32 +329,38 @@ def rounds(
         rates["export"].append(
             (got[0][0] / ours_s, got[1][0] / got[1][1], got[0][0] / ours_cpu, got[1][0] / got[1][2])
         )
-        # verify (both read our file)
-        got = {}
-        for i in [1, 0] if flip else [0, 1]:
-            if i == 0:
-                got[0] = asyncio.run(timed(lambda: ours_verify(source, tenant, ours_file)))
-            else:
-                start, cpu = time.perf_counter(), time.process_time()
-                n_bare = bare_verify(ours_file)
-                got[1] = (n_bare, time.perf_counter() - start, time.process_time() - cpu)
-        rates["verify"].append(_rates(got))
-        # restore
-        got = {}
-        for i in [1, 0] if flip else [0, 1]:
-            url, dst = targets.fresh()
-            fn: Callable[[str, str, Path], Awaitable[int]] = ours_restore if i == 0 else bare_insert
+        if "verify" in phases:  # both read our file
+            got = {}
+            for i in [1, 0] if flip else [0, 1]:
+                if i == 0:
+                    got[0] = asyncio.run(timed(lambda: ours_verify(source, tenant, ours_file)))
+                else:
+                    start, cpu = time.perf_counter(), time.process_time()
+                    n_bare = bare_verify(ours_file)
+                    got[1] = (n_bare, time.perf_counter() - start, time.process_time() - cpu)
+            rates["verify"].append(_rates(got))
+        if "restore" in phases:
+            got = {}
+            for i in [1, 0] if flip else [0, 1]:
+                url, dst = targets.fresh()
+                fn: Callable[[str, str, Path], Awaitable[int]] = (
+                    ours_restore if i == 0 else bare_insert
+                )
 
-            def restore_once(
-                fn: Callable[[str, str, Path], Awaitable[int]] = fn, url: str = url, dst: str = dst
-            ) -> Awaitable[int]:
-                return fn(url, dst, ours_file)
+                def restore_once(
+                    fn: Callable[[str, str, Path], Awaitable[int]] = fn,
+                    url: str = url,
+                    dst: str = dst,
+                ) -> Awaitable[int]:
+                    return fn(url, dst, ours_file)
 
-            got[i] = asyncio.run(timed(restore_once))
-            targets.drop(url)
-        rates["restore"].append(_rates(got))
+                got[i] = asyncio.run(timed(restore_once))
+                targets.drop(url)
+            rates["restore"].append(_rates(got))
     out = []
     for phase, pairs in rates.items():
+        if phase not in phases:
+            continue
         ours = statistics.median(p[0] for p in pairs)
         bare = statistics.median(p[1] for p in pairs)
         ratio = statistics.median(p[0] / p[1] for p in pairs)
@@ -441,6 +455,14 @@ def main() -> None:
         default=list(MEMORY_PHASES),
         help="phases measured for memory (export first: the others read its file)",
     )
+    parser.add_argument(
+        "--phases",
+        nargs="+",
+        choices=["export", "verify", "restore"],
+        default=["export", "verify", "restore"],
+        help="phases timed (export always runs: the others read its file); "
+        "--phases export times export alone",
+    )
     parser.add_argument("--phase", nargs=4, metavar=("KIND", "URL", "TENANT", "PATH"))
     args = parser.parse_args()
     if args.phase:
@@ -469,8 +491,9 @@ def main() -> None:
                     asyncio.run(upgrade(source))
                     seeded = asyncio.run(seed(source, tenant, n))
                     print(f"{dialect} {n} runs seeded in {seeded:.1f} s", flush=True)
-                    speed += rounds(dialect, n, source, tenant, work, targets, args.rounds)
-                    print("\n".join(speed[-3:]), flush=True)
+                    phases = tuple(args.phases)
+                    speed += rounds(dialect, n, source, tenant, work, targets, args.rounds, phases)
+                    print("\n".join(speed[-len(phases) :]), flush=True)
                     if not args.no_memory:
                         kinds = tuple(args.memory_phases)
                         if "export" not in kinds:
