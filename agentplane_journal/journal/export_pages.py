@@ -131,20 +131,21 @@ def _log_from(seals: Any, *columns: Any) -> Any:
     )
 
 
-def _open(*columns: Any) -> Any:
+def _open(*columns: Any, filtered: bool = False) -> Any:
     """Every journal row after ``(:run, :after_seq)`` in key order: a range of the primary
-    key, so a page reads a page (the runs the log phase wrote are told apart per row by
-    ``skip``, not filtered here: a filter could leave a page empty before the end)."""
+    key. ``filtered``: without the rows of runs the log phase wrote (the row's
+    :func:`_in_log` in ``WHERE``; SQLite's form: it reads a page no slower and hands over
+    half the rows); else they come flagged ``skip`` (PostgreSQL's: the filter was read twice
+    a scanned row there, once for the ``LIMIT``, and cost it more than the rows)."""
     run: Any = bindparam("run")
     after: Any = bindparam("after_seq", type_=BigInteger)
-    return (
-        select(*columns)
-        .where(
-            Journal.tenant == bindparam("tenant"),
-            tuple_(Journal.run_id, Journal.seq) > tuple_(run, after),
-        )
-        .order_by(Journal.run_id, Journal.seq)
+    stmt = select(*columns).where(
+        Journal.tenant == bindparam("tenant"),
+        tuple_(Journal.run_id, Journal.seq) > tuple_(run, after),
     )
+    if filtered:
+        stmt = stmt.where(~_in_log())
+    return stmt.order_by(Journal.run_id, Journal.seq)
 
 
 def _seal_only(*columns: Any) -> Any:
@@ -171,8 +172,10 @@ def _size() -> Any:
 def page_statement(phase: str, rows: int, windowed: bool = False) -> Any:
     """The page statement of ``phase``, built once (its parameters are bound per page).
 
-    ``windowed``: a log page cut by a running sum (:func:`_windowed`; the dialect's
-    ``windowed_log_pages``) rather than by a ``LIMIT`` computed first; the same rows."""
+    ``windowed`` (the dialect's ``windowed_export_pages``; PostgreSQL's forms): a log page
+    cut by a running sum (:func:`_windowed`) rather than by a ``LIMIT`` computed first, and
+    an open page's runs of the log flagged ``skip`` rather than filtered out (:func:`_open`).
+    The same rows either way, but for the flagged ones."""
     if phase == SEAL_ONLY:
         nulls = [null().label(f"c{i}") for i in range(len(RECORD_COLUMNS))]
         return _seal_only(
@@ -191,12 +194,12 @@ def page_statement(phase: str, rows: int, windowed: bool = False) -> Any:
         head = (seals.c.run_id, seals.c.chain_head, seals.c.leaf)
         skip: Any = false()
     else:
-        base = _open
+        base = functools.partial(_open, filtered=not windowed)
         order = (Journal.run_id.label("k"), Journal.seq.label("s"))
         head = (Journal.run_id, null(), null())
-        skip = _in_log()
+        skip = false() if not windowed else _in_log()
     budget = bindparam("budget", type_=BigInteger)
-    if phase == LOG and windowed:
+    if windowed and phase == LOG:
         page = base(*order, *head, *RECORD_COLUMNS, skip.label("skip"))
         return _windowed(page, (seals.c.log_index, Journal.seq), rows, budget)
     # The LIMIT, computed before any row is read whole: `rows` when the next `rows` rows'
@@ -218,7 +221,7 @@ def _windowed(page: Any, order: tuple[Any, Any], rows: int, budget: Any) -> Any:
     of the ``raw`` bytes before a row reaches ``budget`` (never before the first row), in
     one pass: a running sum beside each row of the ordered, limited page, filtered outside.
 
-    The log page PostgreSQL reads (the dialect's ``windowed_log_pages``). Its ``LIMIT``
+    The log page PostgreSQL reads (the dialect's ``windowed_export_pages``). Its ``LIMIT``
     computed first was a second join of the page's seals to their records, which
     PostgreSQL planned as a hash join over a scan of the tenant's whole journal, once a
     page (at 10k runs, 11 of a page's 14 ms, and growing with the journal); here the join

@@ -62,7 +62,7 @@ class SqliteDialect:
     schemas = False
     pgbouncer = False
     write_turns = True
-    windowed_log_pages = False
+    windowed_export_pages = False
     engine_options: Mapping[str, Any] = {}
     driver_loggers: tuple[str, ...] = ("aiosqlite",)
 
