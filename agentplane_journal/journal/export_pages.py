@@ -12,9 +12,11 @@ order, with the run's seal and its leaf beside each row, from a keyset position:
   back as one row whose record columns are ``NULL``; on PostgreSQL cut by a running sum
   (:func:`_windowed`);
 * :data:`OPEN` (every other run, by run id): a range of the journal's primary key after
-  ``(run_id, seq)``, each row flagged ``skip`` when its run has a leaf below the size (the
-  log phase wrote it; a filter in SQL could leave a page empty before the end, and on
-  PostgreSQL it was planned as an anti-join over the rest of the journal, once a page);
+  ``(run_id, seq)``; a row whose run has a leaf below the size (the log phase wrote it) is
+  left out by a scalar subquery in ``WHERE`` on SQLite, flagged ``skip`` on PostgreSQL
+  (as an ``EXISTS`` filter it was planned as an anti-join over the rest of the journal, as
+  an ``EXISTS`` flag as a hashed scan of every seal, once a page; the filter read twice a
+  scanned row, once for the ``LIMIT``, cost its server more than the rows it saves);
 * :data:`SEAL_ONLY` (a seal with no record and no leaf below the size, which only a damaged
   journal holds): those runs by run id, one row each, record columns ``NULL``.
 
