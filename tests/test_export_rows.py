@@ -22,7 +22,12 @@ from agentplane_journal.core.ids import Digest, RunId
 from agentplane_journal.db.row_bodies import plain_body
 from agentplane_journal.db.statements import record_from_row
 from agentplane_journal.errors import CorruptRecordError
-from agentplane_journal.exportfmt.lines import record_line, stored_line
+from agentplane_journal.exportfmt.lines import (
+    record_line,
+    run_block_json,
+    run_line,
+    stored_line,
+)
 from agentplane_journal.journal import export as export_mod
 
 RUN = RunId.parse("01ARZ3NDEKTSV4RRFFQ69G5FAV")
@@ -200,3 +205,13 @@ def test_a_stored_run_id_is_named_as_parsing_it_would(value: Any) -> None:
     got = export_mod._canonical(value)
     want = _parsed_run(value)
     assert got == want and (got is None or str(got) == value)
+
+
+@pytest.mark.parametrize(
+    ("index", "seal"), [(None, None), (0, Digest.ZERO), (12345, PREV), (7, None), (None, PREV)]
+)
+def test_a_run_block_is_its_json_as_serde_writes_it(index: Any, seal: Any) -> None:
+    line = run_line(RUN, index, seal)
+    block = run_block_json(RUN, index, seal)
+    assert line == json.dumps(block, separators=(",", ":"), ensure_ascii=False)
+    assert list(json.loads(line)) == list(block)

@@ -143,7 +143,7 @@ class _Block:
         self.held += len(line)
         if self.held > _SPOOL_BYTES:
             self.spool = tempfile.TemporaryFile(mode="w+", encoding="utf-8")
-            self.spool.write("".join(x + "\n" for x in self.lines))
+            self.spool.write("\n".join(self.lines) + "\n")
             self.lines = []
 
     def write(self, out: TextIO, size: int, trailer: Trailer) -> None:
@@ -166,7 +166,7 @@ class _Block:
             self.spool.seek(0)
             shutil.copyfileobj(self.spool, out)
         else:
-            out.write("".join(x + "\n" for x in self.lines))
+            out.write("\n".join(self.lines) + "\n")  # a block holds a line at least
         if self.error is None:
             trailer.records += self.count
             trailer.runs_exported += 1
