@@ -335,7 +335,8 @@ def body_text(raw: str, parsed: dict[str, Any] | None = None) -> str:
     ``ValueError`` when ``raw`` is not a JSON object or holds what serde_json cannot (a number
     out of ``f64`` range, a lone surrogate): 0.22 files such a run as unreadable.
     """
-    if type(parsed) is dict and "-" not in raw and not _maybe_small(raw):
+    # (With no `-` at all, `_maybe_small` can only find "0.0000": its other two need one.)
+    if type(parsed) is dict and "-" not in raw and "0.0000" not in raw:
         try:
             text = _compact(_reordered(parsed))
         except ValueError:  # an infinity (1e400): the exact path below names it
