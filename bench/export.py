@@ -331,6 +331,8 @@ def rounds(
             _restore_round(flip, targets, ours_file, rates)
     out = []
     for phase, pairs in rates.items():
+        if phase not in phases:
+            continue
         ours = statistics.median(p[0] for p in pairs)
         bare = statistics.median(p[1] for p in pairs)
         ratio = statistics.median(p[0] / p[1] for p in pairs)
@@ -476,6 +478,14 @@ def main() -> None:
         choices=MEMORY_PHASES,
         default=list(MEMORY_PHASES),
         help="phases measured for memory (export first: the others read its file)",
+    )
+    parser.add_argument(
+        "--phases",
+        nargs="+",
+        choices=["export", "verify", "restore"],
+        default=["export", "verify", "restore"],
+        help="phases timed (export always runs: the others read its file); "
+        "--phases export times export alone",
     )
     parser.add_argument("--phase", nargs=4, metavar=("KIND", "URL", "TENANT", "PATH"))
     args = parser.parse_args()

@@ -79,8 +79,8 @@ async def test_each_page_is_one_statement_and_a_page_may_end_inside_a_run(
     calls.clear()
     small = tmp_path / "small.jsonl"
     _, again = await export_to(store, small)
-    # One per row: the log phase's; the open phase passes the logged runs' rows too (a
-    # filter could leave a page empty before the end); two empty pages and the seal-only one.
+    # One per row: the log phase's; the open phase's (on PostgreSQL it passes the logged
+    # runs' rows too, flagged; SQLite filters them out); two empty pages, the seal-only one.
     in_log, logged = False, 0
     for line in lines_of(small):
         value = json.loads(line)
@@ -88,9 +88,8 @@ async def test_each_page_is_one_statement_and_a_page_may_end_inside_a_run(
             in_log = "index" in value
         elif value.get("kind") is None:
             logged += in_log
-    assert (
-        len(calls) == again.records + logged + 3
-    )  # one per row, two empty pages, the seal-only page
+    flagged = logged if store.dialect.windowed_export_pages else 0
+    assert len(calls) == again.records + flagged + 3
     assert small.read_bytes() == whole.read_bytes()
 
 
@@ -149,6 +148,57 @@ async def test_a_run_of_records_only_and_an_empty_journal_export(
     await store.append(0, [Append(run, "Note", {"text": "only"})])
     _, trailer = await export_to(store, path)
     assert trailer.runs_exported == 1 and trailer.records == 1
+
+
+async def _all_pages(
+    store: SqlJournalStore, phase: str, size: int, rows: int, budget: int
+) -> list[list[Any]]:
+    pages, key = [], ((-1, 0) if phase == "log" else ("", 0))
+    while page := await store.export_page(phase, key, size=size, rows=rows, page_bytes=budget):
+        pages.append([tuple(r) for r in page])
+        key = (page[-1][0], page[-1][1])
+    return pages
+
+
+async def test_a_log_page_cut_by_a_running_sum_is_the_page_cut_by_a_computed_limit(
+    store: SqlJournalStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The two forms of a log page (``export_pages._windowed``, PostgreSQL's; the ``LIMIT``
+    computed first, SQLite's) read the same rows, page for page, whatever the bounds; and
+    the open phase's two forms (the log's runs flagged by a scalar subquery, or filtered out
+    by it) the same rows of the other runs."""
+    made = await build(store, 9, long=False)
+    # A sealed run whose seal lost its records, another whose leaf is gone: odd log rows.
+    await _sql(store, "DELETE FROM journal WHERE tenant=:t AND run_id=:r", r=str(made["sealed"][1]))
+    size = (await store.checkpoint()).size
+    dialect = type(store.dialect)
+    whole = [row for page in await _all_pages(store, "log", size, 2000, 4 << 20) for row in page]
+    first, second = (len(row[8]) for row in whole[:2])  # a budget met exactly: cut there
+    bounds = [(2000, 4 << 20), (1, 4 << 20), (3, 1), (5, 700), (4, first), (9, first + second)]
+    for rows, budget in bounds:
+        forms = []
+        for windowed in (False, True):
+            monkeypatch.setattr(dialect, "windowed_export_pages", windowed)
+            forms.append(await _all_pages(store, "log", size, rows, budget))
+        assert forms[0] == forms[1], (rows, budget)
+        assert all(len(page) <= rows for page in forms[0])
+        if budget == 1:  # a row past the first only after rows of no bytes (a bare seal)
+            assert all(all(r[8] is None for r in page[:-1]) for page in forms[0])
+        if budget == first:
+            assert len(forms[0][0]) == 1  # the second row's bytes before it reach the budget
+        assert [row for page in forms[0] for row in page] == whole  # the same rows, cut
+    assert {row[2] for row in whole} == {str(r) for r in made["sealed"]}
+    # The open phase: every other run's rows, the log's runs flagged (PostgreSQL's form) or
+    # left out (SQLite's); the same rows of open runs either way.
+    logged = {str(r) for r in made["sealed"]} - {str(made["sealed"][1])}
+    forms = []
+    for windowed in (False, True):
+        monkeypatch.setattr(dialect, "windowed_export_pages", windowed)
+        rows_ = [r for page in await _all_pages(store, "open", size, 3, 700) for r in page]
+        assert {r[2] for r in rows_ if r[16]} == (logged if windowed else set())
+        forms.append([r for r in rows_ if not r[16]])
+    assert forms[0] == forms[1] and forms[0]
+    assert not {r[2] for r in forms[0]} & logged
 
 
 # -- the body of a read record, from its read's parse -------------------------------------

@@ -41,6 +41,8 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
+from json.encoder import encode_basestring
 from typing import Any
 
 from agentplane_journal.core import jsonload
@@ -290,6 +292,31 @@ _BODY_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allo
 """serde_json's compact writer for the common body (built once, not per call)."""
 
 
+def _no_default(value: object) -> object:
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+def _compact_writer() -> Callable[[Any], str]:
+    """:data:`_BODY_ENCODER`'s ``encode``, or the same C writer built once: ``encode`` builds
+    its C encoder on every call (a third of writing a small body). Built without a circular
+    check, which no parsed value needs (it holds no cycle, and its depth is bounded by the
+    read's checks); used only where it writes what ``encode`` writes for a probe of every
+    kind of value."""
+    c_make_encoder = getattr(json.encoder, "c_make_encoder", None)  # not in typeshed
+    if c_make_encoder is None:  # pragma: no cover - CPython has it
+        return _BODY_ENCODER.encode
+    once = c_make_encoder(None, _no_default, encode_basestring, None, ":", ",", False, False, False)
+
+    def write(value: Any) -> str:
+        return "".join(once(value, 0))  # it returns the chunks, as encode joins them
+
+    probe = {"a": [1, 1.5, 1e16, -0.0, True, None, 'é\n\u001f"\\'], "b": {"c": {}}, "d": []}
+    return write if write(probe) == _BODY_ENCODER.encode(probe) else _BODY_ENCODER.encode
+
+
+_compact = _compact_writer()
+
+
 def _maybe_small(raw: str) -> bool:
     """Whether ``raw`` may hold a non-zero number below ``1e-4`` in magnitude: written with a
     negative exponent, or with at least four zeros after the point (conservative)."""
@@ -308,9 +335,10 @@ def body_text(raw: str, parsed: dict[str, Any] | None = None) -> str:
     ``ValueError`` when ``raw`` is not a JSON object or holds what serde_json cannot (a number
     out of ``f64`` range, a lone surrogate): 0.22 files such a run as unreadable.
     """
-    if type(parsed) is dict and "-" not in raw and not _maybe_small(raw):
+    # (With no `-` at all, `_maybe_small` can only find "0.0000": its other two need one.)
+    if type(parsed) is dict and "-" not in raw and "0.0000" not in raw:
         try:
-            text = _BODY_ENCODER.encode(_reordered(parsed))
+            text = _compact(_reordered(parsed))
         except ValueError:  # an infinity (1e400): the exact path below names it
             pass
         else:
@@ -344,7 +372,7 @@ def body_text(raw: str, parsed: dict[str, Any] | None = None) -> str:
         _write(body, out)
         text = "".join(out)
     else:
-        text = _BODY_ENCODER.encode(body)
+        text = _compact(body)
     text.encode("utf-8")  # a lone surrogate: UnicodeEncodeError, a ValueError
     return text
 

@@ -56,7 +56,9 @@ __all__ = [
     "canon_for_profile",
     "header_line",
     "record_line",
+    "run_block_json",
     "run_line",
+    "stored_line",
     "trailer_line",
 ]
 
@@ -146,12 +148,26 @@ def header_line(cp: Checkpoint, canon: int) -> str:
 
 
 def run_line(run: RunId, index: int | None, seal: Digest | None) -> str:
-    """A run's block; ``index``/``seal`` only for a run in the header's checkpoint."""
+    """A run's block; ``index``/``seal`` only for a run in the header's checkpoint.
+
+    Spelled out (a line per run: an encoder call cost more than the rest of the block):
+    :func:`run_block_json`'s members in its order, as ``serde_json::to_string`` writes them."""
+    if index is None or seal is None:
+        return f'{{"kind":"{RUN_BLOCK}","run":{_string(run.ulid)}}}'
+    if type(index) is not int:  # pragma: no cover - a position is an int
+        return _dumps(run_block_json(run, index, seal))
+    return (
+        f'{{"kind":"{RUN_BLOCK}","run":{_string(run.ulid)},"index":{index},"seal":"{seal.hex()}"}}'
+    )
+
+
+def run_block_json(run: RunId, index: int | None, seal: Digest | None) -> dict[str, Any]:
+    """A run's block as JSON: what :func:`run_line` writes."""
     block: dict[str, Any] = {"kind": RUN_BLOCK, "run": run.ulid}
     if index is not None and seal is not None:
         block["index"] = index
         block["seal"] = seal.hex()
-    return _dumps(block)
+    return block
 
 
 def attestation_json(att: Attestation | None) -> dict[str, Any] | None:
@@ -184,14 +200,42 @@ def record_line(record: Record, *, read: bool = False) -> str:
     raw = bytes(record.raw)
     text = raw.decode("utf-8")  # UnicodeDecodeError is a ValueError
     parsed = record.body if read and _TWENTY_DIGITS not in raw.translate(_DIGITS) else None
+    return _line(
+        record.seq, record.prev_hash.hex(), record.hash.hex(), text, parsed, record.attestation
+    )
+
+
+def stored_line(
+    seq: int,
+    prev_hash: bytes,
+    hash_: bytes,
+    text: str,
+    parsed: dict[str, Any] | None,
+    attestation: Attestation | None,
+) -> str:
+    """:func:`record_line` of a record the store read, from its checked parts (a row
+    ``db.row_bodies.plain_body`` accepted: ``parsed`` is ``json``'s parse of ``text``, given
+    only where ``text`` holds no 20 digits in a row), without building the record: the
+    same line."""
+    return _line(seq, prev_hash.hex(), hash_.hex(), text, parsed, attestation)
+
+
+def _line(
+    seq: int,
+    prev_hex: str,
+    hash_hex: str,
+    text: str,
+    parsed: dict[str, Any] | None,
+    attestation: Attestation | None,
+) -> str:
     try:
         body = body_text(text, parsed)
     except ValueError as exc:
-        raise ValueError(f"record {record.seq}: {exc}") from None
-    att = "null" if record.attestation is None else _dumps(attestation_json(record.attestation))
+        raise ValueError(f"record {seq}: {exc}") from None
+    att = "null" if attestation is None else _dumps(attestation_json(attestation))
     return (
-        f'{{"seq":{record.seq},"body":{body},"prev_hash":"{record.prev_hash.hex()}",'
-        f'"hash":"{record.hash.hex()}","attestation":{att},"raw":{_string(text)}}}'
+        f'{{"seq":{seq},"body":{body},"prev_hash":"{prev_hex}",'
+        f'"hash":"{hash_hex}","attestation":{att},"raw":{_string(text)}}}'
     )
 
 

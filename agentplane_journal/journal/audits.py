@@ -149,7 +149,8 @@ class AuditReads(Repository):
         The rows are as the driver returned them: the caller checks each record."""
         budget = reads.PAGE_BYTES if page_bytes is None else page_bytes
         budget = check_int(budget, "page_bytes", minimum=1)
-        stmt = export_pages.page_statement(phase, check_int(rows, "rows", minimum=1))
+        rows = check_int(rows, "rows", minimum=1)
+        stmt = export_pages.page_statement(phase, rows, self.dialect.windowed_export_pages)
         params = export_pages.page_params(self.tenant, phase, key, size, budget)
 
         async def unit(session: AsyncSession) -> list[Any]:

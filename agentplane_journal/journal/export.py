@@ -28,6 +28,8 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from typing import IO, Any, TextIO
 
 from agentplane_journal.core.ids import Digest, RunId
+from agentplane_journal.core.record import is_canonical_ulid
+from agentplane_journal.db.row_bodies import plain_body
 from agentplane_journal.db.statements import digest, record_from_row
 from agentplane_journal.errors import CorruptRecordError
 from agentplane_journal.exportfmt.lines import (
@@ -37,6 +39,7 @@ from agentplane_journal.exportfmt.lines import (
     header_line,
     record_line,
     run_line,
+    stored_line,
     trailer_line,
 )
 from agentplane_journal.journal.audits import RunRead
@@ -56,13 +59,12 @@ def store_canon(store: SqlJournalStore) -> int:
 
 
 def _canonical(value: object) -> RunId | None:
-    if not isinstance(value, str):
-        return None
-    try:
-        run = RunId.parse(value)
-    except ValueError:
-        return None
-    return run if str(run) == value else None
+    """The run a stored ``run_id`` names when it is a run id's exact text (``run_`` and an
+    upper-case ULID), else ``None``: ``RunId.parse(value)`` whose ``str`` is ``value``, by
+    the read path's cached ULID check (a parse per run was a tenth of the export)."""
+    if isinstance(value, str) and value[:4] == "run_" and is_canonical_ulid(value[4:]):
+        return RunId._trusted(value[4:])
+    return None
 
 
 Progress = Callable[[int, int], None]
@@ -103,7 +105,7 @@ class _Block:
     run ends, so a run that fails to read half-way is filed unreadable with nothing of it
     written; past :data:`_SPOOL_BYTES` they go to a temporary file)."""
 
-    __slots__ = ("count", "error", "held", "leaf", "lines", "prev", "run", "sealed", "spool")
+    __slots__ = ("count", "error", "held", "leaf", "lines", "run", "sealed", "spool")
 
     def __init__(self, run: RunId | None, sealed: Any, leaf: Any) -> None:
         self.run, self.sealed = run, sealed
@@ -112,21 +114,24 @@ class _Block:
         self.held = 0
         self.spool: IO[str] | None = None
         self.count = 0
-        self.prev: Digest | None = None
         self.error: str | None = None
 
     def add(self, row: Any) -> None:
-        """One stored row of this run: checked (:func:`record_from_row`), then its line."""
+        """One stored row of this run: checked (:func:`plain_body`, or for its verdict
+        :func:`record_from_row`), then its line."""
         if self.error is not None:
             return
+        plain = plain_body(row)
         try:
-            record = record_from_row(row, self.prev)
-        except CorruptRecordError as exc:
-            self.error = str(exc)
-            return
-        self.prev = record.hash
-        try:
-            line = record_line(record, read=True)
+            if plain is not None:  # every check passed: the line from the row's own parts
+                line = stored_line(row[0], row[1], row[2], plain[1], plain[0], plain[2])
+            else:
+                try:
+                    record = record_from_row(row)
+                except CorruptRecordError as exc:
+                    self.error = str(exc)
+                    return
+                line = record_line(record, read=True)
         except ValueError as exc:
             self.error = f"a record's wire bytes do not parse: {exc}"
             return
@@ -138,7 +143,7 @@ class _Block:
         self.held += len(line)
         if self.held > _SPOOL_BYTES:
             self.spool = tempfile.TemporaryFile(mode="w+", encoding="utf-8")
-            self.spool.write("".join(x + "\n" for x in self.lines))
+            self.spool.write("\n".join(self.lines) + "\n")
             self.lines = []
 
     def write(self, out: TextIO, size: int, trailer: Trailer) -> None:
@@ -161,7 +166,7 @@ class _Block:
             self.spool.seek(0)
             shutil.copyfileobj(self.spool, out)
         else:
-            out.write("".join(x + "\n" for x in self.lines))
+            out.write("\n".join(self.lines) + "\n")  # a block holds a line at least
         if self.error is None:
             trailer.records += self.count
             trailer.runs_exported += 1
@@ -175,7 +180,9 @@ class _Block:
 
 async def _pages(store: SqlJournalStore, phase: str, size: int) -> AsyncIterator[list[Any]]:
     """``phase``'s pages in order, each from the last row of the one before; the next is
-    read (by the database's thread or server) while the caller checks and writes this one."""
+    asked for before this one is handed over. (It only goes on while the caller awaits: a
+    page is checked and written without an ``await``. Handing the loop back every few
+    hundred rows, so that it would go on meanwhile, measured no faster on either dialect.)"""
     key: tuple[Any, Any] = (-1, 0) if phase == LOG else ("", 0)
     pending = asyncio.ensure_future(store.export_page(phase, key, size=size))
     try:

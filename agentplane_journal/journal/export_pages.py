@@ -9,11 +9,14 @@ order, with the run's seal and its leaf beside each row, from a keyset position:
 * :data:`LOG` (the log's leaves below the checkpoint's size, in log order): the next
   :data:`PAGE_RUNS` seals from ``log_index`` on (an ordered scan that stops there) joined to
   their runs' records, keyed by ``(log_index, seq)``; a run with a seal and no record comes
-  back as one row whose record columns are ``NULL``;
+  back as one row whose record columns are ``NULL``; on PostgreSQL cut by a running sum
+  (:func:`_windowed`);
 * :data:`OPEN` (every other run, by run id): a range of the journal's primary key after
-  ``(run_id, seq)``, each row flagged ``skip`` when its run has a leaf below the size (the
-  log phase wrote it; a filter in SQL could leave a page empty before the end, and on
-  PostgreSQL it was planned as an anti-join over the rest of the journal, once a page);
+  ``(run_id, seq)``; a row whose run has a leaf below the size (the log phase wrote it) is
+  left out by a scalar subquery in ``WHERE`` on SQLite, flagged ``skip`` on PostgreSQL
+  (as an ``EXISTS`` filter it was planned as an anti-join over the rest of the journal, as
+  an ``EXISTS`` flag as a hashed scan of every seal, once a page; the filter read twice a
+  scanned row, once for the ``LIMIT``, cost its server more than the rows it saves);
 * :data:`SEAL_ONLY` (a seal with no record and no leaf below the size, which only a damaged
   journal holds): those runs by run id, one row each, record columns ``NULL``.
 
@@ -82,8 +85,11 @@ def _leaf(tenant: Any = RunSeal.tenant, run_id: Any = RunSeal.run_id) -> Any:
 
 
 def _in_log() -> Any:
-    """This row's run has a leaf below ``:size``: the log phase wrote it."""
-    return exists().where(_SEAL_KEY, _leaf() < bindparam("size", type_=BigInteger))
+    """This row's run has a leaf below ``:size``: the log phase wrote it. A scalar subquery
+    (``run_seal``'s key holds one seal a run), two index probes a row: PostgreSQL planned the
+    ``EXISTS`` it was as a hashed subplan, a scan of every seal of the tenant, once a page."""
+    below = _leaf() < bindparam("size", type_=BigInteger)
+    return func.coalesce(select(below).where(_SEAL_KEY).scalar_subquery(), false())
 
 
 def _seals() -> Any:
@@ -93,7 +99,13 @@ def _seals() -> Any:
     rest of the log was sorted whole on PostgreSQL, once a page)."""
     at = bindparam("at", type_=BigInteger)
     return (
-        select(RunSeal.tenant, RunSeal.run_id, RunSeal.log_index, RunSeal.chain_head)
+        select(
+            RunSeal.tenant,
+            RunSeal.run_id,
+            RunSeal.log_index,
+            RunSeal.chain_head,
+            _leaf().label("leaf"),
+        )
         .where(
             RunSeal.tenant == bindparam("tenant"),
             RunSeal.log_index >= at,
@@ -121,20 +133,21 @@ def _log_from(seals: Any, *columns: Any) -> Any:
     )
 
 
-def _open(*columns: Any) -> Any:
+def _open(*columns: Any, filtered: bool = False) -> Any:
     """Every journal row after ``(:run, :after_seq)`` in key order: a range of the primary
-    key, so a page reads a page (the runs the log phase wrote are told apart per row by
-    ``skip``, not filtered here: a filter could leave a page empty before the end)."""
+    key. ``filtered``: without the rows of runs the log phase wrote (the row's
+    :func:`_in_log` in ``WHERE``; SQLite's form: it reads a page no slower and hands over
+    half the rows); else they come flagged ``skip`` (PostgreSQL's: the filter was read twice
+    a scanned row there, once for the ``LIMIT``, and cost it more than the rows)."""
     run: Any = bindparam("run")
     after: Any = bindparam("after_seq", type_=BigInteger)
-    return (
-        select(*columns)
-        .where(
-            Journal.tenant == bindparam("tenant"),
-            tuple_(Journal.run_id, Journal.seq) > tuple_(run, after),
-        )
-        .order_by(Journal.run_id, Journal.seq)
+    stmt = select(*columns).where(
+        Journal.tenant == bindparam("tenant"),
+        tuple_(Journal.run_id, Journal.seq) > tuple_(run, after),
     )
+    if filtered:
+        stmt = stmt.where(~_in_log())
+    return stmt.order_by(Journal.run_id, Journal.seq)
 
 
 def _seal_only(*columns: Any) -> Any:
@@ -158,8 +171,13 @@ def _size() -> Any:
 
 
 @functools.lru_cache(maxsize=8)
-def page_statement(phase: str, rows: int) -> Any:
-    """The page statement of ``phase``, built once (its parameters are bound per page)."""
+def page_statement(phase: str, rows: int, windowed: bool = False) -> Any:
+    """The page statement of ``phase``, built once (its parameters are bound per page).
+
+    ``windowed`` (the dialect's ``windowed_export_pages``; PostgreSQL's forms): a log page
+    cut by a running sum (:func:`_windowed`) rather than by a ``LIMIT`` computed first, and
+    an open page's runs of the log flagged ``skip`` rather than filtered out (:func:`_open`).
+    The same rows either way, but for the flagged ones."""
     if phase == SEAL_ONLY:
         nulls = [null().label(f"c{i}") for i in range(len(RECORD_COLUMNS))]
         return _seal_only(
@@ -175,14 +193,17 @@ def page_statement(phase: str, rows: int) -> Any:
         seals = _seals()
         base: Any = functools.partial(_log_from, seals)
         order = (seals.c.log_index.label("k"), func.coalesce(Journal.seq, 0).label("s"))
-        head = (seals.c.run_id, seals.c.chain_head, _leaf(seals.c.tenant, seals.c.run_id))
+        head = (seals.c.run_id, seals.c.chain_head, seals.c.leaf)
         skip: Any = false()
     else:
-        base = _open
+        base = functools.partial(_open, filtered=not windowed)
         order = (Journal.run_id.label("k"), Journal.seq.label("s"))
         head = (Journal.run_id, null(), null())
-        skip = _in_log()
+        skip = false() if not windowed else _in_log()
     budget = bindparam("budget", type_=BigInteger)
+    if windowed and phase == LOG:
+        page = base(*order, *head, *RECORD_COLUMNS, skip.label("skip"))
+        return _windowed(page, (seals.c.log_index, Journal.seq), rows, budget)
     # The LIMIT, computed before any row is read whole: `rows` when the next `rows` rows'
     # sizes sum under the budget, else the rows whose running sum before them is.
     sizes = base(_size()).limit(rows).subquery()
@@ -195,6 +216,29 @@ def page_statement(phase: str, rows: int) -> Any:
     fitting = select(func.count()).where(sums.c.before < budget).scalar_subquery()
     limit = case((total < budget, rows), else_=fitting)  # never 0: nothing precedes row 1
     return base(*order, *head, *RECORD_COLUMNS, skip.label("skip")).limit(limit)
+
+
+def _windowed(page: Any, order: tuple[Any, Any], rows: int, budget: Any) -> Any:
+    """``page``'s first ``rows`` rows (``page`` is ordered by ``order``), cut where the sum
+    of the ``raw`` bytes before a row reaches ``budget`` (never before the first row), in
+    one pass: a running sum beside each row of the ordered, limited page, filtered outside.
+
+    The log page PostgreSQL reads (the dialect's ``windowed_export_pages``). Its ``LIMIT``
+    computed first was a second join of the page's seals to their records, which
+    PostgreSQL planned as a hash join over a scan of the tenant's whole journal, once a
+    page (at 10k runs, 11 of a page's 14 ms, and growing with the journal); here the join
+    is the page's own nested loop. SQLite reads the other form faster (the window costs it
+    a sort of the page), and the open phase keeps that form on both: its ``LIMIT``
+    subquery is a range of the primary key."""
+    sizes = func.coalesce(func.length(Journal.raw), 0)
+    before = func.sum(sizes).over(order_by=order, rows=(None, -1)).label("before")
+    inner = page.add_columns(before).limit(rows).subquery()
+    kept = [c for c in inner.c if c.name != "before"]
+    return (
+        select(*kept)
+        .where(func.coalesce(inner.c.before, 0) < budget)
+        .order_by(inner.c[0], inner.c[1])
+    )
 
 
 def page_params(

@@ -84,6 +84,13 @@ class Dialect(Protocol):
     write_turns: bool
     #: A store's own engine's options (``connect``), under the caller's.
     engine_options: Mapping[str, Any]
+    #: Which forms ``export --all``'s page statements take (``journal/export_pages.py``):
+    #: a log page cut by bytes with a running sum beside its rows (one join) rather than by
+    #: a ``LIMIT`` computed from a second join of the same rows, and an open page's runs of
+    #: the log flagged rather than filtered out. PostgreSQL planned that second join as a
+    #: hash join over the tenant's journal, and read the filter twice a row; SQLite runs the
+    #: other forms faster (the window costs it a sort of the page).
+    windowed_export_pages: bool
 
     # Statements are cached per dialect object (functools.cache), so it must hash; a
     # protocol type is not Hashable to mypy unless it says so.

@@ -63,6 +63,7 @@ class SqliteDialect:
     schemas = False
     pgbouncer = False
     write_turns = True
+    windowed_export_pages = False
     engine_options: Mapping[str, Any] = {}
     driver_loggers: tuple[str, ...] = ("aiosqlite",)
 
