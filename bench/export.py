@@ -479,14 +479,6 @@ def main() -> None:
         default=list(MEMORY_PHASES),
         help="phases measured for memory (export first: the others read its file)",
     )
-    parser.add_argument(
-        "--phases",
-        nargs="+",
-        choices=["export", "verify", "restore"],
-        default=["export", "verify", "restore"],
-        help="phases timed (export always runs: the others read its file); "
-        "--phases export times export alone",
-    )
     parser.add_argument("--phase", nargs=4, metavar=("KIND", "URL", "TENANT", "PATH"))
     args = parser.parse_args()
     if args.phase:
