@@ -114,7 +114,19 @@ def test_an_integer_beyond_64_bits_is_read_as_the_double_its_writer_held() -> No
     assert record.body["x"] == 2**64 - 1 and type(record.body["x"]) is int
 
 
-_JSONISH = st.text(alphabet='0123456789-:[,{}"ax .e', max_size=80)
+def test_an_integer_beyond_64_bits_after_whitespace_is_a_double_too() -> None:
+    """A hash-valid row need not be canonical: with whitespace before the token, serde_json
+    still holds the double (the fast path and the full check both read it so)."""
+    for gap in (" ", "\n ", "\t", "\r\n"):
+        text = json.dumps({**PLAIN, "x": 0}, sort_keys=True, separators=(",", ":"))
+        raw = text.replace('"x":0', f'"x":{gap}-{2**64}').encode()
+        row = _row(raw)
+        for read in (record_from_row, _checked_record):
+            record = read(row)
+            assert record.body["x"] == -float(2**64) and type(record.body["x"]) is float
+
+
+_JSONISH = st.text(alphabet='0123456789-:[,{}"ax .e\n\t\r', max_size=80)
 
 
 @given(_JSONISH)
@@ -124,7 +136,7 @@ def test_the_cheap_test_says_yes_wherever_the_regex_matches(text: str) -> None:
 
 
 def test_the_cheap_test_finds_each_form_and_passes_short_numbers() -> None:
-    for prefix in (":", "[", ","):
+    for prefix in (":", "[", ",", ": ", ",\n\t"):
         for sign in ("", "-"):
             assert may_hold_long_digits(f'{{"x"{prefix}{sign}{"1" * 20}}}'.encode())
             assert not may_hold_long_digits(f'{{"x"{prefix}{sign}{"1" * 19}}}'.encode())

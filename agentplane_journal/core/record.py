@@ -77,20 +77,25 @@ WIRE_DECODER = json.JSONDecoder(parse_constant=_refuse_constant, parse_int=_wire
 """:data:`JSON_DECODER` with integers beyond 64 bits read as the doubles they were."""
 
 #: u64::MAX has 20 digits, so a body holding a wider integer has a number of at least 20
-#: digits after ``:``, ``[`` or ``,`` (the cheap test that sends the rare such body through
-#: :data:`WIRE_DECODER`; a string that happens to match only costs the slower parse).
-LONG_DIGITS = re.compile(r"[:\[,]-?\d{20}")
+#: digits after ``:``, ``[`` or ``,`` and any JSON whitespace (the cheap test that sends the
+#: rare such body through :data:`WIRE_DECODER`; a string that happens to match only costs the
+#: slower parse). Canonical bytes have no whitespace, but a hash-valid row need not be
+#: canonical: ``{"a": 18446744073709551616}`` is a double to serde_json too.
+LONG_DIGITS = re.compile(r"[:\[,][ \t\n\r]*-?\d{20}")
 
 
 #: :func:`may_hold_long_digits`'s table (digits to ``0``, ``:`` and ``[`` to ``,``; it also
-#: drops ``-``) and what it looks for: :data:`LONG_DIGITS`'s matches become ``,0...0``.
+#: drops :data:`LONG_DIGITS_DROP`) and what it looks for: :data:`LONG_DIGITS`'s matches
+#: become ``,0...0``. Dropping bytes can only make more matches, never hide one.
 LONG_DIGITS_TABLE = bytes.maketrans(b"123456789:[", b"000000000,,")
+LONG_DIGITS_DROP = b"- \t\n\r"
 LONG_DIGITS_MARK = b"," + b"0" * 20
 
 
 def may_hold_long_digits(raw: bytes) -> bool:
     """Whether :data:`LONG_DIGITS` might match ``raw`` (as text): ``False`` only when no
-    ``:``, ``[`` or ``,`` is followed by 20 ASCII digits (a ``-`` between them aside).
+    ``:``, ``[`` or ``,`` is followed by 20 ASCII digits (a ``-`` and whitespace between them
+    aside).
 
     Several times cheaper than the regex, and every read asks it of every row (the read
     path's fused check, ``db/statements.py``, inlines it): the rare body it says yes to (one
@@ -98,7 +103,7 @@ def may_hold_long_digits(raw: bytes) -> bool:
     :meth:`Record.from_stored`, whose regex decides whether :data:`WIRE_DECODER` reads it. (The
     regex's ``\\d`` also matches other scripts' digits, which JSON only has inside
     strings, where either decoder reads them alike.)"""
-    return LONG_DIGITS_MARK in raw.translate(LONG_DIGITS_TABLE, b"-")
+    return LONG_DIGITS_MARK in raw.translate(LONG_DIGITS_TABLE, LONG_DIGITS_DROP)
 
 
 def decode_wire(text: str) -> Any:

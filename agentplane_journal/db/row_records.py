@@ -19,6 +19,7 @@ from agentplane_journal.core.checks import MAX_U32 as _U32_MAX
 from agentplane_journal.core.ids import PHASES, Digest, RunId
 from agentplane_journal.core.record import (
     JSON_DECODER,
+    LONG_DIGITS_DROP,
     LONG_DIGITS_MARK,
     LONG_DIGITS_TABLE,
     LOWER_HEX64,
@@ -162,6 +163,7 @@ _sha256 = hashlib.sha256
 _scan: Callable[[str, int], tuple[Any, int]] = JSON_DECODER.scan_once  # type: ignore[attr-defined]
 _as_zeros = LONG_DIGITS_TABLE  # may_hold_long_digits, inlined
 _long_zeros = LONG_DIGITS_MARK
+_long_drop = LONG_DIGITS_DROP
 _new_digest = object.__new__
 _set_digest = Digest.__mro__[1].__dict__["_bytes"].__set__  # the slot Digest._trusted sets
 # Record's slots, set as core/record.py's stored_record sets them (inlined below).
@@ -212,7 +214,11 @@ def _plain_record(row: Any, prev: Digest | None) -> Record | None:
         body, end = _scan(text, 0)
     except Exception:  # StopIteration, JSONDecodeError, UnicodeDecodeError, RecursionError
         return None
-    if end != len(text) or type(body) is not dict or _long_zeros in raw.translate(_as_zeros, b"-"):
+    if (
+        end != len(text)
+        or type(body) is not dict
+        or _long_zeros in raw.translate(_as_zeros, _long_drop)
+    ):
         return None  # (an integer wider than 64 bits is a double: Record.from_stored reads it)
     get = body.get
     member = get("seq")
