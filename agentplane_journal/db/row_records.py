@@ -175,18 +175,24 @@ _set_hash = Record.__dict__["hash"].__set__
 _set_attestation = Record.__dict__["attestation"].__set__
 
 
-def _plain_record(row: Any, prev: Digest | None) -> Record | None:
-    """The record of a row every check accepts, or ``None`` when :func:`_checked_record`
-    must decide (and name what is wrong).
+def checked_body(row: Any) -> tuple[dict[str, Any], str, Attestation | None] | None:
+    """``(body, text, attestation)`` of a :data:`RECORD_COLUMNS` row every check accepts but
+    one, or ``None`` when :func:`_checked_record` must decide (and name what is wrong).
 
-    Every read's inner loop: the same checks as :func:`_checked_record` and
-    :meth:`Record.from_stored` with :func:`~agentplane_journal.core.record.check_envelope`
-    (hash over ``prev || raw``, UTF-8, one JSON object of the whole text, the envelope
-    members' types, ranges and canonical forms, the ``case`` member written out, the
-    nesting bound, every column against its body member), fused into one pass with one
-    dict lookup per member. It only ever says yes to a row those accept, building the same
-    record; any doubt (a type, a length, a mismatch, an exception) returns ``None``, so a
-    hostile row gets exactly the verdict and message it always had.
+    Every read's inner loop, and export's (``db/row_bodies.py``): the same checks as
+    :func:`_checked_record` and :meth:`Record.from_stored` with
+    :func:`~agentplane_journal.core.record.check_envelope` (hash over ``prev || raw``, UTF-8,
+    one JSON object of the whole text, the envelope members' types, ranges and canonical
+    forms, the ``case`` member written out, the nesting bound, every column against its body
+    member), fused into one pass with one dict lookup per member. It only ever says yes to a
+    row those accept; any doubt (a type, a length, a mismatch, an exception) returns
+    ``None``, so a hostile row gets exactly the verdict and message it always had.
+
+    The one check left to the caller: integers of 20 digits and more, which
+    ``Record.from_stored`` reads as doubles where ``body`` holds ints (each envelope member's
+    verdict is the same either way, every such integer being beyond its range). A read
+    sends such a row to the full check (:func:`_plain_record`); an export parses its bytes
+    again under serde_json's rules.
     """
     global _known_run
     seq, prev_b, hash_b, raw, key_id, signature, run_id, epoch, kind, effect_key, case_id = row
@@ -214,12 +220,8 @@ def _plain_record(row: Any, prev: Digest | None) -> Record | None:
         body, end = _scan(text, 0)
     except Exception:  # StopIteration, JSONDecodeError, UnicodeDecodeError, RecursionError
         return None
-    if (
-        end != len(text)
-        or type(body) is not dict
-        or _long_zeros in raw.translate(_as_zeros, _long_drop)
-    ):
-        return None  # (an integer wider than 64 bits is a double: Record.from_stored reads it)
+    if end != len(text) or type(body) is not dict:
+        return None
     get = body.get
     member = get("seq")
     if type(member) is not int or member != seq or not 1 <= seq <= _I64_MAX:
@@ -253,17 +255,29 @@ def _plain_record(row: Any, prev: Digest | None) -> Record | None:
     # a shorter body cannot be too deep; a longer one with many brackets is measured there.
     if len(raw) >= _DEEP_BYTES and raw.count(b"[") + raw.count(b"{") > MAX_DEPTH:
         return None
+    return body, text, attestation
+
+
+def _plain_record(row: Any, prev: Digest | None) -> Record | None:
+    """The record of a row every check accepts (:func:`checked_body`, and no integer of 20
+    digits or more, which ``Record.from_stored`` reads as a double), or ``None`` when
+    :func:`_checked_record` must decide. It builds the record ``Record.from_stored`` would."""
+    checked = checked_body(row)
+    raw = row[3]
+    if checked is None or _long_zeros in raw.translate(_as_zeros, _long_drop):
+        return None
+    prev_b = row[1]
     if prev is None or prev_b != prev._bytes:
         prev = _new_digest(Digest)
         _set_digest(prev, prev_b)
     hash_ = _new_digest(Digest)
-    _set_digest(hash_, hash_b)
+    _set_digest(hash_, row[2])
     record = _new_record(Record)  # stored_record, inlined (every row of every read)
-    _set_body(record, body)
+    _set_body(record, checked[0])
     _set_raw(record, raw)
     _set_prev(record, prev)
     _set_hash(record, hash_)
-    _set_attestation(record, attestation)
+    _set_attestation(record, checked[2])
     return record
 
 
