@@ -5,8 +5,9 @@ and the chain's (``RunCheck.feed``: contiguity, links, exactly-once), but none o
 records: it keeps only the head. Building a :class:`~agentplane_journal.core.record.Record`
 and two :class:`~agentplane_journal.core.ids.Digest` objects per row, then walking the page
 twice more, was about half of verifying a run (and the collector's work on those objects
-more). :func:`chain_rows` makes every one of those checks in one pass over the rows and
-builds nothing but the page's head.
+more). :func:`chain_rows` makes every one of those checks in one pass over the rows (each
+row's by ``row_records.checked_body``, the read's own) and builds nothing but the page's
+head.
 
 Like ``statements._plain_record``, it only ever says yes: any doubt (a type, a mismatch, a
 gap, a second start, a row with an attestation's columns half set) answers ``None``, and
@@ -21,20 +22,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from agentplane_journal.core.append import EFFECT_STARTED
-from agentplane_journal.core.canon import MAX_DEPTH
-from agentplane_journal.core.checks import MAX_I64, MAX_U16
 from agentplane_journal.core.ids import Digest
-from agentplane_journal.core.record import is_canonical_ulid
-from agentplane_journal.db.row_records import (
-    _DEEP_BYTES,
-    _optional_members,
-    _scan,
-    _sha256,
-)
+from agentplane_journal.db.row_records import checked_body
 
 __all__ = ["chain_rows"]
-
-_NONE: Any = object()  # equal to no member a body holds
 
 
 def chain_rows(
@@ -48,79 +39,22 @@ def chain_rows(
     if not rows:
         return head, last, {}
     head_b = bytes(head)
-    known_run: Any = _NONE  # the page's run member and run_id column, once found canonical
-    known_column: Any = _NONE
     fresh: dict[str, int] = {}
     for row in rows:
-        seq, prev_b, hash_b, raw, key_id, signature, run_id, epoch, kind, effect_key, case_id = row
-        if (
-            type(seq) is not int
-            or seq != last + 1
-            or type(raw) is not bytes
-            or type(hash_b) is not bytes
-            or len(hash_b) != 32
-            or prev_b != head_b
-            or type(prev_b) is not bytes
-            or type(epoch) is not int
-            or _sha256(prev_b + raw).digest() != hash_b
-        ):
+        seq, prev_b, hash_b = row[0], row[1], row[2]
+        # The row's own checks are the read's (checked_body: hash, parse, every column
+        # against its body); the chain's are these: contiguity, the link, exactly-once.
+        if type(seq) is not int or seq != last + 1 or prev_b != head_b:
             return None
-        if key_id is None:
-            if signature is not None:
-                return None
-        elif type(key_id) is not str or type(signature) is not bytes:
+        if checked_body(row) is None:
             return None
-        try:
-            text = raw.decode("utf-8")
-            body, end = _scan(text, 0)
-        except Exception:  # StopIteration, JSONDecodeError, UnicodeDecodeError, RecursionError
-            return None
-        if end != len(text) or type(body) is not dict:
-            return None
-        # No look for integers of 20 digits and more, which the full checks read as doubles
-        # (WIRE_DECODER): this pass keeps no body, and each envelope member's verdict is the
-        # same either way (every such integer is beyond the member's range, int or double).
-        get = body.get
-        member = get("seq")
-        if type(member) is not int or member != seq or not 1 <= seq <= MAX_I64:
-            return None
-        member = get("run")
-        if member != known_run:
-            if (
-                type(member) is not str
-                or run_id != "run_" + member
-                or not is_canonical_ulid(member)
-            ):
-                return None
-            known_run = member
-            known_column = run_id
-        elif run_id != known_column:
-            return None
-        member = get("kind")
-        if type(member) is not str or not member or member != kind:
-            return None
-        member = get("epoch")
-        if type(member) is not int or member != epoch or not 0 <= epoch <= MAX_I64:
-            return None
-        member = get("v")
-        if type(member) is not int or not 0 <= member <= MAX_U16:
-            return None
-        if (
-            case_id is None
-            and effect_key is None
-            and "case" not in body
-            and "effect_key" not in body
-            and "step" not in body
-            and "phase" not in body
-        ):
-            pass  # none of the optional members, and neither column names one
-        elif not _optional_members(raw, body, case_id, effect_key):
-            return None
-        elif effect_key is not None and kind == EFFECT_STARTED:
+        # (No look for integers of 20 digits and more, which the full checks read as
+        # doubles: this pass keeps no body, and each envelope member's verdict is the same
+        # either way, every such integer being beyond the member's range, int or double.)
+        effect_key = row[9]
+        if effect_key is not None and row[8] == EFFECT_STARTED:
             if effect_key in started or effect_key in fresh:
                 return None  # a second start (the full check names the first)
             fresh[effect_key] = seq
-        if len(raw) >= _DEEP_BYTES and raw.count(b"[") + raw.count(b"{") > MAX_DEPTH:
-            return None
         head_b, last = hash_b, seq
     return Digest(head_b), last, fresh
