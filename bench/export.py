@@ -3,6 +3,7 @@
     python bench/export.py [--runs 10000 [100000]] [--rounds 5] [--dialect sqlite postgresql]
                            [--pg-url postgresql+asyncpg://...] [--no-memory]
                            [--memory-phases export verify check restore]
+                           [--phases export verify restore]
 
 For each dialect and size, a source (a SQLite file, or a fresh tenant on PostgreSQL) is seeded
 with that many runs (a ``RunAdmitted`` and two notes each; every other run sealed) through the
@@ -64,6 +65,7 @@ from agentplane_journal.journal.export import write_export
 from agentplane_journal.journal.restore import check_frame, restore_export
 from agentplane_journal.migrations.commands import upgrade
 
+SPEED_PHASES = ("export", "verify", "restore")
 MEMORY_PHASES = ("export", "verify", "check", "restore")
 """``check`` is restore's first pass alone (it judges the file; nothing is written)."""
 
@@ -295,56 +297,31 @@ class Targets:
 
 
 def rounds(
-    dialect: str, n: int, source: str, tenant: str, work: str, targets: Targets, count: int
+    dialect: str,
+    n: int,
+    source: str,
+    tenant: str,
+    work: str,
+    targets: Targets,
+    count: int,
+    phases: tuple[str, ...] = SPEED_PHASES,
 ) -> list[str]:
     if count == 0:  # --rounds 0: peak memory only
         return []
     ours_file = Path(work) / f"ours-{dialect}-{n}.jsonl"
     bare_file = Path(work) / f"bare-{dialect}-{n}.jsonl"
     # per round: (ours, bare) records per wall second, then per CPU second
-    rates: dict[str, list[tuple[float, float, float, float]]] = {
-        "export": [],
-        "verify": [],
-        "restore": [],
-    }
+    rates: dict[str, list[tuple[float, float, float, float]]] = {p: [] for p in phases}
+    if "export" not in phases:  # the others read our export: written once, untimed
+        asyncio.run(ours_export(source, tenant, ours_file))
     for r in range(count):
         flip = r % 2 == 1
-        # export
-        pair = [
-            lambda: timed(lambda: ours_export(source, tenant, ours_file)),
-            lambda: timed(lambda: bare_export(source, tenant, bare_file)),
-        ]
-        got = {}
-        for i in [1, 0] if flip else [0, 1]:
-            got[i] = asyncio.run(pair[i]())
-        ours_s, ours_cpu = _ours_export[-1]  # the write alone, without connecting
-        rates["export"].append(
-            (got[0][0] / ours_s, got[1][0] / got[1][1], got[0][0] / ours_cpu, got[1][0] / got[1][2])
-        )
-        # verify (both read our file)
-        got = {}
-        for i in [1, 0] if flip else [0, 1]:
-            if i == 0:
-                got[0] = asyncio.run(timed(lambda: ours_verify(source, tenant, ours_file)))
-            else:
-                start, cpu = time.perf_counter(), time.process_time()
-                n_bare = bare_verify(ours_file)
-                got[1] = (n_bare, time.perf_counter() - start, time.process_time() - cpu)
-        rates["verify"].append(_rates(got))
-        # restore
-        got = {}
-        for i in [1, 0] if flip else [0, 1]:
-            url, dst = targets.fresh()
-            fn: Callable[[str, str, Path], Awaitable[int]] = ours_restore if i == 0 else bare_insert
-
-            def restore_once(
-                fn: Callable[[str, str, Path], Awaitable[int]] = fn, url: str = url, dst: str = dst
-            ) -> Awaitable[int]:
-                return fn(url, dst, ours_file)
-
-            got[i] = asyncio.run(timed(restore_once))
-            targets.drop(url)
-        rates["restore"].append(_rates(got))
+        if "export" in phases:
+            _export_round(source, tenant, ours_file, bare_file, flip, rates["export"])
+        if "verify" in phases:
+            _verify_round(source, tenant, ours_file, flip, rates["verify"])
+        if "restore" in phases:
+            _restore_round(tenant, ours_file, targets, flip, rates["restore"])
     out = []
     for phase, pairs in rates.items():
         ours = statistics.median(p[0] for p in pairs)
@@ -358,6 +335,52 @@ def rounds(
     ours_file.unlink(missing_ok=True)
     bare_file.unlink(missing_ok=True)
     return out
+
+
+def _export_round(
+    source: str, tenant: str, ours_file: Path, bare_file: Path, flip: bool, rates: list[Any]
+) -> None:
+    pair = [
+        lambda: timed(lambda: ours_export(source, tenant, ours_file)),
+        lambda: timed(lambda: bare_export(source, tenant, bare_file)),
+    ]
+    got = {}
+    for i in [1, 0] if flip else [0, 1]:
+        got[i] = asyncio.run(pair[i]())
+    ours_s, ours_cpu = _ours_export[-1]  # the write alone, without connecting
+    rates.append(
+        (got[0][0] / ours_s, got[1][0] / got[1][1], got[0][0] / ours_cpu, got[1][0] / got[1][2])
+    )
+
+
+def _verify_round(source: str, tenant: str, ours_file: Path, flip: bool, rates: list[Any]) -> None:
+    got = {}  # both read our file
+    for i in [1, 0] if flip else [0, 1]:
+        if i == 0:
+            got[0] = asyncio.run(timed(lambda: ours_verify(source, tenant, ours_file)))
+        else:
+            start, cpu = time.perf_counter(), time.process_time()
+            n_bare = bare_verify(ours_file)
+            got[1] = (n_bare, time.perf_counter() - start, time.process_time() - cpu)
+    rates.append(_rates(got))
+
+
+def _restore_round(
+    tenant: str, ours_file: Path, targets: Targets, flip: bool, rates: list[Any]
+) -> None:
+    got = {}
+    for i in [1, 0] if flip else [0, 1]:
+        url, dst = targets.fresh()
+        fn: Callable[[str, str, Path], Awaitable[int]] = ours_restore if i == 0 else bare_insert
+
+        def restore_once(
+            fn: Callable[[str, str, Path], Awaitable[int]] = fn, url: str = url, dst: str = dst
+        ) -> Awaitable[int]:
+            return fn(url, dst, ours_file)
+
+        got[i] = asyncio.run(timed(restore_once))
+        targets.drop(url)
+    rates.append(_rates(got))
 
 
 def _rates(got: dict[int, tuple[int, float, float]]) -> tuple[float, float, float, float]:
@@ -441,6 +464,13 @@ def main() -> None:
         default=list(MEMORY_PHASES),
         help="phases measured for memory (export first: the others read its file)",
     )
+    parser.add_argument(
+        "--phases",
+        nargs="+",
+        choices=SPEED_PHASES,
+        default=list(SPEED_PHASES),
+        help="phases timed in the rounds (without export, our file is written once, untimed)",
+    )
     parser.add_argument("--phase", nargs=4, metavar=("KIND", "URL", "TENANT", "PATH"))
     args = parser.parse_args()
     if args.phase:
@@ -469,8 +499,9 @@ def main() -> None:
                     asyncio.run(upgrade(source))
                     seeded = asyncio.run(seed(source, tenant, n))
                     print(f"{dialect} {n} runs seeded in {seeded:.1f} s", flush=True)
-                    speed += rounds(dialect, n, source, tenant, work, targets, args.rounds)
-                    print("\n".join(speed[-3:]), flush=True)
+                    phases = tuple(args.phases)
+                    speed += rounds(dialect, n, source, tenant, work, targets, args.rounds, phases)
+                    print("\n".join(speed[-len(phases) :]), flush=True)
                     if not args.no_memory:
                         kinds = tuple(args.memory_phases)
                         if "export" not in kinds:

@@ -319,3 +319,25 @@ def test_the_hash_compared_as_text_is_the_hash_compared_as_a_digest(
         assert findings == []
     else:
         assert len(findings) == 1 and finding in findings[0]
+
+
+_ULID_CHARS = "0123456789ABCDEFGHJKMNPQRSTVWXYZabcdefghjkmnpqrstvwxyzILOUilou_-"
+
+
+@settings(max_examples=800, deadline=None)
+@given(
+    st.text(_ULID_CHARS, min_size=24, max_size=30)
+    | st.sampled_from(["run_01HZY5V7Q3T8R2M6K4N9P0W1XA", "01hzy5v7q3t8r2m6k4n9p0w1xa", "8" * 26])
+)
+def test_a_run_block_read_the_short_way_names_the_run_parse_names(text: str) -> None:
+    # read.run_block keeps a bare upper-case ULID as written; anything else is parsed.
+    from agentplane_journal.exportfmt.lines import parse_ulid_run
+    from agentplane_journal.exportfmt.read import run_block
+
+    block = run_block({"kind": "agentplane.export.run", "run": text})
+    parsed = parse_ulid_run(text)
+    if parsed is None:
+        assert isinstance(block, str)
+    else:
+        assert not isinstance(block, str)
+        assert block.run == parsed and block.run.ulid == parsed.ulid

@@ -202,18 +202,7 @@ class ExportVerifier:
             self._stop(value)
             return False
         kind = value.get("kind")
-        if kind == HEADER:
-            self._header_seen = True
-            self._read_header(value)
-        elif kind == CASE_BLOCK:
-            self._read_case(value)
-        elif kind == RUN_BLOCK:
-            self._tally.run_blocks += 1
-            self._finish_run()
-            self._open_run(value)
-        elif kind == TRAILER:
-            self._read_trailer(value)
-        elif kind is None:
+        if kind is None:  # a record: the commonest line first
             self.report.records += 1
             if self._pass is None:
                 self.report.findings.append(
@@ -221,6 +210,17 @@ class ExportVerifier:
                 )
             else:
                 self._read_record(value, self._pass)
+        elif kind == RUN_BLOCK:
+            self._tally.run_blocks += 1
+            self._finish_run()
+            self._open_run(value)
+        elif kind == HEADER:
+            self._header_seen = True
+            self._read_header(value)
+        elif kind == CASE_BLOCK:
+            self._read_case(value)
+        elif kind == TRAILER:
+            self._read_trailer(value)
         # A kind this build does not know is skipped (a newer writer's line), as agentplane does.
         return True
 
