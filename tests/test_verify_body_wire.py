@@ -341,3 +341,20 @@ def test_a_run_block_read_the_short_way_names_the_run_parse_names(text: str) -> 
     else:
         assert not isinstance(block, str)
         assert block.run == parsed and block.run.ulid == parsed.ulid
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    st.text("0123456789abcdefABCDEF g", min_size=62, max_size=66)
+    | st.sampled_from(["a" * 64, "A" * 64, "0" * 63 + " ", " " + "0" * 63])
+    | st.integers()
+)
+def test_a_run_blocks_leaf_read_the_short_way_is_the_digest_parse_reads(seal: Any) -> None:
+    # read.run_block reads a lower-case digest as written; anything else is parsed.
+    from agentplane_journal.exportfmt.lines import parse_digest
+    from agentplane_journal.exportfmt.read import run_block
+
+    block = run_block({"run": RUN.ulid, "index": 0, "seal": seal})
+    assert not isinstance(block, str)
+    assert block.seal == parse_digest(seal)
+    assert (block.problem is None) == (parse_digest(seal) is not None)

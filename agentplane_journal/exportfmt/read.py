@@ -33,6 +33,9 @@ _U64_MAX = (1 << 64) - 1
 _LINE = json.JSONDecoder()
 """``json.loads``'s own reading of a line (its default decoder)."""
 
+_LOWER_HEX64 = re.compile(r"[0-9a-f]{64}")
+"""A digest as every writer spells it: what ``parse_digest`` reads as these bytes."""
+
 _CANONICAL_ULID = re.compile(r"[0-7][0-9A-HJKMNP-TV-Z]{25}")
 """A bare ULID as every writer spells it (upper case): what ``RunId.parse`` keeps as it is
 (it would strip no prefix, the first digit being one, and upper-case nothing)."""
@@ -94,7 +97,10 @@ def run_block(value: dict[str, Any]) -> RunBlock | str:
     if index is None and seal is None:
         return RunBlock(run, None, None)
     position = index if type(index) is int and 0 <= index <= _U64_MAX else None
-    leaf = parse_digest(seal)
+    if type(seal) is str and _LOWER_HEX64.fullmatch(seal):  # as every writer spells it
+        leaf: Digest | None = Digest._trusted(bytes.fromhex(seal))
+    else:
+        leaf = parse_digest(seal)
     if position is None or leaf is None:
         return RunBlock(
             run,

@@ -127,6 +127,8 @@ class _RunPass:
 
     run: RunId
     declared_seal: Digest | None
+    ulid: str
+    """``run.ulid``, which every record's body must name."""
     prev: bytes = bytes(32)
     """The head so far, as raw bytes (a ``Digest`` is made only where one is kept)."""
     last_seq: int = 0
@@ -275,7 +277,7 @@ class ExportVerifier:
             self._pass = None
             self.report.findings.append(block)
             return
-        self._pass = _RunPass(block.run, block.seal)
+        self._pass = _RunPass(block.run, block.seal, block.run.ulid)
         if block.problem is not None:
             self.report.findings.append(block.problem)
             self._pass.clean = False
@@ -389,7 +391,7 @@ class ExportVerifier:
         case = wire.get("case")
         if isinstance(case, str):
             self._stamped.add(case)
-        if wire.get("run") != run.ulid:
+        if wire.get("run") != p.ulid:
             named = (serde_value(raw) if fast else wire).get("run")  # in the wire's order
             report.findings.append(
                 f"run {run}: a record in this block belongs to run {named!r} — the "
