@@ -32,6 +32,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from json import encoder as _encoder
+from typing import Any
 
 __all__ = ["body_is_wire", "sorted_text"]
 
@@ -41,24 +42,28 @@ _SORTED = json.JSONEncoder(
 """The canonical writer's layout: compact, members sorted, no ``NaN``/``Infinity``."""
 
 
-def _c_writer() -> Callable[[object], str]:
+def _c_writer() -> Callable[[object, int], Any]:
     """:data:`_SORTED`'s C encoder, built once: ``JSONEncoder.encode`` builds it again on
     every call (with no circularity markers: a parsed value holds no cycle), a third of the
-    cost of writing a small body. ``_SORTED.encode`` where the C accelerator is absent."""
+    cost of writing a small body. Its call gives the text's pieces; where the C accelerator
+    is absent, ``_SORTED.encode``'s whole text as the one piece."""
     make = getattr(_encoder, "c_make_encoder", None)
     if make is None:  # pragma: no cover - CPython always has it
-        return _SORTED.encode
-    write = make(None, None, _encoder.encode_basestring, None, ":", ",", True, False, False)
-
-    def text(value: object) -> str:
-        return "".join(write(value, 0))
-
-    return text
+        return lambda value, _level: (_SORTED.encode(value),)
+    write: Callable[[object, int], Any] = make(
+        None, None, _encoder.encode_basestring, None, ":", ",", True, False, False
+    )
+    return write
 
 
-sorted_text: Callable[[object], str] = _c_writer()
-"""``_SORTED.encode``, through the C encoder built once (``tests/test_verify_body_wire.py``
-holds them to the same text)."""
+_write = _c_writer()
+_join = "".join
+
+
+def sorted_text(value: object) -> str:
+    """``_SORTED.encode(value)``, through the C encoder built once
+    (``tests/test_verify_body_wire.py`` holds them to the same text)."""
+    return _join(_write(value, 0))
 
 
 _DIGITS = bytes.maketrans(b"123456789", b"000000000")
@@ -80,9 +85,12 @@ def body_is_wire(body: object, raw: str, raw_bytes: bytes) -> bool:
 
     ``body``: the line's ``body`` as ``json.loads`` read it; ``raw``: the line's ``raw``;
     ``raw_bytes``: ``raw`` encoded as it is hashed (UTF-8, surrogates passed)."""
-    if type(body) is not dict or _may_leave_64_bits(raw_bytes):
+    if type(body) is not dict:
+        return False
+    marked = raw_bytes.translate(_DIGITS)  # _may_leave_64_bits, inlined: every record asks
+    if _BEYOND_U64 in marked or _BELOW_I64 in marked:
         return False
     try:
-        return sorted_text(body) == raw
+        return _join(_write(body, 0)) == raw
     except (ValueError, TypeError, RecursionError):  # NaN/Infinity; nested past the C stack
         return False
