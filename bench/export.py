@@ -21,6 +21,7 @@ against what a user would write by hand with the bare driver:
   file read and parsed, its records inserted into the journal table of an empty target with
   ``executemany``, 2,000 rows per transaction (no checks, no log, no indexes of ours).
 
+``--phases restore`` times restore alone (the file it reads is exported once, untimed).
 Each line gives the median records/s of both and the median of the rounds' ratios (ours /
 bare), by the wall and by process CPU (every thread of this process, the SQLite driver's
 included, a PostgreSQL server's on neither side): on a loaded machine the wall ratio swings
@@ -66,7 +67,9 @@ from agentplane_journal.journal.restore import check_frame, restore_export
 from agentplane_journal.migrations.commands import upgrade
 from agentplane_journal.tlog.checkpoint import Checkpoint
 
-SPEED_PHASES = ("export", "verify", "restore")
+PHASES = ("export", "verify", "restore")
+"""The timed phases (``--phases``: a subset, e.g. ``restore`` alone)."""
+
 MEMORY_PHASES = ("export", "verify", "check", "restore")
 """``check`` is restore's first pass alone (it judges the file; nothing is written)."""
 
@@ -306,6 +309,10 @@ class Targets:
             Path(_driver(url)[1]).unlink(missing_ok=True)
 
 
+Rates = dict[str, list[tuple[float, float, float, float]]]
+"""Per phase, per round: (ours, bare) records per wall second, then per CPU second."""
+
+
 def rounds(
     dialect: str,
     n: int,
@@ -314,24 +321,24 @@ def rounds(
     work: str,
     targets: Targets,
     count: int,
-    phases: tuple[str, ...] = SPEED_PHASES,
+    phases: tuple[str, ...] = PHASES,
 ) -> list[str]:
     if count == 0:  # --rounds 0: peak memory only
         return []
     ours_file = Path(work) / f"ours-{dialect}-{n}.jsonl"
     bare_file = Path(work) / f"bare-{dialect}-{n}.jsonl"
     # per round: (ours, bare) records per wall second, then per CPU second
-    rates: dict[str, list[tuple[float, float, float, float]]] = {p: [] for p in phases}
+    rates: Rates = {p: [] for p in phases}
     if "export" not in phases:  # the others read our export: written once, untimed
         asyncio.run(ours_export(source, tenant, ours_file))
     for r in range(count):
         flip = r % 2 == 1
         if "export" in phases:
-            _export_round(source, tenant, ours_file, bare_file, flip, rates["export"])
+            _export_round(flip, source, tenant, ours_file, bare_file, rates)
         if "verify" in phases:
-            _verify_round(source, tenant, ours_file, flip, rates["verify"])
+            _verify_round(flip, source, tenant, ours_file, rates)
         if "restore" in phases:
-            _restore_round(tenant, ours_file, targets, flip, rates["restore"])
+            _restore_round(flip, targets, ours_file, rates)
     out = []
     for phase, pairs in rates.items():
         ours = statistics.median(p[0] for p in pairs)
@@ -348,35 +355,35 @@ def rounds(
 
 
 def _export_round(
-    source: str, tenant: str, ours_file: Path, bare_file: Path, flip: bool, rates: list[Any]
+    flip: bool, source: str, tenant: str, ours_file: Path, bare_file: Path, rates: Rates
 ) -> None:
     pair = [
         lambda: timed(lambda: ours_export(source, tenant, ours_file)),
         lambda: timed(lambda: bare_export(source, tenant, bare_file)),
     ]
-    got = {}
+    got: dict[int, tuple[int, float, float]] = {}
     for i in [1, 0] if flip else [0, 1]:
         got[i] = asyncio.run(pair[i]())
     ours_s, ours_cpu = _ours_export[-1]  # the write alone, without connecting
-    rates.append(
+    rates["export"].append(
         (got[0][0] / ours_s, got[1][0] / got[1][1], got[0][0] / ours_cpu, got[1][0] / got[1][2])
     )
 
 
-def _verify_round(source: str, tenant: str, ours_file: Path, flip: bool, rates: list[Any]) -> None:
-    got = {}  # both read our file
-    cp = asyncio.run(source_checkpoint(source, tenant))  # the verify pass alone is timed
+def _verify_round(flip: bool, source: str, tenant: str, ours_file: Path, rates: Rates) -> None:
+    # both read our file; the checkpoint is read before the clock (the command takes it
+    # from elsewhere), so the verify pass alone is timed, as export's write is
+    got: dict[int, tuple[int, float, float]] = {}
+    cp = asyncio.run(source_checkpoint(source, tenant))
     for i in [1, 0] if flip else [0, 1]:
         start, cpu = time.perf_counter(), time.process_time()
         n = ours_verify_file(ours_file, cp) if i == 0 else bare_verify(ours_file)
         got[i] = (n, time.perf_counter() - start, time.process_time() - cpu)
-    rates.append(_rates(got))
+    rates["verify"].append(_rates(got))
 
 
-def _restore_round(
-    tenant: str, ours_file: Path, targets: Targets, flip: bool, rates: list[Any]
-) -> None:
-    got = {}
+def _restore_round(flip: bool, targets: Targets, ours_file: Path, rates: Rates) -> None:
+    got: dict[int, tuple[int, float, float]] = {}
     for i in [1, 0] if flip else [0, 1]:
         url, dst = targets.fresh()
         fn: Callable[[str, str, Path], Awaitable[int]] = ours_restore if i == 0 else bare_insert
@@ -388,7 +395,7 @@ def _restore_round(
 
         got[i] = asyncio.run(timed(restore_once))
         targets.drop(url)
-    rates.append(_rates(got))
+    rates["restore"].append(_rates(got))
 
 
 def _rates(got: dict[int, tuple[int, float, float]]) -> tuple[float, float, float, float]:
@@ -466,18 +473,18 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--no-memory", action="store_true")
     parser.add_argument(
+        "--phases",
+        nargs="+",
+        choices=PHASES,
+        default=list(PHASES),
+        help="phases timed against their baselines (the others' file is still exported once)",
+    )
+    parser.add_argument(
         "--memory-phases",
         nargs="+",
         choices=MEMORY_PHASES,
         default=list(MEMORY_PHASES),
         help="phases measured for memory (export first: the others read its file)",
-    )
-    parser.add_argument(
-        "--phases",
-        nargs="+",
-        choices=SPEED_PHASES,
-        default=list(SPEED_PHASES),
-        help="phases timed in the rounds (without export, our file is written once, untimed)",
     )
     parser.add_argument("--phase", nargs=4, metavar=("KIND", "URL", "TENANT", "PATH"))
     args = parser.parse_args()
@@ -507,7 +514,7 @@ def main() -> None:
                     asyncio.run(upgrade(source))
                     seeded = asyncio.run(seed(source, tenant, n))
                     print(f"{dialect} {n} runs seeded in {seeded:.1f} s", flush=True)
-                    phases = tuple(args.phases)
+                    phases = tuple(p for p in PHASES if p in args.phases)
                     speed += rounds(dialect, n, source, tenant, work, targets, args.rounds, phases)
                     print("\n".join(speed[-len(phases) :]), flush=True)
                     if not args.no_memory:

@@ -277,11 +277,12 @@ class ExportVerifier:
             self._pass = None
             self.report.findings.append(block)
             return
-        self._pass = _RunPass(block.run, block.seal, block.run.ulid)
+        ulid = block.run.ulid
+        self._pass = _RunPass(block.run, block.seal, ulid)
         if block.problem is not None:
             self.report.findings.append(block.problem)
             self._pass.clean = False
-        if not self._seen.add(block.run.ulid):
+        if not self._seen.add(ulid):
             # Each run is exported once: a second block would be replayed as more records
             # of the run (or onto its seal), and each block alone verifies.
             self.report.findings.append(
@@ -347,9 +348,7 @@ class ExportVerifier:
             p.clean = False
             return
         raw_bytes = raw.encode("utf-8", "surrogatepass")
-        h = _sha256(p.prev)
-        h.update(raw_bytes)
-        recomputed = h.digest()
+        recomputed = _sha256(p.prev + raw_bytes).digest()
         # The hash as this package and agentplane write it (lower-case hex) is compared as
         # text; anything else is parsed (upper case is a digest too) or named.
         if hash_text != recomputed.hex():
