@@ -14,10 +14,10 @@ those bytes, parsing them gives the body again, value for value and type for typ
   (``-0.0`` too);
 * what serde_json reads otherwise is kept off this path: an integer beyond ``u64`` (20
   digits or more) or below ``i64`` (a ``-`` and 19 digits or more), which serde_json holds
-  as an ``f64`` (:func:`_may_leave_64_bits`, over the bytes: any such run of digits, in a
-  string too, sends the record the slow way; :func:`~agentplane_journal.core.record.
-  may_hold_long_digits` misses the 19-digit negatives), ``NaN``/``Infinity`` (the encoder
-  refuses them: ``allow_nan=False``), a body that is not an object;
+  as an ``f64`` (checked over the bytes: any such run of digits, in a string too, sends the
+  record the slow way; ``core.record.may_hold_long_digits`` misses the 19-digit negatives),
+  ``NaN``/``Infinity`` (the encoder refuses them: ``allow_nan=False``), a body that is not an
+  object;
 * members' order is not compared by serde_json (its ``Map`` with ``preserve_order`` compares
   as a map), and a body whose members the encoder sorts into the wire's bytes holds the
   same members.
@@ -42,26 +42,21 @@ _SORTED = json.JSONEncoder(
 """The canonical writer's layout: compact, members sorted, no ``NaN``/``Infinity``."""
 
 
-def _c_writer() -> Callable[[object, int], Any]:
-    """:data:`_SORTED`'s C encoder, built once: ``JSONEncoder.encode`` builds it again on
-    every call (with no circularity markers: a parsed value holds no cycle), a third of the
-    cost of writing a small body. Its call gives the text's pieces; where the C accelerator
-    is absent, ``_SORTED.encode``'s whole text as the one piece."""
-    make = getattr(_encoder, "c_make_encoder", None)
-    if make is None:  # pragma: no cover - CPython always has it
-        return lambda value, _level: (_SORTED.encode(value),)
-    write: Callable[[object, int], Any] = make(
-        None, None, _encoder.encode_basestring, None, ":", ",", True, False, False
-    )
-    return write
-
-
-_write = _c_writer()
+_make = getattr(_encoder, "c_make_encoder", None)
+_write: Callable[[object, int], Any] = (
+    _make(None, None, _encoder.encode_basestring, None, ":", ",", True, False, False)
+    if _make is not None
+    else lambda value, _level: (_SORTED.encode(value),)
+)
+"""The C encoder of :data:`_SORTED`, built once here: ``JSONEncoder.encode`` builds it again
+on every call (with no circularity markers: a parsed value holds no cycle), a third of the
+cost of writing a small body. Called with ``(value, 0)`` it gives the text's pieces; where
+the C accelerator is absent (no CPython build lacks it), ``_SORTED.encode``'s text whole."""
 _join = "".join
 
 
 def sorted_text(value: object) -> str:
-    """``_SORTED.encode(value)``, through the C encoder built once
+    """``_SORTED.encode(value)``, through the encoder built once
     (``tests/test_verify_body_wire.py`` holds them to the same text)."""
     return _join(_write(value, 0))
 
@@ -69,13 +64,6 @@ def sorted_text(value: object) -> str:
 _DIGITS = bytes.maketrans(b"123456789", b"000000000")
 _BEYOND_U64 = b"0" * 20
 _BELOW_I64 = b"-" + b"0" * 19
-
-
-def _may_leave_64_bits(raw_bytes: bytes) -> bool:
-    """Whether ``raw_bytes`` may hold an integer serde_json does not keep as ``u64``/``i64``:
-    ``False`` only when no run of 20 digits and no ``-`` before 19 digits is in them."""
-    marked = raw_bytes.translate(_DIGITS)
-    return _BEYOND_U64 in marked or _BELOW_I64 in marked
 
 
 def body_is_wire(body: object, raw: str, raw_bytes: bytes) -> bool:
@@ -87,7 +75,9 @@ def body_is_wire(body: object, raw: str, raw_bytes: bytes) -> bool:
     ``raw_bytes``: ``raw`` encoded as it is hashed (UTF-8, surrogates passed)."""
     if type(body) is not dict:
         return False
-    marked = raw_bytes.translate(_DIGITS)  # _may_leave_64_bits, inlined: every record asks
+    # An integer serde_json does not keep as u64/i64 is 20 digits, or a `-` and 19: any such
+    # run (in a string too) sends the record the slow way.
+    marked = raw_bytes.translate(_DIGITS)
     if _BEYOND_U64 in marked or _BELOW_I64 in marked:
         return False
     try:
