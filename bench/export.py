@@ -14,9 +14,9 @@ against what a user would write by hand with the bare driver:
 * ``export`` (``write_export`` of every run to a file) against **bare read + JSON lines**: one
   ``SELECT run_id, seq, prev_hash, hash, raw ... ORDER BY run_id, seq`` streamed through the
   driver's cursor, each row written as a ``json.dumps`` line (no verification, no body);
-* ``verify`` (``verify_file`` of our export against the checkpoint read from the database)
-  against **sha256 + JSON parse**: every line of the same file ``json.loads``-ed and each
-  record's ``raw`` hashed once;
+* ``verify`` (``verify_file`` of our export against the checkpoint read from the database
+  before the clock starts: the command takes it from elsewhere) against **sha256 + JSON
+  parse**: every line of the same file ``json.loads``-ed and each record's ``raw`` hashed once;
 * ``restore`` (``restore_export`` into an empty target) against **batched INSERT**: the same
   file read and parsed, its records inserted into the journal table of an empty target with
   ``executemany``, 2,000 rows per transaction (no checks, no log, no indexes of ours).
@@ -65,6 +65,7 @@ from agentplane_journal.journal.bulk import AppendOp, Op, SealOp, write_ops
 from agentplane_journal.journal.export import write_export
 from agentplane_journal.journal.restore import check_frame, restore_export
 from agentplane_journal.migrations.commands import upgrade
+from agentplane_journal.tlog.checkpoint import Checkpoint
 
 PHASES = ("export", "verify", "restore")
 """The timed phases (``--phases``: a subset, e.g. ``restore`` alone)."""
@@ -247,16 +248,25 @@ _ours_export: list[tuple[float, float]] = []
 """``(wall, process CPU)`` seconds of each of our exports' write alone."""
 
 
-async def ours_verify(url: str, tenant: str, path: Path) -> int:
+async def source_checkpoint(url: str, tenant: str) -> Checkpoint:
     store = await SqlJournalStore.connect(url, tenant=tenant)
     try:
-        cp = await store.checkpoint()
+        return await store.checkpoint()
     finally:
         await store.close()
+
+
+def ours_verify_file(path: Path, cp: Checkpoint) -> int:
+    """``verify-export`` of ``path`` against ``cp`` (a checkpoint from elsewhere, as the
+    command takes it: read from the database before the clock starts)."""
     report = verify_file(path, cp, [])
     if not report.is_sound:
         raise SystemExit(f"the export did not verify: {report.findings[:3]}")
     return report.records
+
+
+async def ours_verify(url: str, tenant: str, path: Path) -> int:
+    return ours_verify_file(path, await source_checkpoint(url, tenant))
 
 
 async def ours_restore(url: str, tenant: str, path: Path) -> int:
@@ -363,15 +373,14 @@ def _export_round(
 
 
 def _verify_round(flip: bool, source: str, tenant: str, ours_file: Path, rates: Rates) -> None:
-    # both read our file
+    # both read our file; the checkpoint is read before the clock (the command takes it
+    # from elsewhere), so the verify pass alone is timed, as export's write is
     got: dict[int, tuple[int, float, float]] = {}
+    cp = asyncio.run(source_checkpoint(source, tenant))
     for i in [1, 0] if flip else [0, 1]:
-        if i == 0:
-            got[0] = asyncio.run(timed(lambda: ours_verify(source, tenant, ours_file)))
-        else:
-            start, cpu = time.perf_counter(), time.process_time()
-            n_bare = bare_verify(ours_file)
-            got[1] = (n_bare, time.perf_counter() - start, time.process_time() - cpu)
+        start, cpu = time.perf_counter(), time.process_time()
+        n = ours_verify_file(ours_file, cp) if i == 0 else bare_verify(ours_file)
+        got[i] = (n, time.perf_counter() - start, time.process_time() - cpu)
     rates["verify"].append(_rates(got))
 
 

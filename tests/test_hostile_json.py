@@ -55,6 +55,17 @@ def test_loads_bounds_depth() -> None:
     assert jsonload.loads('{"a": "[[[[[[["}') == {"a": "[[[[[[["}
 
 
+def test_decode_bounds_depth_at_the_edge() -> None:
+    # decode counts brackets only in a text long enough to nest past the bound (2 x 257
+    # brackets): the shortest too-deep text is refused, the deepest allowed one read.
+    decoder = json.JSONDecoder()
+    for text in ("[" * 257 + "]" * 257, '{"a":' * 257 + "1" + "}" * 257, DEEP):
+        with pytest.raises(jsonload.JsonTooDeep, match="nested more than 256"):
+            jsonload.decode(decoder, text)
+    assert jsonload.decode(decoder, "[" * 256 + "]" * 256) is not None
+    assert jsonload.decode(decoder, '{"a":' * 256 + "1" + "}" * 256) is not None
+
+
 def test_deep_json_in_an_export_is_a_refusal(
     fresh_url: Callable[[], str], tmp_path: Path, cli: Callable[..., CliResult]
 ) -> None:

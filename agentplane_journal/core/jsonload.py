@@ -82,6 +82,11 @@ def decode(decoder: json.JSONDecoder, text: str, *, max_depth: int = MAX_JSON_DE
             value = decoder.decode(text)
     except RecursionError:
         raise JsonTooDeep(max_depth) from None
-    if text.count("[") + text.count("{") > max_depth and depth(value) > max_depth:
+    # Nesting past max_depth takes as many brackets opened and closed: a shorter text cannot.
+    if (
+        len(text) > 2 * max_depth
+        and text.count("[") + text.count("{") > max_depth
+        and depth(value) > max_depth
+    ):
         raise JsonTooDeep(max_depth)
     return value

@@ -18,6 +18,7 @@ Pure: no I/O.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +33,13 @@ _U64_MAX = (1 << 64) - 1
 _LINE = json.JSONDecoder()
 """``json.loads``'s own reading of a line (its default decoder)."""
 
+_LOWER_HEX64 = re.compile(r"[0-9a-f]{64}")
+"""A digest as every writer spells it: what ``parse_digest`` reads as these bytes."""
+
+_CANONICAL_ULID = re.compile(r"[0-7][0-9A-HJKMNP-TV-Z]{25}")
+"""A bare ULID as every writer spells it (upper case): what ``RunId.parse`` keeps as it is
+(it would strip no prefix, the first digit being one, and upper-case nothing)."""
+
 
 def read_line(line: str | bytes) -> dict[str, Any] | str | None:
     """The line's JSON object; ``None`` for a blank line; otherwise a sentence saying why it
@@ -42,7 +50,7 @@ def read_line(line: str | bytes) -> dict[str, Any] | str | None:
             line = line.decode("utf-8")
         except UnicodeDecodeError:
             return "a line is not UTF-8, so the export is unreadable from there on"
-    if not line.strip():
+    if line[:1] != "{" and not line.strip():  # a line opening an object is not blank
         return None
     try:
         value = jsonload.decode(_LINE, line)
@@ -75,7 +83,11 @@ def _shown(value: object) -> str:
 def run_block(value: dict[str, Any]) -> RunBlock | str:
     """``value`` (a line whose ``kind`` is the run block's) read as a :class:`RunBlock`, or a
     sentence when it names no run id (its records then belong to no run)."""
-    run = parse_ulid_run(value.get("run"))
+    text = value.get("run")
+    if type(text) is str and len(text) == 26 and _CANONICAL_ULID.fullmatch(text):
+        run: RunId | None = RunId._trusted(text)  # what parsing it would give
+    else:
+        run = parse_ulid_run(text)
     if run is None:
         return (
             f"a run block names {_shown(value.get('run'))}, which is not a run id; its records "
@@ -85,7 +97,10 @@ def run_block(value: dict[str, Any]) -> RunBlock | str:
     if index is None and seal is None:
         return RunBlock(run, None, None)
     position = index if type(index) is int and 0 <= index <= _U64_MAX else None
-    leaf = parse_digest(seal)
+    if type(seal) is str and _LOWER_HEX64.fullmatch(seal):  # as every writer spells it
+        leaf: Digest | None = Digest._trusted(bytes.fromhex(seal))
+    else:
+        leaf = parse_digest(seal)
     if position is None or leaf is None:
         return RunBlock(
             run,

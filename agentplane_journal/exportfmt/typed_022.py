@@ -199,14 +199,31 @@ def decode_problem(wire: Mapping[str, Any]) -> str | None:
     return None
 
 
+def _sets(kind: str) -> tuple[frozenset[str], frozenset[str]]:
+    """A kind's known members and its ``Option`` members, built once per kind (every record of
+    a canon-1 file asks; a hostile file's invented kinds do not grow the memo past a bound)."""
+    sets = _SETS.get(kind)
+    if sets is None:
+        sets = (
+            frozenset({*TOP_MEMBERS, "kind", *VARIANT_MEMBERS.get(kind, ())}),
+            _OPTIONS.get(kind, frozenset()) | _TOP_OPTIONS,
+        )
+        if len(_SETS) < _MAX_SETS:
+            _SETS[kind] = sets
+    return sets
+
+
+_SETS: dict[str, tuple[frozenset[str], frozenset[str]]] = {}
+_MAX_SETS = 256
+
+
 def dropped_members(wire: Mapping[str, Any]) -> list[str]:
     """Members agentplane 0.22's typed re-chaining of a readable record would not write back
     (members its types do not hold; ``null`` where it skips an absent option; the default
     ``"phase": "forward"``), so that its ``restore`` would re-chain the record to other bytes."""
     kind = wire.get("kind")
-    known = {*TOP_MEMBERS, "kind", *VARIANT_MEMBERS.get(kind if isinstance(kind, str) else "", ())}
+    known, options = _sets(kind if isinstance(kind, str) else "")
     dropped = [f"{kind}.{name}" for name in wire if name not in known]
-    options = _OPTIONS.get(kind if isinstance(kind, str) else "", frozenset()) | _TOP_OPTIONS
     dropped += [
         f"{kind}.{name}: null" for name, value in wire.items() if value is None and name in options
     ]

@@ -40,6 +40,7 @@ from agentplane_journal.core.canon_v1 import CANON_VERSION
 from agentplane_journal.core.ids import Digest, RunId
 from agentplane_journal.core.signing import DOMAIN_RECORD, Verifier, signing_hash
 from agentplane_journal.exportfmt.body import same_value, serde_value
+from agentplane_journal.exportfmt.body_wire import body_is_wire
 from agentplane_journal.exportfmt.lines import (
     CASE_BLOCK,
     FORMAT_VERSION,
@@ -71,6 +72,8 @@ SOUND_LISTED = 1000
 (:attr:`VerifyReport.runs_sound`). ``ExportVerifier(sound_listed=None)`` names every one."""
 
 _RUN_SEALED = "RunSealed"
+_NO_TIE = "run {run}: a record line carries no wire bytes or no hash — nothing ties it to the chain"
+_sha256 = hashlib.sha256
 
 
 @dataclass(slots=True)
@@ -124,7 +127,10 @@ class _RunPass:
 
     run: RunId
     declared_seal: Digest | None
-    prev: Digest = Digest.ZERO
+    ulid: str
+    """``run.ulid``, which every record's body must name."""
+    prev: bytes = bytes(32)
+    """The head so far, as raw bytes (a ``Digest`` is made only where one is kept)."""
     last_seq: int = 0
     records: int = 0
     signed: list[tuple[int, Digest, str, bytes] | tuple[int, Digest, None, None]] = field(
@@ -185,7 +191,14 @@ class ExportVerifier:
         """Read one line; ``False`` once the file is unreadable from here on (stop feeding)."""
         if self._stopped:
             return False
-        return self.feed_read(read_line(line))
+        value = read_line(line)
+        p = self._pass
+        if type(value) is dict and p is not None and value.get("kind") is None:
+            # A record inside a block, the commonest line: feed_read's own branch for it.
+            self.report.records += 1
+            self._read_record(value, p)
+            return True
+        return self.feed_read(value)
 
     def feed_read(self, value: dict[str, Any] | str | None) -> bool:
         """Take one line as :func:`~.read.read_line` read it (a restore reads each line
@@ -198,18 +211,7 @@ class ExportVerifier:
             self._stop(value)
             return False
         kind = value.get("kind")
-        if kind == HEADER:
-            self._header_seen = True
-            self._read_header(value)
-        elif kind == CASE_BLOCK:
-            self._read_case(value)
-        elif kind == RUN_BLOCK:
-            self._tally.run_blocks += 1
-            self._finish_run()
-            self._open_run(value)
-        elif kind == TRAILER:
-            self._read_trailer(value)
-        elif kind is None:
+        if kind is None:  # a record: the commonest line first
             self.report.records += 1
             if self._pass is None:
                 self.report.findings.append(
@@ -217,6 +219,17 @@ class ExportVerifier:
                 )
             else:
                 self._read_record(value, self._pass)
+        elif kind == RUN_BLOCK:
+            self._tally.run_blocks += 1
+            self._finish_run()
+            self._open_run(value)
+        elif kind == HEADER:
+            self._header_seen = True
+            self._read_header(value)
+        elif kind == CASE_BLOCK:
+            self._read_case(value)
+        elif kind == TRAILER:
+            self._read_trailer(value)
         # A kind this build does not know is skipped (a newer writer's line), as agentplane does.
         return True
 
@@ -264,11 +277,12 @@ class ExportVerifier:
             self._pass = None
             self.report.findings.append(block)
             return
-        self._pass = _RunPass(block.run, block.seal)
+        ulid = block.run.ulid
+        self._pass = _RunPass(block.run, block.seal, ulid)
         if block.problem is not None:
             self.report.findings.append(block.problem)
             self._pass.clean = False
-        if not self._seen.add(block.run.ulid):
+        if not self._seen.add(ulid):
             # Each run is exported once: a second block would be replayed as more records
             # of the run (or onto its seal), and each block alone verifies.
             self.report.findings.append(
@@ -300,11 +314,16 @@ class ExportVerifier:
                 (run, reason if isinstance(reason, str) else "no reason recorded")
             )
 
-    def _typed(self, wire: dict[str, Any], seq: int, p: _RunPass) -> None:
+    def _typed(self, wire: dict[str, Any], seq: int, p: _RunPass, raw: str | None) -> None:
         """agentplane 0.22's typed decode of a canon-1 record (:mod:`.typed_022`): a record it
         cannot read is a finding (its verify calls it malformed, and every later record of
-        the run tampered); what its re-chaining would drop is counted for :meth:`finish`."""
+        the run tampered); what its re-chaining would drop is counted for :meth:`finish`.
+
+        ``raw``: the wire bytes, when ``wire`` is the line's body (the same value, its
+        members in another order): what is named is then named from the wire's own parse."""
         problem = decode_problem(wire)
+        if problem is not None and raw is not None:
+            problem = decode_problem(serde_value(raw))
         if problem is not None:
             self.report.findings.append(
                 f"run {p.run}: record {seq} is not a record agentplane 0.22 can read ({problem})"
@@ -315,32 +334,54 @@ class ExportVerifier:
         dropped = dropped_members(wire)
         if dropped:
             self._dropped += 1
-            self._dropped_example = self._dropped_example or f"record {seq} of {p.run}: {dropped}"
+            if not self._dropped_example:
+                if raw is not None:
+                    dropped = dropped_members(serde_value(raw))
+                self._dropped_example = f"record {seq} of {p.run}: {dropped}"
 
     def _read_record(self, value: dict[str, Any], p: _RunPass) -> None:
         report, run = self.report, p.run
         p.records += 1
-        raw, claimed = value.get("raw"), parse_digest(value.get("hash"))
-        if not isinstance(raw, str) or claimed is None:
-            report.findings.append(
-                f"run {run}: a record line carries no wire bytes or no hash — nothing ties it "
-                "to the chain"
-            )
+        raw, hash_text = value.get("raw"), value.get("hash")
+        if not isinstance(raw, str):
+            report.findings.append(_NO_TIE.format(run=run))
             p.clean = False
             return
         raw_bytes = raw.encode("utf-8", "surrogatepass")
-        try:
-            wire = serde_value(raw)
-        except (ValueError, RecursionError):  # nested deeper than a record can be
-            wire = None
+        recomputed = _sha256(p.prev + raw_bytes).digest()
+        # The hash as this package and agentplane write it (lower-case hex) is compared as
+        # text; anything else is parsed (upper case is a digest too) or named.
+        if hash_text != recomputed.hex():
+            claimed = parse_digest(hash_text)
+            if claimed is None:
+                report.findings.append(_NO_TIE.format(run=run))
+                p.clean = False
+                return
+            recomputes = claimed._bytes == recomputed
+        else:
+            recomputes = True
+        body = value.get("body")
+        # The line's body, written back canonically, is the wire bytes: the wire's value is
+        # the body's (body_wire.py), so the second parse and the walk comparing them are not
+        # needed. Otherwise, both the slow way: the only verdicts and messages there are.
+        fast = body_is_wire(body, raw, raw_bytes)
+        if fast:
+            wire: Any = body
+            same = True
+        else:
+            try:
+                wire = serde_value(raw)
+            except (ValueError, RecursionError):  # nested deeper than a record can be
+                wire = None
+            same = "body" in value and same_value(body, wire)
         seq = wire.get("seq") if isinstance(wire, dict) else None
         if not isinstance(wire, dict) or type(seq) is not int:
             report.findings.append(f"run {run}: a record line is malformed")
             p.clean = False
             return
         if self._canon == CANON_VERSION and self._typed_check:
-            self._typed(wire, seq, p)
-        if "body" not in value or not same_value(value["body"], wire):
+            self._typed(wire, seq, p, raw if fast else None)
+        if not same:
             report.findings.append(
                 f"run {run}: record {seq}'s readable body does not match its wire bytes — the "
                 "display copy was edited, and every hash still verifies over the real one"
@@ -349,9 +390,10 @@ class ExportVerifier:
         case = wire.get("case")
         if isinstance(case, str):
             self._stamped.add(case)
-        if wire.get("run") != run.ulid:
+        if wire.get("run") != p.ulid:
+            named = (serde_value(raw) if fast else wire).get("run")  # in the wire's order
             report.findings.append(
-                f"run {run}: a record in this block belongs to run {wire.get('run')!r} — the "
+                f"run {run}: a record in this block belongs to run {named!r} — the "
                 "block was relabelled, or spliced from another history"
             )
             p.clean = False
@@ -369,10 +411,7 @@ class ExportVerifier:
                     "it sits on — the conclusion was drawn over a different history"
                 )
                 p.clean = False
-        h = hashlib.sha256(p.prev._bytes)
-        h.update(raw_bytes)
-        recomputed = Digest._trusted(h.digest())
-        if recomputed != claimed:
+        if not recomputes:
             report.findings.append(
                 f"run {run}: record {seq} does not recompute to the hash it carries — it was "
                 "edited after it was sealed"
@@ -386,10 +425,11 @@ class ExportVerifier:
             if att is not None and opened is None:
                 report.findings.append(f"run {run}: record {seq}'s attestation is malformed")
                 p.clean = False
+            digest = Digest._trusted(recomputed)
             if opened is None:
-                p.signed.append((seq, recomputed, None, None))
+                p.signed.append((seq, digest, None, None))
             else:
-                p.signed.append((seq, recomputed, opened[0], opened[1]))
+                p.signed.append((seq, digest, opened[0], opened[1]))
 
     def _finish_run(self) -> None:
         p, self._pass = self._pass, None
@@ -400,7 +440,7 @@ class ExportVerifier:
             return
         self._tally.read_runs += 1
         ok = p.clean
-        if p.declared_seal is not None and p.declared_seal != p.prev:
+        if p.declared_seal is not None and p.declared_seal._bytes != p.prev:
             self.report.findings.append(
                 f"run {p.run}: the log's leaf is not this run's terminal hash, so the chain in "
                 "this file is not the chain the checkpoint committed to"
