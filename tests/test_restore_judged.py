@@ -127,6 +127,15 @@ def _damaged(lines: list[str], damage: str) -> list[str]:
         lines[at] = _dumps(record)
         rechain(lines, start, end)
         return lines
+    if damage == "a seq written as a string":
+        start, end, _ = open_[-1]
+        record = json.loads(lines[start + 1])  # the run's first record: others follow it
+        body = json.loads(record["raw"])
+        body["seq"] = str(body["seq"])
+        record["raw"] = _dumps(body)
+        lines[start + 1] = _dumps(record)
+        rechain(lines, start, end)
+        return lines
     if damage == "wire bytes spaced":
         start, end, _ = open_[-1]
         record = json.loads(lines[end - 1])
@@ -158,6 +167,7 @@ DAMAGES = [
     "record line cut in half",
     "open block with an index and a malformed seal",
     "wire bytes nested 100000 deep",
+    "a seq written as a string",
 ]
 
 

@@ -185,12 +185,17 @@ class Judge:
             raise RestoreRefused(f"line {number}: {refused}")
         self._profiles.add(profile)
         seq = body.get("seq")
+        if type(seq) is not int:  # verify-export's finding too; never chained as a number
+            raise RestoreRefused(
+                f"line {number}: a record whose seq is not an integer "
+                f"({repr(seq)[:40]}) cannot be replayed at any position"
+            )
         kind = append.kind
         try:
             keys = self._indexed(append) if kind in _INDEXED else _NO_KEYS
             if not resealed:
                 again = Record.seal(
-                    append.body(seq, epoch),  # type: ignore[arg-type]
+                    append.body(seq, epoch),
                     Digest.ZERO,
                     canon=profile.canonicalize,
                 ).raw
@@ -209,7 +214,7 @@ class Judge:
         # ``raw`` is what append writes for it: chained here, from the run's first record.
         if seq != self._last_seq + 1:
             self._gaps += 1
-        self._last_seq = seq  # type: ignore[assignment]
+        self._last_seq = seq
         prev = self._prev
         h = hashlib.sha256(prev)
         h.update(raw)
@@ -220,7 +225,7 @@ class Judge:
             effect, case = append.effect_key, append.case
             self._spool.record(
                 (
-                    seq,  # type: ignore[arg-type]
+                    seq,
                     epoch,
                     kind,
                     None if effect is None else effect.hex(),
