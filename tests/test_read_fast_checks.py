@@ -112,6 +112,12 @@ def test_an_integer_beyond_64_bits_is_read_as_the_double_its_writer_held() -> No
     assert type(record.body["x"]) is float
     record = record_from_row(_row(_canon({**PLAIN, "x": 2**64 - 1})))
     assert record.body["x"] == 2**64 - 1 and type(record.body["x"]) is int
+    # Below i64::MIN with 19 digits: a double to serde_json; i64::MIN itself an integer.
+    for read in (record_from_row, _checked_record):
+        record = read(_row(_canon({**PLAIN, "x": -(2**63) - 1})))
+        assert record.body["x"] == float(-(2**63) - 1) and type(record.body["x"]) is float
+        record = read(_row(_canon({**PLAIN, "x": -(2**63)})))
+        assert record.body["x"] == -(2**63) and type(record.body["x"]) is int
 
 
 def test_an_integer_beyond_64_bits_after_whitespace_is_a_double_too() -> None:
@@ -139,7 +145,9 @@ def test_the_cheap_test_finds_each_form_and_passes_short_numbers() -> None:
     for prefix in (":", "[", ",", ": ", ",\n\t"):
         for sign in ("", "-"):
             assert may_hold_long_digits(f'{{"x"{prefix}{sign}{"1" * 20}}}'.encode())
-            assert not may_hold_long_digits(f'{{"x"{prefix}{sign}{"1" * 19}}}'.encode())
+            assert not may_hold_long_digits(f'{{"x"{prefix}{"1" * 19}}}'.encode())
+            assert may_hold_long_digits(f'{{"x"{prefix}-{"1" * 19}}}'.encode())
+            assert not may_hold_long_digits(f'{{"x"{prefix}-{"1" * 18}}}'.encode())
     assert not may_hold_long_digits(b'{"x":"' + b"1" * 30 + b'"}')
     assert not may_hold_long_digits(_canon(PLAIN))
 

@@ -76,26 +76,29 @@ def _wire_int(token: str) -> int | float:
 WIRE_DECODER = json.JSONDecoder(parse_constant=_refuse_constant, parse_int=_wire_int)
 """:data:`JSON_DECODER` with integers beyond 64 bits read as the doubles they were."""
 
-#: u64::MAX has 20 digits, so a body holding a wider integer has a number of at least 20
-#: digits after ``:``, ``[`` or ``,`` and any JSON whitespace (the cheap test that sends the
-#: rare such body through :data:`WIRE_DECODER`; a string that happens to match only costs the
+#: u64::MAX has 20 digits and i64::MIN 19, so a body holding an integer beyond both has,
+#: after ``:``, ``[`` or ``,`` and any JSON whitespace, a number of at least 20 digits or a
+#: ``-`` and at least 19 (the cheap test that sends the rare such body through
+#: :data:`WIRE_DECODER`; a string or an in-range number that happens to match only costs the
 #: slower parse). Canonical bytes have no whitespace, but a hash-valid row need not be
 #: canonical: ``{"a": 18446744073709551616}`` is a double to serde_json too.
-LONG_DIGITS = re.compile(r"[:\[,][ \t\n\r]*-?\d{20}")
+LONG_DIGITS = re.compile(r"[:\[,][ \t\n\r]*(?:-\d{19}|\d{20})")
 
 
 #: :func:`may_hold_long_digits`'s table (digits to ``0``, ``:`` and ``[`` to ``,``; it also
-#: drops :data:`LONG_DIGITS_DROP`) and what it looks for: :data:`LONG_DIGITS`'s matches
-#: become ``,0...0``. Dropping bytes can only make more matches, never hide one.
+#: drops :data:`LONG_DIGITS_DROP`, JSON's whitespace) and what it looks for:
+#: :data:`LONG_DIGITS`'s matches become ``,0...0`` (20 zeros) or ``,-0...0`` (19). Dropping
+#: bytes can only make more matches, never hide one.
 LONG_DIGITS_TABLE = bytes.maketrans(b"123456789:[", b"000000000,,")
-LONG_DIGITS_DROP = b"- \t\n\r"
+LONG_DIGITS_DROP = b" \t\n\r"
 LONG_DIGITS_MARK = b"," + b"0" * 20
+LONG_NEGATIVE_MARK = b",-" + b"0" * 19
 
 
 def may_hold_long_digits(raw: bytes) -> bool:
     """Whether :data:`LONG_DIGITS` might match ``raw`` (as text): ``False`` only when no
-    ``:``, ``[`` or ``,`` is followed by 20 ASCII digits (a ``-`` and whitespace between them
-    aside).
+    ``:``, ``[`` or ``,`` is followed (whitespace aside) by 20 ASCII digits or by a ``-`` and
+    19.
 
     Several times cheaper than the regex, and every read asks it of every row (the read
     path's fused check, ``db/statements.py``, inlines it): the rare body it says yes to (one
@@ -103,7 +106,8 @@ def may_hold_long_digits(raw: bytes) -> bool:
     :meth:`Record.from_stored`, whose regex decides whether :data:`WIRE_DECODER` reads it. (The
     regex's ``\\d`` also matches other scripts' digits, which JSON only has inside
     strings, where either decoder reads them alike.)"""
-    return LONG_DIGITS_MARK in raw.translate(LONG_DIGITS_TABLE, LONG_DIGITS_DROP)
+    marked = raw.translate(LONG_DIGITS_TABLE, LONG_DIGITS_DROP)
+    return LONG_DIGITS_MARK in marked or LONG_NEGATIVE_MARK in marked
 
 
 def decode_wire(text: str) -> Any:

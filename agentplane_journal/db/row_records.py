@@ -22,6 +22,7 @@ from agentplane_journal.core.record import (
     LONG_DIGITS_DROP,
     LONG_DIGITS_MARK,
     LONG_DIGITS_TABLE,
+    LONG_NEGATIVE_MARK,
     LOWER_HEX64,
     Attestation,
     Record,
@@ -164,6 +165,7 @@ _scan: Callable[[str, int], tuple[Any, int]] = JSON_DECODER.scan_once  # type: i
 _as_zeros = LONG_DIGITS_TABLE  # may_hold_long_digits, inlined
 _long_zeros = LONG_DIGITS_MARK
 _long_drop = LONG_DIGITS_DROP
+_long_negative = LONG_NEGATIVE_MARK
 _new_digest = object.__new__
 _set_digest = Digest.__mro__[1].__dict__["_bytes"].__set__  # the slot Digest._trusted sets
 # Record's slots, set as core/record.py's stored_record sets them (inlined below).
@@ -263,8 +265,11 @@ def _plain_record(row: Any, prev: Digest | None) -> Record | None:
     digits or more, which ``Record.from_stored`` reads as a double), or ``None`` when
     :func:`_checked_record` must decide. It builds the record ``Record.from_stored`` would."""
     checked = checked_body(row)
+    if checked is None:
+        return None
     raw = row[3]
-    if checked is None or _long_zeros in raw.translate(_as_zeros, _long_drop):
+    marked = raw.translate(_as_zeros, _long_drop)  # may_hold_long_digits, inlined
+    if _long_zeros in marked or _long_negative in marked:
         return None
     prev_b = row[1]
     if prev is None or prev_b != prev._bytes:
