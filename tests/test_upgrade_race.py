@@ -15,8 +15,10 @@ SQLite (``table log_tree already exists``).
 from __future__ import annotations
 
 import os
+import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -28,7 +30,7 @@ from agentplane_journal.adapters.openai_agents import JournalSession
 from agentplane_journal.adapters.pydantic_ai import JournalConversationStore
 from agentplane_journal.db.revision import HEAD_REVISION
 from agentplane_journal.langgraph import JournalSaver
-from agentplane_journal.migrations.commands import current_revision
+from agentplane_journal.migrations.commands import current_revision, upgrade
 
 REPO = Path(__file__).resolve().parent.parent
 PROCESSES = 8
@@ -136,3 +138,32 @@ async def test_the_session_adapters_setup_migrates_a_fresh_database(
             assert await current_revision(url) == HEAD_REVISION
         finally:
             await store.close()
+
+
+async def test_a_fresh_sqlite_file_written_by_another_connection_is_waited_for(
+    tmp_path: Path,
+) -> None:
+    """The first boot's race, made certain: SQLite refuses ``PRAGMA journal_mode=WAL`` at once
+    ("database is locked", no busy handler) while another connection holds the write lock of
+    a file still in rollback mode; the connection's start waits and retries instead (CI saw
+    one of eight upgrading processes fail there; red before the retry, at once)."""
+    path = tmp_path / "fresh.db"
+    holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    holder.execute("CREATE TABLE IF NOT EXISTS other_app (x)")  # a file in rollback mode
+    holder.execute("BEGIN IMMEDIATE")
+    holder.execute("INSERT INTO other_app VALUES (1)")
+    release = threading.Timer(0.5, lambda: holder.execute("COMMIT"))
+    release.start()
+    try:
+        started = time.monotonic()
+        await upgrade(f"sqlite+aiosqlite:///{path}")
+        assert time.monotonic() - started >= 0.4  # it waited for the holder's COMMIT
+    finally:
+        release.join()
+        holder.close()
+    check = sqlite3.connect(path)
+    try:
+        assert check.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+    finally:
+        check.close()
+    assert await current_revision(f"sqlite+aiosqlite:///{path}") == HEAD_REVISION

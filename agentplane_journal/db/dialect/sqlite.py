@@ -4,6 +4,8 @@ configuration it installs (WAL, busy timeout, ``BEGIN IMMEDIATE`` for write tran
 from __future__ import annotations
 
 import os
+import sqlite3
+import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
@@ -257,7 +259,7 @@ def _on_connect(dbapi_connection: Any, record: Any) -> None:
     # The busy timeout first: switching to WAL takes a lock another process may hold
     # (opening, checkpointing), and that wait should be ours, not the driver's 5 s.
     cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
-    cursor.execute("PRAGMA journal_mode=WAL")
+    _switch_to_wal(cursor)
     # An acknowledged append survives power loss: the WAL is synced at every COMMIT.
     # (FULL is SQLite's usual build default, but a build or a host may say NORMAL,
     # which can lose the last commits on power loss; the journal's promise needs FULL.)
@@ -268,6 +270,30 @@ def _on_connect(dbapi_connection: Any, record: Any) -> None:
     # the driver fail the whole read with an OperationalError; read it as its bytes
     # instead, so the row checks name it as corrupt (or find it harmless).
     dbapi_connection.driver_connection.text_factory = _text_or_bytes
+
+
+def _switch_to_wal(cursor: Any) -> None:
+    """``PRAGMA journal_mode=WAL``, waiting as ``busy_timeout`` would where SQLite does not.
+
+    On a file still in rollback mode (a fresh one, which every worker of a first boot opens
+    at once), the switch fails at once with "database is locked", without calling the busy
+    handler, while another connection holds the write lock (seen in CI: one of eight
+    processes upgrading one fresh file; reproduced with a ``BEGIN IMMEDIATE`` held). Retried
+    here, with a backoff from 1 to 50 ms, until the busy timeout has passed: the wait is a
+    ``time.sleep`` on the connecting thread (for aiosqlite, the event loop's), only in that
+    race, only at a connection's start. Once the file is in WAL the switch takes no lock.
+    """
+    deadline = time.monotonic() + SQLITE_BUSY_TIMEOUT_MS / 1000
+    delay = 0.001
+    while True:
+        try:
+            cursor.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() + delay > deadline:
+                raise
+        time.sleep(delay)
+        delay = min(delay * 2, 0.05)
 
 
 def _on_begin(connection: Any) -> None:
