@@ -45,11 +45,15 @@ from pydantic_ai.conversation_store import (
 )
 from pydantic_ai.messages import ModelMessagesTypeAdapter
 from pydantic_ai.models.test import TestModel
+from pydantic_ai.usage import UsageLimits
 from sqlalchemy import event
 
 from agentplane_journal import SqlJournalStore
 from agentplane_journal.adapters.openai_agents import JournalSession
 from agentplane_journal.adapters.pydantic_ai import JournalConversationStore
+
+_NO_LIMIT = UsageLimits(request_limit=None)
+"""A conversation saved a turn at a time outgrows pydantic-ai's default 50 requests."""
 
 _RECORD = TypeAdapter(ConversationRecord)
 
@@ -177,7 +181,9 @@ async def saves(store: ConversationStore, name: str, _calls: int) -> Step:
     turns = [Conversation(conversation_id=name)]
 
     async def step() -> float:
-        result = await agent.run(f"turn {len(turns)}", conversation=turns[-1])
+        result = await agent.run(
+            f"turn {len(turns)}", conversation=turns[-1], usage_limits=_NO_LIMIT
+        )
         start = time.perf_counter()
         await store.save(result)
         elapsed = time.perf_counter() - start
@@ -281,7 +287,9 @@ async def count(url: str) -> None:
         turns = [first]
 
         async def save() -> None:
-            turns.append(await agent.run("more", conversation=turns[-1].conversation))
+            turns.append(
+                await agent.run("more", conversation=turns[-1].conversation, usage_limits=_NO_LIMIT)
+            )
             await conversations.save(turns[-1])
 
         cases.append(("pydantic save (warm store)", save))
