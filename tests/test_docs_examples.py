@@ -141,7 +141,8 @@ def test_the_runnable_python_blocks_pass_mypy_strict(
     mypy's cache is kept in pytest's cache directory: checking the frameworks the examples
     import (LangGraph, Pydantic AI, the Agents SDK) is most of the cost, and they do not
     change between runs."""
-    cache = request.config.cache.mkdir("mypy-doc-examples") if request.config.cache else None
+    store = getattr(request.config, "cache", None)  # absent under -p no:cacheprovider
+    cache = store.mkdir("mypy-doc-examples") if store is not None else None
     names: dict[str, str] = {}
     for n, block in enumerate(b for b in RUNNABLE if b.lang == "python"):
         name = f"example_{n}.py"
