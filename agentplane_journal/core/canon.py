@@ -27,6 +27,7 @@ something is refused.
 
 from __future__ import annotations
 
+import json
 import math
 import sys
 from collections.abc import Callable
@@ -71,6 +72,23 @@ except ImportError:
     _c_encode = None
 else:
     _c_encode = make_encoder(None, _unexpected, _encode_str, None, ":", ",", True, False, False)
+
+
+def _sorted_chunks_slow(value: object, _level: int) -> tuple[str]:
+    return (
+        json.dumps(
+            value, ensure_ascii=False, separators=(",", ":"), sort_keys=True, allow_nan=False
+        ),
+    )
+
+
+sorted_chunks: Callable[[object, int], Any] = (
+    _c_encode if _c_encode is not None else _sorted_chunks_slow
+)
+"""``sorted_chunks(value, 0)``: the pieces of ``json.dumps(value, ensure_ascii=False,
+separators=(",", ":"), sort_keys=True, allow_nan=False)``, by the C encoder above, built once
+(without canonical JSON's own checks: for writing a parsed value back, as verify-export's
+body-vs-wire shortcut does). ``"".join`` them."""
 
 
 class _Refusal(Exception):

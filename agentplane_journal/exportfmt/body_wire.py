@@ -15,7 +15,8 @@ those bytes, parsing them gives the body again, value for value and type for typ
 * what serde_json reads otherwise is kept off this path: an integer beyond ``u64`` (20
   digits or more) or below ``i64`` (a ``-`` and 19 digits or more), which serde_json holds
   as an ``f64`` (checked over the bytes: any such run of digits, in a string too, sends the
-  record the slow way; ``core.record.may_hold_long_digits`` misses the 19-digit negatives),
+  record the slow way, where ``core.record.may_hold_long_digits`` looks only after a
+  separator),
   ``NaN``/``Infinity`` (the encoder refuses them: ``allow_nan=False``), a body that is not an
   object;
 * members' order is not compared by serde_json (its ``Map`` with ``preserve_order`` compares
@@ -31,8 +32,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from json import encoder as _encoder
 from typing import Any
+
+from agentplane_journal.core.canon import sorted_chunks
 
 __all__ = ["body_is_wire", "sorted_text"]
 
@@ -42,16 +44,10 @@ _SORTED = json.JSONEncoder(
 """The canonical writer's layout: compact, members sorted, no ``NaN``/``Infinity``."""
 
 
-_make = getattr(_encoder, "c_make_encoder", None)
-_write: Callable[[object, int], Any] = (
-    _make(None, None, _encoder.encode_basestring, None, ":", ",", True, False, False)
-    if _make is not None
-    else lambda value, _level: (_SORTED.encode(value),)
-)
-"""The C encoder of :data:`_SORTED`, built once here: ``JSONEncoder.encode`` builds it again
-on every call (with no circularity markers: a parsed value holds no cycle), a third of the
-cost of writing a small body. Called with ``(value, 0)`` it gives the text's pieces; where
-the C accelerator is absent (no CPython build lacks it), ``_SORTED.encode``'s text whole."""
+_write: Callable[[object, int], Any] = sorted_chunks
+""":data:`_SORTED`'s writing as pieces: canonical JSON's C encoder, built once in
+:mod:`~agentplane_journal.core.canon` (``JSONEncoder.encode`` builds it again on every call,
+a third of the cost of writing a small body)."""
 _join = "".join
 
 
