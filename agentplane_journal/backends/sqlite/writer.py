@@ -262,9 +262,13 @@ class Writer(GroupWriter[Request, list[Record]]):
         ``_conn``: both private, present since 0.17). The callers are answered from that
         thread as the transaction ends, ahead of aiosqlite's answer to the leader: in the
         loop turn that wake brings, one turn sooner than through the leader, which answers
-        again (a done future is never set twice)."""
+        again (a done future is never set twice). Not for a lone caller (``early`` false),
+        which awaits this hop itself and hears aiosqlite's answer."""
         if not early:
-            return await driver._execute(transaction, driver._conn, group)  # type: ignore[no-any-return]
+            alone: list[list[Record] | BaseException] = await driver._execute(
+                transaction, driver._conn, group
+            )
+            return alone
         loop = asyncio.get_running_loop()
 
         def run(conn: sqlite3.Connection) -> list[list[Record] | BaseException]:
