@@ -128,9 +128,10 @@ class Writer(GroupWriter[Request, list[Record]]):
         #: Done when the lone caller's hop in flight has ended (None: none in flight).
         self._lone: asyncio.Future[None] | None = None
         #: The connection the last lone hop left checked out, with its aiosqlite connection,
-        #: and the timer that gives it back.
+        #: when (the loop's clock), and the timer that gives it back once it is that old.
         self._parked: tuple[AsyncConnection, Any] | None = None
-        self._parked_until: asyncio.TimerHandle | None = None
+        self._parked_at = 0.0
+        self._reaper: asyncio.TimerHandle | None = None
         self._releasing: set[asyncio.Task[None]] = set()
 
     async def submit(self, request: Request) -> list[Record]:
@@ -146,8 +147,6 @@ class Writer(GroupWriter[Request, list[Record]]):
         connection), which runs their group after this hop gives up the write turn."""
         self._lone = done = asyncio.get_running_loop().create_future()
         held, self._parked = self._parked, None
-        if held is not None and self._parked_until is not None:
-            self._parked_until.cancel()
         usable = False
         try:
             if held is None:
@@ -183,13 +182,26 @@ class Writer(GroupWriter[Request, list[Record]]):
         return conn, driver
 
     def _park(self, held: tuple[AsyncConnection, Any]) -> None:
-        """Keep ``held`` for the next lone append if it comes within :data:`PARK_SECONDS`."""
+        """Keep ``held`` for the next lone append if it comes within :data:`PARK_SECONDS`.
+        One timer at a time, not one per append (arming and cancelling a timer per append
+        cost the loop as much as the leader it replaces): it re-arms itself for what is left
+        while the connection keeps being parked anew."""
         self._parked = held
-        self._parked_until = asyncio.get_running_loop().call_later(PARK_SECONDS, self._unpark, held)
+        loop = asyncio.get_running_loop()
+        self._parked_at = loop.time()
+        if self._reaper is None:
+            self._reaper = loop.call_later(PARK_SECONDS, self._unpark)
 
-    def _unpark(self, held: tuple[AsyncConnection, Any]) -> None:
-        if self._parked is held:  # no lone append came for it: back to the pool
-            self._parked = None
+    def _unpark(self) -> None:
+        self._reaper = None
+        if self._parked is None:
+            return  # taken (and not parked again) or given back by idle()
+        loop = asyncio.get_running_loop()
+        left = self._parked_at + PARK_SECONDS - loop.time()
+        if left > 0:
+            self._reaper = loop.call_later(left, self._unpark)
+        else:  # no lone append came for it: back to the pool
+            held, self._parked = self._parked, None
             self._release(held[0])
 
     def _release(self, conn: AsyncConnection) -> None:
@@ -213,8 +225,6 @@ class Writer(GroupWriter[Request, list[Record]]):
             await super().idle()
             if self._parked is not None:
                 held, self._parked = self._parked, None
-                if self._parked_until is not None:
-                    self._parked_until.cancel()
                 self._release(held[0])
             if self._releasing:
                 await asyncio.wait(list(self._releasing))
