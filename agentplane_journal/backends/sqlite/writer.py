@@ -37,14 +37,15 @@ group of one, run exactly as without group commit (no savepoint).
 leader runs and no other lone hop is in flight, the caller's own task takes the transaction
 to aiosqlite's thread and hears aiosqlite's answer itself. Queueing it for a leader task
 would cost the queue, the leader's bookkeeping and a second wake-up of the loop per append
-(the leader's, beside the caller's), for nobody to share the commit with. Appends that
+(the leader's, beside the caller's), for nobody to share the commit with (a few µs a
+LangGraph turn, measured: docs/performance.md). Appends that
 arrive while that hop is in flight queue as before; their leader waits for the write turn
 the lone hop holds, then carries them all in one group. Between lone appends the
 connection stays checked out ("parked") for :data:`PARK_SECONDS`, as a leader keeps its
 own while appends keep arriving, so one caller's appends skip the pool's checkout and
 checkin (a ``ROLLBACK`` hop and about 140 µs of the loop's time) even when the loop turns
-between them, as it does between a graph's steps; a pool with nothing left for others gets
-it back at once.
+between them, as it does between a graph's steps; a pool with nothing left for others when
+the append ends gets it back at once.
 """
 
 from __future__ import annotations
@@ -83,9 +84,11 @@ _INSERT = INSERT
 
 #: How long the last lone append's connection stays checked out for the next one (see the
 #: module). Giving a connection back costs a hop (the pool's ``ROLLBACK``), taking one out
-#: again about 140 µs of the event loop's time; a graph's steps between two checkpoints
-#: take less than this. Nothing is held meanwhile (no transaction, no snapshot), and a pool
-#: with no connection left for others gets it back at once.
+#: again about 140 µs of the event loop's time; a graph's own steps between two checkpoints
+#: (without I/O of their own) take less than this. Nothing is held meanwhile (no
+#: transaction, no snapshot). A pool with no connection left for others when the append
+#: ends gets it back at once; one that runs short later gets it back at the latest this
+#: long after (its waiter waits that long).
 PARK_SECONDS = 0.01
 
 
