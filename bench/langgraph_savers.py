@@ -115,21 +115,27 @@ async def one_round(
 
 async def paired_round(
     savers: dict[str, BaseCheckpointSaver[Any]], threads: int, depth: int, flip: bool
-) -> dict[str, float]:
+) -> dict[str, tuple[float, float]]:
     """Steps/s of each saver, taking turns thread by thread (one thread's ``depth`` turns
     on one, then a thread on the other, the order flipped every thread), so a burst of load
-    from elsewhere falls on both within milliseconds: the ratio a loaded machine can give."""
+    from elsewhere falls on both within milliseconds: the ratio a loaded machine can give.
+    With it, the event loop's thread's CPU per turn (``time.thread_time``: the figure load
+    barely moves; both savers run their SQL on a thread of their own, aiosqlite's on
+    SQLite, so neither's database work is in it)."""
     spent = dict.fromkeys(savers, 0.0)
+    cpu = dict.fromkeys(savers, 0.0)
     names = list(savers)
     for t in range(threads):
         for name in names if (t % 2 == 0) != flip else names[::-1]:
             thread = f"paired-{uuid.uuid4().hex}"
             config: dict[str, Any] = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), time.thread_time()
             for step in range(depth):
                 config = await _turn(savers[name], config, step)
             spent[name] += time.perf_counter() - start
-    return {name: threads * depth / spent[name] for name in names}
+            cpu[name] += time.thread_time() - start_cpu
+    steps = threads * depth
+    return {name: (steps / spent[name], cpu[name] / steps * 1e6) for name in names}
 
 
 async def concurrent_round(saver: BaseCheckpointSaver[Any], threads: int, depth: int) -> float:
@@ -369,9 +375,13 @@ async def bench(
                 puts[name].append(put)
                 gets[name].append(get)
         paired: dict[str, list[float]] = {name: [] for name in contenders}
+        loop_cpu: dict[str, list[float]] = {name: [] for name in contenders}
         for r in range(rounds):
-            for name, rate in (await paired_round(savers, threads, depth, r % 2 == 1)).items():
+            for name, (rate, us) in (
+                await paired_round(savers, threads, depth, r % 2 == 1)
+            ).items():
                 paired[name].append(rate)
+                loop_cpu[name].append(us)
     print(f"\n{backend.name}: {backend.settings}")
     if durability:
         print(f"  journal:   {durability[0]}")
@@ -392,6 +402,8 @@ async def bench(
         f"  journal / langgraph, paired: {statistics.median(ratios):.2f}x"
         f" (median of the rounds' ratios; {min(ratios):.2f}-{max(ratios):.2f})"
     )
+    cells = ", ".join(f"{name} {statistics.median(loop_cpu[name]):.0f}" for name in contenders)
+    print(f"  event-loop thread CPU per turn, paired rounds (µs, median): {cells}")
     if concurrency:
         await bench_many(backend, rounds, concurrency)
     if cold_depths:

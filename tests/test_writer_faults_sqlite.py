@@ -7,6 +7,10 @@ told is what the journal holds. Another connection holds SQLite's write lock, so
 leader's transaction waits on its ``BEGIN IMMEDIATE`` while more appends queue behind it;
 then the leader is cancelled. Seen red before the skeleton: the queued appends were never
 answered (the SQLite writer started no leader for them until some other append came).
+
+The first append to an idle writer runs alone in its caller's task (no leader: see
+``backends/sqlite/writer.py``); the ones behind it are the leader's. The lone one is not
+the leader's to cancel: it lands once the lock is free.
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ async def test_a_cancelled_leader_leaves_no_append_unanswered(
     url = sqlite_database()
     store = await SqlJournalStore.connect(url, group_commit=True)
     try:
-        runs = [RunId.generate() for _ in range(6)]
+        runs = [RunId.generate() for _ in range(7)]
         for run in runs:
             await store.append(1, [note(run, "warm")])
         writer: Any = store._shared.writer
@@ -56,6 +60,8 @@ async def test_a_cancelled_leader_leaves_no_append_unanswered(
         holder = sqlite3.connect(url.removeprefix("sqlite+aiosqlite:///"), isolation_level=None)
         try:
             holder.execute("BEGIN IMMEDIATE")  # the database's write lock
+            lone = asyncio.create_task(store.append(1, [note(runs[6], "lone")]))
+            await until(lambda: writer._lone is not None)  # its hop waits on BEGIN IMMEDIATE
             first = [
                 asyncio.create_task(store.append(1, [note(r, f"first {i}")]))
                 for i, r in enumerate(runs[:3])
@@ -64,7 +70,7 @@ async def test_a_cancelled_leader_leaves_no_append_unanswered(
             await until(lambda: bool(writer._leaders) and writer._free == 0 and not writer._pending)
             queued = [
                 asyncio.create_task(store.append(1, [note(r, f"queued {i}")]))
-                for i, r in enumerate(runs[3:])
+                for i, r in enumerate(runs[3:6])
             ]
             await until(lambda: len(writer._pending) == len(queued))
             for leader in list(writer._leaders):
@@ -73,7 +79,7 @@ async def test_a_cancelled_leader_leaves_no_append_unanswered(
         finally:
             holder.execute("ROLLBACK")
             holder.close()
-        _, pending = await asyncio.wait([*first, *queued], timeout=BOUND)
+        _, pending = await asyncio.wait([lone, *first, *queued], timeout=BOUND)
         assert not pending, f"{len(pending)} appends hung"
         assert all(n == 1 for n in answered.values()), "an append was answered twice"
         for run, task in zip(runs[:3], first, strict=True):
@@ -82,11 +88,13 @@ async def test_a_cancelled_leader_leaves_no_append_unanswered(
             assert task.cancelled(), task
             texts = [r.body["text"] for r in await store.read(run)]
             assert texts in (["warm"], ["warm", f"first {runs.index(run)}"]), texts
-        for run, task in zip(runs[3:], queued, strict=True):
+        for run, task in zip(runs[3:6], queued, strict=True):
             error = task.exception()
             assert isinstance(error, BackendError), repr(error)
             assert "stopped before sending" in str(error)
             assert [r.body["text"] for r in await store.read(run)] == ["warm"]
+        assert [r.body["text"] for r in lone.result()] == ["lone"]
+        assert [r.body["text"] for r in await store.read(runs[6])] == ["warm", "lone"]
         for run in runs:
             await store.verify(run)
         # And the writer still works.

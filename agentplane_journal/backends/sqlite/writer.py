@@ -32,11 +32,26 @@ transaction is in flight share the next one, each inside its own ``SAVEPOINT``, 
 keeps its own all-or-nothing outcome and its own error (fenced, sealed, duplicate effect,
 corrupt head) while the group pays for one commit and one hop. A lone writer's append is a
 group of one, run exactly as without group commit (no savepoint).
+
+**A lone caller runs its own hop** (:meth:`Writer.submit`): when nothing is queued, no
+leader runs and no other lone hop is in flight, the caller's own task takes the transaction
+to aiosqlite's thread and hears aiosqlite's answer itself. Queueing it for a leader task
+would cost the queue, the leader's bookkeeping and a second wake-up of the loop per append
+(the leader's, beside the caller's), for nobody to share the commit with (a few µs a
+LangGraph turn, measured: docs/performance.md). Appends that
+arrive while that hop is in flight queue as before; their leader waits for the write turn
+the lone hop holds, then carries them all in one group. Between lone appends the
+connection stays checked out ("parked") for :data:`PARK_SECONDS`, as a leader keeps its
+own while appends keep arriving, so one caller's appends skip the pool's checkout and
+checkin (a ``ROLLBACK`` hop and about 140 µs of the loop's time) even when the loop turns
+between them, as it does between a graph's steps; a pool with nothing left for others when
+the append ends gets it back at once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 from collections.abc import Sequence
 from typing import Any
@@ -51,7 +66,7 @@ from agentplane_journal.backends.sqlite.transaction import (
     transaction,
     translate,
 )
-from agentplane_journal.backends.writer import GroupWriter
+from agentplane_journal.backends.writer import GroupWriter, _unreachable
 from agentplane_journal.core.append import Append
 from agentplane_journal.core.batch import chain_batch
 from agentplane_journal.core.ids import Digest, EffectKey, RunId
@@ -66,6 +81,15 @@ __all__ = ["Writer", "open_path"]
 
 #: The rows' INSERT, where bench/sqlite_bound.py imports it from.
 _INSERT = INSERT
+
+#: How long the last lone append's connection stays checked out for the next one (see the
+#: module). Giving a connection back costs a hop (the pool's ``ROLLBACK``), taking one out
+#: again about 140 µs of the event loop's time; a graph's own steps between two checkpoints
+#: (without I/O of their own) take less than this. Nothing is held meanwhile (no
+#: transaction, no snapshot). A pool with no connection left for others when the append
+#: ends gets it back at once; one that runs short later gets it back at the latest this
+#: long after (its waiter waits that long).
+PARK_SECONDS = 0.01
 
 
 class Writer(GroupWriter[Request, list[Record]]):
@@ -104,6 +128,111 @@ class Writer(GroupWriter[Request, list[Record]]):
     ) -> None:
         super().__init__(engine, heads, group_commit=group_commit, connections=1)
         self._turn = turn
+        #: Done when the lone caller's hop in flight has ended (None: none in flight).
+        self._lone: asyncio.Future[None] | None = None
+        #: The connection the last lone hop left checked out, with its aiosqlite connection,
+        #: when (the loop's clock), and the timer that gives it back once it is that old.
+        self._parked: tuple[AsyncConnection, Any] | None = None
+        self._parked_at = 0.0
+        self._reaper: asyncio.TimerHandle | None = None
+        self._releasing: set[asyncio.Task[None]] = set()
+
+    async def submit(self, request: Request) -> list[Record]:
+        """Queue ``request`` for a leader, or run it alone in the caller's task when
+        nothing is queued, no leader runs and no lone hop is in flight (see the module)."""
+        if self._lone is not None or self._leaders or self._pending:
+            return await super().submit(request)
+        return await self._alone(request)
+
+    async def _alone(self, request: Request) -> list[Record]:
+        """``request``'s transaction, one hop, in the caller's task. Appends arriving
+        meanwhile see ``_lone`` and queue; the first of them starts a leader (on its own
+        connection), which runs their group after this hop gives up the write turn."""
+        self._lone = done = asyncio.get_running_loop().create_future()
+        held, self._parked = self._parked, None
+        usable = False
+        try:
+            if held is None:
+                held = await self._check_out()
+            answers, usable = await self._execute(held[1], [request], early=False)
+        finally:
+            self._lone = None
+            done.set_result(None)
+            if held is not None:
+                if usable and not _pool.is_short(self._bind):
+                    self._park(held)
+                else:  # unfit, interrupted, or others wait for the pool: give it back
+                    self._release(held[0])
+        answer = self._heard(request, answers[0])
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer
+
+    async def _check_out(self) -> tuple[AsyncConnection, Any]:
+        """A pooled connection and its aiosqlite connection, or the error a leader answers
+        when it cannot get one (nothing was sent)."""
+        try:
+            conn = await self._bind.connect()
+        except Exception as exc:
+            raise _unreachable(exc) from exc
+        try:
+            driver = (await conn.get_raw_connection()).driver_connection
+        except BaseException as exc:
+            self._release(conn)
+            if isinstance(exc, Exception):
+                raise _unreachable(exc) from exc
+            raise
+        return conn, driver
+
+    def _park(self, held: tuple[AsyncConnection, Any]) -> None:
+        """Keep ``held`` for the next lone append if it comes within :data:`PARK_SECONDS`.
+        One timer at a time, not one per append (arming and cancelling a timer per append
+        cost the loop as much as the leader it replaces): it re-arms itself for what is left
+        while the connection keeps being parked anew."""
+        self._parked = held
+        loop = asyncio.get_running_loop()
+        self._parked_at = loop.time()
+        if self._reaper is None:
+            self._reaper = loop.call_later(PARK_SECONDS, self._unpark)
+
+    def _unpark(self) -> None:
+        self._reaper = None
+        if self._parked is None:
+            return  # taken (and not parked again) or given back by idle()
+        loop = asyncio.get_running_loop()
+        left = self._parked_at + PARK_SECONDS - loop.time()
+        if left > 0:
+            self._reaper = loop.call_later(left, self._unpark)
+        else:  # no lone append came for it: back to the pool
+            held, self._parked = self._parked, None
+            self._release(held[0])
+
+    def _release(self, conn: AsyncConnection) -> None:
+        """Give ``conn`` back to the pool in a task of its own (its reset is a hop to the
+        thread, behind whatever transaction is still running there)."""
+        task = asyncio.get_running_loop().create_task(self._close(conn))
+        self._releasing.add(task)
+        task.add_done_callback(self._releasing.discard)
+
+    @staticmethod
+    async def _close(conn: AsyncConnection) -> None:
+        with contextlib.suppress(Exception):  # the pool discards one whose reset failed
+            await conn.close()
+
+    async def idle(self) -> None:
+        """Wait until no lone hop is in flight, the queue is drained and every connection,
+        the parked one included, is back in the pool."""
+        while True:
+            if self._lone is not None:
+                await asyncio.wait([self._lone])
+            await super().idle()
+            if self._parked is not None:
+                held, self._parked = self._parked, None
+                self._release(held[0])
+            if self._releasing:
+                await asyncio.wait(list(self._releasing))
+            if self._lone is None and not self._leaders and not self._releasing:
+                return
 
     def _take(self) -> list[Request]:
         take = len(self._pending) if self.group_commit else 1
@@ -112,10 +241,11 @@ class Writer(GroupWriter[Request, list[Record]]):
         return group
 
     async def _execute(
-        self, driver: Any, group: list[Request]
+        self, driver: Any, group: list[Request], *, early: bool = True
     ) -> tuple[list[list[Record] | BaseException], bool]:
         """One hop to the connection's thread: ``group``'s transaction (see
-        :func:`transaction` and :meth:`_hop`)."""
+        :func:`transaction` and :meth:`_hop`; ``early``: answer the callers from the thread,
+        which a lone caller, awaiting the hop itself, does not need)."""
         try:
             if self._turn is None or _pool.is_short(self._bind):
                 # No turn while this writer holds the pool's last connection: the store's
@@ -123,10 +253,10 @@ class Writer(GroupWriter[Request, list[Record]]):
                 # holds the turn may be waiting for this very connection (a deadlock until
                 # the pool's timeout). Without the turn the database's lock judges, as it
                 # did before turns; a short pool then gets the connection back at once.
-                answers: list[list[Record] | BaseException] = await self._hop(driver, group)
+                answers: list[list[Record] | BaseException] = await self._hop(driver, group, early)
             else:
                 async with self._turn.taken():  # after the store's other write transactions
-                    answers = await self._hop(driver, group)
+                    answers = await self._hop(driver, group, early)
         except sqlite3.Error as exc:  # a savepoint or rollback failed: nothing was committed
             return [exc] * len(group), True
         except Exception as exc:
@@ -137,13 +267,21 @@ class Writer(GroupWriter[Request, list[Record]]):
             return [error] * len(group), False
         return answers, True
 
-    async def _hop(self, driver: Any, group: list[Request]) -> list[list[Record] | BaseException]:
+    async def _hop(
+        self, driver: Any, group: list[Request], early: bool = True
+    ) -> list[list[Record] | BaseException]:
         """``group``'s transaction on aiosqlite's thread (:func:`transaction`), through
         aiosqlite's own queue (``_execute``; with the ``sqlite3`` connection it owns,
         ``_conn``: both private, present since 0.17). The callers are answered from that
         thread as the transaction ends, ahead of aiosqlite's answer to the leader: in the
         loop turn that wake brings, one turn sooner than through the leader, which answers
-        again (a done future is never set twice)."""
+        again (a done future is never set twice). Not for a lone caller (``early`` false),
+        which awaits this hop itself and hears aiosqlite's answer."""
+        if not early:
+            alone: list[list[Record] | BaseException] = await driver._execute(
+                transaction, driver._conn, group
+            )
+            return alone
         loop = asyncio.get_running_loop()
 
         def run(conn: sqlite3.Connection) -> list[list[Record] | BaseException]:
