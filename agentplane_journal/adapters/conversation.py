@@ -188,6 +188,14 @@ class ConversationRun(Generic[S]):
         async with self._lock:
             return await self._read()
 
+    def verified(self) -> S | None:
+        """The state this handle last verified (read, or wrote itself), without reading:
+        ``None`` when it has none. Possibly stale (another writer may have moved on), so only
+        for computing a change, which lands only if the run still ends where this state was
+        verified (:meth:`change`): a stale one is refused, read again and computed again."""
+        seen = self._seen
+        return None if seen is None else seen.state
+
     async def _read(self) -> S:
         if self._run is None:
             run, tail = await self._guarded.guarded_read_admitted(self.key)

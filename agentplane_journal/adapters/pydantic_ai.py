@@ -20,10 +20,12 @@ verified, through the records that hold them, and cached by id (they never chang
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextvars import ContextVar
 from typing import Any
 
 try:
     from pydantic import TypeAdapter, ValidationError
+    from pydantic_ai.conversation import Conversation
     from pydantic_ai.conversation_store import (
         ConversationConflict,
         ConversationEntry,
@@ -31,6 +33,7 @@ try:
         ConversationStore,
     )
     from pydantic_ai.messages import ModelMessagesTypeAdapter
+    from pydantic_ai.run import AgentRunResult
 except ImportError as exc:  # the extra is not installed: say which one
     raise ImportError(
         "agentplane_journal.adapters.pydantic_ai needs Pydantic AI: "
@@ -59,6 +62,9 @@ NAMESPACE = "pydantic-ai"
 KEPT = 1024
 
 _RECORD = TypeAdapter(ConversationRecord)
+
+#: The conversation a ``save`` in this task is saving, and the revision it saves from.
+_SAVING: ContextVar[tuple[str, str | None] | None] = ContextVar("_SAVING", default=None)
 
 
 def _entry_json(entry: ConversationEntry) -> dict[str, Any]:
@@ -188,6 +194,13 @@ class JournalConversationStore(ConversationStore):
         return state
 
     async def read_record(self, conversation_id: str) -> ConversationRecord | None:
+        saving = _SAVING.get()
+        if saving is not None and saving[0] == conversation_id:
+            # Inside save (see there): the state this handle verified last, if the save is
+            # from its revision. Its write lands only if that state is still the run's.
+            known = self.conversation(conversation_id).verified()
+            if known is not None and known.revision == saving[1]:
+                return known.record
         return (await self._state(conversation_id)).record
 
     async def read_records(
@@ -216,6 +229,32 @@ class JournalConversationStore(ConversationStore):
             after = page[-1]
         found.sort(key=lambda record: record.updated_at, reverse=True)
         return found if limit is None else found[:limit]
+
+    async def save(
+        self, conversation: Conversation | AgentRunResult[Any], *, scope: str | None = None
+    ) -> list[ConversationEntry]:
+        """Pydantic AI's ``save``, reading nothing when this store's state of the conversation
+        is at the revision being saved from: a save is then one transaction (one pool
+        checkout, one hop to SQLite's thread), as the bare store's is.
+
+        Pydantic AI's ``save`` reads the record (``read_record``), checks the revision and
+        writes (``write_record``). Here that read answers the state this handle verified
+        last, when its revision is the one the conversation says it was loaded at. The write
+        is a guarded append that lands only if the run still ends at the record that state
+        was verified up to, so the outcome is the one a fresh read would have given: if
+        another writer moved the conversation on, nothing is written, what landed is read
+        and verified, and the save fails its revision check there (``ConversationConflict``).
+        A conversation at another revision than this handle's (saved through another
+        process) is read as before.
+        """
+        held = (
+            conversation.conversation if isinstance(conversation, AgentRunResult) else conversation
+        )
+        token = _SAVING.set((held.conversation_id, held.revision))
+        try:
+            return await super().save(conversation, scope=scope)
+        finally:
+            _SAVING.reset(token)
 
     async def write_record(
         self,

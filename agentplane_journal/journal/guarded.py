@@ -216,8 +216,7 @@ class GuardedAppends(RunWrites):
         from_seq = check_int(from_seq, "from_seq")
         if isinstance(self.dialect, SqliteDialect):
             await self._ready()
-            async with self._bind.connect() as conn:
-                driver = (await conn.get_raw_connection()).driver_connection
+            async with sqlite.checked_out(self._bind) as driver:
                 (seal, leaf), records = await sqlite.read_in_one_hop(
                     driver, self.tenant, str(run), from_seq
                 )
@@ -241,8 +240,7 @@ class GuardedAppends(RunWrites):
         key = check_text(key, "key", allow_empty=True)
         if isinstance(self.dialect, SqliteDialect):
             await self._ready()
-            async with self._bind.connect() as conn:
-                driver = (await conn.get_raw_connection()).driver_connection
+            async with sqlite.checked_out(self._bind) as driver:
                 (held, seal, leaf), records = await sqlite.admitted_in_one_hop(
                     driver, self.tenant, key
                 )
@@ -288,8 +286,7 @@ class GuardedAppends(RunWrites):
             profile = self.profile
             self.refuse_other_profile(items, profile)
             try:
-                async with self._bind.connect() as conn:
-                    driver = (await conn.get_raw_connection()).driver_connection
+                async with sqlite.checked_out(self._bind) as driver:
                     return await sqlite.append_in_one_hop(
                         driver,
                         judge,
