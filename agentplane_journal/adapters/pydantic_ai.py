@@ -278,8 +278,14 @@ class JournalConversationStore(ConversationStore):
                 raise ConversationConflict(conversation_id)
             return [conversation.append(run, CONVERSATION_SAVED, saved)], None
 
+        def applied(state: _State) -> None:
+            # What folding the ConversationSaved back in would do, without decoding its
+            # messages again (the entries are the ones just encoded, kept by id below too).
+            state.record = _RECORD.validate_python(saved["record"])  # a copy of its own
+            state.entries.update((entry.id, entry) for entry in new_entries)
+
         conversation = self.conversation(conversation_id)
-        await conversation.change(compute, self._admission(record))
+        await conversation.change(compute, self._admission(record), applied=applied)
         self._entries.update((entry.id, entry) for entry in new_entries)
 
     async def delete_record(self, conversation_id: str, *, expected_revision: str) -> None:
