@@ -19,8 +19,9 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
+from sqlalchemy import text
 
-from agentplane_journal import BackendError, SqlJournalStore
+from agentplane_journal import Append, BackendError, CorruptRecordError, RunId, SqlJournalStore
 from agentplane_journal.backends.sqlite import guarded as sqlite_guarded
 
 try:
@@ -162,3 +163,35 @@ async def test_the_reset_is_needed_there_skipping_it_regardless_goes_wrong(
             await session.add_items([{"role": "user", "content": "b"}])
     with pytest.raises(BackendError, match="within a transaction"):
         await session.add_items([{"role": "user", "content": "c"}])
+
+
+async def test_the_expected_head_is_known_by_its_columns_any_other_is_rehashed(
+    store: SqlJournalStore,
+) -> None:
+    """The guarded append compares the head row's seq and hash columns with the head the
+    change was computed from (verified when it was read) instead of re-hashing the row: a
+    head whose hash column was edited is no longer that head and is re-hashed (refused), and
+    an edit of the row's other columns under the right hash is left to verify, which reports
+    it (the new record chains onto the true hash)."""
+    run = RunId.generate()
+    first = await store.guarded_append(run, [Append(run, "Note", {"n": 1})], expected=None)
+    head = (first[-1].seq, first[-1].hash)
+    where = "WHERE tenant = :t AND run_id = :r AND seq = 1"
+    params = {"t": store.tenant, "r": str(run)}
+
+    async def column(name: str, value: bytes) -> None:
+        async with store.engine.begin() as conn:
+            await conn.execute(
+                text(f"UPDATE journal SET {name} = :v {where}"), {**params, "v": value}
+            )
+
+    await column("hash", b"\0" * 32)
+    with pytest.raises(CorruptRecordError):  # re-hashed: not chained onto, not a "move"
+        await store.guarded_append(run, [Append(run, "Note", {"n": 2})], expected=head)
+    await column("hash", bytes(head[1]))
+    assert b'"n":1' in first[-1].raw
+    await column("raw", first[-1].raw.replace(b'"n":1', b'"n":7'))
+    second = await store.guarded_append(run, [Append(run, "Note", {"n": 2})], expected=head)
+    assert second[0].prev_hash == head[1]
+    with pytest.raises(CorruptRecordError):
+        await store.verify(run)
