@@ -67,9 +67,13 @@ _RECORD = TypeAdapter(ConversationRecord)
 _SAVING: ContextVar[tuple[str, str | None] | None] = ContextVar("_SAVING", default=None)
 
 
-def _entry_json(entry: ConversationEntry) -> dict[str, Any]:
-    message = ModelMessagesTypeAdapter.dump_python([entry.message], mode="json")[0]
-    return {"id": entry.id, "parent_id": entry.parent_id, "kind": entry.kind, "message": message}
+def _entries_json(entries: Sequence[ConversationEntry]) -> list[dict[str, Any]]:
+    """The entries as a save stores them (their messages serialised in one call)."""
+    messages = ModelMessagesTypeAdapter.dump_python([e.message for e in entries], mode="json")
+    return [
+        {"id": e.id, "parent_id": e.parent_id, "kind": e.kind, "message": message}
+        for e, message in zip(entries, messages, strict=True)
+    ]
 
 
 def _entry(seq: int, data: object) -> ConversationEntry:
@@ -267,7 +271,7 @@ class JournalConversationStore(ConversationStore):
         if record.forked_from is not None:
             await self._state(record.forked_from)  # a fork's head is one of its source's
         saved = {"record": _RECORD.dump_python(record, mode="json")}
-        saved["entries"] = [_entry_json(entry) for entry in new_entries]
+        saved["entries"] = _entries_json(new_entries)
         new_ids = {entry.id for entry in new_entries}
 
         async def compute(run: RunId, state: _State) -> tuple[list[Append], None]:
