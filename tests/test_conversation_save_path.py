@@ -13,8 +13,10 @@ hop broken that way, and with the reset skipped regardless, which must go wrong)
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sqlite3
+import threading
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -195,3 +197,38 @@ async def test_the_expected_head_is_known_by_its_columns_any_other_is_rehashed(
     assert second[0].prev_hash == head[1]
     with pytest.raises(CorruptRecordError):
         await store.verify(run)
+
+
+async def test_a_change_cancelled_mid_hop_gives_its_connection_back(
+    sqlite_store: SqlJournalStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Cancelled while its hop runs on aiosqlite's thread, a change's connection goes back to
+    the pool the ordinary way (reset, queued behind the hop), also when the caller is
+    cancelled again meanwhile, and the next change finds the database free. (Without the
+    shielded return SQLAlchemy's reset would invalidate the connection instead: back in the
+    pool as well, so this test does not tell the two apart.)"""
+    session = JournalSession(sqlite_store, "x")
+    await session.add_items([{"role": "user", "content": "a"}])
+    entered, release = threading.Event(), threading.Event()
+    original = sqlite_guarded._append
+
+    def held(*args: Any) -> Any:
+        entered.set()
+        release.wait(10)
+        return original(*args)
+
+    monkeypatch.setattr(sqlite_guarded, "_append", held)
+    task = asyncio.ensure_future(session.add_items([{"role": "user", "content": "b"}]))
+    assert await asyncio.to_thread(entered.wait, 10)
+    task.cancel()
+    await asyncio.sleep(0.01)
+    task.cancel()  # again, while the connection is being given back
+    release.set()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    pool = sqlite_store.engine.sync_engine.pool
+    assert pool.checkedout() == 0  # type: ignore[attr-defined]
+    monkeypatch.setattr(sqlite_guarded, "_append", original)
+    await session.add_items([{"role": "user", "content": "c"}])
+    contents = [i["content"] for i in await JournalSession(sqlite_store, "x").get_items()]
+    assert contents[0] == "a" and contents[-1] == "c"  # "b" landed or not, never half

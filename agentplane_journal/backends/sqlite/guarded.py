@@ -19,8 +19,9 @@ function run on that thread, as the append hot path's transactions are
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -112,9 +113,28 @@ async def checked_out(bind: AsyncEngine) -> AsyncIterator[Any]:
     finally:
         special = getattr(fairy, "_close_special", None) if clean else None
         if special is not None:
-            await greenlet_spawn(special, transaction_reset=True)
+            await greenlet_spawn(special, transaction_reset=True)  # no I/O: never suspends
         else:
-            await greenlet_spawn(fairy.close)
+            await _to_completion(greenlet_spawn(fairy.close))
+
+
+async def _to_completion(coro: Coroutine[Any, Any, None]) -> None:
+    """Run ``coro`` (a connection's reset and return) to its end even if the caller is
+    cancelled meanwhile, then re-raise that cancellation, as SQLAlchemy's own context
+    managers close a connection: abandoned halfway, it would never reach the pool."""
+    task = asyncio.get_running_loop().create_task(coro)
+    cancelled: asyncio.CancelledError | None = None
+    while True:
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError as err:
+            if task.done():
+                raise
+            cancelled = err
+        else:
+            break
+    if cancelled is not None:
+        raise cancelled
 
 
 async def read_in_one_hop(driver: Any, tenant: str, run: str, from_seq: int) -> list[Any]:
