@@ -25,6 +25,7 @@ from sqlalchemy import text
 
 from agentplane_journal import Append, BackendError, CorruptRecordError, RunId, SqlJournalStore
 from agentplane_journal.backends.sqlite import guarded as sqlite_guarded
+from agentplane_journal.journal import guarded
 
 try:
     from pydantic_ai import Agent
@@ -50,14 +51,23 @@ async def turn(prompt: str, after: AgentRunResult[str] | None = None) -> AgentRu
 
 
 async def test_a_warm_save_is_one_transaction_one_hop_and_five_round_trips(
-    store: SqlJournalStore, dialect: str
+    store: SqlJournalStore, dialect: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     conversations = JournalConversationStore(store)
     first = await turn("one")
     await conversations.save(first)
     second = await turn("two", first)
+    rehashed: list[int] = []
+    original = guarded.record_from_row
+
+    def counted(row: Any, prev: Any = None) -> Any:
+        rehashed.append(1)
+        return original(row, prev)
+
+    monkeypatch.setattr(guarded, "record_from_row", counted)
     with counting(store.engine) as counts:
         await conversations.save(second)
+    assert rehashed == []  # the head it computed from, known by its columns
     # One commit: the guarded append (the run's state read under its mutex, the INSERT).
     assert (counts.transactions, counts.commits) == (1, 1), counts.reads
     if dialect == "sqlite":
