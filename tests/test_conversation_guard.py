@@ -2,9 +2,9 @@
 
 Both dialects (the ``store``/``make_store`` battery), plus a race on PostgreSQL: 16 store
 instances (16 connections) popping one session at once remove 16 different items, and 16
-Pydantic AI saves of one revision land once. The same race with the guard taken out (each
-change lands wherever the run ends) is run here too and must go wrong, so the race is shown
-able to fail with the mechanism broken.
+Pydantic AI saves of one revision land once. The same races with the guard taken out (each
+change lands wherever the run ends) are run here too and must go wrong, so each race is
+shown able to fail with the mechanism broken.
 """
 
 from __future__ import annotations
@@ -322,13 +322,12 @@ async def test_the_pop_race_goes_wrong_with_the_guard_taken_out(
     assert len(distinct) < K or (left and isinstance(left[0], CorruptRecordError))
 
 
-@pytest.mark.race
-@pytest.mark.postgres
-async def test_16_saves_of_one_revision_land_once(pg_battery_url: str, clock: FakeClock) -> None:
+async def _save_race(url: str, clock: FakeClock) -> tuple[list[Any], Any]:
+    """16 store instances save one revision at once. Each one's handle verified that
+    revision at its load, so its ``save`` reads nothing first: the guarded append alone
+    decides which lands."""
     tenant = f"save{uuid.uuid4().hex[:10]}"
-    stores = [
-        await SqlJournalStore.connect(pg_battery_url, tenant=tenant, clock=clock) for _ in range(K)
-    ]
+    stores = [await SqlJournalStore.connect(url, tenant=tenant, clock=clock) for _ in range(K)]
     try:
         cid = "contended"
         first = JournalConversationStore(stores[0])
@@ -339,9 +338,32 @@ async def test_16_saves_of_one_revision_land_once(pg_battery_url: str, clock: Fa
         outcomes = await race(
             *(lambda c=c, r=r: c.save(r) for c, r in zip(conversations, results, strict=True))
         )
-        no_surprises(outcomes, ConversationConflict)
-        assert sum(not isinstance(o, BaseException) for o in outcomes) == 1
-        reread = await JournalConversationStore(stores[0]).load(cid)
-        assert reread is not None and len(reread.messages) == 4
+        return outcomes, await JournalConversationStore(stores[0]).load(cid)
     finally:
         await asyncio.gather(*(s.close() for s in stores))
+
+
+@pytest.mark.race
+@pytest.mark.postgres
+async def test_16_saves_of_one_revision_land_once(pg_battery_url: str, clock: FakeClock) -> None:
+    outcomes, reread = await _save_race(pg_battery_url, clock)
+    no_surprises(outcomes, ConversationConflict)
+    assert sum(not isinstance(o, BaseException) for o in outcomes) == 1
+    assert reread is not None and len(reread.messages) == 4
+
+
+@pytest.mark.race
+@pytest.mark.postgres
+async def test_the_save_race_goes_wrong_with_the_guard_taken_out(
+    pg_battery_url: str, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The race above has teeth: with each save landing wherever the run ends, saves of one
+    revision computed from the same verified state all land (nothing read them again)."""
+    guarded = GuardedAppends.guarded_append
+
+    async def unguarded(self: Any, run: RunId, batch: Any, *, expected: Any) -> Any:
+        return await guarded(self, run, batch, expected=None)
+
+    monkeypatch.setattr(GuardedAppends, "guarded_append", unguarded)
+    outcomes, _ = await _save_race(pg_battery_url, clock)
+    assert sum(not isinstance(o, BaseException) for o in outcomes) > 1

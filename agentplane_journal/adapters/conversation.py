@@ -188,6 +188,14 @@ class ConversationRun(Generic[S]):
         async with self._lock:
             return await self._read()
 
+    def verified(self) -> S | None:
+        """The state this handle last verified (read, or wrote itself), without reading:
+        ``None`` when it has none. Possibly stale (another writer may have moved on), so only
+        for computing a change, which lands only if the run still ends where this state was
+        verified (:meth:`change`): a stale one is refused, read again and computed again."""
+        seen = self._seen
+        return None if seen is None else seen.state
+
     async def _read(self) -> S:
         if self._run is None:
             run, tail = await self._guarded.guarded_read_admitted(self.key)
@@ -242,7 +250,12 @@ class ConversationRun(Generic[S]):
             )
 
     async def change(
-        self, compute: Change[S], admission: dict[str, Any], *, guarded: bool = True
+        self,
+        compute: Change[S],
+        admission: dict[str, Any],
+        *,
+        guarded: bool = True,
+        applied: Callable[[S], None] | None = None,
     ) -> Any:
         """Compute a change from the verified state and append what it returns, in one
         transaction that lands only if the run still ends where the state was read.
@@ -253,11 +266,21 @@ class ConversationRun(Generic[S]):
         Returns what ``compute`` returned with its appends. Nothing is written when
         ``compute`` raises or returns no appends; a conversation claimed by someone else is
         waited for up to ``wait`` seconds (``ConversationBusyError``).
+
+        ``applied(state)``: what the appends do to the state, when the caller knows it without
+        folding the records back in (they hold what it just encoded: decoding it again would
+        only cost time); the records still join the handle's chain check.
         """
         async with self._lock:
-            return await self._change(compute, admission, guarded)
+            return await self._change(compute, admission, guarded, applied)
 
-    async def _change(self, compute: Change[S], admission: dict[str, Any], guarded: bool) -> Any:
+    async def _change(
+        self,
+        compute: Change[S],
+        admission: dict[str, Any],
+        guarded: bool,
+        applied: Callable[[S], None] | None,
+    ) -> Any:
         loop = asyncio.get_running_loop()
         deadline, pause = loop.time() + self.wait, 0.005
         fresh = False  # whether the state was read in this call
@@ -307,10 +330,15 @@ class ConversationRun(Generic[S]):
                 await asyncio.sleep(pause)
                 pause = min(pause * 2, 0.25)
                 continue
-            self._absorb(seen, written)
+            self._absorb(seen, written, applied)
             return value
 
-    def _absorb(self, seen: _Verified[S], written: list[Record]) -> None:
+    def _absorb(
+        self,
+        seen: _Verified[S],
+        written: list[Record],
+        applied: Callable[[S], None] | None = None,
+    ) -> None:
         """Fold this handle's own records into what it verified, when they follow on from it
         (an unguarded change may land after another writer's: the next read takes both)."""
         if self._seen is not seen or not written:
@@ -319,7 +347,10 @@ class ConversationRun(Generic[S]):
             return
         self._seen = None
         seen.check.feed(written)
-        self.fold(seen.state, written)
+        if applied is None:
+            self.fold(seen.state, written)
+        else:
+            applied(seen.state)
         self._seen = seen
 
     async def _create(self, compute: Change[S], admission: dict[str, Any]) -> tuple[Any] | None:

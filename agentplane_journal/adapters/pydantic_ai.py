@@ -20,10 +20,12 @@ verified, through the records that hold them, and cached by id (they never chang
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextvars import ContextVar
 from typing import Any
 
 try:
     from pydantic import TypeAdapter, ValidationError
+    from pydantic_ai.conversation import Conversation
     from pydantic_ai.conversation_store import (
         ConversationConflict,
         ConversationEntry,
@@ -31,6 +33,7 @@ try:
         ConversationStore,
     )
     from pydantic_ai.messages import ModelMessagesTypeAdapter
+    from pydantic_ai.run import AgentRunResult
 except ImportError as exc:  # the extra is not installed: say which one
     raise ImportError(
         "agentplane_journal.adapters.pydantic_ai needs Pydantic AI: "
@@ -60,10 +63,17 @@ KEPT = 1024
 
 _RECORD = TypeAdapter(ConversationRecord)
 
+#: The conversation a ``save`` in this task is saving, and the revision it saves from.
+_SAVING: ContextVar[tuple[str, str | None] | None] = ContextVar("_SAVING", default=None)
 
-def _entry_json(entry: ConversationEntry) -> dict[str, Any]:
-    message = ModelMessagesTypeAdapter.dump_python([entry.message], mode="json")[0]
-    return {"id": entry.id, "parent_id": entry.parent_id, "kind": entry.kind, "message": message}
+
+def _entries_json(entries: Sequence[ConversationEntry]) -> list[dict[str, Any]]:
+    """The entries as a save stores them (their messages serialised in one call)."""
+    messages = ModelMessagesTypeAdapter.dump_python([e.message for e in entries], mode="json")
+    return [
+        {"id": e.id, "parent_id": e.parent_id, "kind": e.kind, "message": message}
+        for e, message in zip(entries, messages, strict=True)
+    ]
 
 
 def _entry(seq: int, data: object) -> ConversationEntry:
@@ -188,6 +198,13 @@ class JournalConversationStore(ConversationStore):
         return state
 
     async def read_record(self, conversation_id: str) -> ConversationRecord | None:
+        saving = _SAVING.get()
+        if saving is not None and saving[0] == conversation_id:
+            # Inside save (see there): the state this handle verified last, if the save is
+            # from its revision. Its write lands only if that state is still the run's.
+            known = self.conversation(conversation_id).verified()
+            if known is not None and known.revision == saving[1]:
+                return known.record
         return (await self._state(conversation_id)).record
 
     async def read_records(
@@ -217,6 +234,32 @@ class JournalConversationStore(ConversationStore):
         found.sort(key=lambda record: record.updated_at, reverse=True)
         return found if limit is None else found[:limit]
 
+    async def save(
+        self, conversation: Conversation | AgentRunResult[Any], *, scope: str | None = None
+    ) -> list[ConversationEntry]:
+        """Pydantic AI's ``save``, reading nothing when this store's state of the conversation
+        is at the revision being saved from: a save is then one transaction (one pool
+        checkout, one hop to SQLite's thread), as the bare store's is.
+
+        Pydantic AI's ``save`` reads the record (``read_record``), checks the revision and
+        writes (``write_record``). Here that read answers the state this handle verified
+        last, when its revision is the one the conversation says it was loaded at. The write
+        is a guarded append that lands only if the run still ends at the record that state
+        was verified up to, so the outcome is the one a fresh read would have given: if
+        another writer moved the conversation on, nothing is written, what landed is read
+        and verified, and the save fails its revision check there (``ConversationConflict``).
+        A conversation at another revision than this handle's (saved through another
+        process) is read as before.
+        """
+        held = (
+            conversation.conversation if isinstance(conversation, AgentRunResult) else conversation
+        )
+        token = _SAVING.set((held.conversation_id, held.revision))
+        try:
+            return await super().save(conversation, scope=scope)
+        finally:
+            _SAVING.reset(token)
+
     async def write_record(
         self,
         record: ConversationRecord,
@@ -228,7 +271,7 @@ class JournalConversationStore(ConversationStore):
         if record.forked_from is not None:
             await self._state(record.forked_from)  # a fork's head is one of its source's
         saved = {"record": _RECORD.dump_python(record, mode="json")}
-        saved["entries"] = [_entry_json(entry) for entry in new_entries]
+        saved["entries"] = _entries_json(new_entries)
         new_ids = {entry.id for entry in new_entries}
 
         async def compute(run: RunId, state: _State) -> tuple[list[Append], None]:
@@ -239,8 +282,14 @@ class JournalConversationStore(ConversationStore):
                 raise ConversationConflict(conversation_id)
             return [conversation.append(run, CONVERSATION_SAVED, saved)], None
 
+        def applied(state: _State) -> None:
+            # What folding the ConversationSaved back in would do, without decoding its
+            # messages again (the entries are the ones just encoded, kept by id below too).
+            state.record = _RECORD.validate_python(saved["record"])  # a copy of its own
+            state.entries.update((entry.id, entry) for entry in new_entries)
+
         conversation = self.conversation(conversation_id)
-        await conversation.change(compute, self._admission(record))
+        await conversation.change(compute, self._admission(record), applied=applied)
         self._entries.update((entry.id, entry) for entry in new_entries)
 
     async def delete_record(self, conversation_id: str, *, expected_revision: str) -> None:

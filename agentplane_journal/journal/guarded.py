@@ -10,10 +10,11 @@ in one transaction per change instead of a claim, an append and a release (three
   what it verified asks only for what came after it (and for its own last record again, to
   see that it is still there, unchanged).
 * :meth:`GuardedAppends.guarded_append` appends a batch **only if the run's head is still**
-  ``expected`` (its seq and hash, re-hashed from the head row under the run mutex, so a forged
-  head is refused, never compared): otherwise :class:`HeadMovedError` names the head found
-  and nothing is written. A change computed from a stale read therefore cannot land, and
-  writers take turns on the run mutex, as every append does.
+  ``expected`` (its seq and hash, read from the head row under the run mutex; a head other
+  than ``expected`` is re-hashed from its row, so a forged one is refused, never compared):
+  otherwise :class:`HeadMovedError` names the head found and nothing is written. A change
+  computed from a stale read therefore cannot land, and writers take turns on the run mutex,
+  as every append does.
 
 **Leases.** A conversation run is not leased by its writers, but a lease row may exist: a
 claim of an older version of the adapters, or ``ConversationRun.seal``'s. A live claim is
@@ -180,7 +181,9 @@ def judge(
     epoch + 1 is then the epoch), and the head to chain onto. A live lease is
     :class:`LeaseHeldError`, a seal :class:`RunSealedError`, another head than ``expected``
     :class:`HeadMovedError`; a column that holds what it may not, :class:`CorruptRecordError`.
-    Pure: both databases' paths call it, on whichever thread runs the transaction."""
+    The head the change was computed from is recognised by its seq and hash columns; any
+    other is re-hashed from its row (a forged one refused) before it is compared or chained
+    onto. Pure: both databases' paths call it, on whichever thread runs the transaction."""
     lease_epoch, lease_owner, lease_expires, sealed_outcome = row[:4]
     epoch, fence = 1, False
     if lease_epoch is not None:
@@ -195,6 +198,18 @@ def judge(
         raise RunSealedError(run, stored_text(sealed_outcome, 0, "run_seal.outcome"))
     if row[5] is None:
         head_seq, head_hash = 0, Digest.ZERO
+    elif (
+        expected is not None
+        and type(row[5]) is int
+        and row[5] == expected[0]
+        and type(row[7]) is bytes
+        and row[7] == bytes(expected[1])
+    ):
+        # The head the change was computed from, by its seq and hash columns: the caller
+        # verified that record when it read it, and the batch chains onto that hash, which
+        # is what the row must hash to (an edit of its other columns is verify's to report,
+        # as the append hot path's known head is).
+        head_seq, head_hash = expected
     else:
         head = record_from_row(row[5:])  # re-hashed: a forged head is refused here
         head_seq, head_hash = head.seq, head.hash
@@ -216,8 +231,7 @@ class GuardedAppends(RunWrites):
         from_seq = check_int(from_seq, "from_seq")
         if isinstance(self.dialect, SqliteDialect):
             await self._ready()
-            async with self._bind.connect() as conn:
-                driver = (await conn.get_raw_connection()).driver_connection
+            async with sqlite.checked_out(self._bind) as driver:
                 (seal, leaf), records = await sqlite.read_in_one_hop(
                     driver, self.tenant, str(run), from_seq
                 )
@@ -241,8 +255,7 @@ class GuardedAppends(RunWrites):
         key = check_text(key, "key", allow_empty=True)
         if isinstance(self.dialect, SqliteDialect):
             await self._ready()
-            async with self._bind.connect() as conn:
-                driver = (await conn.get_raw_connection()).driver_connection
+            async with sqlite.checked_out(self._bind) as driver:
                 (held, seal, leaf), records = await sqlite.admitted_in_one_hop(
                     driver, self.tenant, key
                 )
@@ -288,8 +301,7 @@ class GuardedAppends(RunWrites):
             profile = self.profile
             self.refuse_other_profile(items, profile)
             try:
-                async with self._bind.connect() as conn:
-                    driver = (await conn.get_raw_connection()).driver_connection
+                async with sqlite.checked_out(self._bind) as driver:
                     return await sqlite.append_in_one_hop(
                         driver,
                         judge,

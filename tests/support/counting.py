@@ -44,6 +44,8 @@ class Counts:
     commits: int = 0
     statements: int = 0
     hops: int = 0
+    #: Every statement sent, ``BEGIN`` and ``COMMIT`` included: on PostgreSQL, the round trips.
+    sent: int = 0
     _open: dict[int, bool] = field(default_factory=dict)  # connection -> wrote in its tx
     _begun: set[int] = field(default_factory=set)  # a BEGIN that comes after its statement
     #: The transactions that wrote nothing, by their first statement (to say what they were).
@@ -59,6 +61,7 @@ class Counts:
             return  # a trigger's statement (SQLite traces them with a comment)
         verb = words[0].upper().rstrip(";")
         with self._lock:
+            self.sent += 1
             if verb == "BEGIN":
                 if conn in self._begun:
                     self._begun.discard(conn)

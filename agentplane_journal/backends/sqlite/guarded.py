@@ -19,9 +19,14 @@ function run on that thread, as the append hot path's transactions are
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
+from contextlib import asynccontextmanager
 from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.util import greenlet_spawn
 
 from agentplane_journal.core.append import Append
 from agentplane_journal.core.batch import COLUMNS, RELEASED_OWNER, chain_batch
@@ -30,9 +35,9 @@ from agentplane_journal.core.profile import WireProfile
 from agentplane_journal.core.record import Record
 from agentplane_journal.core.signing import Signer
 from agentplane_journal.db.statements import RECORD_COLUMNS, records_from_rows
-from agentplane_journal.errors import BackendError
+from agentplane_journal.errors import BackendError, ConflictError
 
-__all__ = ["admitted_in_one_hop", "append_in_one_hop", "read_in_one_hop"]
+__all__ = ["admitted_in_one_hop", "append_in_one_hop", "checked_out", "read_in_one_hop"]
 
 _CHAIN = ", ".join(f"j.{c.name}" for c in RECORD_COLUMNS)
 _TAIL = (
@@ -79,6 +84,57 @@ _INSERT = f"INSERT INTO journal ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * 
 Judge = Callable[
     [RunId, int, tuple[Any, ...], tuple[int, Digest] | None], tuple[int, bool, int, Digest]
 ]
+
+
+@asynccontextmanager
+async def checked_out(bind: AsyncEngine) -> AsyncIterator[Any]:
+    """A pooled connection's aiosqlite driver for one of this module's hops, given back to the
+    pool **without the pool's reset** when the hop ended its own transaction.
+
+    The pool resets a connection on its return with a ``rollback()``, which aiosqlite runs as
+    one more hop to its thread (a wake-up of that thread and then of the event loop, as long
+    as the work itself on a quiet machine): half of a warm change's hops. Every function here
+    leaves the connection outside a transaction when it returns or raises one of the
+    conflicts it judged (it committed, or rolled back before raising), so that reset has
+    nothing to do; SQLAlchemy skips it the same way after a transaction it ended itself
+    (``_close_special(transaction_reset=True)``, what ``Connection.close`` calls). Any other
+    outcome (a driver error, whose rollback may have failed; a cancellation, with the hop
+    maybe still running on the thread) returns the connection the ordinary way, reset, and
+    so does a SQLAlchemy without that method.
+    """
+    fairy = await bind.raw_connection()
+    clean = False
+    try:
+        yield fairy.driver_connection
+        clean = True
+    except ConflictError:
+        clean = True  # judged on the thread, after its ROLLBACK
+        raise
+    finally:
+        special = getattr(fairy, "_close_special", None) if clean else None
+        if special is not None:
+            await greenlet_spawn(special, transaction_reset=True)  # no I/O: never suspends
+        else:
+            await _to_completion(greenlet_spawn(fairy.close))
+
+
+async def _to_completion(coro: Coroutine[Any, Any, None]) -> None:
+    """Run ``coro`` (a connection's reset and return) to its end even if the caller is
+    cancelled meanwhile, then re-raise that cancellation, as SQLAlchemy's own context
+    managers close a connection: abandoned halfway, it would never reach the pool."""
+    task = asyncio.get_running_loop().create_task(coro)
+    cancelled: asyncio.CancelledError | None = None
+    while True:
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError as err:
+            if task.done():
+                raise
+            cancelled = err
+        else:
+            break
+    if cancelled is not None:
+        raise cancelled
 
 
 async def read_in_one_hop(driver: Any, tenant: str, run: str, from_seq: int) -> list[Any]:
