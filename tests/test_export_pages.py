@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from sqlalchemy import event, text
 
 from agentplane_journal import Append, RunId, SqlJournalStore
+from agentplane_journal.backends import reader as lean
 from agentplane_journal.core.ids import Digest
 from agentplane_journal.core.record import stored_record
 from agentplane_journal.exportfmt.lines import record_line
@@ -25,8 +26,17 @@ from support.exports import build, export_to, lines_of, verify_lines
 
 
 @pytest.fixture
-def statements(store: SqlJournalStore) -> Iterator[list[str]]:
+def statements(store: SqlJournalStore, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """Every statement but a transaction's own, through the engine or the lean reads' hop
+    (SQLite's export pages are read there)."""
     seen: list[str] = []
+    hop = lean._hop
+
+    def hopped(conn: Any, group: list[Any]) -> list[Any]:
+        seen.extend(read.sql for read in group)
+        return hop(conn, group)
+
+    monkeypatch.setattr(lean, "_hop", hopped)
 
     def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
         if statement.split(None, 1)[0].upper() not in {"BEGIN", "COMMIT", "ROLLBACK"}:
