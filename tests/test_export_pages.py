@@ -211,6 +211,68 @@ async def test_a_log_page_cut_by_a_running_sum_is_the_page_cut_by_a_computed_lim
     assert not {r[2] for r in forms[0]} & logged
 
 
+async def _reference_pages(
+    store: SqlJournalStore, phase: str, size: int, rows: int, budget: int
+) -> list[list[Any]]:
+    """The pages as the ``LIMIT`` computed first cuts them (the form every dialect can run;
+    the store's own on SQLite without lean reads), with the log's runs filtered out."""
+
+    async def no_lean(*args: Any, **kw: Any) -> None:
+        return None
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(store, "_lean", no_lean)
+        patch.setattr(type(store.dialect), "windowed_export_pages", False)
+        return await _all_pages(store, phase, size, rows, budget)
+
+
+async def test_a_page_cut_as_its_rows_are_stepped_is_the_page_cut_by_a_computed_limit(
+    store: SqlJournalStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The store's pages (SQLite: read by the lean reads and cut by bytes on SQLite's thread
+    as its rows are stepped, ``Reader.rows_within``; PostgreSQL: its SQL forms) are the rows
+    of the ``LIMIT`` computed first, page for page, whatever the bounds; no page holds
+    ``budget`` bytes before its last row; and a hostile row in such a page is reported."""
+    made = await build(store, 9, long=False)
+    size = (await store.checkpoint()).size
+    windowed = store.dialect.windowed_export_pages
+    whole = [r for p in await _reference_pages(store, "open", size, 2000, 4 << 20) for r in p]
+    first, second = (len(row[8]) for row in whole[:2])
+    bounds = [(2000, 4 << 20), (1, 4 << 20), (3, 1), (5, 700), (4, first), (9, first + second)]
+    for phase in ("log", "open"):
+        for rows, budget in bounds:
+            ours = await _all_pages(store, phase, size, rows, budget)
+            ref = await _reference_pages(store, phase, size, rows, budget)
+            for page in ours:
+                assert len(page) <= rows and sum(len(r[8] or b"") for r in page[:-1]) < budget
+            if phase == "open" and windowed:  # PostgreSQL's pages carry the log's runs flagged
+                assert [r for p in ours for r in p if not r[16]] == [r for p in ref for r in p]
+            else:
+                assert ours == ref, (phase, rows, budget)
+    # A budget of one byte: a row a page (every row holds bytes), the stepping stopped there.
+    assert {len(page) for page in await _all_pages(store, "open", size, 4, 1)} == {1}
+    # A hostile row in a page cut by bytes: SQLite's raw column holding text (counted by its
+    # length), PostgreSQL's emptied. Its run is named unreadable, the others exported.
+    victim = next(r for r in made["runs"] if r not in made["sealed"])
+    edit = "CAST(raw AS TEXT)" if store.dialect.name == "sqlite" else "''::bytea"
+    await _sql(
+        store,
+        f"UPDATE journal SET raw = {edit} WHERE tenant=:t AND run_id=:r AND seq=2",
+        r=str(victim),
+    )
+    for rows, budget in bounds:  # its bytes (text: its length) counted as the database does
+        ours = await _all_pages(store, "open", size, rows, budget)
+        ref = await _reference_pages(store, "open", size, rows, budget)
+        assert [r for p in ours for r in p if not r[16]] == [r for p in ref for r in p]
+        if not windowed:
+            assert ours == ref, (rows, budget)
+    monkeypatch.setattr(reads, "PAGE_BYTES", 700)
+    cp, trailer = await export_to(store, tmp_path / "e.jsonl")
+    assert [u.run for u in trailer.unreadable] == [victim], trailer.unreadable
+    assert trailer.runs_exported == 8
+    assert verify_lines(lines_of(tmp_path / "e.jsonl"), cp).runs_sound == 8
+
+
 # -- the body of a read record, from its read's parse -------------------------------------
 
 _RAWS = [
