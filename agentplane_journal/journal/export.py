@@ -29,7 +29,7 @@ from typing import IO, Any, TextIO
 
 from agentplane_journal.core.ids import Digest, RunId
 from agentplane_journal.core.record import is_canonical_ulid
-from agentplane_journal.db.row_bodies import plain_body
+from agentplane_journal.db.row_bodies import plain_line
 from agentplane_journal.db.statements import digest, record_from_row
 from agentplane_journal.errors import CorruptRecordError
 from agentplane_journal.exportfmt.lines import (
@@ -39,7 +39,6 @@ from agentplane_journal.exportfmt.lines import (
     header_line,
     record_line,
     run_line,
-    stored_line,
     trailer_line,
 )
 from agentplane_journal.journal.audits import RunRead
@@ -117,15 +116,13 @@ class _Block:
         self.error: str | None = None
 
     def add(self, row: Any) -> None:
-        """One stored row of this run: checked (:func:`plain_body`, or for its verdict
+        """One stored row of this run: checked (:func:`plain_line`, or for its verdict
         :func:`record_from_row`), then its line."""
         if self.error is not None:
             return
-        plain = plain_body(row)
         try:
-            if plain is not None:  # every check passed: the line from the row's own parts
-                line = stored_line(row[0], row[1], row[2], plain[1], plain[0], plain[2])
-            else:
+            line = plain_line(row)  # every check passed: the line from the row's own parts
+            if line is None:
                 try:
                     record = record_from_row(row)
                 except CorruptRecordError as exc:
