@@ -273,6 +273,48 @@ async def test_a_page_cut_as_its_rows_are_stepped_is_the_page_cut_by_a_computed_
     assert verify_lines(lines_of(tmp_path / "e.jsonl"), cp).runs_sound == 8
 
 
+@pytest.mark.parametrize("handoff", ["dialect's", 1])
+async def test_the_next_page_is_in_flight_while_a_page_is_written_where_the_dialect_hands_back(
+    store: SqlJournalStore,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    handoff: Any,
+) -> None:
+    """With ``export_handoff_rows`` (PostgreSQL's: a server reads the next page meanwhile),
+    the next page's read has begun before the first row of this one is written; without it
+    (SQLite's), a page is written whole first. The file is the same either way."""
+    from agentplane_journal.journal import export as export_mod
+
+    await build(store, 9, long=False)
+    if handoff != "dialect's":
+        monkeypatch.setattr(type(store.dialect), "export_handoff_rows", handoff)
+    step = store.dialect.export_handoff_rows
+    events: list[str] = []
+    page, add = store.export_page, export_mod._Block.add
+
+    async def entered(*args: Any, **kw: Any) -> Any:
+        events.append("page")
+        return await page(*args, **kw)
+
+    def added(self: Any, row: Any) -> None:
+        events.append("row")
+        add(self, row)
+
+    monkeypatch.setattr(store, "export_page", entered)
+    monkeypatch.setattr(export_mod._Block, "add", added)
+    monkeypatch.setattr(reads, "PAGE_BYTES", 700)  # pages of a few rows
+    path = tmp_path / "e.jsonl"
+    _, trailer = await export_to(store, path)
+    assert trailer.runs_exported == 9 and events.count("page") > 3
+    first_row = events.index("row")
+    assert events[:first_row].count("page") == (2 if step is not None else 1), events[:8]
+    monkeypatch.setattr(type(store.dialect), "export_handoff_rows", None)
+    monkeypatch.setattr(export_mod._Block, "add", add)
+    whole = tmp_path / "whole.jsonl"
+    await export_to(store, whole)
+    assert path.read_bytes() == whole.read_bytes()
+
+
 # -- the body of a read record, from its read's parse -------------------------------------
 
 _RAWS = [
