@@ -249,6 +249,11 @@ async def test_a_page_cut_as_its_rows_are_stepped_is_the_page_cut_by_a_computed_
                 assert [r for p in ours for r in p if not r[16]] == [r for p in ref for r in p]
             else:
                 assert ours == ref, (phase, rows, budget)
+    reader = await store._lean(None, primary=False)
+    assert reader is not None
+    if windowed:  # PostgreSQL's pages are cut in SQL; a cut in the client is refused
+        with pytest.raises(ValueError, match="SQLite's"):
+            await reader.rows_within("SELECT 1", (), 0, 1)
     # A budget of one byte: a row a page (every row holds bytes), the stepping stopped there.
     assert {len(page) for page in await _all_pages(store, "open", size, 4, 1)} == {1}
     # A hostile row in a page cut by bytes: SQLite's raw column holding text (counted by its

@@ -177,9 +177,10 @@ class _Block:
 
 async def _pages(store: SqlJournalStore, phase: str, size: int) -> AsyncIterator[list[Any]]:
     """``phase``'s pages in order, each from the last row of the one before; the next is
-    asked for before this one is handed over. (It only goes on while the caller awaits: a
-    page is checked and written without an ``await``. Handing the loop back every few
-    hundred rows, so that it would go on meanwhile, measured no faster on either dialect.)"""
+    asked for before this one is handed over. (It only goes on while the caller awaits: on
+    PostgreSQL the caller hands the loop back every few rows it writes, the dialect's
+    ``export_handoff_rows``, so the server reads the next page meanwhile; on SQLite the
+    page is written whole, then the next one read.)"""
     key: tuple[Any, Any] = (-1, 0) if phase == LOG else ("", 0)
     pending = asyncio.ensure_future(store.export_page(phase, key, size=size))
     try:
