@@ -320,6 +320,34 @@ async def test_the_next_page_is_in_flight_while_a_page_is_written_where_the_dial
     assert path.read_bytes() == whole.read_bytes()
 
 
+async def test_runs_spooled_past_the_held_bytes_write_the_same_file(
+    store: SqlJournalStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run's lines past ``_SPOOL_BYTES`` go to a temporary file, copied out when the run
+    ends: the same file with every run spooled, with small pages too, and a hostile run
+    among them still named."""
+    from agentplane_journal.journal import export as export_mod
+
+    made = await build(store, 9, long=False)
+    whole = tmp_path / "whole.jsonl"
+    await export_to(store, whole)
+    monkeypatch.setattr(export_mod, "_SPOOL_BYTES", 10)
+    for budget in (4 << 20, 700):
+        monkeypatch.setattr(reads, "PAGE_BYTES", budget)
+        spooled = tmp_path / f"spooled-{budget}.jsonl"
+        await export_to(store, spooled)
+        assert spooled.read_bytes() == whole.read_bytes()
+    victim = next(r for r in made["runs"] if r not in made["sealed"])
+    await _sql(
+        store,
+        "UPDATE journal SET kind='Edited' WHERE tenant=:t AND run_id=:r AND seq=2",
+        r=str(victim),
+    )
+    cp, trailer = await export_to(store, tmp_path / "e.jsonl")
+    assert [u.run for u in trailer.unreadable] == [victim]
+    assert verify_lines(lines_of(tmp_path / "e.jsonl"), cp).runs_sound == 8
+
+
 # -- the body of a read record, from its read's parse -------------------------------------
 
 _RAWS = [
