@@ -193,6 +193,8 @@ class Reader:
             _SqliteReads(bind) if sqlite else _PostgresReads(bind, dialect)
         )
         self.dialect = "sqlite" if sqlite else "postgresql"
+        #: Whether :meth:`rows_within` serves (SQLite's: its rows are stepped on its thread).
+        self.cuts_pages = sqlite
 
     async def rows(self, statement: str, *args: Any) -> list[Any]:
         """``statement``'s rows (one of this module's), with ``args`` for ``$1``, ``$2``..."""

@@ -159,7 +159,7 @@ class AuditReads(Repository):
         windowed = self.dialect.windowed_export_pages
         if not windowed and phase != export_pages.SEAL_ONLY:
             reader = await self._lean(None, primary=False)
-            if reader is not None and reader.dialect == "sqlite":
+            if reader is not None and reader.cuts_pages:
                 # Cut by bytes on SQLite's thread as the rows are stepped, in the one hop.
                 sql, args = export_pages.sqlite_page(self.tenant, phase, key, size, rows)
                 return await reader.rows_within(sql, args, export_pages.RAW, budget)
