@@ -13,11 +13,10 @@ order, with the run's seal and its leaf beside each row, from a keyset position:
   (:func:`_windowed`);
 * :data:`OPEN` (every other run, by run id): a range of the journal's primary key after
   ``(run_id, seq)``; a row whose run has a leaf below the size (the log phase wrote it) is
-  left out by a scalar subquery in ``WHERE`` (as an ``EXISTS`` filter it was planned as an
-  anti-join over the rest of the journal, as an ``EXISTS`` flag as a hashed scan of every
-  seal, once a page); on PostgreSQL cut by a running sum, so the filter is read once a
-  row (with the ``LIMIT`` computed first it was read twice, and PostgreSQL's pages passed
-  the log's runs flagged ``skip`` instead, until 2026-12-05);
+  left out by a scalar subquery in ``WHERE`` on SQLite, flagged ``skip`` on PostgreSQL
+  (as an ``EXISTS`` filter it was planned as an anti-join over the rest of the journal, as
+  an ``EXISTS`` flag as a hashed scan of every seal, once a page; the filter read twice a
+  scanned row, once for the ``LIMIT``, cost its server more than the rows it saves);
 * :data:`SEAL_ONLY` (a seal with no record and no leaf below the size, which only a damaged
   journal holds): those runs by run id, one row each, record columns ``NULL``.
 
@@ -33,8 +32,7 @@ key of the row (``log_index`` or the ``run_id`` column), the ``seq`` it continue
 stored ``run_id`` column (the seal's for a run with no record), the seal's ``chain_head``
 column and its leaf in the stored tree (``log_tree``, as
 :meth:`~agentplane_journal.journal.log.TenantLog.seals_of` reads it; both ``NULL`` in the open
-phase, which writes every run open), the record's columns, and ``skip`` (false in every
-form now: the column stays for the row's layout).
+phase, which writes every run open), the record's columns, and ``skip``.
 """
 
 from __future__ import annotations
@@ -145,11 +143,12 @@ def _log_from(seals: Any, *columns: Any) -> Any:
     )
 
 
-def _open(*columns: Any, filtered: bool = True) -> Any:
+def _open(*columns: Any, filtered: bool = False) -> Any:
     """Every journal row after ``(:run, :after_seq)`` in key order: a range of the primary
     key. ``filtered``: without the rows of runs the log phase wrote (the row's
-    :func:`_in_log` in ``WHERE``: a page read no slower on either dialect, and half the
-    rows handed over; ``False`` only for the sizes a computed ``LIMIT`` sums, never)."""
+    :func:`_in_log` in ``WHERE``; SQLite's form: it reads a page no slower and hands over
+    half the rows); else they come flagged ``skip`` (PostgreSQL's: the filter was read twice
+    a scanned row there, once for the ``LIMIT``, and cost it more than the rows)."""
     run: Any = bindparam("run")
     after: Any = bindparam("after_seq", type_=BigInteger)
     stmt = select(*columns).where(
@@ -189,9 +188,10 @@ RAW = 8
 def page_statement(phase: str, rows: int, windowed: bool = False, uncut: bool = False) -> Any:
     """The page statement of ``phase``, built once (its parameters are bound per page).
 
-    ``windowed`` (the dialect's ``windowed_export_pages``; PostgreSQL's forms): a log or
-    open page cut by a running sum (:func:`_windowed`) rather than by a ``LIMIT`` computed
-    first: the same rows either way. ``uncut``: the log or open page
+    ``windowed`` (the dialect's ``windowed_export_pages``; PostgreSQL's forms): a log page
+    cut by a running sum (:func:`_windowed`) rather than by a ``LIMIT`` computed first, and
+    an open page's runs of the log flagged ``skip`` rather than filtered out (:func:`_open`).
+    The same rows either way, but for the flagged ones. ``uncut``: the log or open page
     bounded by ``rows`` alone, for a reader that cuts it by bytes as it steps the rows
     (:func:`sqlite_page`)."""
     if phase == SEAL_ONLY:
@@ -212,17 +212,16 @@ def page_statement(phase: str, rows: int, windowed: bool = False, uncut: bool = 
         head = (seals.c.run_id, seals.c.chain_head, seals.c.leaf)
         skip: Any = false()
     else:
-        base = _open
+        base = functools.partial(_open, filtered=not windowed)
         order = (Journal.run_id.label("k"), Journal.seq.label("s"))
         head = (Journal.run_id, null(), null())
-        skip = false()
+        skip = false() if not windowed else _in_log()
     if uncut:
         return base(*order, *head, *RECORD_COLUMNS, skip.label("skip")).limit(rows)
     budget = bindparam("budget", type_=BigInteger)
-    if windowed:
+    if windowed and phase == LOG:
         page = base(*order, *head, *RECORD_COLUMNS, skip.label("skip"))
-        key = (seals.c.log_index, Journal.seq) if phase == LOG else (Journal.run_id, Journal.seq)
-        return _windowed(page, key, rows, budget)
+        return _windowed(page, (seals.c.log_index, Journal.seq), rows, budget)
     # The LIMIT, computed before any row is read whole: `rows` when the next `rows` rows'
     # sizes sum under the budget, else the rows whose running sum before them is.
     sizes = base(_size()).limit(rows).subquery()
@@ -246,10 +245,9 @@ def _windowed(page: Any, order: tuple[Any, Any], rows: int, budget: Any) -> Any:
     computed first was a second join of the page's seals to their records, which
     PostgreSQL planned as a hash join over a scan of the tenant's whole journal, once a
     page (at 10k runs, 11 of a page's 14 ms, and growing with the journal); here the join
-    is the page's own nested loop. The open page too (2026-12-05): its filter of the log's
-    runs is then read once a row, not twice (the open phase's statements 0.103 -> 0.081 s
-    of wall at 10,000 runs, half the rows handed over). SQLite reads the other form faster
-    (the window costs it a sort of the page)."""
+    is the page's own nested loop. SQLite reads the other form faster (the window costs it
+    a sort of the page), and the open phase keeps that form on both: its ``LIMIT``
+    subquery is a range of the primary key."""
     sizes = func.coalesce(func.length(Journal.raw), 0)
     before = func.sum(sizes).over(order_by=order, rows=(None, -1)).label("before")
     inner = page.add_columns(before).limit(rows).subquery()

@@ -85,11 +85,11 @@ class Dialect(Protocol):
     #: A store's own engine's options (``connect``), under the caller's.
     engine_options: Mapping[str, Any]
     #: Which forms ``export --all``'s page statements take (``journal/export_pages.py``):
-    #: log and open pages cut by bytes with a running sum beside their rows rather than by
-    #: a ``LIMIT`` computed from the same rows first. PostgreSQL planned the log page's
-    #: second join as a hash join over the tenant's journal, and read the open page's
-    #: filter twice a row; SQLite runs the other form faster (the window costs it a sort of
-    #: the page), and cuts its pages as it steps them where the lean reads serve it.
+    #: a log page cut by bytes with a running sum beside its rows (one join) rather than by
+    #: a ``LIMIT`` computed from a second join of the same rows, and an open page's runs of
+    #: the log flagged rather than filtered out. PostgreSQL planned that second join as a
+    #: hash join over the tenant's journal, and read the filter twice a row; SQLite runs the
+    #: other forms faster (the window costs it a sort of the page).
     windowed_export_pages: bool
     #: ``export --all`` hands the event loop back every this many rows of a page it writes
     #: (``None``: never), so that the next page, asked for before, is read meanwhile: a
