@@ -93,8 +93,8 @@ class Dialect(Protocol):
     windowed_export_pages: bool
     #: ``export --all`` hands the event loop back every this many rows of a page it writes
     #: (``None``: never), so that the next page, asked for before, is read meanwhile: a
-    #: server's round trips go on (PostgreSQL: the wall ratio 0.26-0.30 -> 0.35-0.37 at
-    #: load 4); SQLite's thread would only contend for the GIL (+7% CPU, no faster).
+    #: server's round trips go on (PostgreSQL: the export's wall 0.58-0.59 -> 0.55-0.57 s at
+    #: 10,000 runs, load 3); SQLite's thread would only contend for the GIL (+7% CPU).
     export_handoff_rows: int | None
 
     # Statements are cached per dialect object (functools.cache), so it must hash; a
