@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from sqlalchemy import event, text
 
 from agentplane_journal import Append, RunId, SqlJournalStore
+from agentplane_journal.backends import reader as lean
 from agentplane_journal.core.ids import Digest
 from agentplane_journal.core.record import stored_record
 from agentplane_journal.exportfmt.lines import record_line
@@ -25,8 +26,17 @@ from support.exports import build, export_to, lines_of, verify_lines
 
 
 @pytest.fixture
-def statements(store: SqlJournalStore) -> Iterator[list[str]]:
+def statements(store: SqlJournalStore, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """Every statement but a transaction's own, through the engine or the lean reads' hop
+    (SQLite's export pages are read there)."""
     seen: list[str] = []
+    hop = lean._hop
+
+    def hopped(conn: Any, group: list[Any]) -> list[Any]:
+        seen.extend(read.sql for read in group)
+        return hop(conn, group)
+
+    monkeypatch.setattr(lean, "_hop", hopped)
 
     def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
         if statement.split(None, 1)[0].upper() not in {"BEGIN", "COMMIT", "ROLLBACK"}:
@@ -199,6 +209,143 @@ async def test_a_log_page_cut_by_a_running_sum_is_the_page_cut_by_a_computed_lim
         forms.append([r for r in rows_ if not r[16]])
     assert forms[0] == forms[1] and forms[0]
     assert not {r[2] for r in forms[0]} & logged
+
+
+async def _reference_pages(
+    store: SqlJournalStore, phase: str, size: int, rows: int, budget: int
+) -> list[list[Any]]:
+    """The pages as the ``LIMIT`` computed first cuts them (the form every dialect can run;
+    the store's own on SQLite without lean reads), with the log's runs filtered out."""
+
+    async def no_lean(*args: Any, **kw: Any) -> None:
+        return None
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(store, "_lean", no_lean)
+        patch.setattr(type(store.dialect), "windowed_export_pages", False)
+        return await _all_pages(store, phase, size, rows, budget)
+
+
+async def test_a_page_cut_as_its_rows_are_stepped_is_the_page_cut_by_a_computed_limit(
+    store: SqlJournalStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The store's pages (SQLite: read by the lean reads and cut by bytes on SQLite's thread
+    as its rows are stepped, ``Reader.rows_within``; PostgreSQL: its SQL forms) are the rows
+    of the ``LIMIT`` computed first, page for page, whatever the bounds; no page holds
+    ``budget`` bytes before its last row; and a hostile row in such a page is reported."""
+    made = await build(store, 9, long=False)
+    size = (await store.checkpoint()).size
+    windowed = store.dialect.windowed_export_pages
+    whole = [r for p in await _reference_pages(store, "open", size, 2000, 4 << 20) for r in p]
+    first, second = (len(row[8]) for row in whole[:2])
+    bounds = [(2000, 4 << 20), (1, 4 << 20), (3, 1), (5, 700), (4, first), (9, first + second)]
+    for phase in ("log", "open"):
+        for rows, budget in bounds:
+            ours = await _all_pages(store, phase, size, rows, budget)
+            ref = await _reference_pages(store, phase, size, rows, budget)
+            for page in ours:
+                assert len(page) <= rows and sum(len(r[8] or b"") for r in page[:-1]) < budget
+            if phase == "open" and windowed:  # PostgreSQL's pages carry the log's runs flagged
+                assert [r for p in ours for r in p if not r[16]] == [r for p in ref for r in p]
+            else:
+                assert ours == ref, (phase, rows, budget)
+    reader = await store._lean(None, primary=False)
+    assert reader is not None
+    if windowed:  # PostgreSQL's pages are cut in SQL; a cut in the client is refused
+        with pytest.raises(ValueError, match="SQLite's"):
+            await reader.rows_within("SELECT 1", (), 0, 1)
+    # A budget of one byte: a row a page (every row holds bytes), the stepping stopped there.
+    assert {len(page) for page in await _all_pages(store, "open", size, 4, 1)} == {1}
+    # A hostile row in a page cut by bytes: SQLite's raw column holding text (counted by its
+    # length), PostgreSQL's emptied. Its run is named unreadable, the others exported.
+    victim = next(r for r in made["runs"] if r not in made["sealed"])
+    edit = "CAST(raw AS TEXT)" if store.dialect.name == "sqlite" else "''::bytea"
+    await _sql(
+        store,
+        f"UPDATE journal SET raw = {edit} WHERE tenant=:t AND run_id=:r AND seq=2",
+        r=str(victim),
+    )
+    for rows, budget in bounds:  # its bytes (text: its length) counted as the database does
+        ours = await _all_pages(store, "open", size, rows, budget)
+        ref = await _reference_pages(store, "open", size, rows, budget)
+        assert [r for p in ours for r in p if not r[16]] == [r for p in ref for r in p]
+        if not windowed:
+            assert ours == ref, (rows, budget)
+    monkeypatch.setattr(reads, "PAGE_BYTES", 700)
+    cp, trailer = await export_to(store, tmp_path / "e.jsonl")
+    assert [u.run for u in trailer.unreadable] == [victim], trailer.unreadable
+    assert trailer.runs_exported == 8
+    assert verify_lines(lines_of(tmp_path / "e.jsonl"), cp).runs_sound == 8
+
+
+@pytest.mark.parametrize("handoff", ["dialect's", 1])
+async def test_the_next_page_is_in_flight_while_a_page_is_written_where_the_dialect_hands_back(
+    store: SqlJournalStore,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    handoff: Any,
+) -> None:
+    """With ``export_handoff_rows`` (PostgreSQL's: a server reads the next page meanwhile),
+    the next page's read has begun before the first row of this one is written; without it
+    (SQLite's), a page is written whole first. The file is the same either way."""
+    from agentplane_journal.journal import export as export_mod
+
+    await build(store, 9, long=False)
+    if handoff != "dialect's":
+        monkeypatch.setattr(type(store.dialect), "export_handoff_rows", handoff)
+    step = store.dialect.export_handoff_rows
+    events: list[str] = []
+    page, add = store.export_page, export_mod._Block.add
+
+    async def entered(*args: Any, **kw: Any) -> Any:
+        events.append("page")
+        return await page(*args, **kw)
+
+    def added(self: Any, row: Any) -> None:
+        events.append("row")
+        add(self, row)
+
+    monkeypatch.setattr(store, "export_page", entered)
+    monkeypatch.setattr(export_mod._Block, "add", added)
+    monkeypatch.setattr(reads, "PAGE_BYTES", 700)  # pages of a few rows
+    path = tmp_path / "e.jsonl"
+    _, trailer = await export_to(store, path)
+    assert trailer.runs_exported == 9 and events.count("page") > 3
+    first_row = events.index("row")
+    assert events[:first_row].count("page") == (2 if step is not None else 1), events[:8]
+    monkeypatch.setattr(type(store.dialect), "export_handoff_rows", None)
+    monkeypatch.setattr(export_mod._Block, "add", add)
+    whole = tmp_path / "whole.jsonl"
+    await export_to(store, whole)
+    assert path.read_bytes() == whole.read_bytes()
+
+
+async def test_runs_spooled_past_the_held_bytes_write_the_same_file(
+    store: SqlJournalStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run's lines past ``_SPOOL_BYTES`` go to a temporary file, copied out when the run
+    ends: the same file with every run spooled, with small pages too, and a hostile run
+    among them still named."""
+    from agentplane_journal.journal import export as export_mod
+
+    made = await build(store, 9, long=False)
+    whole = tmp_path / "whole.jsonl"
+    await export_to(store, whole)
+    monkeypatch.setattr(export_mod, "_SPOOL_BYTES", 10)
+    for budget in (4 << 20, 700):
+        monkeypatch.setattr(reads, "PAGE_BYTES", budget)
+        spooled = tmp_path / f"spooled-{budget}.jsonl"
+        await export_to(store, spooled)
+        assert spooled.read_bytes() == whole.read_bytes()
+    victim = next(r for r in made["runs"] if r not in made["sealed"])
+    await _sql(
+        store,
+        "UPDATE journal SET kind='Edited' WHERE tenant=:t AND run_id=:r AND seq=2",
+        r=str(victim),
+    )
+    cp, trailer = await export_to(store, tmp_path / "e.jsonl")
+    assert [u.run for u in trailer.unreadable] == [victim]
+    assert verify_lines(lines_of(tmp_path / "e.jsonl"), cp).runs_sound == 8
 
 
 # -- the body of a read record, from its read's parse -------------------------------------

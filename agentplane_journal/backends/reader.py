@@ -143,6 +143,9 @@ class _Read:
     sql: str
     args: tuple[Any, ...]
     future: asyncio.Future[list[Any]] = field(repr=False)
+    #: ``(column, budget)``: only the rows before whose ``column`` bytes reach ``budget``
+    #: (:meth:`Reader.rows_within`); ``None``: every row.
+    within: tuple[int, int] | None = None
 
 
 def _hop(conn: sqlite3.Connection, group: list[_Read]) -> list[Any]:
@@ -150,11 +153,29 @@ def _hop(conn: sqlite3.Connection, group: list[_Read]) -> list[Any]:
     out: list[Any] = []
     for read in group:
         try:
-            out.append(conn.execute(read.sql, read.args).fetchall())
+            cursor = conn.execute(read.sql, read.args)
+            out.append(cursor.fetchall() if read.within is None else _within(cursor, *read.within))
         except sqlite3.Error as exc:
             out.append(exc)
     if conn.in_transaction:  # a SELECT begins none; never leave one open on a kept connection
         conn.rollback()
+    return out
+
+
+def _within(cursor: sqlite3.Cursor, column: int, budget: int) -> list[Any]:
+    """``cursor``'s rows while the bytes of ``column`` in the rows before reach no ``budget``
+    (so always the first; ``NULL`` and any other value count 0, text its length), stepped
+    one at a time: the rows past the cut are never read."""
+    out: list[Any] = []
+    before = 0
+    for row in cursor:
+        if before >= budget:
+            break
+        out.append(row)
+        value = row[column]
+        if type(value) is bytes or type(value) is str:
+            before += len(value)
+    cursor.close()
     return out
 
 
@@ -172,12 +193,28 @@ class Reader:
             _SqliteReads(bind) if sqlite else _PostgresReads(bind, dialect)
         )
         self.dialect = "sqlite" if sqlite else "postgresql"
+        #: Whether :meth:`rows_within` serves (SQLite's: its rows are stepped on its thread).
+        self.cuts_pages = sqlite
 
     async def rows(self, statement: str, *args: Any) -> list[Any]:
         """``statement``'s rows (one of this module's), with ``args`` for ``$1``, ``$2``..."""
         sql = _text(statement, self._schema, self._sqlite)
         loop = asyncio.get_running_loop()
         return await self._queue.submit(_Read(sql, args, loop.create_future()))
+
+    async def rows_within(
+        self, sql: str, args: tuple[Any, ...], column: int, budget: int
+    ) -> list[Any]:
+        """SQLite only: ``sql``'s rows (the driver's own text and positional ``args``) up to
+        the first whose ``column`` bytes before it reach ``budget`` (always the first), cut
+        as they are stepped on SQLite's thread, in the one hop: a page bounded by bytes
+        without a ``LIMIT`` the database computes first by reading the page's rows twice
+        (``export --all``'s pages, :mod:`agentplane_journal.journal.export_pages`)."""
+        if not self._sqlite:
+            raise ValueError("rows_within is SQLite's (PostgreSQL's pages cut in SQL)")
+        loop = asyncio.get_running_loop()
+        read = _Read(sql, args, loop.create_future(), (column, budget))
+        return await self._queue.submit(read)
 
     async def idle(self) -> None:
         """Wait until every queued read is answered and the connection is back."""

@@ -21,8 +21,9 @@ from typing import Any
 
 from agentplane_journal.core.record import Attestation
 from agentplane_journal.db.row_records import checked_body
+from agentplane_journal.exportfmt.lines import stored_line
 
-__all__ = ["plain_body"]
+__all__ = ["plain_body", "plain_line"]
 
 _ZEROS = bytes.maketrans(b"123456789", b"000000000")
 _TWENTY_ZEROS = b"0" * 20
@@ -42,3 +43,15 @@ def plain_body(row: Any) -> tuple[dict[str, Any] | None, str, Attestation | None
     # the bytes itself, as ``record_line`` does for a record's body.
     body, text, attestation = checked
     return (None if _TWENTY_ZEROS in row[3].translate(_ZEROS) else body), text, attestation
+
+
+def plain_line(row: Any) -> str | None:
+    """The export's line of a row :func:`plain_body` accepts (``stored_line`` of its parts,
+    without the tuple between them: this is every exported record's), or ``None`` when
+    ``record_from_row`` must decide. ``ValueError`` as ``stored_line``'s."""
+    checked = checked_body(row)
+    if checked is None:
+        return None
+    body, text, attestation = checked
+    long_digits = _TWENTY_ZEROS in row[3].translate(_ZEROS)  # see plain_body
+    return stored_line(row[0], row[1], row[2], text, None if long_digits else body, attestation)

@@ -255,14 +255,41 @@ _MAX_PLANS = 256
 
 def _reordered(wire: dict[str, Any]) -> dict[str, Any]:
     kind = wire.get("kind")
-    if not isinstance(kind, str):
-        return _ordered(wire, TOP_MEMBERS)
+    if type(kind) is not str:
+        return _ordered(wire, TOP_MEMBERS) if not isinstance(kind, str) else _by_plan(wire, kind)
+    # A body's members, as the wire holds them, and its kind name its order exactly: the
+    # members it holds, in declaration order, then the rest in wire order. Looked up once
+    # per such shape (a journal holds a handful), so a body is built by one comprehension
+    # over its own members, with no test of the members it lacks.
+    shape = (kind, *wire)
+    exact = _EXACT.get(shape)
+    if exact is None:
+        return _by_plan(wire, kind, shape)
+    order, shaped = exact
+    body = {key: wire[key] for key in order}
+    for key, inner in shaped:
+        body[key] = _shaped(body[key], inner)
+    return body
+
+
+def _by_plan(
+    wire: dict[str, Any], kind: str, shape: tuple[str, ...] | None = None
+) -> dict[str, Any]:
+    """:func:`_reordered` from the kind's plan; ``shape`` (the kind and the wire's members):
+    the order found is kept for the next body of that shape (up to :data:`_MAX_PLANS`)."""
     order, shaped = _plan(kind)
     body = _ordered(wire, order)
-    for key, shape in shaped:
-        if key in body:
-            body[key] = _shaped(body[key], shape)
+    present = tuple((key, inner) for key, inner in shaped if key in body)
+    for key, inner in present:
+        body[key] = _shaped(body[key], inner)
+    if shape is not None and len(_EXACT) < _MAX_PLANS:
+        _EXACT[shape] = (tuple(body), present)
     return body
+
+
+_EXACT: dict[tuple[str, ...], tuple[tuple[str, ...], tuple[tuple[str, Any], ...]]] = {}
+"""``(kind, *wire members)`` -> the members in ``body``'s order and the shaped ones among
+them (bounded, as :data:`_PLANS` is: a hostile journal's shapes do not grow it)."""
 
 
 def _write(value: Any, out: list[str]) -> None:

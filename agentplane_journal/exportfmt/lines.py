@@ -216,8 +216,16 @@ def stored_line(
     """:func:`record_line` of a record the store read, from its checked parts (a row
     ``db.row_bodies.plain_body`` accepted: ``parsed`` is ``json``'s parse of ``text``, given
     only where ``text`` holds no 20 digits in a row), without building the record: the
-    same line."""
-    return _line(seq, prev_hash.hex(), hash_.hex(), text, parsed, attestation)
+    same line. (:func:`_line` spelled out: this is every exported record's.)"""
+    try:
+        body = body_text(text, parsed)
+    except ValueError as exc:
+        raise ValueError(f"record {seq}: {exc}") from None
+    att = "null" if attestation is None else _dumps(attestation_json(attestation))
+    return (
+        f'{{"seq":{seq},"body":{body},"prev_hash":"{prev_hash.hex()}",'
+        f'"hash":"{hash_.hex()}","attestation":{att},"raw":{_string(text)}}}'
+    )
 
 
 def _line(

@@ -24,6 +24,7 @@ from typing import Any
 from sqlalchemy import func, select, union
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from agentplane_journal.backends import reader as lean
 from agentplane_journal.core.checks import check_int, check_run, check_text
 from agentplane_journal.core.ids import Digest, RunId
 from agentplane_journal.core.record import Record
@@ -66,6 +67,11 @@ class AuditReads(Repository):
     log's derived tree from the seals, never a record)."""
 
     tenant_log: TenantLog
+
+    async def _lean(self, session: AsyncSession | None, primary: bool) -> lean.Reader | None:
+        """The store's lean reads (``RunReads._lean``, which the store's own comes from);
+        a repository without them reads by the general unit of work."""
+        return None
 
     async def read_runs(
         self,
@@ -150,7 +156,14 @@ class AuditReads(Repository):
         budget = reads.PAGE_BYTES if page_bytes is None else page_bytes
         budget = check_int(budget, "page_bytes", minimum=1)
         rows = check_int(rows, "rows", minimum=1)
-        stmt = export_pages.page_statement(phase, rows, self.dialect.windowed_export_pages)
+        windowed = self.dialect.windowed_export_pages
+        if not windowed and phase != export_pages.SEAL_ONLY:
+            reader = await self._lean(None, primary=False)
+            if reader is not None and reader.cuts_pages:
+                # Cut by bytes on SQLite's thread as the rows are stepped, in the one hop.
+                sql, args = export_pages.sqlite_page(self.tenant, phase, key, size, rows)
+                return await reader.rows_within(sql, args, export_pages.RAW, budget)
+        stmt = export_pages.page_statement(phase, rows, windowed)
         params = export_pages.page_params(self.tenant, phase, key, size, budget)
 
         async def unit(session: AsyncSession) -> list[Any]:

@@ -29,7 +29,7 @@ from typing import IO, Any, TextIO
 
 from agentplane_journal.core.ids import Digest, RunId
 from agentplane_journal.core.record import is_canonical_ulid
-from agentplane_journal.db.row_bodies import plain_body
+from agentplane_journal.db.row_bodies import plain_line
 from agentplane_journal.db.statements import digest, record_from_row
 from agentplane_journal.errors import CorruptRecordError
 from agentplane_journal.exportfmt.lines import (
@@ -39,7 +39,6 @@ from agentplane_journal.exportfmt.lines import (
     header_line,
     record_line,
     run_line,
-    stored_line,
     trailer_line,
 )
 from agentplane_journal.journal.audits import RunRead
@@ -117,15 +116,13 @@ class _Block:
         self.error: str | None = None
 
     def add(self, row: Any) -> None:
-        """One stored row of this run: checked (:func:`plain_body`, or for its verdict
+        """One stored row of this run: checked (:func:`plain_line`, or for its verdict
         :func:`record_from_row`), then its line."""
         if self.error is not None:
             return
-        plain = plain_body(row)
         try:
-            if plain is not None:  # every check passed: the line from the row's own parts
-                line = stored_line(row[0], row[1], row[2], plain[1], plain[0], plain[2])
-            else:
+            line = plain_line(row)  # every check passed: the line from the row's own parts
+            if line is None:
                 try:
                     record = record_from_row(row)
                 except CorruptRecordError as exc:
@@ -180,9 +177,10 @@ class _Block:
 
 async def _pages(store: SqlJournalStore, phase: str, size: int) -> AsyncIterator[list[Any]]:
     """``phase``'s pages in order, each from the last row of the one before; the next is
-    asked for before this one is handed over. (It only goes on while the caller awaits: a
-    page is checked and written without an ``await``. Handing the loop back every few
-    hundred rows, so that it would go on meanwhile, measured no faster on either dialect.)"""
+    asked for before this one is handed over. (It only goes on while the caller awaits: on
+    PostgreSQL the caller hands the loop back every few rows it writes, the dialect's
+    ``export_handoff_rows``, so the server reads the next page meanwhile; on SQLite the
+    page is written whole, then the next one read.)"""
     key: tuple[Any, Any] = (-1, 0) if phase == LOG else ("", 0)
     pending = asyncio.ensure_future(store.export_page(phase, key, size=size))
     try:
@@ -211,29 +209,57 @@ async def _export_all(
 ) -> None:
     """Every run, a page (one statement) at a time: the log's first ``size`` leaves in log
     order, then every other run by run id, then a seal that has no record and no leaf below
-    ``size`` (a damaged journal's; named unreadable). Each row is checked as it is met."""
+    ``size`` (a damaged journal's; named unreadable). Each row is checked as it is met.
+
+    Where the database is a server (the dialect's ``export_handoff_rows``), the loop is
+    handed back every so many rows, so that the next page's round trips go on while this
+    one is written: the server reads it meanwhile."""
+    step = store.dialect.export_handoff_rows
     for phase in (LOG, OPEN, SEAL_ONLY):
-        block = _Block(None, None, None)  # a placeholder: writes nothing
-        block_key: object = _NONE
+        blocks = _Blocks(out, size, trailer, progress)
         try:
             async for page in _pages(store, phase, size):
-                for row in page:
-                    if row[16]:  # a run the log phase wrote (its leaf is below the size)
-                        continue
-                    if row[0] != block_key:
-                        block.write(out, size, trailer)
-                        if progress is not None and block.run is not None:
-                            progress(trailer.runs_requested, trailer.records)
-                        block_key = row[0]
-                        block = _Block(_canonical(row[2]), row[3], row[4])
-                    # A record (a seal's bare row has none), of a run the file can name.
-                    if row[11] is not None and block.run is not None:
-                        block.add(row[5:16])
-            block.write(out, size, trailer)
-            if progress is not None and block.run is not None:
-                progress(trailer.runs_requested, trailer.records)
+                if step is None:
+                    blocks.rows(page)
+                    continue
+                for at in range(0, len(page), step):
+                    await asyncio.sleep(0)  # the next page's statement is in flight
+                    blocks.rows(page[at : at + step])
+            blocks.end()
         finally:
-            block.close()
+            blocks.block.close()
+
+
+class _Blocks:
+    """A phase's rows into run blocks, as they come (a run may span pages)."""
+
+    __slots__ = ("block", "key", "out", "progress", "size", "trailer")
+
+    def __init__(self, out: TextIO, size: int, trailer: Trailer, progress: Progress | None):
+        self.out, self.size, self.trailer, self.progress = out, size, trailer, progress
+        self.block = _Block(None, None, None)  # a placeholder: writes nothing
+        self.key: object = _NONE
+
+    def rows(self, rows: Sequence[Any]) -> None:
+        block, key = self.block, self.key
+        for row in rows:
+            if row[16]:  # a run the log phase wrote (its leaf is below the size)
+                continue
+            if row[0] != key:
+                self.end(block)
+                key = row[0]
+                block = self.block = _Block(_canonical(row[2]), row[3], row[4])
+            # A record (a seal's bare row has none), of a run the file can name.
+            if row[11] is not None and block.run is not None:
+                block.add(row[5:16])
+        self.key = key
+
+    def end(self, block: _Block | None = None) -> None:
+        """The run being read ends (the last one of the phase: ``block`` omitted)."""
+        block = self.block if block is None else block
+        block.write(self.out, self.size, self.trailer)
+        if self.progress is not None and block.run is not None:
+            self.progress(self.trailer.runs_requested, self.trailer.records)
 
 
 _NONE = object()

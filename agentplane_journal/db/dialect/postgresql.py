@@ -47,6 +47,7 @@ class PostgresDialect:
     pgbouncer = True
     write_turns = False
     windowed_export_pages = True
+    export_handoff_rows: int | None = 128
     # Enough connections for a runtime's concurrent appends without queueing on the pool.
     engine_options: Mapping[str, Any] = {"pool_size": 10, "max_overflow": 40}
     driver_loggers: tuple[str, ...] = ()

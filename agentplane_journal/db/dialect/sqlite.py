@@ -66,6 +66,7 @@ class SqliteDialect:
     pgbouncer = False
     write_turns = True
     windowed_export_pages = False
+    export_handoff_rows: int | None = None
     engine_options: Mapping[str, Any] = {}
     driver_loggers: tuple[str, ...] = ("aiosqlite",)
 
