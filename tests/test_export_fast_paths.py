@@ -14,10 +14,13 @@ import math
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from agentplane_journal.core import jsonload
 from agentplane_journal.core.record import decode_wire
 from agentplane_journal.exportfmt.body import (
+    _NUMBER_MINUS,
     _as_f64,
     _refuse_constant,
     _reordered,
@@ -112,3 +115,65 @@ def test_jsonload_decode_gives_the_verdict_of_loads(text: str) -> None:
             return repr((type(exc).__name__, str(exc)))
 
     assert verdict(lambda t: jsonload.decode(json.JSONDecoder(), t)) == verdict(jsonload.loads)
+
+
+_DIGITS = str.maketrans("123456789", "000000000")
+
+# A `-` only inside strings (dates, UUIDs: most real records) against one in a number, and
+# strings the test takes for a number's (conservative: they only cost the exact path).
+STRING_MINUS = [
+    '{"t":"2026-12-05T07:10:00+00:00","id":"3f2b8a1e-7c4d-4e5f-9a0b-1c2d3e4f5a6b"}',
+    '{"file":"name-e-5","a":1.5,"b":[0.3,2]}',  # `e-` after a letter is no exponent
+    '{"a":"-","b":"--0","c":"x_1e-5"}',
+]
+NUMBER_MINUS = [
+    '{"t":"2026-12-05","a":-0}',
+    '{"t":"a-b","a":[1,2,-3]}',
+    '{"t":"a-b",\t"a":\n -0.0}',
+    '{"t":"a-b","x":2e-5}',
+    '{"t":"a-b","x":2E-5}',
+    '{"t":"a-b","x":1.5e-7}',
+    '{"t":"a-b","x":[0,10E-1]}',
+    '{"t":"a-b","x":-9223372036854775809}',
+]
+CONSERVATIVE = ['{"s":"a,-b"}', '{"s":"a -b"}', '{"s":"12e-5"}', '{"s":"1e-7c4d"}']
+
+
+@pytest.mark.parametrize("text", STRING_MINUS + NUMBER_MINUS + CONSERVATIVE)
+def test_the_minus_of_a_number_is_told_from_a_minus_in_a_string(text: str) -> None:
+    assert (_NUMBER_MINUS.search(text) is None) == (text in STRING_MINUS)
+
+
+@pytest.mark.parametrize("text", [t for t in EDGES if "0" * 20 not in t.translate(_DIGITS)])
+@pytest.mark.parametrize("prefix", ["", '"note":"2026-12-05 a-b",'])
+def test_body_text_given_the_parse_writes_what_the_exact_writer_writes(
+    text: str, prefix: str
+) -> None:
+    """The fast path (``parsed`` given, as export gives it for a body without 20 digits in a
+    row) writes what the exact writer writes, with a string's `-` beside the edges too."""
+    text = "{" + prefix + text[1:]
+    out: list[str] = []
+    _write(_reordered(_exact_serde(text)), out)
+    assert body_text(text, json.loads(text)) == "".join(out)
+
+
+_numbers = st.one_of(
+    st.integers(min_value=-(2**63), max_value=2**63 - 1),
+    st.floats(allow_nan=False, allow_infinity=False),
+)
+
+
+@given(
+    st.lists(st.one_of(_numbers, st.text(alphabet="-e0:,[ ", max_size=6)), min_size=1),
+    st.sampled_from([(",", ":"), (", ", ": ")]),
+)
+def test_every_number_holding_a_minus_is_seen(values: list[Any], separators: Any) -> None:
+    """Whatever the layout, a number written with a `-` (a sign, an exponent's) is found;
+    the fast path is taken only where every `-` is a string's."""
+    text = json.dumps({"v": values}, separators=separators)
+    numeric = any(type(v) is not str and "-" in json.dumps(v) for v in values)
+    if numeric:
+        assert _NUMBER_MINUS.search(text) is not None
+    out: list[str] = []
+    _write(_reordered(_exact_serde(text)), out)
+    assert body_text(text, json.loads(text)) == "".join(out)

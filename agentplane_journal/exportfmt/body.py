@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Callable
 from json.encoder import encode_basestring
 from typing import Any
@@ -350,20 +351,36 @@ def _maybe_small(raw: str) -> bool:
     return "e-" in raw or "E-" in raw or "0.0000" in raw
 
 
+#: A ``-`` that can belong to a number in JSON text: a sign, which follows ``:``, ``,``, ``[``
+#: or JSON whitespace (a value's start), or an exponent's, which follows a digit's ``e``/``E``
+#: (``-?(0|[1-9][0-9]*)(\.[0-9]+)?[eE]-``: the digit follows a digit, ``.``, ``-`` or a
+#: value's start, never a letter or ``_``). Any other ``-`` is inside a string, where it
+#: changes no number: a date, a UUID's ``8a1e-`` (most real records hold one). Conservative:
+#: a string's ``a,-b``, `` -`` or ``"12e-5"`` match too, and only cost the exact path. The
+#: pattern starts with its literal ``-`` so that ``re`` scans for it at C speed (about 1 ns
+#: a character; a leading character class scans at 8).
+_NUMBER_MINUS = re.compile(r"-(?:(?<=[:,\[\s]-)|(?<=[0-9][eE]-)(?<![A-Za-z_][0-9][eE]-))")
+
+
 def body_text(raw: str, parsed: dict[str, Any] | None = None) -> str:
     """The ``body`` agentplane 0.22 writes for a record whose wire bytes are ``raw``.
 
     ``parsed``: ``raw`` as ``json.loads`` parses it, given by a caller that knows ``raw`` holds
     no run of 20 digits (``record_line`` for a read record's body): used instead of parsing
-    ``raw`` again when serde_json would hold the same values (no ``-`` in ``raw``, so no
-    ``-0`` and no integer below ``i64``; no float the C writer writes otherwise); anything
-    else is parsed here, as without it.
+    ``raw`` again when serde_json would hold the same values (no ``-`` of a number in
+    ``raw``, so no ``-0`` and no integer below ``i64``; no float the C writer writes
+    otherwise); anything else is parsed here, as without it.
 
     ``ValueError`` when ``raw`` is not a JSON object or holds what serde_json cannot (a number
     out of ``f64`` range, a lone surrogate): 0.22 files such a run as unreadable.
     """
-    # (With no `-` at all, `_maybe_small` can only find "0.0000": its other two need one.)
-    if type(parsed) is dict and "-" not in raw and "0.0000" not in raw:
+    # (With no `-` of a number, only "0.0000" can write a number below 1e-4: the other two
+    # forms `_maybe_small` looks for are a number's `e-`.)
+    if (
+        type(parsed) is dict
+        and "0.0000" not in raw
+        and ("-" not in raw or _NUMBER_MINUS.search(raw) is None)
+    ):
         try:
             text = _compact(_reordered(parsed))
         except ValueError:  # an infinity (1e400): the exact path below names it
