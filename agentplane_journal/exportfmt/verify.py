@@ -52,7 +52,7 @@ from agentplane_journal.exportfmt.lines import (
     parse_digest,
     parse_ulid_run,
 )
-from agentplane_journal.exportfmt.read import attestation, read_line, run_block
+from agentplane_journal.exportfmt.read import RunBlock, attestation, read_line, run_block
 from agentplane_journal.exportfmt.settle import (
     InMemorySeen,
     LogLeaves,
@@ -184,6 +184,9 @@ class ExportVerifier:
         self._canon: int | None = None
         self._dropped = 0
         self._dropped_example = ""
+        self.last_block: tuple[dict[str, Any], RunBlock | str] | None = None
+        """The run block line read last and :func:`~.read.run_block`'s reading of it (the
+        very line object), for a restore's pass one, which reads each block as this does."""
         self.last_read: tuple[str, bytes, bytes, object] | None = None
         """The record line just fed, as read here: ``(raw, prev, digest, body)``, its ``raw``
         text (the very object), the head it was chained onto, SHA-256 over ``prev`` and
@@ -282,6 +285,7 @@ class ExportVerifier:
 
     def _open_run(self, value: dict[str, Any]) -> None:
         block = run_block(value)
+        self.last_block = (value, block)
         if isinstance(block, str):
             self._pass = None
             self.report.findings.append(block)
