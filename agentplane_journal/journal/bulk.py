@@ -315,6 +315,8 @@ async def _insert_rows(
     text, names = _driver_sql(conn, "journal", _JOURNAL_INSERT)
     if names != COLUMNS:
         raise RuntimeError("the journal INSERT's parameters are not in COLUMNS order")
+    if await store.dialect.copy_rows(conn, _JOURNAL, COLUMNS, rows):
+        return  # PostgreSQL's COPY; refused, it left nothing and the INSERT below names why
     try:
         await conn.exec_driver_sql(text, rows)
     except DBAPIError as exc:
@@ -325,6 +327,7 @@ async def _insert_rows(
         raise store.insert_refused(exc, RunId.parse(first[1]), first[2], started) from exc
 
 
+_JOURNAL: Any = Journal.__table__
 _JOURNAL_INSERT = Journal.__table__.insert().values(dict.fromkeys(COLUMNS))
 """The journal's INSERT of every column, in :data:`COLUMNS` order."""
 

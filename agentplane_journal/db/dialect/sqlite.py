@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -178,6 +178,16 @@ class SqliteDialect:
         # No list type: an expanding IN (one parameter per id, without casts).
         one_of: ColumnElement[bool] = column.in_(bindparam(name, expanding=True))
         return one_of
+
+    async def copy_rows(
+        self,
+        conn: AsyncConnection,
+        table: Table,
+        columns: Sequence[str],
+        rows: Sequence[tuple[Any, ...]],
+    ) -> bool:
+        # No bulk load beyond executemany itself, which the caller runs.
+        return False
 
     def contains_bytes(self, column: Any, needle: bytes) -> ColumnElement[bool]:
         # instr() compares BLOBs byte by byte (LIKE would fold case and stop at a NUL).
