@@ -113,6 +113,7 @@ class Judge:
         self._sealed_empty: list[RunId] = []
         self._signed = self._dropped = 0
         self._profiles: set[WireProfile] = set()
+        self._profile: WireProfile | None = None  # the one last added to _profiles
         self._started: set[EffectKey] = set()  # the current run's
         self._claims: dict[str, RunId] = {}
         self._spool = spool
@@ -193,7 +194,9 @@ class Judge:
         refused = profile.refusal(append)
         if refused is not None:
             raise RestoreRefused(f"line {number}: {refused}")
-        self._profiles.add(profile)
+        if profile is not self._profile:  # hashing a profile is a dataclass's tuple hash
+            self._profiles.add(profile)
+            self._profile = profile
         seq = body.get("seq")
         if type(seq) is not int:  # verify-export's finding too; never chained as a number
             raise RestoreRefused(
