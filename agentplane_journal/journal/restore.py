@@ -415,7 +415,7 @@ class _Replay:
         next chunk)."""
         epoch = record[1]
         group = self.group
-        if group is None or group[1] != epoch or group[0] != run:
+        if group is None or group[1] != epoch or group[0] is not run:  # a block's one RunId
             self._end_group()
             self.group = group = (run, epoch, [])
         group[2].append(record)
@@ -423,7 +423,7 @@ class _Replay:
         self.held += 1
         return self.held >= BATCH
 
-    async def end_run(
+    def end_run(
         self, run: RunId, index: int | None, outcome: str | None, *, any_records: bool
     ) -> None:
         self._end_group()
@@ -533,7 +533,7 @@ async def _replay(spool: Spool, replay: _Replay, report: RestoreReport) -> None:
     for entry in spool.entries():
         if type(entry[0]) is str:  # a run block: (run ulid, log index or None)
             if run is not None:
-                await replay.end_run(run, index, outcome, any_records=records > 0)
+                replay.end_run(run, index, outcome, any_records=records > 0)
             run = RunId.parse(entry[0])  # pass one's run_block parsed it
             index, outcome, records = entry[1], None, 0
             report.runs += 1
@@ -544,7 +544,7 @@ async def _replay(spool: Spool, replay: _Replay, report: RestoreReport) -> None:
             if replay.record(run, entry):
                 await replay.flush()
     if run is not None:
-        await replay.end_run(run, index, outcome, any_records=records > 0)
+        replay.end_run(run, index, outcome, any_records=records > 0)
     await replay.finish()
 
 
