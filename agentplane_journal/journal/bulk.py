@@ -31,7 +31,8 @@ and checked (:mod:`~agentplane_journal.journal.restore_spool`): the same locks, 
 and head judgement per operation (and the rows must continue the head the target holds,
 byte for byte), the same admission claims, outcomes and leaves, the rows inserted by one
 ``executemany`` of the journal's plain INSERT (the driver's, no statement compiled per chunk
-and no per-row parameter processing): a second start of an effect, or a position another
+and no per-row parameter processing; on PostgreSQL by ``COPY`` first, in a savepoint, the
+INSERT only when the server refuses it): a second start of an effect, or a position another
 writer took, is refused by the index and fails the chunk, all or nothing.
 """
 
