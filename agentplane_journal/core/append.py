@@ -72,52 +72,37 @@ class Append:
         effect_key: EffectKey | str | None = None,
         v: int = RECORD_VERSION,
     ) -> None:
-        _append_run(self, run if type(run) is RunId else RunId.parse(run))
-        # The record's discriminator, also stored in the indexed ``kind`` column.
-        _append_kind(self, check_label(kind, "kind"))
+        _fill(self, run, kind, payload, case, step, phase, effect_key, v, True)
 
-        if payload is None:
-            payload = {}
-        elif not isinstance(payload, dict):
-            raise TypeError(
-                f"payload must be a dict of the kind's fields, not {type(payload).__name__}"
-            )
-        else:
-            payload = dict(payload)  # the caller's later edits must not reach the record
-        if not RESERVED_MEMBERS.isdisjoint(payload):
-            key = next(key for key in payload if key in RESERVED_MEMBERS)
-            raise ValueError(
-                f"payload field {key!r} collides with the record body's own member "
-                f"{key!r}; rename the field (reserved: {', '.join(sorted(RESERVED_MEMBERS))})"
-            )
-        canonical_bytes(payload, path="payload")
-        # agentplane 0.22.0's newer members, by JSON type (core/kinds.py).
-        problem = field_problem(kind, payload)
-        if problem is not None:
-            raise ValueError(problem)
-        if kind == RUN_ADMITTED and IDEMPOTENCY_KEY in payload:
-            # The admission key the store will claim: refused here, in the caller's code,
-            # rather than by the index (see core/admission.py).
-            check_admission_key(payload[IDEMPOTENCY_KEY], f"{kind}'s {IDEMPOTENCY_KEY}")
-        _append_payload(self, payload)
+    @classmethod
+    def of_canonical_payload(
+        cls,
+        run: RunId | str,
+        kind: str,
+        payload: dict[str, Any],
+        *,
+        case: CaseId | str | None = None,
+        step: int | None = None,
+        phase: str = "forward",
+        effect_key: EffectKey | str | None = None,
+        v: int = RECORD_VERSION,
+    ) -> Append:
+        """The :class:`Append` of these arguments, every check made as by the constructor
+        but one: ``payload``'s canonical bytes are not written to see that they can be.
 
-        _append_case(self, None if case is None else CaseId.parse(case))
-        _append_step(self, None if step is None else validate_step(step))
-        if not isinstance(phase, str) or phase not in PHASES:
-            raise ValueError(f"unknown phase {phase!r}; expected one of {', '.join(PHASES)}")
-        _append_phase(self, phase)
-        if isinstance(effect_key, str):
-            effect_key = EffectKey.from_hex(effect_key)
-        elif effect_key is not None and not isinstance(effect_key, EffectKey):
-            raise TypeError(
-                f"effect_key must be an EffectKey or 64 hex digits, not {type(effect_key).__name__}"
-            )
-        _append_effect_key(self, effect_key)
-        if type(v) is not int and not _is_int(v):
-            raise TypeError(f"v must be an int, not {type(v).__name__}")
-        if not 0 <= v <= _U16_MAX:
-            raise ValueError(f"v {v} is outside 0..{_U16_MAX} (an unsigned 16-bit integer)")
-        _append_v(self, v)
+        For a caller that holds the canonical bytes (:func:`~.canon.canonical_bytes`, the
+        ``agentplane-0.4`` rule the constructor checks with) of a JSON object whose members
+        include every member of ``payload``, the very same values (restore's pass one: the
+        record body it read, of which the payload is the members other than the envelope's).
+        The canonical form of an object checks each member's key and value on its own (the
+        nesting, the key order's range, the integers, the floats, the strings' UTF-8), so
+        an object with a canonical form has members that all pass, and so has any object
+        made of some of them: the check would pass, and it is that check alone that is
+        skipped. Anything else (a payload the caller has not seen written so) must use the
+        constructor."""
+        self = object.__new__(cls)
+        _fill(self, run, kind, payload, case, step, phase, effect_key, v, False)
+        return self
 
     @property
     def idempotency_key(self) -> str | None:
@@ -155,6 +140,70 @@ class Append:
             body["effect_key"] = self.effect_key.hex()
         body["kind"] = self.kind
         return body
+
+
+def _fill(
+    self: Append,
+    run: RunId | str,
+    kind: str,
+    payload: dict[str, Any] | None,
+    case: CaseId | str | None,
+    step: int | None,
+    phase: str,
+    effect_key: EffectKey | str | None,
+    v: int,
+    canonical: bool,
+) -> None:
+    """:class:`Append`'s checks, each argument set once through its slot; ``canonical``:
+    whether to check that the payload has canonical bytes (see
+    :meth:`Append.of_canonical_payload`)."""
+    _append_run(self, run if type(run) is RunId else RunId.parse(run))
+    # The record's discriminator, also stored in the indexed ``kind`` column.
+    _append_kind(self, check_label(kind, "kind"))
+
+    if payload is None:
+        payload = {}
+    elif not isinstance(payload, dict):
+        raise TypeError(
+            f"payload must be a dict of the kind's fields, not {type(payload).__name__}"
+        )
+    else:
+        payload = dict(payload)  # the caller's later edits must not reach the record
+    if not RESERVED_MEMBERS.isdisjoint(payload):
+        key = next(key for key in payload if key in RESERVED_MEMBERS)
+        raise ValueError(
+            f"payload field {key!r} collides with the record body's own member "
+            f"{key!r}; rename the field (reserved: {', '.join(sorted(RESERVED_MEMBERS))})"
+        )
+    if canonical:  # else shown by the caller (Append.of_canonical_payload)
+        canonical_bytes(payload, path="payload")
+    # agentplane 0.22.0's newer members, by JSON type (core/kinds.py).
+    problem = field_problem(kind, payload)
+    if problem is not None:
+        raise ValueError(problem)
+    if kind == RUN_ADMITTED and IDEMPOTENCY_KEY in payload:
+        # The admission key the store will claim: refused here, in the caller's code,
+        # rather than by the index (see core/admission.py).
+        check_admission_key(payload[IDEMPOTENCY_KEY], f"{kind}'s {IDEMPOTENCY_KEY}")
+    _append_payload(self, payload)
+
+    _append_case(self, None if case is None else CaseId.parse(case))
+    _append_step(self, None if step is None else validate_step(step))
+    if not isinstance(phase, str) or phase not in PHASES:
+        raise ValueError(f"unknown phase {phase!r}; expected one of {', '.join(PHASES)}")
+    _append_phase(self, phase)
+    if isinstance(effect_key, str):
+        effect_key = EffectKey.from_hex(effect_key)
+    elif effect_key is not None and not isinstance(effect_key, EffectKey):
+        raise TypeError(
+            f"effect_key must be an EffectKey or 64 hex digits, not {type(effect_key).__name__}"
+        )
+    _append_effect_key(self, effect_key)
+    if type(v) is not int and not _is_int(v):
+        raise TypeError(f"v must be an int, not {type(v).__name__}")
+    if not 0 <= v <= _U16_MAX:
+        raise ValueError(f"v {v} is outside 0..{_U16_MAX} (an unsigned 16-bit integer)")
+    _append_v(self, v)
 
 
 # The slots' own setters, for Append.__init__ (past the frozen guard without its lookup).

@@ -34,7 +34,7 @@ from collections.abc import Callable
 from json.encoder import encode_basestring
 from typing import Any, cast
 
-__all__ = ["MAX_DEPTH", "canonical_bytes", "format_float"]
+__all__ = ["MAX_DEPTH", "canonical_bytes", "canonical_of_sorted", "format_float"]
 
 MAX_DEPTH = 127
 """Deepest container nesting accepted (the root counts as 1).
@@ -113,6 +113,26 @@ def canonical_bytes(value: object, *, path: str = "value") -> bytes:
         except UnicodeEncodeError:
             pass  # a lone surrogate: the general encoder names where it is
     return _general_bytes(value, path)
+
+
+def canonical_of_sorted(value: object, text: str) -> bytes | None:
+    """:func:`canonical_bytes` of ``value``, given ``text``, the joined :data:`sorted_chunks`
+    of that same ``value`` already written by the caller (verify-export compares it with a
+    record's wire bytes); ``None`` where that text is not shown to be the canonical one
+    (then call :func:`canonical_bytes`, whose answer or refusal is the only one).
+
+    The text is reused exactly where :func:`canonical_bytes` would take its own fast path:
+    the C encoder is :data:`sorted_chunks`, ``value`` passes :func:`_plain`, and the text
+    encodes as UTF-8 (no lone surrogate). There :func:`canonical_bytes` writes the same
+    pieces of the same value and returns those bytes; a caller that passes a text written
+    from anything but ``value`` gets that text's bytes back, so it must hold the two
+    together (restore holds the verifier's own ``(body, text)``, by identity)."""
+    if _c_encode is None or not _plain(value, 1):
+        return None
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        return None
 
 
 def _general_bytes(value: object, path: str) -> bytes:

@@ -26,13 +26,13 @@ from __future__ import annotations
 
 import asyncio
 import weakref
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy.engine import Connection, Engine
 
-__all__ = ["held_runs", "hold", "opened", "refuse_own_wait", "restore"]
+__all__ = ["held_runs", "hold", "hold_all", "opened", "refuse_own_wait", "restore"]
 
 # In a pooled connection's ``info``: the token of the transaction open on it (SQLite, set by
 # the begin listener and cleared by the commit/rollback listeners).
@@ -111,6 +111,13 @@ def hold(connection: Connection, tenant: str, run: str) -> None:
     entry = _entry(connection, create=True)
     if entry is not None:
         entry.runs.add((tenant, run))
+
+
+def hold_all(connection: Connection, tenant: str, runs: Iterable[str]) -> None:
+    """:func:`hold` for many runs at once (a restore's chunk): one lookup of the entry."""
+    entry = _entry(connection, create=True)
+    if entry is not None:
+        entry.runs.update((tenant, run) for run in runs)
 
 
 def held_runs(connection: Connection) -> frozenset[tuple[str, str]]:

@@ -52,7 +52,7 @@ from agentplane_journal.exportfmt.lines import (
     parse_digest,
     parse_ulid_run,
 )
-from agentplane_journal.exportfmt.read import attestation, read_line, run_block
+from agentplane_journal.exportfmt.read import RunBlock, attestation, read_line, run_block
 from agentplane_journal.exportfmt.settle import (
     InMemorySeen,
     LogLeaves,
@@ -184,6 +184,17 @@ class ExportVerifier:
         self._canon: int | None = None
         self._dropped = 0
         self._dropped_example = ""
+        self.last_block: tuple[dict[str, Any], RunBlock | str] | None = None
+        """The run block line read last and :func:`~.read.run_block`'s reading of it (the
+        very line object), for a restore's pass one, which reads each block as this does."""
+        self.last_read: tuple[str, bytes, bytes, object] | None = None
+        """The record line just fed, as read here: ``(raw, prev, digest, body)``, its ``raw``
+        text (the very object), the head it was chained onto, SHA-256 over ``prev`` and
+        ``raw``'s bytes (UTF-8, surrogates passed), and its ``body`` (the very object) if
+        that was shown to be the wire's value by writing it back as exactly ``raw`` with
+        :func:`~.body_wire.sorted_text`, else ``None``. ``None`` for any other line, or a
+        record not hashed. For a restore's pass one, which would otherwise hash and write
+        each record a second time; read it before the next line is fed."""
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -203,6 +214,7 @@ class ExportVerifier:
     def feed_read(self, value: dict[str, Any] | str | None) -> bool:
         """Take one line as :func:`~.read.read_line` read it (a restore reads each line
         once for itself and for this pass); ``False`` as :meth:`feed`."""
+        self.last_read = None
         if self._stopped:
             return False
         if value is None:
@@ -273,6 +285,7 @@ class ExportVerifier:
 
     def _open_run(self, value: dict[str, Any]) -> None:
         block = run_block(value)
+        self.last_block = (value, block)
         if isinstance(block, str):
             self._pass = None
             self.report.findings.append(block)
@@ -342,6 +355,7 @@ class ExportVerifier:
     def _read_record(self, value: dict[str, Any], p: _RunPass) -> None:
         report, run = self.report, p.run
         p.records += 1
+        self.last_read = None
         raw, hash_text = value.get("raw"), value.get("hash")
         if not isinstance(raw, str):
             report.findings.append(_NO_TIE.format(run=run))
@@ -375,6 +389,7 @@ class ExportVerifier:
                 wire = None
             same = "body" in value and same_value(body, wire)
         seq = wire.get("seq") if isinstance(wire, dict) else None
+        self.last_read = (raw, p.prev, recomputed, body if fast else None)
         if not isinstance(wire, dict) or type(seq) is not int:
             report.findings.append(f"run {run}: a record line is malformed")
             p.clean = False

@@ -31,7 +31,8 @@ and checked (:mod:`~agentplane_journal.journal.restore_spool`): the same locks, 
 and head judgement per operation (and the rows must continue the head the target holds,
 byte for byte), the same admission claims, outcomes and leaves, the rows inserted by one
 ``executemany`` of the journal's plain INSERT (the driver's, no statement compiled per chunk
-and no per-row parameter processing): a second start of an effect, or a position another
+and no per-row parameter processing; on PostgreSQL by ``COPY`` first, in a savepoint, the
+INSERT only when the server refuses it): a second start of an effect, or a position another
 writer took, is refused by the index and fails the chunk, all or nothing.
 """
 
@@ -44,7 +45,7 @@ from typing import Any
 
 from sqlalchemy import bindparam, func, select
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from agentplane_journal.core.admission import IDEMPOTENCY_KEY, RUN_ADMITTED
 from agentplane_journal.core.append import EFFECT_STARTED, Append
@@ -55,6 +56,7 @@ from agentplane_journal.core.profile import WireProfile, profile_named
 from agentplane_journal.core.record import Record
 from agentplane_journal.db import selfwait
 from agentplane_journal.db.dialect import Dialect
+from agentplane_journal.db.driver_sql import driver_sql as _driver_sql
 from agentplane_journal.db.models import EFFECT_STARTED_PREDICATE, Journal, RunLease, RunSeal
 from agentplane_journal.db.statements import RECORD_COLUMNS, digest, hot_statements
 from agentplane_journal.errors import ConflictError, DuplicateEffectError, RunSealedError
@@ -290,7 +292,7 @@ async def write_rows(store: SqlJournalStore, ops: Sequence[RowOp]) -> None:
                 if outcome is not None:
                     conclusion = outcome
             last = op.records[-1]
-            held[run] = replace(state, head_seq=last[0], head_hash=Digest(last[6]))
+            held[run] = RunState(state.sealed_outcome, state.sealed_head, last[0], Digest(last[6]))
             if claims or conclusion is not None:
                 after.append((run, claims, conclusion))
         await _insert_rows(store, session, rows)
@@ -314,6 +316,8 @@ async def _insert_rows(
     text, names = _driver_sql(conn, "journal", _JOURNAL_INSERT)
     if names != COLUMNS:
         raise RuntimeError("the journal INSERT's parameters are not in COLUMNS order")
+    if await store.dialect.copy_rows(conn, _JOURNAL, COLUMNS, rows):
+        return  # PostgreSQL's COPY; refused, it left nothing and the INSERT below names why
     try:
         await conn.exec_driver_sql(text, rows)
     except DBAPIError as exc:
@@ -324,29 +328,7 @@ async def _insert_rows(
         raise store.insert_refused(exc, RunId.parse(first[1]), first[2], started) from exc
 
 
-_DRIVER_SQL: dict[tuple[Any, ...], tuple[str, tuple[str, ...]]] = {}
-
-
-def _driver_sql(conn: AsyncConnection, name: str, statement: Any) -> tuple[str, tuple[str, ...]]:
-    """``statement`` compiled for ``conn``'s driver, naming the tables as the connection's
-    ``schema_translate_map`` does (a drill's scratch schema), with its parameters' names in
-    order: for ``exec_driver_sql`` with a list of tuples, an ``executemany`` with no
-    per-row parameter processing. Compiled once per statement, driver and schema."""
-    sync = conn.sync_connection
-    schemas = None if sync is None else sync.get_execution_options().get("schema_translate_map")
-    dialect = conn.dialect
-    mapped = sorted((repr(k), repr(v)) for k, v in (schemas or {}).items())
-    key = (name, dialect.name, dialect.driver, dialect.paramstyle, *mapped)
-    found = _DRIVER_SQL.get(key)
-    if found is None:
-        translate = {"schema_translate_map": schemas, "render_schema_translate": True}
-        compiled = statement.compile(dialect=dialect, **(translate if schemas else {}))
-        if len(_DRIVER_SQL) > 64:  # a scratch schema per drill: keep the cache small
-            _DRIVER_SQL.clear()
-        found = _DRIVER_SQL[key] = (str(compiled), tuple(compiled.positiontup or ()))
-    return found
-
-
+_JOURNAL: Any = Journal.__table__
 _JOURNAL_INSERT = Journal.__table__.insert().values(dict.fromkeys(COLUMNS))
 """The journal's INSERT of every column, in :data:`COLUMNS` order."""
 
@@ -452,14 +434,17 @@ async def _lock_runs(
     conn = await session.connection()
     now = store.now()
     text, names = _driver_sql(conn, "run_mutex", hot_statements(store.dialect).run_mutex)
+    # Each row is the fixed values with the run id in its place (a tuple, no dict per run).
+    fixed = {"tenant": tenant, "now": now, "run_id": None}
+    at = names.index("run_id")
+    before, after = tuple(fixed[n] for n in names[:at]), tuple(fixed[n] for n in names[at + 1 :])
+    if "run_id" in names[at + 1 :]:
+        raise RuntimeError("the run mutex statement names its run id twice")
     for start in range(0, len(ids), _IN_LIST):
-        values = [
-            {"tenant": tenant, "run_id": i, "now": now} for i in ids[start : start + _IN_LIST]
-        ]
-        await conn.exec_driver_sql(text, [tuple(v[n] for n in names) for v in values])
+        rows = [(*before, i, *after) for i in ids[start : start + _IN_LIST]]
+        await conn.exec_driver_sql(text, rows)
     if conn.sync_connection is not None:  # so that this task never waits on them itself
-        for i in ids:
-            selfwait.hold(conn.sync_connection, tenant, i)
+        selfwait.hold_all(conn.sync_connection, tenant, ids)
     leases: dict[str, tuple[Any, Any]] = {}
     seals: dict[str, tuple[Any, Any]] = {}
     heads: dict[str, tuple[Any, ...]] = {}

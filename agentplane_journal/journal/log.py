@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
+from operator import itemgetter
 from typing import Any
 
 from sqlalchemy import (
@@ -56,6 +57,7 @@ from sqlalchemy.sql.elements import BindParameter
 
 from agentplane_journal.core.ids import Digest, RunId
 from agentplane_journal.db.dialect import Dialect
+from agentplane_journal.db.driver_sql import driver_sql
 from agentplane_journal.db.models import JournalCounter, LogTree, RunSeal
 from agentplane_journal.db.statements import digest, stored_run
 from agentplane_journal.errors import BackendError, CorruptLogError
@@ -75,6 +77,15 @@ __all__ = ["Execute", "SealedLeaf", "TenantLog"]
 _LOG_POSITION = "log_position/"
 _SIZE, _LEAF, _NODE = 0, 1, 2  # the tag column of a snapshot statement's rows
 
+
+_SEAL_INSERT = RunSeal.__table__.insert().values(
+    dict.fromkeys(("tenant", "run_id", "chain_head", "log_index", "sealed_at", "outcome"))
+)
+"""``run_seal``'s INSERT of the members of each row :meth:`TenantLog._plan` makes."""
+_NODE_INSERT = LogTree.__table__.insert().values(
+    dict.fromkeys(("tenant", "level", "idx", "hash", "run_id"))
+)
+"""``log_tree``'s INSERT of the members of each node row :meth:`TenantLog._plan` makes."""
 
 SealedLeaf = tuple[str, bytes, int, str]
 """``(run_id, chain_head, sealed_at, outcome)``: one leaf to append."""
@@ -269,8 +280,15 @@ class TenantLog:
         snap = await self.snapshot(session, "frontier")
         indexes, seals, nodes = self._plan(last, snap, leaves)
         conn = await session.connection()
-        await conn.execute(RunSeal.__table__.insert(), seals)
-        await conn.execute(LogTree.__table__.insert(), nodes)
+        # By the driver's own executemany (db/driver_sql.py): a restore's chunk enters
+        # hundreds of leaves, and SQLAlchemy would process each row's parameters first.
+        for name, statement, rows in (
+            ("run_seal", _SEAL_INSERT, seals),
+            ("log_tree", _NODE_INSERT, nodes),
+        ):
+            if rows:
+                text, names = driver_sql(conn, name, statement)
+                await conn.exec_driver_sql(text, list(map(itemgetter(*names), rows)))
         return indexes
 
     def append_with(self, execute: Execute, leaves: Sequence[SealedLeaf]) -> list[int]:

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,8 +48,14 @@ from typing import Any
 
 from agentplane_journal.core import jsonload
 from agentplane_journal.core.append import RESERVED_MEMBERS, Append
+from agentplane_journal.core.canon import canonical_of_sorted
 from agentplane_journal.core.ids import RunId
-from agentplane_journal.core.profile import WireProfile, profile_named, profile_of_record
+from agentplane_journal.core.profile import (
+    AGENTPLANE_0_4,
+    WireProfile,
+    profile_named,
+    profile_of_record,
+)
 from agentplane_journal.core.record import MAX_RECORD_BYTES, decode_wire
 from agentplane_journal.errors import CommitUnknownError, UnavailableError
 from agentplane_journal.exportfmt.lines import PROFILE_BY_CANON
@@ -189,7 +196,10 @@ def check_frame(path: Path, spool: Spool | None = None) -> Frame:
         for number, value in _lines(path):
             run = judge.line(number, value)
             if run is not None and isinstance(value, dict):
-                raw, body, epoch, append, profile = _replay_of(value, run, number)
+                read = judge.last_read
+                if read is not None and read[0] is not value.get("raw"):
+                    read = None  # not this line's (never expected): nothing reused
+                raw, body, epoch, append, profile = _replay_of(value, run, number, read)
                 judge.record(
                     number,
                     raw,
@@ -199,6 +209,7 @@ def check_frame(path: Path, spool: Spool | None = None) -> Frame:
                     carried=value.get("hash"),
                     resealed=profile is not None,
                     profile=profile,
+                    read=read,
                 )
         return judge.finish()
     finally:
@@ -206,7 +217,10 @@ def check_frame(path: Path, spool: Spool | None = None) -> Frame:
 
 
 def _replay_of(
-    value: dict[str, Any], run: RunId, number: int
+    value: dict[str, Any],
+    run: RunId,
+    number: int,
+    read: tuple[str, bytes, bytes, object] | None = None,
 ) -> tuple[bytes, dict[str, Any], int, Append, WireProfile | None]:
     """``(raw, body, epoch, append, resealed)`` for a record line (``resealed``: the profile
     whose bytes were compared, else ``None``).
@@ -216,13 +230,24 @@ def _replay_of(
     record (canonical JSON is one text per value), and the wire bytes need no parse of
     their own (``resealed``: that comparison is made). Anything else (a display copy that
     differs, a body the profile writes otherwise, an unreplayable one) is read from the wire
-    bytes as before, and judged there: the same verdicts and messages either way."""
+    bytes as before, and judged there: the same verdicts and messages either way.
+
+    ``read``: the verifier's reading of this line (``ExportVerifier.last_read``); where it
+    wrote this very body back as this very ``raw`` (:func:`_proven`), that writing is the
+    comparison, and is not made again."""
     raw = value.get("raw")
     if not isinstance(raw, str):
         _wire(value, number)  # refuses it, naming the line
         raise AssertionError("unreachable")
-    data = raw.encode("utf-8", "surrogatepass")
     shown = value.get("body")
+    if type(shown) is dict:
+        try:
+            proven = _proven(shown, run, raw, read)
+            if proven is not None:
+                return proven[0], shown, proven[1], proven[2], AGENTPLANE_0_4
+        except (TypeError, ValueError, KeyError, RecursionError):
+            pass  # judged the ordinary way below
+    data = raw.encode("utf-8", "surrogatepass")
     if type(shown) is dict and len(data) <= MAX_RECORD_BYTES:
         try:
             epoch, append = append_of(shown, run)
@@ -240,16 +265,69 @@ def _replay_of(
     return data, body, epoch, append, None
 
 
-def append_of(body: dict[str, Any], run: RunId | None = None) -> tuple[int, Append]:
+def _proven(
+    shown: dict[str, Any], run: RunId, raw: str, read: tuple[str, bytes, bytes, object] | None
+) -> tuple[bytes, int, Append] | None:
+    """``(bytes, epoch, append)`` when the verifier's reading shows, with no canonical
+    JSON written here, that ``append``'s body is written by ``agentplane-0.4`` as exactly
+    ``raw``'s bytes; ``None`` when not shown (the caller then compares the ordinary way).
+
+    The chain of equalities, each checked: the verifier wrote ``shown`` (the very object)
+    with canonical JSON's C encoder as exactly ``raw`` (the very object);
+    :func:`~agentplane_journal.core.canon.canonical_of_sorted` holds that writing to be
+    ``canonical_bytes(shown)`` (else ``None`` here); the payload is members of ``shown``,
+    so it has canonical bytes too and :meth:`Append.of_canonical_payload` skips only that
+    check; and ``append.body(seq, epoch)`` is ``shown`` again member for member
+    (:func:`_same_json`), so its canonical bytes are those same bytes. A line whose wire
+    bytes are anything else cannot pass: every step compares with what was written."""
+    if read is None or read[3] is not shown or read[0] is not raw:
+        return None
+    if profile_of_record(shown) is not AGENTPLANE_0_4:
+        return None  # the other profile's canonical JSON is not the C encoder's
+    data = canonical_of_sorted(shown, raw)
+    if data is None or len(data) > MAX_RECORD_BYTES:
+        return None
+    epoch, append = append_of(shown, run, canonical_payload=True)
+    if append.run != run or not _same_json(append.body(shown["seq"], epoch), shown):
+        return None
+    return data, epoch, append
+
+
+def _same_json(built: dict[str, Any], shown: dict[str, Any]) -> bool:
+    """Whether ``built`` is ``shown`` as JSON: the same members, each value the very same
+    object or an ``int`` or ``str`` equal to it and of its exact type (``True == 1`` and
+    ``1.0 == 1`` in Python, not in JSON; ``-0.0 == 0.0`` is never taken)."""
+    if len(built) != len(shown):
+        return False
+    for key, value in shown.items():
+        other = built.get(key, _ABSENT)
+        if other is value:
+            continue
+        kind = type(value)
+        if (kind is str or kind is int) and type(other) is kind and other == value:
+            continue
+        return False
+    return True
+
+
+_ABSENT = object()
+
+
+def append_of(
+    body: dict[str, Any], run: RunId | None = None, *, canonical_payload: bool = False
+) -> tuple[int, Append]:
     """``(epoch, Append)`` that re-creates ``body``: the envelope's members as the append's
     fields, every other member its payload (one place, so no field can be forgotten).
-    ``run``: the block's, used as it is when the body names it (no second parse)."""
+    ``run``: the block's, used as it is when the body names it (no second parse).
+    ``canonical_payload``: the caller holds ``body``'s canonical bytes
+    (:meth:`Append.of_canonical_payload`)."""
     payload = {k: v for k, v in body.items() if k not in RESERVED_MEMBERS}
     epoch = body.get("epoch")
     if type(epoch) is not int:
         raise ValueError(f"record {body.get('seq')!r} has no integer epoch")
     named = body.get("run")
-    return epoch, Append(
+    build = Append.of_canonical_payload if canonical_payload else Append
+    return epoch, build(
         run if run is not None and named == run.ulid else str(named),
         str(body.get("kind")),
         payload,
@@ -337,7 +415,7 @@ class _Replay:
         next chunk)."""
         epoch = record[1]
         group = self.group
-        if group is None or group[1] != epoch or group[0] != run:
+        if group is None or group[1] != epoch or group[0] is not run:  # a block's one RunId
             self._end_group()
             self.group = group = (run, epoch, [])
         group[2].append(record)
@@ -345,7 +423,7 @@ class _Replay:
         self.held += 1
         return self.held >= BATCH
 
-    async def end_run(
+    def end_run(
         self, run: RunId, index: int | None, outcome: str | None, *, any_records: bool
     ) -> None:
         self._end_group()
@@ -388,7 +466,7 @@ async def restore_export(
     that is not empty; :class:`RestoreIncomplete` for a failure once writing has begun
     (what is committed stays, counted; restore into a fresh database).
     """
-    with Spool() as spool:
+    with Spool() as spool, _collections_spared():
         frame = check_frame(path, spool)
         await _refuse_non_empty(store)
         # Each record is written as the bytes its own wire profile writes for it (pass one
@@ -414,6 +492,29 @@ async def restore_export(
     return report
 
 
+@contextlib.contextmanager
+def _collections_spared() -> Iterator[None]:
+    """Python's cyclic collector spared the objects that were there before the restore.
+
+    A restore allocates a few million objects (each line's parse, each record's append
+    and row), which sets off the collector's full collections now and then, and each walks
+    every object the process holds: the interpreter's modules, SQLAlchemy's statements and
+    mappers. That walk was a tenth of a restore's CPU. :func:`gc.freeze` moves the objects
+    of before into a generation no collection walks, and :func:`gc.unfreeze` hands them
+    back when the restore ends, so a collection walks the restore's own objects only, and
+    whatever cyclic garbage the objects of before hold is collected after it as it would
+    have been. Left alone when the collector is off or something else froze objects (a
+    server that freezes before it forks: unfreezing would undo that)."""
+    if not gc.isenabled() or gc.get_freeze_count():
+        yield
+        return
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+
+
 def _target_profile(frame: Frame, current: WireProfile) -> WireProfile:
     """The header's profile (its ``canon``); for a ``canon`` this build does not name, the
     one profile the records are in, else the target's own."""
@@ -432,7 +533,7 @@ async def _replay(spool: Spool, replay: _Replay, report: RestoreReport) -> None:
     for entry in spool.entries():
         if type(entry[0]) is str:  # a run block: (run ulid, log index or None)
             if run is not None:
-                await replay.end_run(run, index, outcome, any_records=records > 0)
+                replay.end_run(run, index, outcome, any_records=records > 0)
             run = RunId.parse(entry[0])  # pass one's run_block parsed it
             index, outcome, records = entry[1], None, 0
             report.runs += 1
@@ -443,7 +544,7 @@ async def _replay(spool: Spool, replay: _Replay, report: RestoreReport) -> None:
             if replay.record(run, entry):
                 await replay.flush()
     if run is not None:
-        await replay.end_run(run, index, outcome, any_records=records > 0)
+        replay.end_run(run, index, outcome, any_records=records > 0)
     await replay.finish()
 
 

@@ -113,6 +113,7 @@ class Judge:
         self._sealed_empty: list[RunId] = []
         self._signed = self._dropped = 0
         self._profiles: set[WireProfile] = set()
+        self._profile: WireProfile | None = None  # the one last added to _profiles
         self._started: set[EffectKey] = set()  # the current run's
         self._claims: dict[str, RunId] = {}
         self._spool = spool
@@ -120,6 +121,12 @@ class Judge:
         self._last_seq = 0
         self._gaps = 0  # records whose seq does not follow the one before (the verifier names them)
         self._differing = 0
+
+    @property
+    def last_read(self) -> tuple[str, bytes, bytes, object] | None:
+        """The verifier's reading of the record line just fed to :meth:`line`
+        (``ExportVerifier.last_read``)."""
+        return self._verifier.last_read
 
     def line(self, number: int, value: dict[str, Any] | str) -> RunId | None:
         """Take line ``number`` as :func:`~.exportfmt.read.read_line` read it; the run whose
@@ -138,7 +145,8 @@ class Judge:
             self._checkpoint = parse_checkpoint(value.get("checkpoint"))
         elif kind == RUN_BLOCK:
             self._close_block()
-            block = run_block(value)
+            seen = self._verifier.last_block
+            block = seen[1] if seen is not None and seen[0] is value else run_block(value)
             self._run = None if isinstance(block, str) else block.run
             self._sealed = not isinstance(block, str) and block.index is not None
             if self._spool is not None and isinstance(block, RunBlock):
@@ -163,6 +171,7 @@ class Judge:
         carried: object = None,
         resealed: bool = False,
         profile: WireProfile | None = None,
+        read: tuple[str, bytes, bytes, object] | None = None,
     ) -> None:
         """A record line's wire bytes (``raw``, parsed: ``body``) and the ``(epoch, append)``
         that re-creates them: the wire profile its version names must write them again,
@@ -170,7 +179,9 @@ class Judge:
         caller has already compared that profile's canonical bytes of ``append``'s body
         with ``raw`` (and found them equal, at most ``MAX_RECORD_BYTES``). ``carried``: the
         line's ``hash``; ``profile``: ``body``'s, if the caller has it. Then chained onto the
-        run's head and spooled."""
+        run's head and spooled. ``read``: the verifier's reading of this line
+        (:attr:`last_read`), whose ``raw`` is the text ``raw`` was encoded from: its digest
+        is taken when it was chained onto this run's head, rather than hashed again."""
         if profile is None:
             profile = profile_of_record(body)
         if profile is None:
@@ -183,7 +194,9 @@ class Judge:
         refused = profile.refusal(append)
         if refused is not None:
             raise RestoreRefused(f"line {number}: {refused}")
-        self._profiles.add(profile)
+        if profile is not self._profile:  # hashing a profile is a dataclass's tuple hash
+            self._profiles.add(profile)
+            self._profile = profile
         seq = body.get("seq")
         if type(seq) is not int:  # verify-export's finding too; never chained as a number
             raise RestoreRefused(
@@ -216,9 +229,13 @@ class Judge:
             self._gaps += 1
         self._last_seq = seq
         prev = self._prev
-        h = hashlib.sha256(prev)
-        h.update(raw)
-        self._prev = digest = h.digest()
+        if read is not None and read[1] == prev:
+            digest = read[2]  # SHA-256 over prev and these very bytes, by the verifier
+        else:
+            h = hashlib.sha256(prev)
+            h.update(raw)
+            digest = h.digest()
+        self._prev = digest
         if carried != digest.hex():
             self._differing += 1
         if self._spool is not None:

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+import asyncpg
 from sqlalchemy import (
     ColumnElement,
     LargeBinary,
@@ -155,6 +156,35 @@ class PostgresDialect:
         # the statement, a cast per id, at every execution.
         one_of: ColumnElement[bool] = column == any_(bindparam(name, type_=pg.ARRAY(Text)))
         return one_of
+
+    async def copy_rows(
+        self,
+        conn: AsyncConnection,
+        table: Table,
+        columns: Sequence[str],
+        rows: Sequence[tuple[Any, ...]],
+    ) -> bool:
+        # Binary COPY (asyncpg's copy_records_to_table): the server parses no statement per
+        # row, where an executemany binds and executes each row. COPY stops at the first
+        # row a constraint refuses without naming which of the rows it was to the caller's
+        # error mapping, so it runs in a savepoint: refused, the savepoint is rolled back
+        # (the transaction and its run mutexes stay) and the caller's INSERT of the same
+        # rows names the collision as it always has. The table as the connection's
+        # schema_translate_map places it (a drill's scratch schema).
+        if not rows:
+            return True
+        sync = conn.sync_connection
+        schemas = None if sync is None else sync.get_execution_options().get("schema_translate_map")
+        schema = (schemas or {}).get(table.schema, table.schema)
+        driver: Any = (await conn.get_raw_connection()).driver_connection
+        try:
+            async with driver.transaction():  # nested in the unit's: a savepoint
+                await driver.copy_records_to_table(
+                    table.name, records=rows, columns=list(columns), schema_name=schema
+                )
+        except asyncpg.PostgresError:  # the server refused them: rolled back to the savepoint
+            return False
+        return True
 
     def contains_bytes(self, column: Any, needle: bytes) -> ColumnElement[bool]:
         # bytea LIKE bytea; the needle is a ULID, which holds neither % nor _ nor \.

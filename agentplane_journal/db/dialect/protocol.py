@@ -7,7 +7,7 @@ the package (:func:`agentplane_journal.db.dialect.dialect_for`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
@@ -157,6 +157,19 @@ class Dialect(Protocol):
         """Whether several processes may append to the durable state ``url`` names at once
         (agentplane's ``JournalStore::is_shared``): the runtime refuses process-local
         coordination beside a shared store."""
+
+    async def copy_rows(
+        self,
+        conn: AsyncConnection,
+        table: Table,
+        columns: Sequence[str],
+        rows: Sequence[tuple[Any, ...]],
+    ) -> bool:
+        """Write ``rows`` (the driver's values, in ``columns`` order) into ``table`` by the
+        backend's bulk load, in the transaction open on ``conn``; ``False`` when nothing was
+        written: the backend has none (SQLite), or it refused the rows, which left nothing
+        behind (PostgreSQL's ``COPY``, in a savepoint). Then the caller inserts the rows the
+        ordinary way, and that statement names whatever refuses them."""
 
     def contains_bytes(self, column: Any, needle: bytes) -> ColumnElement[bool]:
         """Whether a binary column contains ``needle`` (byte for byte)."""

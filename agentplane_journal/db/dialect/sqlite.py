@@ -3,10 +3,11 @@ configuration it installs (WAL, busy timeout, ``BEGIN IMMEDIATE`` for write tran
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -14,11 +15,14 @@ from sqlalchemy import (
     ColumnElement,
     LargeBinary,
     Table,
+    Text,
+    TypeDecorator,
     UniqueConstraint,
     bindparam,
     event,
     func,
     literal,
+    literal_column,
     select,
 )
 from sqlalchemy.dialects import sqlite
@@ -50,6 +54,16 @@ def _text_or_bytes(data: bytes) -> str | bytes:
         return data.decode("utf-8")
     except UnicodeDecodeError:
         return data
+
+
+class _JsonTexts(TypeDecorator[Sequence[str]]):
+    """A list of texts bound as one JSON array parameter (for ``json_each``)."""
+
+    impl = Text
+    cache_ok = True
+
+    def process_bind_param(self, value: Sequence[str] | None, dialect: Any) -> str | None:
+        return None if value is None else json.dumps(list(value))
 
 
 class SqliteDialect:
@@ -176,9 +190,25 @@ class SqliteDialect:
         return literal(value)
 
     def text_in(self, column: Any, name: str) -> ColumnElement[bool]:
-        # No list type: an expanding IN (one parameter per id, without casts).
-        one_of: ColumnElement[bool] = column.in_(bindparam(name, expanding=True))
+        # No list type: the list as one JSON array, read back by json_each (as
+        # seqs_from_param is). An expanding IN rendered a parameter per id into the
+        # statement at every execution; this one is compiled once, and SQLite still seeks
+        # the index once per id ("LIST SUBQUERY": EXPLAIN QUERY PLAN).
+        texts: Any = select(literal_column("value")).select_from(
+            func.json_each(bindparam(name, type_=_JsonTexts()))
+        )
+        one_of: ColumnElement[bool] = column.in_(texts)
         return one_of
+
+    async def copy_rows(
+        self,
+        conn: AsyncConnection,
+        table: Table,
+        columns: Sequence[str],
+        rows: Sequence[tuple[Any, ...]],
+    ) -> bool:
+        # No bulk load beyond executemany itself, which the caller runs.
+        return False
 
     def contains_bytes(self, column: Any, needle: bytes) -> ColumnElement[bool]:
         # instr() compares BLOBs byte by byte (LIKE would fold case and stop at a NUL).
