@@ -200,15 +200,13 @@ def record_line(record: Record, *, read: bool = False) -> str:
     raw = bytes(record.raw)
     text = raw.decode("utf-8")  # UnicodeDecodeError is a ValueError
     parsed = record.body if read and _TWENTY_DIGITS not in raw.translate(_DIGITS) else None
-    return _line(
-        record.seq, record.prev_hash.hex(), record.hash.hex(), text, parsed, record.attestation
-    )
+    return stored_line(record.seq, record.prev_hash, record.hash, text, parsed, record.attestation)
 
 
 def stored_line(
     seq: int,
-    prev_hash: bytes,
-    hash_: bytes,
+    prev_hash: bytes | Digest,
+    hash_: bytes | Digest,
     text: str,
     parsed: dict[str, Any] | None,
     attestation: Attestation | None,
@@ -216,7 +214,7 @@ def stored_line(
     """:func:`record_line` of a record the store read, from its checked parts (a row
     ``db.row_bodies.plain_body`` accepted: ``parsed`` is ``json``'s parse of ``text``, given
     only where ``text`` holds no 20 digits in a row), without building the record: the
-    same line. (:func:`_line` spelled out: this is every exported record's.)"""
+    same line. (``record_line`` writes its line through this too: one writer of a line.)"""
     try:
         body = body_text(text, parsed)
     except ValueError as exc:
@@ -225,25 +223,6 @@ def stored_line(
     return (
         f'{{"seq":{seq},"body":{body},"prev_hash":"{prev_hash.hex()}",'
         f'"hash":"{hash_.hex()}","attestation":{att},"raw":{_string(text)}}}'
-    )
-
-
-def _line(
-    seq: int,
-    prev_hex: str,
-    hash_hex: str,
-    text: str,
-    parsed: dict[str, Any] | None,
-    attestation: Attestation | None,
-) -> str:
-    try:
-        body = body_text(text, parsed)
-    except ValueError as exc:
-        raise ValueError(f"record {seq}: {exc}") from None
-    att = "null" if attestation is None else _dumps(attestation_json(attestation))
-    return (
-        f'{{"seq":{seq},"body":{body},"prev_hash":"{prev_hex}",'
-        f'"hash":"{hash_hex}","attestation":{att},"raw":{_string(text)}}}'
     )
 
 
