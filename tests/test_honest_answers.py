@@ -119,7 +119,7 @@ async def test_a_full_database_in_a_sqlite_group_is_refused_and_says_so(
 #: and what the database holds afterwards.
 _FULL_DISK = textwrap.dedent(
     """
-    import asyncio, json, os, shutil, sys
+    import asyncio, functools, json, os, shutil, sys
     from agentplane_journal import Append, RunId, SqlJournalStore
 
     async def main(directory, template):
@@ -127,6 +127,10 @@ _FULL_DISK = textwrap.dedent(
         shutil.copyfile(template, db)
         store = await SqlJournalStore.connect(f"sqlite+aiosqlite:///{db}", group_commit=True)
         await store.append(1, [Append(RunId.generate(), "Note", {"text": "warm"})])
+        # One group: every append a leader's (an idle writer's first would run alone, and fit).
+        from agentplane_journal.backends.writer import GroupWriter
+        writer = store._shared.writer
+        writer.submit = functools.partial(GroupWriter.submit, writer)
         runs = [RunId.generate() for _ in range(8)]
         filler = os.path.join(directory, "filler")
         st = os.statvfs(directory)

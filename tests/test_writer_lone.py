@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from sqlalchemy.ext.asyncio import create_async_engine
 
 from agentplane_journal import RunId, SqlJournalStore
 from agentplane_journal.backends.sqlite import writer as sqlite_writer
@@ -41,6 +42,24 @@ async def until(condition: Callable[[], bool]) -> None:
 def checked_out(store: SqlJournalStore) -> int:
     pool: Any = store.engine.sync_engine.pool
     return int(pool.checkedout())
+
+
+async def test_on_a_hosts_engine_no_connection_is_parked(
+    sqlite_database: Callable[..., str],
+) -> None:
+    """A host may dispose of its engine right after its last append (and never close the
+    store): a connection parked then would be left to the garbage collector, its thread
+    answering a closed loop. So only an engine the store opened parks one."""
+    engine = create_async_engine(sqlite_database())
+    store = SqlJournalStore(engine)
+    try:
+        run = RunId.generate()
+        for text in ("first", "second"):
+            await store.append(1, [note(run, text)])
+            assert store._shared.writer._parked is None  # type: ignore[union-attr]
+        await until(lambda: checked_out(store) == 0)
+    finally:
+        await engine.dispose()
 
 
 async def test_a_lone_writers_appends_are_one_hop_each_with_the_loop_turning_between(
@@ -89,8 +108,8 @@ async def test_appends_arriving_during_a_lone_hop_share_one_commit(
                 behind = [
                     asyncio.create_task(store.append(1, [note(run, "behind")])) for run in runs[1:]
                 ]
-                # their leader took them all and waits for the write turn the lone hop holds
-                await until(lambda: bool(writer._leaders) and not writer._pending)
+                # their leader waits for the lone hop, to carry them all on its connection
+                await until(lambda: bool(writer._leaders) and len(writer._pending) == len(behind))
             finally:
                 holder.execute("ROLLBACK")
                 holder.close()

@@ -25,6 +25,7 @@ writer. Nothing here weakens a guarantee:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol
 
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -50,6 +51,7 @@ class _Opens(Protocol):
         heads: HeadCache,
         group_commit: bool,
         turn: WriteTurn | None,
+        parks: Callable[[], bool] | None,
     ) -> HotPath: ...
 
 
@@ -68,10 +70,13 @@ def hot_path(
     heads: HeadCache,
     group_commit: bool,
     turn: WriteTurn | None = None,
+    parks: Callable[[], bool] | None = None,
 ) -> HotPath:
     """The store's hot path for ``dialect``: ``bind`` carries the schema translation,
     ``engine`` is the bare engine, ``heads`` the store's shared :class:`HeadCache`, ``turn``
-    where the process's write transactions take turns (SQLite's, ``db.turns``)."""
+    where the process's write transactions take turns (SQLite's, ``db.turns``), ``parks``
+    whether the store owns its engine (it may keep a connection checked out between
+    appends: SQLite's writer)."""
     return _PATHS[type(dialect)](
-        bind=bind, engine=engine, heads=heads, group_commit=group_commit, turn=turn
+        bind=bind, engine=engine, heads=heads, group_commit=group_commit, turn=turn, parks=parks
     )

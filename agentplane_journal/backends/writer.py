@@ -42,6 +42,7 @@ from __future__ import annotations
 import asyncio
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager
 from typing import Any, Generic, Protocol, TypeVar
 
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
@@ -209,7 +210,7 @@ class GroupWriter(ABC, Generic[R, T]):
             while self._pending:
                 short = False
                 try:
-                    async with self._bind.connect() as conn:
+                    async with self._connection() as conn:
                         driver = (await conn.get_raw_connection()).driver_connection
                         while not short and await self._more():
                             group = self._take()
@@ -246,6 +247,11 @@ class GroupWriter(ABC, Generic[R, T]):
                 stopped = BackendError("the append writer stopped before sending this append")
                 queued, self._pending = self._pending, []
                 self._answer(queued, [stopped] * len(queued))
+
+    def _connection(self) -> AbstractAsyncContextManager[AsyncConnection]:
+        """The connection a leader drains the queue on, given back to the pool when it ends
+        (a database's writer may hand over one it holds: SQLite's lone append's)."""
+        return self._bind.connect()
 
     async def _more(self) -> bool:
         if not self._pending:

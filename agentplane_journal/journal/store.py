@@ -158,15 +158,17 @@ class SqlJournalStore(
             read_your_writes=read_your_writes,
             _shared=_shared,
         )
-        writer = self._shared.writer
+        shared = self._shared
+        writer = shared.writer
         if writer is None:
-            writer = self._shared.writer = dispatch.hot_path(
+            writer = shared.writer = dispatch.hot_path(
                 self.dialect,
                 bind=self._bind,
-                engine=self._shared.engine,
+                engine=shared.engine,
                 heads=HeadCache(),
                 group_commit=bool(group_commit),
-                turn=self._shared.turn,
+                turn=shared.turn,
+                parks=lambda: shared.owns_engine,  # set once `connect` opened the engine
             )
         # The hot append path, typed (db/hotpath.py): one per store, shared by its handles.
         self._writer: HotPath = writer

@@ -43,7 +43,7 @@ only, and dropped on any other answer.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -304,10 +304,11 @@ def open_path(
     heads: HeadCache,
     group_commit: bool,
     turn: WriteTurn | None = None,
+    parks: Callable[[], bool] | None = None,
 ) -> Writer:
-    """The PostgreSQL hot path. Group commit: one statement in flight, carrying every append
-    that waited for it (a second connection would split the groups). Without: one per
-    writer, up to as many as a small pool holds."""
+    """The PostgreSQL hot path (``parks`` is SQLite's). Group commit: one statement in
+    flight, carrying every append that waited for it (a second connection would split the
+    groups). Without: one per writer, up to as many as a small pool holds."""
     return Writer(
         bind,
         heads,

@@ -53,7 +53,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -125,9 +125,15 @@ class Writer(GroupWriter[Request, list[Record]]):
         *,
         group_commit: bool = True,
         turn: WriteTurn | None = None,
+        parks: Callable[[], bool] | None = None,
     ) -> None:
         super().__init__(engine, heads, group_commit=group_commit, connections=1)
         self._turn = turn
+        #: Whether a lone append's connection may stay checked out (:data:`PARK_SECONDS`):
+        #: only on an engine the store disposes of itself (``close`` gives it back first).
+        #: A host's engine may be disposed of at any moment, and a connection checked out
+        #: then is left to the garbage collector, its thread to a closed loop.
+        self._parks = parks
         #: Done when the lone caller's hop in flight has ended (None: none in flight).
         self._lone: asyncio.Future[None] | None = None
         #: The connection the last lone hop left checked out, with its aiosqlite connection,
@@ -159,7 +165,8 @@ class Writer(GroupWriter[Request, list[Record]]):
             self._lone = None
             done.set_result(None)
             if held is not None:
-                if usable and not _pool.is_short(self._bind):
+                parks = self._parks is not None and self._parks()
+                if usable and parks and not _pool.is_short(self._bind):
                     self._park(held)
                 else:  # unfit, interrupted, or others wait for the pool: give it back
                     self._release(held[0])
@@ -183,6 +190,24 @@ class Writer(GroupWriter[Request, list[Record]]):
                 raise _unreachable(exc) from exc
             raise
         return conn, driver
+
+    @contextlib.asynccontextmanager
+    async def _connection(self) -> AsyncIterator[AsyncConnection]:
+        """A leader's connection: the one the lone hop in flight holds, once that hop ends,
+        or a parked one. Appends that queued behind a lone hop then share one connection with
+        it: a second one would be checked out (on a fresh pool, opened: its set-up is several
+        hops) only to wait for the write turn the lone hop holds."""
+        if self._lone is not None:
+            await asyncio.wait([self._lone])  # it parks its connection as it ends, if fit
+        held, self._parked = self._parked, None
+        if held is None:
+            async with self._bind.connect() as conn:
+                yield conn
+            return
+        try:
+            yield held[0]
+        finally:
+            await held[0].close()  # back to the pool, as `async with connect()` gives it
 
     def _park(self, held: tuple[AsyncConnection, Any]) -> None:
         """Keep ``held`` for the next lone append if it comes within :data:`PARK_SECONDS`.
@@ -457,8 +482,10 @@ def open_path(
     heads: HeadCache,
     group_commit: bool,
     turn: WriteTurn | None = None,
+    parks: Callable[[], bool] | None = None,
 ) -> Writer:
     """The SQLite hot path: the process's write queue for the store's engine (``bind``'s
     schema translation does not apply: SQLite has no schemas); each group's transaction
-    takes ``turn`` with the store's other write transactions."""
-    return Writer(engine, heads, group_commit=group_commit, turn=turn)
+    takes ``turn`` with the store's other write transactions; ``parks``: whether the store
+    owns its engine (see :class:`Writer`)."""
+    return Writer(engine, heads, group_commit=group_commit, turn=turn, parks=parks)
