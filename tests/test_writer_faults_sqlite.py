@@ -119,9 +119,7 @@ async def test_a_leader_cancelled_while_it_waits_for_a_lone_hop_answers_what_it_
             holder.execute("BEGIN IMMEDIATE")  # the database's write lock
             lone = asyncio.create_task(store.append(1, [note(runs[0], "lone")]))
             await until(lambda: writer._lone is not None)  # its hop waits on BEGIN IMMEDIATE
-            queued = [
-                asyncio.create_task(store.append(1, [note(r, "queued")])) for r in runs[1:]
-            ]
+            queued = [asyncio.create_task(store.append(1, [note(r, "queued")])) for r in runs[1:]]
             # their leader waits for the lone hop's connection, nothing of theirs sent
             await until(lambda: bool(writer._leaders) and len(writer._pending) == len(queued))
             for leader in list(writer._leaders):
