@@ -193,25 +193,31 @@ def check_frame(path: Path, spool: Spool | None = None) -> Frame:
     block, and checked against the wire profile its version names; what it established
     written to ``spool``, if given, for pass two."""
     judge = Judge(spool)
+    line, record = judge.line, judge.record  # bound once: called per line and record
     try:
         for number, value in _lines(path):
-            run = judge.line(number, value)
-            if run is not None and isinstance(value, dict):
-                read = judge.last_read
-                if read is not None and read[0] is not value.get("raw"):
-                    read = None  # not this line's (never expected): nothing reused
-                raw, body, epoch, append, profile = _replay_of(value, run, number, read)
-                judge.record(
-                    number,
-                    raw,
-                    body,
-                    epoch,
-                    append,
-                    carried=value.get("hash"),
-                    resealed=profile is not None,
-                    profile=profile,
-                    read=read,
-                )
+            run = line(number, value)
+            if run is None or isinstance(value, str):
+                continue
+            read = judge.last_read
+            shown = value.get("body")
+            if read is not None and read[0] is not value.get("raw"):
+                read = None  # not this line's (never expected): nothing reused
+            if read is not None and read[3] is shown and type(shown) is dict:
+                # The commonest record, taken here rather than through _replay_of (which
+                # would take the same branch first): the verifier wrote its body back.
+                try:
+                    proven = _proven(shown, run, read[0], read)  # read[0] is the line's raw
+                except (TypeError, ValueError, KeyError, RecursionError):
+                    proven = None  # judged the ordinary way below, as _replay_of does
+                if proven is not None:
+                    data, epoch, append = proven
+                    carried = value.get("hash")
+                    record(number, data, shown, epoch, append, carried, True, AGENTPLANE_0_4, read)
+                    continue
+            data, body, epoch, append, profile = _replay_of(value, run, number)
+            resealed = profile is not None
+            record(number, data, body, epoch, append, value.get("hash"), resealed, profile, read)
         return judge.finish()
     finally:
         judge.close()
