@@ -63,7 +63,7 @@ def _with_record(lines: list[str], members: dict[str, Any]) -> list[str]:
     end = next((i for i in starts if i > start), len(lines) - 1)
     last = json.loads(json.loads(lines[end - 1])["raw"])
     body = {"seq": last["seq"] + 1, "run": last["run"], "epoch": last["epoch"], "v": 4}
-    body.update(kind="Note", **members)
+    body.update({"kind": "Note", **members})
     lines = [*lines[:end], _dumps({"seq": body["seq"], "raw": sorted_text(body)}), *lines[end:]]
     prev = bytes(32)
     for i in range(start + 1, end + 1):
@@ -218,3 +218,59 @@ async def test_the_collector_is_spared_the_objects_of_before_and_a_hosts_freeze_
     finally:
         restore_mod.check_frame = real
         gc.unfreeze()
+
+
+BEYOND_THE_ENVELOPE = {
+    "an epoch past i64": ({"epoch": 2**63}, r"epoch 9223372036854775808 is outside"),
+    "a kind that is no label": ({"kind": "Note\u0007"}, r"control character U\+0007"),
+    "another run's id": ({"run": "01" + "Z" * 24}, r"sits in run .*'s block"),
+}
+
+
+@pytest.mark.parametrize("edit", list(BEYOND_THE_ENVELOPE))
+async def test_a_bare_envelope_is_checked_as_append_checks_it(
+    store: SqlJournalStore, tmp_path: Path, edit: str
+) -> None:
+    """Pass one builds a bare envelope's append (``seq``, ``run``, ``epoch``, ``v``,
+    ``kind``) without writing its body back (``restore._bare``): an envelope ``append``
+    would refuse (an epoch the store cannot hold, a kind that is not a label, another
+    run's id) is still refused in pass one, nothing written, never half-restored."""
+    await build(store, 8, long=False)
+    path = tmp_path / "e.jsonl"
+    await export_to(store, path)
+    members, refusal = BEYOND_THE_ENVELOPE[edit]
+    edited = _with_record(lines_of(path), members)
+    target = other_tenant(store)
+    with pytest.raises(RestoreRefused, match=refusal):
+        await restore_export(target, write_lines(tmp_path / "edited.jsonl", edited))
+    assert (await target.checkpoint()).size == 0 and not await target.audit_runs(None, 1)
+
+
+async def test_bare_envelopes_take_the_short_way_and_the_rest_the_member_compare(
+    store: SqlJournalStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The records whose envelope is bare are built by ``Append.of_bare_envelope`` (no
+    body written back, no payload copied); one with a case, a step, a phase or an effect
+    key is built and compared member for member, and the restore is faithful either way."""
+    await build(store, 12, long=False)
+    path = tmp_path / "e.jsonl"
+    await export_to(store, path)
+    taken = {"bare": 0, "compared": 0}
+    real_bare, real_same = restore_mod._bare, restore_mod._same_json
+
+    def bare(*args: Any) -> Any:
+        found = real_bare(*args)
+        taken["bare"] += found is not None
+        return found
+
+    def same(*args: Any) -> bool:
+        taken["compared"] += 1
+        return real_same(*args)
+
+    monkeypatch.setattr(restore_mod, "_bare", bare)
+    monkeypatch.setattr(restore_mod, "_same_json", same)
+    restored = await restore_export(other_tenant(store), path)
+    assert restored.is_faithful, restored.to_json()
+    bodies = [json.loads(x)["body"] for x in lines_of(path) if not x.startswith('{"kind"')]
+    plain = sum(1 for b in bodies if not {"case", "step", "phase", "effect_key"} & b.keys())
+    assert 0 < taken["bare"] <= plain and taken["compared"] > 0

@@ -104,6 +104,38 @@ class Append:
         _fill(self, run, kind, payload, case, step, phase, effect_key, v, False)
         return self
 
+    @classmethod
+    def of_bare_envelope(cls, run: RunId, kind: str, payload: dict[str, Any], v: int) -> Append:
+        """``of_canonical_payload(run, kind, payload, v=v)`` for the commonest record (no
+        case, step, phase or effect key), given a ``payload`` the caller built afresh from
+        members none of which is in :data:`RESERVED_MEMBERS` and holds no other reference
+        to (restore's pass one, per record). The checks that depend on the arguments are
+        made as :func:`_fill` makes them (the kind a label, the kind's fields, an admission
+        key, ``v`` an unsigned 16-bit integer); those that cannot fail for such arguments
+        (a ``RunId`` parsed, the payload a dict, a reserved name in it, the unset members)
+        are not, nor is the payload copied: nothing else can edit it."""
+        if type(run) is not RunId or type(payload) is not dict:
+            raise TypeError("of_bare_envelope takes a RunId and a dict")  # a caller's bug
+        self = object.__new__(cls)
+        _append_run(self, run)
+        _append_kind(self, check_label(kind, "kind"))
+        problem = field_problem(kind, payload)
+        if problem is not None:
+            raise ValueError(problem)
+        if kind == RUN_ADMITTED and IDEMPOTENCY_KEY in payload:
+            check_admission_key(payload[IDEMPOTENCY_KEY], f"{kind}'s {IDEMPOTENCY_KEY}")
+        _append_payload(self, payload)
+        _append_case(self, None)
+        _append_step(self, None)
+        _append_phase(self, "forward")
+        _append_effect_key(self, None)
+        if type(v) is not int and not _is_int(v):
+            raise TypeError(f"v must be an int, not {type(v).__name__}")
+        if not 0 <= v <= _U16_MAX:
+            raise ValueError(f"v {v} is outside 0..{_U16_MAX} (an unsigned 16-bit integer)")
+        _append_v(self, v)
+        return self
+
     @property
     def idempotency_key(self) -> str | None:
         """The admission key this append claims: a ``RunAdmitted``'s ``idempotency_key``

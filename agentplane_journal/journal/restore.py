@@ -49,6 +49,7 @@ from typing import Any
 from agentplane_journal.core import jsonload
 from agentplane_journal.core.append import RESERVED_MEMBERS, Append
 from agentplane_journal.core.canon import canonical_of_sorted
+from agentplane_journal.core.checks import MAX_I64
 from agentplane_journal.core.ids import RunId
 from agentplane_journal.core.profile import (
     AGENTPLANE_0_4,
@@ -192,25 +193,31 @@ def check_frame(path: Path, spool: Spool | None = None) -> Frame:
     block, and checked against the wire profile its version names; what it established
     written to ``spool``, if given, for pass two."""
     judge = Judge(spool)
+    line, record = judge.line, judge.record  # bound once: called per line and record
     try:
         for number, value in _lines(path):
-            run = judge.line(number, value)
-            if run is not None and isinstance(value, dict):
-                read = judge.last_read
-                if read is not None and read[0] is not value.get("raw"):
-                    read = None  # not this line's (never expected): nothing reused
-                raw, body, epoch, append, profile = _replay_of(value, run, number, read)
-                judge.record(
-                    number,
-                    raw,
-                    body,
-                    epoch,
-                    append,
-                    carried=value.get("hash"),
-                    resealed=profile is not None,
-                    profile=profile,
-                    read=read,
-                )
+            run = line(number, value)
+            if run is None or isinstance(value, str):
+                continue
+            read = judge.last_read
+            shown = value.get("body")
+            if read is not None and read[0] is not value.get("raw"):
+                read = None  # not this line's (never expected): nothing reused
+            if read is not None and read[3] is shown and type(shown) is dict:
+                # The commonest record, taken here rather than through _replay_of (which
+                # would take the same branch first): the verifier wrote its body back.
+                try:
+                    proven = _proven(shown, run, read[0], read)  # read[0] is the line's raw
+                except (TypeError, ValueError, KeyError, RecursionError):
+                    proven = None  # judged the ordinary way below, as _replay_of does
+                if proven is not None:
+                    data, epoch, append = proven
+                    carried = value.get("hash")
+                    record(number, data, shown, epoch, append, carried, True, AGENTPLANE_0_4, read)
+                    continue
+            data, body, epoch, append, profile = _replay_of(value, run, number)
+            resealed = profile is not None
+            record(number, data, body, epoch, append, value.get("hash"), resealed, profile, read)
         return judge.finish()
     finally:
         judge.close()
@@ -287,10 +294,50 @@ def _proven(
     data = canonical_of_sorted(shown, raw)
     if data is None or len(data) > MAX_RECORD_BYTES:
         return None
+    bare = _bare(shown, run)
+    if bare is not None:
+        return data, bare[0], bare[1]
     epoch, append = append_of(shown, run, canonical_payload=True)
     if append.run != run or not _same_json(append.body(shown["seq"], epoch), shown):
         return None
     return data, epoch, append
+
+
+def _bare(shown: dict[str, Any], run: RunId) -> tuple[int, Append] | None:
+    """``(epoch, append)`` for a body whose envelope is bare (``seq``, ``run``, ``epoch``,
+    ``v`` and ``kind``, nothing else of :data:`RESERVED_MEMBERS`); ``None`` for any other
+    body (:func:`_proven` then builds it by :func:`append_of` and compares it member for
+    member).
+
+    What :func:`_same_json` would establish of ``append.body(seq, epoch)`` holds here by
+    construction, so that body is not built: its payload members are ``shown``'s own (the
+    very objects), ``seq``, ``epoch`` and ``v`` are ``shown``'s, ``kind`` is ``shown``'s
+    string (:func:`~agentplane_journal.core.checks.check_label` returns it), and ``run`` is
+    checked to be the block's ULID text; the members ``body`` leaves out when unset (case,
+    step, phase, effect key) are absent from ``shown`` too, since exactly five reserved
+    members are present and they are these five. ``body``'s range checks on ``seq`` and
+    ``epoch`` are made here."""
+    payload = {k: x for k, x in shown.items() if k not in RESERVED_MEMBERS}
+    if len(shown) - len(payload) != _BARE_MEMBERS:
+        return None
+    seq, epoch, kind = shown.get("seq"), shown.get("epoch"), shown.get("kind")
+    named, v = shown.get("run"), shown.get("v")
+    if (
+        type(seq) is not int
+        or type(epoch) is not int
+        or type(kind) is not str
+        or type(named) is not str
+        or type(v) is not int
+        or not 1 <= seq <= MAX_I64
+        or not 0 <= epoch <= MAX_I64
+        or named != run.ulid
+    ):
+        return None
+    return epoch, Append.of_bare_envelope(run, kind, payload, v)
+
+
+_BARE_MEMBERS = 5
+"""``seq``, ``run``, ``epoch``, ``v`` and ``kind``: the reserved members every body has."""
 
 
 def _same_json(built: dict[str, Any], shown: dict[str, Any]) -> bool:

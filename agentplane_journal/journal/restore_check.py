@@ -138,6 +138,11 @@ class Judge:
                 "without what the line held (a record line cut short restores its run short)"
             )
         kind = value.get("kind")
+        if kind is None:  # a record, the commonest line
+            self._records += 1
+            if value.get("attestation") is not None:
+                self._signed += 1
+            return self._run
         if kind == HEADER:
             self._version = value.get("version")
             c = value.get("canon")
@@ -153,11 +158,6 @@ class Judge:
                 self._spool.block(block.run.ulid, block.index)
         elif kind == TRAILER:
             self._complete = True
-        elif kind is None:
-            self._records += 1
-            if value.get("attestation") is not None:
-                self._signed += 1
-            return self._run
         return None
 
     def record(
@@ -167,7 +167,6 @@ class Judge:
         body: dict[str, Any],
         epoch: int,
         append: Append,
-        *,
         carried: object = None,
         resealed: bool = False,
         profile: WireProfile | None = None,
