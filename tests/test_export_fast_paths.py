@@ -29,7 +29,7 @@ from agentplane_journal.exportfmt.body import (
     body_text,
     serde_value,
 )
-from agentplane_journal.journal.restore import _wire
+from agentplane_journal.journal.restore_read import _wire
 
 EDGES = [
     '{"a":-0}',

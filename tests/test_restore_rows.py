@@ -31,6 +31,7 @@ from agentplane_journal.db.models import (
     RunSeal,
 )
 from agentplane_journal.journal import restore as restore_mod
+from agentplane_journal.journal import restore_read
 from agentplane_journal.journal.bulk import ChainMovedError
 from agentplane_journal.journal.restore import RestoreIncomplete, restore_export
 
@@ -190,14 +191,14 @@ async def test_an_honest_files_wire_bytes_are_not_parsed_a_second_time(
     await _mixed(store)
     path = tmp_path / "e.jsonl"
     await export_to(store, path)
-    real, parsed = restore_mod._wire, 0
+    real, parsed = restore_read._wire, 0
 
     def counted(value: Any, number: int) -> Any:
         nonlocal parsed
         parsed += 1
         return real(value, number)
 
-    monkeypatch.setattr(restore_mod, "_wire", counted)
+    monkeypatch.setattr(restore_read, "_wire", counted)
     restored = await restore_export(other_tenant(store), path)
     assert restored.is_faithful and restored.records > 0, restored.to_json()
     assert parsed == 0

@@ -2,7 +2,7 @@
 
 Both dialects. Pass one no longer writes a record's canonical JSON itself where the
 verifier's own writing of the line's body (canonical JSON's C encoder, compared with the wire
-bytes) is shown to be that canonical JSON (``restore._proven``): so an honest file's records
+bytes) is shown to be that canonical JSON (``restore_read._proven``): so an honest file's records
 are judged without a canonical writing of their own (counted), and a line whose wire bytes
 are the C encoder's text of its body but not canonical JSON (a float in the encoder's own
 layout, an explicit ``phase`` the envelope omits, members in code-point rather than UTF-16
@@ -32,6 +32,7 @@ from agentplane_journal.errors import AppendConflictError
 from agentplane_journal.exportfmt.body_wire import sorted_text
 from agentplane_journal.journal import bulk as bulk_mod
 from agentplane_journal.journal import restore as restore_mod
+from agentplane_journal.journal import restore_read
 from agentplane_journal.journal.restore import RestoreIncomplete, RestoreRefused, restore_export
 
 from support.exports import (
@@ -116,8 +117,8 @@ async def test_an_honest_files_records_are_judged_without_writing_canonical_json
     calls = {"canonical": 0, "wire": 0, "proven": 0}
     real_canonical, real_wire, real_proven = (
         append_mod.canonical_bytes,
-        restore_mod._wire,
-        restore_mod._proven,
+        restore_read._wire,
+        restore_read._proven,
     )
 
     def canonical(*args: Any, **kwargs: Any) -> bytes:
@@ -141,8 +142,8 @@ async def test_an_honest_files_records_are_judged_without_writing_canonical_json
     real_check, judged = restore_mod.check_frame, dict(calls)
     monkeypatch.setattr(restore_mod, "check_frame", pass_one)
     monkeypatch.setattr(append_mod, "canonical_bytes", canonical)
-    monkeypatch.setattr(restore_mod, "_wire", wire)
-    monkeypatch.setattr(restore_mod, "_proven", proven)
+    monkeypatch.setattr(restore_read, "_wire", wire)
+    monkeypatch.setattr(restore_read, "_proven", proven)
     target = other_tenant(store)
     restored = await restore_export(target, path)
     assert restored.is_faithful and restored.records > 0, restored.to_json()
@@ -232,7 +233,7 @@ async def test_a_bare_envelope_is_checked_as_append_checks_it(
     store: SqlJournalStore, tmp_path: Path, edit: str
 ) -> None:
     """Pass one builds a bare envelope's append (``seq``, ``run``, ``epoch``, ``v``,
-    ``kind``) without writing its body back (``restore._bare``): an envelope ``append``
+    ``kind``) without writing its body back (``restore_read._bare``): an envelope ``append``
     would refuse (an epoch the store cannot hold, a kind that is not a label, another
     run's id) is still refused in pass one, nothing written, never half-restored."""
     await build(store, 8, long=False)
@@ -256,7 +257,7 @@ async def test_bare_envelopes_take_the_short_way_and_the_rest_the_member_compare
     path = tmp_path / "e.jsonl"
     await export_to(store, path)
     taken = {"bare": 0, "compared": 0}
-    real_bare, real_same = restore_mod._bare, restore_mod._same_json
+    real_bare, real_same = restore_read._bare, restore_read._same_json
 
     def bare(*args: Any) -> Any:
         found = real_bare(*args)
@@ -267,8 +268,8 @@ async def test_bare_envelopes_take_the_short_way_and_the_rest_the_member_compare
         taken["compared"] += 1
         return real_same(*args)
 
-    monkeypatch.setattr(restore_mod, "_bare", bare)
-    monkeypatch.setattr(restore_mod, "_same_json", same)
+    monkeypatch.setattr(restore_read, "_bare", bare)
+    monkeypatch.setattr(restore_read, "_same_json", same)
     restored = await restore_export(other_tenant(store), path)
     assert restored.is_faithful, restored.to_json()
     bodies = [json.loads(x)["body"] for x in lines_of(path) if not x.startswith('{"kind"')]

@@ -10,7 +10,7 @@ both passes read it (:mod:`~agentplane_journal.exportfmt.read`), against the hea
 checkpoint: a file it would not call SOUND is refused, nothing written. What only a restore
 must know is judged beside it, also before any write:
 
-* every record is replayable (:func:`~agentplane_journal.journal.restore.append_of`) and
+* every record is replayable (:func:`~agentplane_journal.journal.restore_read.append_of`) and
   writable in the wire profile its version names (``v=4``: ``agentplane-0.4``, ``v=1``:
   ``agentplane-0.22``, through :meth:`WireProfile.refusal`, the check ``append`` makes);
   another version is refused (no profile this build writes holds it);
