@@ -65,6 +65,31 @@ async def test_warm_appenders_sharing_one_store_and_run_build_one_chain(
     await stores[0].verify(run)
 
 
+async def test_warm_one_record_appenders_sharing_one_run_build_one_chain(
+    stores: list[SqlJournalStore],
+) -> None:
+    """As above with one record per append, the statement the writer sends for those
+    (``sql.ONE_RECORD``: scalar parameters, the head read once): most heads are stale when
+    the lock is had, and the statement must defer every such append, never fork the chain."""
+    run = RunId.generate()
+    lease = await stores[0].acquire(run, "owner", 300)
+    for s in stores:
+        await s.append(lease.epoch, [note(run, "warm")])
+    per_store = 6
+    results = await race(
+        *(
+            lambda s=s, i=i: s.append(lease.epoch, [note(run, f"{i}")])
+            for s in stores
+            for i in range(per_store)
+        )
+    )
+    no_surprises(results)
+    records = await stores[0].read(run)
+    assert [r.seq for r in records] == list(range(1, K + K * per_store + 1))
+    assert sorted(r.seq for got in results for r in got) == list(range(K + 1, len(records) + 1))
+    await stores[0].verify(run)
+
+
 async def test_a_warm_stale_writer_racing_a_takeover_never_writes_after_it(
     stores: list[SqlJournalStore], clock: FakeClock
 ) -> None:

@@ -67,8 +67,21 @@ class Sending:
 
     async def _one(self, driver: Any, r: Request) -> Answer:
         """One append by the single-run statement; raises :class:`Lost`."""
+        if (
+            len(r.rows) == 1
+            and r.admit is None
+            and r.conclude is None
+            and getattr(driver, "_stmt_cache_enabled", True)
+        ):
+            # The commonest append: one record, its columns as scalar parameters.
+            args = _pgsql.record_args(r.tenant, str(r.run), r.now, r.epoch, r.head, r.rows[0])
+            statement = (
+                _pgsql.ONE_RECORD_UNLESS_CANCELLED if r.unless_cancelled else _pgsql.ONE_RECORD
+            )
+            return await self._sent(driver, r, statement, args)
         args = _pgsql.one_args(r.tenant, str(r.run), r.now, r.epoch, r.head, r.rows)
         statement = _pgsql.ONE
+        after: _conclude.KnownLog | None = None
         if r.admit is not None:
             return await self._admit_one(driver, r, args)
         if r.conclude is not None:
@@ -84,6 +97,18 @@ class Sending:
             if not getattr(driver, "_stmt_cache_enabled", True):
                 return GENERAL  # behind a pooler: no server-side function checks requests
             statement = _pgsql.ONE_UNLESS_CANCELLED
+        return await self._sent(driver, r, statement, args, after)
+
+    async def _sent(
+        self,
+        driver: Any,
+        r: Request,
+        statement: str,
+        args: tuple[Any, ...],
+        after: _conclude.KnownLog | None = None,
+    ) -> Answer:
+        """``r`` sent as ``statement`` (:data:`~.sql.ONE`'s answer, or a conclusion's, whose
+        tenant's log is ``after`` once it has written); raises :class:`Lost`."""
         try:
             rows = await self._fetch(driver, statement, args)
         except Exception as exc:
@@ -110,7 +135,7 @@ class Sending:
             failure.__cause__ = exc
             return failure
         outcome = _pgsql.one_outcome(r.run, r.epoch, rows[0] if rows else None)
-        if r.conclude is not None and outcome.written:
+        if after is not None and outcome.written:
             self._logs[r.tenant] = after
         return self._settle(r, outcome)
 
