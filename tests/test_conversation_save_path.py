@@ -242,3 +242,25 @@ async def test_a_change_cancelled_mid_hop_gives_its_connection_back(
     await session.add_items([{"role": "user", "content": "c"}])
     contents = [i["content"] for i in await JournalSession(sqlite_store, "x").get_items()]
     assert contents[0] == "a" and contents[-1] == "c"  # "b" landed or not, never half
+
+
+async def test_a_sqlalchemy_without_the_private_return_gives_the_connection_back_reset(
+    sqlite_store: SqlJournalStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The skipped reset rests on SQLAlchemy's private ``_close_special``: a SQLAlchemy whose
+    method takes other arguments (or has none) gets its connection back the ordinary way,
+    reset: one hop more, nothing lost. (Red with the ``TypeError`` not caught.)"""
+    from sqlalchemy.pool.base import _ConnectionFairy
+
+    def other(self: Any) -> None:  # no transaction_reset: a call to it raises TypeError
+        raise AssertionError("never reached")
+
+    monkeypatch.setattr(_ConnectionFairy, "_close_special", other)
+    session = JournalSession(sqlite_store, "p")
+    await session.add_items([{"role": "user", "content": "a"}])
+    with counting(sqlite_store.engine) as added:
+        await session.add_items([{"role": "user", "content": "b"}])
+    assert added.hops == 2  # the change, then the pool's reset
+    pool = sqlite_store.engine.sync_engine.pool
+    assert pool.checkedout() == 0  # type: ignore[attr-defined]
+    assert len(await JournalSession(sqlite_store, "p").get_items()) == 2

@@ -100,7 +100,8 @@ async def checked_out(bind: AsyncEngine) -> AsyncIterator[Any]:
     (``_close_special(transaction_reset=True)``, what ``Connection.close`` calls). Any other
     outcome (a driver error, whose rollback may have failed; a cancellation, with the hop
     maybe still running on the thread) returns the connection the ordinary way, reset, and
-    so does a SQLAlchemy without that method.
+    so does a SQLAlchemy without that method or with another signature for it (a private
+    one: the ``TypeError`` of a call that never ran).
     """
     fairy = await bind.raw_connection()
     clean = False
@@ -112,9 +113,11 @@ async def checked_out(bind: AsyncEngine) -> AsyncIterator[Any]:
         raise
     finally:
         special = getattr(fairy, "_close_special", None) if clean else None
-        if special is not None:
+        try:
+            if special is None:
+                raise TypeError
             await greenlet_spawn(special, transaction_reset=True)  # no I/O: never suspends
-        else:
+        except TypeError:  # not clean, or a SQLAlchemy whose private method differs
             await _to_completion(greenlet_spawn(fairy.close))
 
 
