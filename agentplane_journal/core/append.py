@@ -119,21 +119,13 @@ class Append:
         self = object.__new__(cls)
         _append_run(self, run)
         _append_kind(self, check_label(kind, "kind"))
-        problem = field_problem(kind, payload)
-        if problem is not None:
-            raise ValueError(problem)
-        if kind == RUN_ADMITTED and IDEMPOTENCY_KEY in payload:
-            check_admission_key(payload[IDEMPOTENCY_KEY], f"{kind}'s {IDEMPOTENCY_KEY}")
+        _check_fields(kind, payload)
         _append_payload(self, payload)
         _append_case(self, None)
         _append_step(self, None)
         _append_phase(self, "forward")
         _append_effect_key(self, None)
-        if type(v) is not int and not _is_int(v):
-            raise TypeError(f"v must be an int, not {type(v).__name__}")
-        if not 0 <= v <= _U16_MAX:
-            raise ValueError(f"v {v} is outside 0..{_U16_MAX} (an unsigned 16-bit integer)")
-        _append_v(self, v)
+        _append_v(self, _checked_v(v))
         return self
 
     @property
@@ -209,14 +201,7 @@ def _fill(
         )
     if canonical:  # else shown by the caller (Append.of_canonical_payload)
         canonical_bytes(payload, path="payload")
-    # agentplane 0.22.0's newer members, by JSON type (core/kinds.py).
-    problem = field_problem(kind, payload)
-    if problem is not None:
-        raise ValueError(problem)
-    if kind == RUN_ADMITTED and IDEMPOTENCY_KEY in payload:
-        # The admission key the store will claim: refused here, in the caller's code,
-        # rather than by the index (see core/admission.py).
-        check_admission_key(payload[IDEMPOTENCY_KEY], f"{kind}'s {IDEMPOTENCY_KEY}")
+    _check_fields(kind, payload)
     _append_payload(self, payload)
 
     _append_case(self, None if case is None else CaseId.parse(case))
@@ -231,11 +216,27 @@ def _fill(
             f"effect_key must be an EffectKey or 64 hex digits, not {type(effect_key).__name__}"
         )
     _append_effect_key(self, effect_key)
+    _append_v(self, _checked_v(v))
+
+
+def _check_fields(kind: str, payload: dict[str, Any]) -> None:
+    """agentplane 0.22.0's newer members, by JSON type (core/kinds.py), and a
+    ``RunAdmitted``'s admission key: the key the store will claim is refused here, in the
+    caller's code, rather than by the index (see core/admission.py)."""
+    problem = field_problem(kind, payload)
+    if problem is not None:
+        raise ValueError(problem)
+    if kind == RUN_ADMITTED and IDEMPOTENCY_KEY in payload:
+        check_admission_key(payload[IDEMPOTENCY_KEY], f"{kind}'s {IDEMPOTENCY_KEY}")
+
+
+def _checked_v(v: Any) -> int:
+    """``v``, an unsigned 16-bit integer (``TypeError``/``ValueError`` otherwise)."""
     if type(v) is not int and not _is_int(v):
         raise TypeError(f"v must be an int, not {type(v).__name__}")
     if not 0 <= v <= _U16_MAX:
         raise ValueError(f"v {v} is outside 0..{_U16_MAX} (an unsigned 16-bit integer)")
-    _append_v(self, v)
+    return v  # as given (an int subclass stays one, as before)
 
 
 # The slots' own setters, for Append.__init__ (past the frozen guard without its lookup).
