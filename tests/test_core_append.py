@@ -68,3 +68,63 @@ def test_an_int_subclass_is_an_int_for_version_seq_and_epoch() -> None:
     assert append.v == 1
     body = append.body(_Int(2), _Int(3))
     assert (body["seq"], body["epoch"]) == (2, 3)
+
+
+# Restore's two constructors (pass one, per record): the same append as the constructor's,
+# and the same refusals, for what each is given.
+
+_RUN = RunId.parse("run_01ARZ3NDEKTSV4RRFFQ69G5FAV")
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {},
+        {"case": "case_01ARZ3NDEKTSV4RRFFQ69G5FAV", "step": 3, "phase": "compensating"},
+        {"effect_key": "ab" * 32, "v": 7},
+    ],
+)
+def test_of_canonical_payload_builds_the_constructors_append(kwargs: dict[str, object]) -> None:
+    payload = {"text": "x", "n": [1, 2]}
+    built = Append.of_canonical_payload(_RUN, "EffectStarted", payload, **kwargs)  # type: ignore[arg-type]
+    expected = Append(_RUN, "EffectStarted", payload, **kwargs)  # type: ignore[arg-type]
+    assert built == expected and repr(built) == repr(expected)
+    assert built.payload is not payload  # copied, as the constructor copies
+    assert Append.of_canonical_payload(_RUN, "Note", {}).phase == "forward"
+
+
+def test_of_canonical_payload_refuses_what_the_constructor_refuses() -> None:
+    with pytest.raises(ValueError):
+        Append.of_canonical_payload(_RUN, "a\n", {})
+    with pytest.raises(ValueError):
+        Append.of_canonical_payload(_RUN, "Note", {"seq": 1})  # a reserved member
+    with pytest.raises(ValueError):
+        Append.of_canonical_payload(_RUN, "Note", {}, v=70_000)
+
+
+@pytest.mark.parametrize("v", [0, 1, 65_535])
+def test_of_bare_envelope_builds_the_constructors_append(v: int) -> None:
+    payload = {"text": "x", "n": [1, 2]}
+    built = Append.of_bare_envelope(_RUN, "Note", payload, v)
+    expected = Append(_RUN, "Note", payload, v=v)
+    assert built == expected and repr(built) == repr(expected)
+    assert (built.case, built.step, built.phase, built.effect_key) == (None, None, "forward", None)
+    assert built.body(1, 0) == expected.body(1, 0)
+    assert built.payload is payload  # not copied: the caller built it afresh
+
+
+def test_of_bare_envelope_refuses_what_the_constructor_refuses() -> None:
+    with pytest.raises(TypeError):
+        Append.of_bare_envelope(str(_RUN), "Note", {}, 0)  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        Append.of_bare_envelope(_RUN, "Note", [], 0)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"^kind contains the control character"):
+        Append.of_bare_envelope(_RUN, "a\n", {}, 0)
+    with pytest.raises(ValueError):
+        Append.of_bare_envelope(_RUN, "Note", {}, 70_000)
+    with pytest.raises(TypeError):
+        Append.of_bare_envelope(_RUN, "Note", {}, "1")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="must not be empty"):  # the admission key
+        Append.of_bare_envelope(_RUN, "RunAdmitted", {"idempotency_key": ""}, 0)
+    with pytest.raises(ValueError, match="must be a boolean"):  # a kind's newer member
+        Append.of_bare_envelope(_RUN, "EffectFailed", {"permanent": 1}, 0)
