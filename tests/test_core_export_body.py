@@ -12,6 +12,7 @@ import json
 
 import pytest
 
+from agentplane_journal.exportfmt import body as body_module
 from agentplane_journal.exportfmt.body import (
     NESTED_MEMBERS,
     TOP_MEMBERS,
@@ -20,6 +21,16 @@ from agentplane_journal.exportfmt.body import (
     same_value,
     serde_value,
 )
+
+
+@pytest.fixture(autouse=True)
+def _orders_looked_up_afresh() -> None:
+    """Each test finds the body orders' caches empty (``_PLANS``, ``_EXACT``), so the code
+    that fills them runs under every test, not once for the process: what it computes is
+    what is checked (a cache filled earlier would answer for it)."""
+    body_module._PLANS.clear()
+    body_module._EXACT.clear()
+
 
 U64 = 2**64 - 1
 I64 = -(2**63)
