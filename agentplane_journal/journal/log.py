@@ -27,33 +27,24 @@ How the log's guarantees are made:
   smallest ``run_seal.log_index``; an inclusion proof checks its leaf row against the
   run's ``chain_head``, and :meth:`TenantLog.audit` re-derives the whole tree from the
   seals and names the first position where the stored one disagrees (its pages, and the
-  rebuild's, are :mod:`agentplane_journal.journal.log_audit`).
+  rebuild's, are :mod:`agentplane_journal.journal.log_audit`). The snapshot statements, and
+  the reading of their rows, are :mod:`agentplane_journal.journal.log_snapshot`'s.
 """
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Sequence
 from operator import itemgetter
 from typing import Any
 
 from sqlalchemy import (
     BigInteger,
-    LargeBinary,
-    and_,
-    bindparam,
-    cast,
     func,
     literal,
-    literal_column,
-    null,
     select,
-    true,
-    union,
     union_all,
 )
 from sqlalchemy.ext.asyncio import AsyncSession
-from sqlalchemy.sql.elements import BindParameter
 
 from agentplane_journal.core.ids import Digest, RunId
 from agentplane_journal.db.dialect import Dialect
@@ -68,6 +59,12 @@ from agentplane_journal.journal.log_audit import (
     Unit,
     audit_pages,
 )
+from agentplane_journal.journal.log_snapshot import (
+    Snapshot,
+    damaged,
+    node_hash,
+    snapshot_statements,
+)
 from agentplane_journal.tlog import tree as tree
 from agentplane_journal.tlog.checkpoint import Checkpoint, Inclusion
 from agentplane_journal.tlog.merkle import EMPTY_ROOT, raw_leaf
@@ -75,7 +72,6 @@ from agentplane_journal.tlog.merkle import EMPTY_ROOT, raw_leaf
 __all__ = ["Execute", "SealedLeaf", "TenantLog"]
 
 _LOG_POSITION = "log_position/"
-_SIZE, _LEAF, _NODE = 0, 1, 2  # the tag column of a snapshot statement's rows
 
 
 _SEAL_INSERT = RunSeal.__table__.insert().values(
@@ -95,155 +91,6 @@ Execute = Callable[[Any, Any], Sequence[Sequence[Any]]]
 (:meth:`TenantLog.append_with`); ``parameters`` is a dict, or a list of them for an insert."""
 
 
-# -- the snapshot statements ------------------------------------------------------------
-
-
-def _shr(value: Any, bits: Any) -> Any:
-    return value.op(">>")(bits)
-
-
-def _odd(value: Any) -> Any:
-    return value.op("&")(literal_column("1"))
-
-
-def _snapshot_statement(leaf_source: str | None) -> Any:
-    """One statement returning the log's size and the stored nodes a question needs.
-
-    Rows are ``(tag, a, b, blob)``: ``(_SIZE, n, -, -)``; ``(_LEAF, position, -,
-    chain_head)`` for inclusion; ``(_NODE, level, idx, hash)`` per node. The nodes asked
-    for are, per level: the frontier of ``n`` (its root's pieces), and when a leaf ``L`` is
-    given (``"run"``: the run's leaf; ``"last"``: position ``:last``) its ancestor and the
-    ancestor's sibling. Only complete subtrees are stored, so whatever exists is what the
-    size allows. At most 3 x 63 primary-key probes.
-    """
-    tenant: BindParameter[str] = bindparam("tenant")
-    levels = select(literal_column("0").label("k")).cte("levels", recursive=True)
-    levels = levels.union_all(
-        select((levels.c.k + 1).label("k")).where(levels.c.k < tree.MAX_LEVEL)
-    )
-    # The last leaf by the primary key, backwards: one index probe. (``max(idx) + 1`` would
-    # be the same number, but SQLite only optimises a bare ``max()`` and scans otherwise.)
-    last = (
-        select(LogTree.idx)
-        .where(LogTree.tenant == tenant, LogTree.level == 0, LogTree.idx <= MAX_LOG_INDEX)
-        .order_by(LogTree.idx.desc())
-        .limit(1)
-        .scalar_subquery()
-    )
-    size = select((func.coalesce(last, -1) + 1).label("n")).cte("size")
-    k, n = levels.c.k, size.c.n
-    base = levels.join(size, true())
-    probes = [
-        select(k.label("level"), (_shr(n, k) - 1).label("idx"))
-        .select_from(base)
-        .where(_odd(_shr(n, k)) == 1)
-    ]
-    rows = [
-        select(
-            literal_column(str(_SIZE)).label("tag"),
-            n.label("a"),
-            cast(null(), BigInteger).label("b"),
-            cast(null(), LargeBinary).label("blob"),
-        )
-    ]
-    if leaf_source is not None:
-        if leaf_source == "run":
-            # Two lookups by constants (the seal's primary key, the tree's run index): a
-            # join here lets a planner without fresh statistics scan the leaves instead.
-            run_id: BindParameter[str] = bindparam("run_id")
-            leaf = select(
-                select(RunSeal.chain_head)
-                .where(RunSeal.tenant == tenant, RunSeal.run_id == run_id)
-                .scalar_subquery()
-                .label("head"),
-                select(LogTree.idx)
-                .where(LogTree.tenant == tenant, LogTree.run_id == run_id)
-                .scalar_subquery()
-                .label("m"),
-            ).cte("leaf")
-            position, base = leaf.c.m, base.join(leaf, true())
-            rows.append(
-                select(
-                    literal_column(str(_LEAF)),
-                    leaf.c.m,
-                    cast(null(), BigInteger),
-                    leaf.c.head,
-                )
-            )
-        else:
-            position = bindparam("last", type_=BigInteger)
-        up = _shr(position, k)
-        exists = _shr(n, k) > 0
-        probes.append(select(k, up).select_from(base).where(exists))
-        probes.append(select(k, up + 1 - 2 * _odd(up)).select_from(base).where(exists))
-    want = union(*probes).cte("want")
-    rows.append(
-        select(literal_column(str(_NODE)), LogTree.level, LogTree.idx, LogTree.hash).select_from(
-            want.join(
-                LogTree,
-                and_(
-                    LogTree.tenant == tenant,
-                    LogTree.level == want.c.level,
-                    LogTree.idx == want.c.idx,
-                ),
-            )
-        )
-    )
-    return union_all(*rows)
-
-
-@functools.cache
-def _statements() -> dict[str, Any]:
-    return {
-        "frontier": _snapshot_statement(None),
-        "run": _snapshot_statement("run"),
-        "last": _snapshot_statement("last"),
-    }
-
-
-def _node_hash(value: Any, level: int, idx: int) -> bytes:
-    """A stored node's hash; anything but 32 bytes (on SQLite, TEXT too) is a damaged tree."""
-    if not isinstance(value, bytes | bytearray | memoryview) or len(value) != 32:
-        size = (
-            "NULL"
-            if value is None
-            else f"{len(value)} bytes"
-            if isinstance(value, bytes | bytearray | memoryview)
-            else type(value).__name__
-        )
-        raise CorruptLogError(
-            idx << level, f"stored tree node (level {level}, index {idx}) holds {size}, not 32"
-        )
-    return bytes(value)
-
-
-class _Snapshot:
-    """What one snapshot statement returned: the size, the nodes, and the asked-for leaf."""
-
-    __slots__ = ("leaf", "nodes", "size")
-
-    def __init__(self, rows: Sequence[Any]) -> None:
-        self.size = 0
-        self.nodes: dict[tree.Node, bytes] = {}
-        self.leaf: tuple[int | None, Any] | None = None
-        for tag, a, b, blob in rows:
-            if tag == _SIZE:
-                if type(a) is not int:  # on SQLite, a REAL index: no size a seal made
-                    raise CorruptLogError(0, f"the stored tree's last leaf index is {a!r}")
-                self.size = a
-            elif tag == _LEAF:
-                # A leaf row whose index is no integer (SQLite) is no leaf: audit's to report.
-                self.leaf = (a if type(a) is int else None, blob)
-            else:
-                level, idx = int(a), int(b)
-                self.nodes[(level, idx)] = _node_hash(blob, level, idx)
-
-
-def _damaged(error: tree.MissingNodeError) -> CorruptLogError:
-    level, idx = error.node
-    return CorruptLogError(idx << level, str(error))
-
-
 class TenantLog:
     """One tenant's Merkle log, spoken to through the session of the store's unit of work."""
 
@@ -255,12 +102,12 @@ class TenantLog:
         self.counter_name = _LOG_POSITION + tenant
         self._counters: dict[int, Any] = {}  # _counter's statements, by step
 
-    async def snapshot(self, session: AsyncSession, kind: str, **params: Any) -> _Snapshot:
+    async def snapshot(self, session: AsyncSession, kind: str, **params: Any) -> Snapshot:
         """The stored tree as one statement of ``kind`` reads it (one snapshot: a proof or a
         frontier from it is consistent); package-internal, also `serve`'s incremental tree."""
         conn = await session.connection()
-        result = await conn.execute(_statements()[kind], {"tenant": self.tenant, **params})
-        return _Snapshot(result.all())
+        result = await conn.execute(snapshot_statements()[kind], {"tenant": self.tenant, **params})
+        return Snapshot(result.all())
 
     # -- sealing -----------------------------------------------------------------------
 
@@ -299,7 +146,7 @@ class TenantLog:
         if not leaves:
             return []
         last = self._check_last(execute(self._counter(len(leaves)), {})[0][0], len(leaves))
-        snap = _Snapshot(execute(_statements()["frontier"], {"tenant": self.tenant}))
+        snap = Snapshot(execute(snapshot_statements()["frontier"], {"tenant": self.tenant}))
         indexes, seals, nodes = self._plan(last, snap, leaves)
         execute(RunSeal.__table__.insert(), seals)
         execute(LogTree.__table__.insert(), nodes)
@@ -320,7 +167,7 @@ class TenantLog:
         return last
 
     def _plan(
-        self, last: int, snap: _Snapshot, leaves: Sequence[SealedLeaf]
+        self, last: int, snap: Snapshot, leaves: Sequence[SealedLeaf]
     ) -> tuple[list[int], list[dict[str, Any]], list[dict[str, Any]]]:
         """The log indexes, the ``run_seal`` rows and the ``log_tree`` rows of ``leaves``
         entered after the frontier ``snap`` (no statement)."""
@@ -328,7 +175,7 @@ class TenantLog:
         try:
             builder = tree.TreeBuilder(snap.size, snap.nodes)
         except tree.MissingNodeError as error:
-            raise _damaged(error) from None
+            raise damaged(error) from None
         seals, nodes = [], []
         for (run_id, head, sealed_at, outcome), log_index in zip(leaves, indexes, strict=True):
             seals.append(
@@ -405,7 +252,7 @@ class TenantLog:
         try:
             root = tree.root_from_nodes(snap.size, snap.nodes)
         except tree.MissingNodeError as error:
-            raise _damaged(error) from None
+            raise damaged(error) from None
         return Checkpoint(self.origin, snap.size, Digest._trusted(root))
 
     async def consistency_proof(self, session: AsyncSession, old_size: int) -> list[Digest]:
@@ -419,7 +266,7 @@ class TenantLog:
         try:
             return tree.proof_from_nodes(tree.consistency_ranges(old_size, snap.size), snap.nodes)
         except tree.MissingNodeError as error:
-            raise _damaged(error) from None
+            raise damaged(error) from None
 
     async def inclusion_proof(self, session: AsyncSession, run: RunId) -> Inclusion | None:
         """``Inclusion`` for a sealed run from one snapshot; ``None`` if never sealed."""
@@ -440,7 +287,7 @@ class TenantLog:
         try:
             proof = tree.proof_from_nodes(tree.inclusion_ranges(position, snap.size), snap.nodes)
         except tree.MissingNodeError as error:
-            raise _damaged(error) from None
+            raise damaged(error) from None
         return Inclusion(index=position, size=snap.size, seal=seal, proof=tuple(proof))
 
     async def seals_of(
@@ -506,11 +353,11 @@ class TenantLog:
             group = parts[start : start + 16]
             stmt = group[0] if len(group) == 1 else union_all(*group)
             for lv, ix, h in await session.execute(stmt):
-                nodes[(int(lv), int(ix))] = _node_hash(h, int(lv), int(ix))
+                nodes[(int(lv), int(ix))] = node_hash(h, int(lv), int(ix))
         try:
             return {p: tree.proof_from_nodes(plan, nodes) for p, plan in ranges.items()}
         except tree.MissingNodeError as error:
-            raise _damaged(error) from None
+            raise damaged(error) from None
 
     # -- auditing and rebuilding the stored tree ---------------------------------------
 
