@@ -29,6 +29,7 @@ from agentplane_journal.exportfmt.lines import (
     parse_digest,
     parse_ulid_run,
     record_line,
+    run_block_json,
     run_line,
     trailer_line,
 )
@@ -98,6 +99,52 @@ def test_run_blocks_name_their_leaf_only_with_a_position() -> None:
     assert run_line(RUN, None, None) == open_
     assert run_line(RUN, 4, None) == open_
     assert run_line(RUN, None, D) == open_
+
+
+def test_run_block_json_is_what_run_line_writes() -> None:
+    """``run_block_json`` is the block as JSON (what a reader gets back from ``run_line``):
+    ``index`` and ``seal`` only when both are known."""
+    seal = "ab" * 32
+    assert run_block_json(RUN, 4, D) == {
+        "kind": "agentplane.export.run",
+        "run": ULID,
+        "index": 4,
+        "seal": seal,
+    }
+    for index, digest in ((None, None), (4, None), (None, D)):
+        assert run_block_json(RUN, index, digest) == {"kind": "agentplane.export.run", "run": ULID}
+    for index, digest in ((4, D), (0, D), (None, None), (4, None), (None, D)):
+        assert json.loads(run_line(RUN, index, digest)) == run_block_json(RUN, index, digest)
+
+
+def test_a_position_that_is_no_int_is_written_by_the_encoder() -> None:
+    """``run_line`` spells only an ``int``'s digits itself; anything else (here a bool, which
+    an f-string would write as ``True``) goes through the JSON encoder, so the line stays
+    JSON and says what it was given."""
+    line = run_line(RUN, True, D)  # type: ignore[arg-type]
+    assert line == (
+        f'{{"kind":"agentplane.export.run","run":"{ULID}","index":true,"seal":"{"ab" * 32}"}}'
+    )
+
+
+def test_a_read_record_with_twenty_digits_is_written_the_exact_way() -> None:
+    """A record the store read carries ``json``'s parse of its bytes, which ``record_line``
+    may reuse, except where its bytes hold 20 digits in a row: an integer past ``u64`` is an
+    ``f64`` to serde_json (``1e+20``) but an exact int to ``json``. Such a line is the one the
+    exact path writes, whatever the 20 digits are."""
+    for digits in ("99999999999999999999", "18446744073709551616", "12345678901234567890"):
+        raw = f'{{"seq":7,"n":[1,{digits}]}}'.encode()
+        rec = stored_record(json.loads(raw), raw, Digest.ZERO, D, None)
+        line = record_line(rec, read=True)
+        assert line == record_line(rec)
+        written = json.loads(line)["body"]["n"][1]
+        if int(digits) > 2**64 - 1:  # past u64: serde_json's f64
+            assert type(written) is float and written == float(digits)
+        else:
+            assert type(written) is int and written == int(digits)
+    big = b'{"seq":7,"n":99999999999999999999}'
+    rec = stored_record(json.loads(big), big, Digest.ZERO, D, None)
+    assert '"body":{"seq":7,"n":1e+20}' in record_line(rec, read=True)
 
 
 def test_attestations_are_hex_and_none_stays_null() -> None:

@@ -154,7 +154,7 @@ def run_line(run: RunId, index: int | None, seal: Digest | None) -> str:
     :func:`run_block_json`'s members in its order, as ``serde_json::to_string`` writes them."""
     if index is None or seal is None:
         return f'{{"kind":"{RUN_BLOCK}","run":{_string(run.ulid)}}}'
-    if type(index) is not int:  # pragma: no cover - a position is an int
+    if type(index) is not int:  # a position is an int; anything else the encoder writes
         return _dumps(run_block_json(run, index, seal))
     return (
         f'{{"kind":"{RUN_BLOCK}","run":{_string(run.ulid)},"index":{index},"seal":"{seal.hex()}"}}'
