@@ -331,7 +331,7 @@ def _compact_writer() -> Callable[[Any], str]:
     read's checks); used only where it writes what ``encode`` writes for a probe of every
     kind of value."""
     c_make_encoder = getattr(json.encoder, "c_make_encoder", None)  # not in typeshed
-    if c_make_encoder is None:  # pragma: no cover - CPython has it
+    if c_make_encoder is None:  # CPython has it; another Python may not
         return _BODY_ENCODER.encode
     once = c_make_encoder(None, _no_default, encode_basestring, None, ":", ",", False, False, False)
 
