@@ -1,20 +1,22 @@
-"""The hot append statement's ``xmin`` proof, with the window it closes held open.
+"""The hot append statements' ``xmin`` proof, with the window it closes held open.
 
-``sql.ONE`` and ``sql.ONE_RECORD`` read the run's lease, seal and head from the statement's
-snapshot, taken before the run mutex row is locked. A transaction that changes the run and
-commits between the two is caught only by the proof: the mutex row version the statement
-locked (``a.xmin``, its latest, after the lock) is not the one its snapshot saw. In a race
-that window is tens of microseconds, and the primary key or the head check refuses first in
-every race the fast-path tests could build (``tests/test_races_fastpath.py``), so here the
-window is held open: the statement, exactly as shipped but for a pause inserted before its
-lock, is what the store sends, and a first ``acquire`` of the run's lease commits during
-the pause. That change moves no head, so nothing but the proof stands in the way: a lease
-row the snapshot does not see reads as "no lease", which lets any epoch append.
+``sql.ONE`` and ``sql.ONE_RECORD`` (and ``sql.MANY``, per run of a group) read the run's
+lease, seal and head from the statement's snapshot, taken before the run mutex row is
+locked. A transaction that changes the run and commits between the two is caught only by
+the proof: the mutex row version the statement locked (``a.xmin``, its latest, after the
+lock) is not the one its snapshot saw. In a race that window is tens of microseconds, and
+the primary key or the head check refuses first in every race the fast-path tests could
+build (``tests/test_races_fastpath.py``), so here the window is held open: the statement,
+exactly as shipped but for a pause inserted before its lock, is what the store sends, and
+a first ``acquire`` of the run's lease commits during the pause. That change moves no head,
+so nothing but the proof stands in the way: a lease row the snapshot does not see reads as
+"no lease", which lets any epoch append.
 
 With the proof, the statement writes nothing and the append goes to the general unit of
 work, which sees the lease and fences the appender. Without it (the second test removes it
 from the same paused statement), the record lands after the lease was granted: the window
-is real in every run, so the first test is not passing by luck of timing.
+is real in every run, so the first test is not passing by luck of timing. The group's test
+also shows the proof is per run: the other run of the same statement lands.
 """
 
 from __future__ import annotations
@@ -56,7 +58,7 @@ def _paused(text: str, proof: bool) -> str:
     return text if proof else text.replace(_PROOF, "true AS fresh")
 
 
-async def _pausing(url: str) -> None:
+async def _pausing(url: str, pause: str = "pg_sleep(1.5)") -> None:
     """Until a backend sleeps in the paused statement (so its snapshot is taken)."""
     engine = create_async_engine(url)
     try:
@@ -65,8 +67,9 @@ async def _pausing(url: str) -> None:
                 found = await conn.scalar(
                     text(
                         "SELECT count(*) FROM pg_stat_activity"
-                        " WHERE wait_event = 'PgSleep' AND query LIKE '%pg_sleep(1.5)%'"
-                    )
+                        " WHERE wait_event = 'PgSleep' AND position(:pause IN query) > 0"
+                    ),
+                    {"pause": pause},
                 )
                 if found:
                     return
@@ -124,3 +127,84 @@ async def test_without_the_proof_the_same_window_lets_the_append_land(
     )
     assert error is None
     assert len(journal) == 2 + records
+
+
+# -- the group statement ---------------------------------------------------------------
+
+_GROUP_LOCK = (
+    "    WHERE a.tenant = $1 AND a.run_id = ANY ($2::text[])\n"
+    "    ORDER BY a.run_id\n"
+    "    FOR UPDATE SKIP LOCKED\n"
+)
+_GROUP_PAUSED = (
+    "    WHERE a.tenant = $1 AND a.run_id = ANY ($2::text[])\n"
+    "      AND (SELECT 1 FROM pg_sleep(1.25)) = 1\n"
+    "    ORDER BY a.run_id\n"
+    "    FOR UPDATE SKIP LOCKED\n"
+)
+_GROUP_PROOF = (
+    "a.xmin = (\n"
+    "        SELECT s.xmin FROM {s}run_activity s WHERE s.tenant = $1 AND s.run_id = a.run_id\n"
+    "    ) AS fresh"
+)
+
+
+def _group_paused(proof: bool) -> str:
+    text = pgsql.MANY
+    assert text.count(_GROUP_LOCK) == 1 and text.count(_GROUP_PROOF) == 1
+    text = text.replace(_GROUP_LOCK, _GROUP_PAUSED)
+    return text if proof else text.replace(_GROUP_PROOF, "true AS fresh")
+
+
+async def _group_while_a_lease_is_granted(
+    make_store: Make, url: str, monkeypatch: pytest.MonkeyPatch, proof: bool
+) -> tuple[list[Any], list[int]]:
+    """One store's writer busy with run X's paused append while appends to runs Y and Z
+    queue behind it: they go as one group (``sql.MANY``, paused too), and a second store
+    takes Y's first lease during the group's pause. The outcomes of Y's and Z's appends, and
+    the records Y and Z then hold."""
+    a: SqlJournalStore = await make_store()
+    b: SqlJournalStore = await make_store()
+    x, y, z = RunId.generate(), RunId.generate(), RunId.generate()
+    for run in (x, y, z):
+        await a.append(0, [admitted(run)])
+        await a.append(0, [note(run, "warm")])
+    await b.head(y)
+    for name in _NAMES:
+        monkeypatch.setattr(pgsql, name, _paused(getattr(pgsql, name), True))
+    monkeypatch.setattr(pgsql, "MANY", _group_paused(proof))
+    first = asyncio.ensure_future(a.append(0, [note(x, "first")]))
+    await _pausing(url)  # x's statement holds the writer's connection
+    queued = [asyncio.ensure_future(a.append(0, [note(run, "queued")])) for run in (y, z)]
+    await _pausing(url, "pg_sleep(1.25)")  # y's and z's group has its snapshot
+    await b.acquire(y, "second", 300)
+    outcomes = await asyncio.gather(*queued, return_exceptions=True)
+    await first
+    monkeypatch.undo()
+    return outcomes, [len(await b.read(run)) for run in (y, z)]
+
+
+@pytest.mark.parametrize("dialect", ["postgresql"])
+async def test_a_lease_granted_after_a_groups_snapshot_fences_that_run_alone(
+    make_store: Make, database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The group statement's proof is per run: Y, whose mutex row changed, defers to the
+    general unit and is fenced; Z, in the same statement, lands."""
+    (y_outcome, z_outcome), (y_records, z_records) = await _group_while_a_lease_is_granted(
+        make_store, database_url, monkeypatch, proof=True
+    )
+    assert isinstance(y_outcome, FencedError), y_outcome
+    assert not isinstance(z_outcome, BaseException), z_outcome
+    assert (y_records, z_records) == (2, 3)
+
+
+@pytest.mark.parametrize("dialect", ["postgresql"])
+async def test_without_the_group_proof_the_same_window_lets_the_append_land(
+    make_store: Make, database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (y_outcome, z_outcome), (y_records, z_records) = await _group_while_a_lease_is_granted(
+        make_store, database_url, monkeypatch, proof=False
+    )
+    assert not isinstance(y_outcome, BaseException), y_outcome
+    assert not isinstance(z_outcome, BaseException), z_outcome
+    assert (y_records, z_records) == (3, 3)
