@@ -295,3 +295,28 @@ async def test_run_seal_log_index_swapped_is_harmless(
     assert report.is_sound and report.runs_sound == N, report.findings
     restored = await restore_export(other_tenant(store), path)
     assert restored.rebuilt.root == cp.root and restored.runs == N
+
+
+async def test_a_seal_moved_past_the_checkpoint_is_never_sound(
+    store: SqlJournalStore, tmp_path: Path
+) -> None:
+    """The log phase takes the seals whose ``run_seal.log_index`` is below the checkpoint's
+    size; the open phase leaves out the runs whose ``log_tree`` leaf is. A seal row moved
+    past the size satisfies neither, so export writes the run nowhere (and its trailer does
+    not name it: the run reads fine, it is the two facts that disagree). verify-export
+    holds the file to its checkpoint, which commits to one more sealed run than it carries:
+    never sound."""
+    made = await build(store, N, long=False)
+    victim = made["sealed"][0]
+    await _sql(
+        store,
+        "UPDATE run_seal SET log_index = 1000000000 WHERE tenant=:t AND run_id=:r",
+        r=str(victim),
+    )
+    path = tmp_path / "e.jsonl"
+    cp, trailer = await export_to(store, path)
+    assert trailer.runs_requested == N - 1 and not trailer.unreadable
+    assert not any(victim.ulid in line for line in lines_of(path))
+    report = verify_lines(lines_of(path), cp)
+    assert not report.is_sound
+    assert any("in the log and are not in this file" in f for f in report.findings), report
