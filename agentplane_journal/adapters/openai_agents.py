@@ -169,7 +169,9 @@ class JournalSession:
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
         """Append the items as one record (all of them or none)."""
-        batch = [dict(item) for item in items]
+        # Copies: the caller goes on holding its items and may change them after this call;
+        # what the handle folds from its own record must be what was stored.
+        batch = [_copy(dict(item)) for item in items]
         if not batch:
             return
 

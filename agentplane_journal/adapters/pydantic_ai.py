@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from contextvars import ContextVar
+from copy import deepcopy
 from typing import Any
 
 try:
@@ -273,6 +274,10 @@ class JournalConversationStore(ConversationStore):
         saved = {"record": _RECORD.dump_python(record, mode="json")}
         saved["entries"] = _entries_json(new_entries)
         new_ids = {entry.id for entry in new_entries}
+        # The caller goes on holding the entries' messages (its conversation's own objects):
+        # what this store keeps of them is a copy, as Pydantic AI's in-memory store keeps, so
+        # a change the caller makes after the save never reaches a later load.
+        kept = [deepcopy(entry) for entry in new_entries]
 
         async def compute(run: RunId, state: _State) -> tuple[list[Append], None]:
             if state.revision != expected_revision:
@@ -286,11 +291,11 @@ class JournalConversationStore(ConversationStore):
             # What folding the ConversationSaved back in would do, without decoding its
             # messages again (the entries are the ones just encoded, kept by id below too).
             state.record = _RECORD.validate_python(saved["record"])  # a copy of its own
-            state.entries.update((entry.id, entry) for entry in new_entries)
+            state.entries.update((entry.id, entry) for entry in kept)
 
         conversation = self.conversation(conversation_id)
         await conversation.change(compute, self._admission(record), applied=applied)
-        self._entries.update((entry.id, entry) for entry in new_entries)
+        self._entries.update((entry.id, entry) for entry in kept)
 
     async def delete_record(self, conversation_id: str, *, expected_revision: str) -> None:
         conversation = self.conversation(conversation_id)
@@ -309,7 +314,9 @@ class JournalConversationStore(ConversationStore):
         """An entry of a conversation read through this store (a ``LookupError`` otherwise:
         entries are found through the conversation that holds them, as ``load`` reads)."""
         try:
-            return self._entries[entry_id]
+            # A copy: the caller may change what it is given (a loaded conversation's
+            # messages), never what this store verified (Pydantic AI's in-memory store too).
+            return deepcopy(self._entries[entry_id])
         except KeyError:
             raise LookupError(f"entry {entry_id!r} is not in a conversation read here") from None
 
