@@ -76,3 +76,35 @@ async def test_a_message_changed_by_its_caller_after_save_is_not_the_conversatio
             if part.part_kind == "user-prompt":
                 part.content = "changed after the load"
     assert prompts(await conversations.load("aliased")) == ["sent"]
+
+
+async def test_a_loaded_conversations_usage_changed_by_its_caller_is_not_the_stores(
+    store: SqlJournalStore,
+) -> None:
+    conversations = JournalConversationStore(store)
+    agent = Agent(TestModel(custom_output_text="noted"), instructions="be brief")
+    result = await agent.run("sent", conversation=Conversation(conversation_id="usage"))
+    await conversations.save(result)
+    loaded = await conversations.load("usage")
+    assert loaded is not None
+    stored = loaded.usage.input_tokens
+    loaded.usage.input_tokens += 1000  # the caller's object, as a run's accounting may be
+    cold = await JournalConversationStore(store).load("usage")
+    warm = await conversations.load("usage")
+    assert cold is not None and warm is not None
+    assert cold.usage.input_tokens == stored
+    assert warm.usage.input_tokens == stored
+
+
+async def test_a_listed_record_changed_by_its_caller_is_not_the_stores(
+    store: SqlJournalStore,
+) -> None:
+    conversations = JournalConversationStore(store)
+    agent = Agent(TestModel(custom_output_text="noted"), instructions="be brief")
+    result = await agent.run("sent", conversation=Conversation(conversation_id="listed"))
+    await conversations.save(result)
+    [listed] = [r for r in await conversations.read_records() if r.conversation_id == "listed"]
+    stored = listed.usage.input_tokens
+    listed.usage.input_tokens += 1000
+    warm = await conversations.load("listed")
+    assert warm is not None and warm.usage.input_tokens == stored

@@ -205,8 +205,10 @@ class JournalConversationStore(ConversationStore):
             # from its revision. Its write lands only if that state is still the run's.
             known = self.conversation(conversation_id).verified()
             if known is not None and known.revision == saving[1]:
-                return known.record
-        return (await self._state(conversation_id)).record
+                return deepcopy(known.record)
+        # A copy: the caller may change what it is given (a loaded conversation's usage is
+        # this record's), never what the handle verified.
+        return deepcopy((await self._state(conversation_id)).record)
 
     async def read_records(
         self, *, scope: str | None = None, limit: int | None = None
@@ -230,7 +232,7 @@ class JournalConversationStore(ConversationStore):
                 except PayloadsErasedError:
                     continue  # erased without a tombstone: not listable, and not damage
                 if record is not None and (scope is None or record.scope == scope):
-                    found.append(record)
+                    found.append(deepcopy(record))  # the caller's copy, as read_record's
             after = page[-1]
         found.sort(key=lambda record: record.updated_at, reverse=True)
         return found if limit is None else found[:limit]
