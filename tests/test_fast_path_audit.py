@@ -301,11 +301,11 @@ async def test_a_seal_moved_past_the_checkpoint_is_never_sound(
     store: SqlJournalStore, tmp_path: Path
 ) -> None:
     """The log phase takes the seals whose ``run_seal.log_index`` is below the checkpoint's
-    size; the open phase leaves out the runs whose ``log_tree`` leaf is. A seal row moved
-    past the size satisfies neither, so export writes the run nowhere (and its trailer does
-    not name it: the run reads fine, it is the two facts that disagree). verify-export
-    holds the file to its checkpoint, which commits to one more sealed run than it carries:
-    never sound."""
+    size, and the open phase every other run, by the same test. A seal row moved past the
+    size, its leaf in ``log_tree`` still below it, is then written open: no run is dropped
+    (the open phase once tested the leaf, and such a run was written by neither phase and
+    named nowhere). verify-export holds the file to its checkpoint, which commits to one
+    more sealed run than the log phase carries: never sound."""
     made = await build(store, N, long=False)
     victim = made["sealed"][0]
     await _sql(
@@ -315,8 +315,9 @@ async def test_a_seal_moved_past_the_checkpoint_is_never_sound(
     )
     path = tmp_path / "e.jsonl"
     cp, trailer = await export_to(store, path)
-    assert trailer.runs_requested == N - 1 and not trailer.unreadable
-    assert not any(victim.ulid in line for line in lines_of(path))
+    assert trailer.runs_requested == N and not trailer.unreadable
+    blocks = [json.loads(line) for line in lines_of(path) if victim.ulid in line]
+    assert blocks and blocks[0] == {"kind": "agentplane.export.run", "run": victim.ulid}
     report = verify_lines(lines_of(path), cp)
     assert not report.is_sound
     assert any("in the log and are not in this file" in f for f in report.findings), report

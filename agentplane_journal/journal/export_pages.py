@@ -12,12 +12,12 @@ order, with the run's seal and its leaf beside each row, from a keyset position:
   back as one row whose record columns are ``NULL``; on PostgreSQL cut by a running sum
   (:func:`_windowed`);
 * :data:`OPEN` (every other run, by run id): a range of the journal's primary key after
-  ``(run_id, seq)``; a row whose run has a leaf below the size (the log phase wrote it) is
+  ``(run_id, seq)``; a row whose run has a seal below the size (the log phase wrote it) is
   left out by a scalar subquery in ``WHERE`` on SQLite, flagged ``skip`` on PostgreSQL
   (as an ``EXISTS`` filter it was planned as an anti-join over the rest of the journal, as
   an ``EXISTS`` flag as a hashed scan of every seal, once a page; the filter read twice a
   scanned row, once for the ``LIMIT``, cost its server more than the rows it saves);
-* :data:`SEAL_ONLY` (a seal with no record and no leaf below the size, which only a damaged
+* :data:`SEAL_ONLY` (a seal with no record, not below the size, which only a damaged
   journal holds): those runs by run id, one row each, record columns ``NULL``.
 
 A page is at most ``rows`` rows and, past its first row, at most ``budget`` bytes of ``raw``
@@ -94,12 +94,21 @@ def _leaf(tenant: Any = RunSeal.tenant, run_id: Any = RunSeal.run_id) -> Any:
     )
 
 
+def _below(log_index: Any = RunSeal.log_index) -> Any:
+    """The seal's ``log_index`` is below ``:size``: the one test both phases apply, so every
+    run is written by exactly one of them whatever its seal row holds (the log phase's
+    :func:`_seals` selects by it; the leaf in ``log_tree`` only checks what it wrote)."""
+    return log_index < bindparam("size", type_=BigInteger)
+
+
 def _in_log() -> Any:
-    """This row's run has a leaf below ``:size``: the log phase wrote it. A scalar subquery
-    (``run_seal``'s key holds one seal a run), two index probes a row: PostgreSQL planned the
-    ``EXISTS`` it was as a hashed subplan, a scan of every seal of the tenant, once a page."""
-    below = _leaf() < bindparam("size", type_=BigInteger)
-    return func.coalesce(select(below).where(_SEAL_KEY).scalar_subquery(), false())
+    """This row's run has a seal below ``:size`` (:func:`_below`): the log phase wrote it. A
+    scalar subquery (``run_seal``'s key holds one seal a run), one index probe a row:
+    PostgreSQL planned the ``EXISTS`` it was as a hashed subplan, a scan of every seal of
+    the tenant, once a page. (It tested the seal's leaf in ``log_tree`` before: a seal row
+    whose ``log_index`` was moved past the size, its leaf still below it, was then written
+    by neither phase, and named nowhere.)"""
+    return func.coalesce(select(_below()).where(_SEAL_KEY).scalar_subquery(), false())
 
 
 def _seals() -> Any:
@@ -119,7 +128,7 @@ def _seals() -> Any:
         .where(
             RunSeal.tenant == bindparam("tenant"),
             RunSeal.log_index >= at,
-            RunSeal.log_index < bindparam("size", type_=BigInteger),
+            _below(),
         )
         .order_by(RunSeal.log_index)
         .limit(PAGE_RUNS)
@@ -161,8 +170,6 @@ def _open(*columns: Any, filtered: bool = False) -> Any:
 
 
 def _seal_only(*columns: Any) -> Any:
-    leaf = _leaf()
-    size = bindparam("size", type_=BigInteger)
     return (
         select(*columns)
         .select_from(RunSeal)
@@ -170,7 +177,7 @@ def _seal_only(*columns: Any) -> Any:
             RunSeal.tenant == bindparam("tenant"),
             RunSeal.run_id > bindparam("run"),
             ~exists().where(_SEAL_KEY),
-            or_(leaf.is_(None), leaf >= size),
+            ~func.coalesce(_below(), false()),
         )
         .order_by(RunSeal.run_id)
     )
