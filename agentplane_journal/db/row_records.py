@@ -229,7 +229,8 @@ def checked_body(row: Any) -> tuple[dict[str, Any], str, Attestation | None] | N
     if type(member) is not int or member != seq or not 1 <= seq <= _I64_MAX:
         return None
     member = get("run")
-    if member != _known_run[1] or run_id != _known_run[0]:
+    known = _known_run  # read once: the pair another thread may replace is checked whole
+    if member != known[1] or run_id != known[0]:
         if type(member) is not str or run_id != "run_" + member or not is_canonical_ulid(member):
             return None
         _known_run = (run_id, member)  # a run's records all repeat it: check it once
