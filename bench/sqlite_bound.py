@@ -12,7 +12,9 @@ the store sets); ``one hop`` is the ``blocking`` function run through aiosqlite'
 every call of an async store must be (the least an append can cost without blocking the
 event loop); ``store`` is ``SqlJournalStore.append`` of one record to a leased run, whose
 transaction is one such hop. The differences are the hop's cost and each one's own work
-beyond it. Figures, never assertions.
+beyond it. Each line also gives the event loop's thread's own CPU per append
+(``time.thread_time``): a blocking variant's includes SQLite's work, a hop's the hand-off
+and whatever the store does on the loop. Figures, never assertions.
 """
 
 from __future__ import annotations
@@ -92,12 +94,14 @@ async def main() -> None:
                     "store": through_store,
                 }
                 times: dict[str, list[float]] = {name: [] for name in runs}
+                cpu: dict[str, list[float]] = {name: [] for name in runs}
                 names = list(runs)
                 for r in range(args.rounds):
                     for name in names[r % len(names) :] + names[: r % len(names)]:
-                        start = time.perf_counter()
+                        start, used = time.perf_counter(), time.thread_time()
                         await runs[name]()
                         times[name].append((time.perf_counter() - start) / n * 1e6)
+                        cpu[name].append((time.thread_time() - used) / n * 1e6)
                 close_es()
         finally:
             await store.close()
@@ -105,7 +109,8 @@ async def main() -> None:
     print(f"one SQLite writer, µs per append (median of {args.rounds} interleaved rounds):")
     for name, t in times.items():
         print(
-            f"  {name:<12} {m[name]:5.0f} µs = {1e6 / m[name]:5.0f}/s  ({min(t):.0f}-{max(t):.0f})"
+            f"  {name:<12} {m[name]:5.0f} µs = {1e6 / m[name]:5.0f}/s  ({min(t):.0f}-{max(t):.0f});"
+            f" the event loop's thread {statistics.median(cpu[name]):4.0f} µs of CPU"
         )
     print(
         f"  one hop costs {m['one hop'] - m['blocking']:.0f} µs; the store's own work beyond"

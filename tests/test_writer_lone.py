@@ -22,8 +22,10 @@ import pytest
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from agentplane_journal import RunId, SqlJournalStore
+from agentplane_journal.backends.sqlite import transaction as sqlite_transaction
 from agentplane_journal.backends.sqlite import writer as sqlite_writer
 from agentplane_journal.backends.sqlite.writer import PARK_SECONDS
+from agentplane_journal.errors import BackendError
 
 from support.counting import counting
 from support.helpers import note
@@ -171,5 +173,65 @@ async def test_lone_and_grouped_appends_raced_all_land_in_order(
             texts = [r.body["text"] for r in await store.read(run)]
             assert texts == ["warm", *(f"{i}" for i in range(6))], texts
             await store.verify(run)
+    finally:
+        await store.close()
+
+
+async def test_a_lone_hop_holds_the_write_turn_and_gives_it_back(
+    sqlite_database: Callable[..., str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The lone path takes the store's write turn itself (its fast path, inline): the
+    store's other write transactions wait for it in the process, not on SQLite's busy
+    handler, and find it free again after."""
+    store = await SqlJournalStore.connect(sqlite_database())
+    try:
+        run = RunId.generate()
+        await store.append(1, [note(run, "warm")])
+        writer: Any = store._shared.writer
+        turn = writer._turn
+        assert turn is not None and turn.free()
+        held: list[bool] = []
+        original = sqlite_transaction.transaction
+
+        def spying(conn: sqlite3.Connection, group: list[Any]) -> list[Any]:
+            held.append(turn._lock.locked())  # read on the hop's thread: the lock's flag
+            return original(conn, group)
+
+        monkeypatch.setattr(sqlite_writer, "transaction", spying)
+        await store.append(1, [note(run, "alone")])
+        assert held == [True]
+        assert turn.free()
+        await store.verify(run)
+    finally:
+        await store.close()
+
+
+async def test_a_lone_hop_that_fails_outside_sqlite_writes_nothing_and_recovers(
+    sqlite_database: Callable[..., str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The hop fails with something other than SQLite's answer (as aiosqlite's "Connection
+    closed" would): the append is refused as never sent, its connection is not parked
+    again, the write turn is free, and the next append lands after the first."""
+    store = await SqlJournalStore.connect(sqlite_database())
+    try:
+        run = RunId.generate()
+        await store.append(1, [note(run, "warm")])
+        writer: Any = store._shared.writer
+        parked = writer._parked
+        assert parked is not None
+        original = sqlite_transaction.transaction
+
+        def failing(conn: sqlite3.Connection, group: list[Any]) -> list[Any]:
+            raise RuntimeError("the driver's thread is gone")
+
+        monkeypatch.setattr(sqlite_writer, "transaction", failing)
+        with pytest.raises(BackendError, match="cannot reach the database, nothing was written"):
+            await store.append(1, [note(run, "refused")])
+        assert writer._parked is None  # given back to the pool, not kept
+        assert writer._turn.free()
+        monkeypatch.setattr(sqlite_writer, "transaction", original)
+        await store.append(1, [note(run, "after")])
+        assert [r.body["text"] for r in await store.read(run)] == ["warm", "after"]
+        await store.verify(run)
     finally:
         await store.close()

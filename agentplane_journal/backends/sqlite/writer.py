@@ -134,8 +134,11 @@ class Writer(GroupWriter[Request, list[Record]]):
         #: A host's engine may be disposed of at any moment, and a connection checked out
         #: then is left to the garbage collector, its thread to a closed loop.
         self._parks = parks
-        #: Done when the lone caller's hop in flight has ended (None: none in flight).
-        self._lone: asyncio.Future[None] | None = None
+        #: A lone caller's hop is in flight (None: none is). Whoever must wait for it to end
+        #: asks :meth:`_lone_ended` for a future, made only then: a lone caller alone (the
+        #: usual case) makes none.
+        self._lone: object | None = None
+        self._lone_waiter: asyncio.Future[None] | None = None
         #: The connection the last lone hop left checked out, with its aiosqlite connection,
         #: when (the loop's clock), and the timer that gives it back once it is that old.
         self._parked: tuple[AsyncConnection, Any] | None = None
@@ -153,27 +156,60 @@ class Writer(GroupWriter[Request, list[Record]]):
     async def _alone(self, request: Request) -> list[Record]:
         """``request``'s transaction, one hop, in the caller's task. Appends arriving
         meanwhile see ``_lone`` and queue; the first of them starts a leader (on its own
-        connection), which runs their group after this hop gives up the write turn."""
-        self._lone = done = asyncio.get_running_loop().create_future()
+        connection), which runs their group after this hop gives up the write turn.
+
+        The hop is awaited here, not through :meth:`_execute` and :meth:`_hop` (the same
+        steps, each its own coroutine frame, resumed in turn when the answer comes): with a
+        parked connection and the write turn free, nothing here yields but the hop itself.
+        """
+        self._lone = _LONE
         held, self._parked = self._parked, None
         usable = False
         try:
             if held is None:
                 held = await self._check_out()
-            answers, usable = await self._execute(held[1], [request], early=False)
+            turn = self._turn
+            if turn is None or not turn.free() or _pool.is_short(self._bind):
+                answers, usable = await self._execute(held[1], [request], early=False)
+            else:
+                # The turn's own fast path (WriteTurn.taken: free, nobody queued), inline.
+                await turn.acquire_free()
+                try:
+                    driver = held[1]
+                    answers, usable = (
+                        await driver._execute(transaction, driver._conn, [request]),
+                        True,
+                    )
+                except sqlite3.Error as exc:  # as _execute: nothing was committed
+                    answers, usable = [exc], True
+                except Exception as exc:
+                    answers, usable = [_unsent(exc)], False
+                finally:
+                    turn.release()
         finally:
             self._lone = None
-            done.set_result(None)
+            waiter = self._lone_waiter
+            if waiter is not None:
+                self._lone_waiter = None
+                waiter.set_result(None)
             if held is not None:
                 parks = self._parks is not None and self._parks()
                 if usable and parks and not _pool.is_short(self._bind):
                     self._park(held)
                 else:  # unfit, interrupted, or others wait for the pool: give it back
                     self._release(held[0])
-        answer = self._heard(request, answers[0])
+        answer = answers[0]
         if isinstance(answer, BaseException):
-            raise answer
+            raise translate(answer)
         return answer
+
+    async def _lone_ended(self) -> None:
+        """Return once the lone hop in flight (if any) has ended."""
+        if self._lone is None:
+            return
+        if self._lone_waiter is None:
+            self._lone_waiter = asyncio.get_running_loop().create_future()
+        await asyncio.wait([self._lone_waiter])
 
     async def _check_out(self) -> tuple[AsyncConnection, Any]:
         """A pooled connection and its aiosqlite connection, or the error a leader answers
@@ -197,8 +233,7 @@ class Writer(GroupWriter[Request, list[Record]]):
         or a parked one. Appends that queued behind a lone hop then share one connection with
         it: a second one would be checked out (on a fresh pool, opened: its set-up is several
         hops) only to wait for the write turn the lone hop holds."""
-        if self._lone is not None:
-            await asyncio.wait([self._lone])  # it parks its connection as it ends, if fit
+        await self._lone_ended()  # it parks its connection as it ends, if fit
         held, self._parked = self._parked, None
         if held is None:
             async with self._bind.connect() as conn:
@@ -248,8 +283,7 @@ class Writer(GroupWriter[Request, list[Record]]):
         """Wait until no lone hop is in flight, the queue is drained and every connection,
         the parked one included, is back in the pool."""
         while True:
-            if self._lone is not None:
-                await asyncio.wait([self._lone])
+            await self._lone_ended()
             await super().idle()
             if self._parked is not None:
                 held, self._parked = self._parked, None
@@ -285,11 +319,7 @@ class Writer(GroupWriter[Request, list[Record]]):
         except sqlite3.Error as exc:  # a savepoint or rollback failed: nothing was committed
             return [exc] * len(group), True
         except Exception as exc:
-            # Not SQLite's answer (aiosqlite's "Connection closed", ...): the transaction
-            # never reached COMMIT (its function ends there), so nothing of it was written.
-            error = BackendError(f"cannot reach the database, nothing was written: {exc}")
-            error.__cause__ = exc
-            return [error] * len(group), False
+            return [_unsent(exc)] * len(group), False
         return answers, True
 
     async def _hop(
@@ -473,6 +503,19 @@ class Writer(GroupWriter[Request, list[Record]]):
             last = records[-1]
             heads.put(tenant, run_id, last.seq, last.hash)
         return records
+
+
+#: What ``Writer._lone`` holds while a lone caller's hop is in flight.
+_LONE = object()
+
+
+def _unsent(exc: Exception) -> BackendError:
+    """The error for a hop that failed outside SQLite (aiosqlite's "Connection closed",
+    ...): the transaction never reached COMMIT (its function ends there), so nothing of it
+    was written."""
+    error = BackendError(f"cannot reach the database, nothing was written: {exc}")
+    error.__cause__ = exc
+    return error
 
 
 def open_path(
