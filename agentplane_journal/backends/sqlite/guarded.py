@@ -34,8 +34,9 @@ from agentplane_journal.core.ids import Digest, RunId
 from agentplane_journal.core.profile import WireProfile
 from agentplane_journal.core.record import Record
 from agentplane_journal.core.signing import Signer
+from agentplane_journal.db.dialect.sqlite import commit_error_in_doubt
 from agentplane_journal.db.statements import RECORD_COLUMNS, records_from_rows
-from agentplane_journal.errors import BackendError, ConflictError
+from agentplane_journal.errors import BackendError, CommitUnknownError, ConflictError
 
 __all__ = ["admitted_in_one_hop", "append_in_one_hop", "checked_out", "read_in_one_hop"]
 
@@ -222,7 +223,15 @@ def _append(
             tenant, run_id, epoch, head_seq, head_hash, items, signer, profile
         )
         conn.executemany(_INSERT, rows)
-        conn.execute("COMMIT")
+        try:
+            conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            if not commit_error_in_doubt(exc):
+                raise
+            # Rolled back now, but its commit frame may be in the WAL (see there).
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise CommitUnknownError(f"{exc.sqlite_errorname}: {exc}") from exc
     except BaseException:
         if conn.in_transaction:
             conn.execute("ROLLBACK")

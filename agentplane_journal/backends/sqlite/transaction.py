@@ -22,6 +22,7 @@ from agentplane_journal.core.profile import WireProfile
 from agentplane_journal.core.record import Record
 from agentplane_journal.core.signing import Signer
 from agentplane_journal.db.dialect import SqliteDialect
+from agentplane_journal.db.dialect.sqlite import commit_error_in_doubt
 from agentplane_journal.db.hotpath import CancelRequested, HeadMoved, LogSeal
 from agentplane_journal.db.statements import (
     RECORD_COLUMNS,
@@ -33,6 +34,7 @@ from agentplane_journal.db.statements import (
 from agentplane_journal.db.violations import Collision, append_raced, journal_collision
 from agentplane_journal.errors import (
     BackendError,
+    CommitUnknownError,
     DuplicateAdmissionError,
     DuplicateEffectError,
     LeaseHeldError,
@@ -284,15 +286,21 @@ def _attempt(
         try:
             conn.execute("COMMIT")
         except sqlite3.Error as exc:
-            # A COMMIT that fails has not committed: SQLite either rolled the transaction
-            # back itself (SQLITE_FULL while writing the WAL: its commit frame is written
-            # last, and a short write leaves it invalid) or left it open, and it is rolled
-            # back here. (A failed ROLLBACK here would hide the commit's error.)
+            # SQLite either rolled the transaction back itself (SQLITE_FULL while writing
+            # the WAL: its commit frame is written last, and a short write leaves it
+            # invalid) or left it open, and it is rolled back here. (A failed ROLLBACK here
+            # would hide the commit's error.) Either way nothing of it is visible now, but an
+            # I/O error may have left its commit frame in the WAL, which a crash's recovery
+            # replays: its outcome is then unknown, not refused.
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
+            outcome: BaseException = exc
+            if commit_error_in_doubt(exc):
+                outcome = CommitUnknownError(f"{exc.sqlite_errorname}: {exc}")
+                outcome.__cause__ = exc
             for i in todo:
                 if not _failed(answers[i]):
-                    answers[i] = exc  # nothing of the transaction landed
+                    answers[i] = outcome
         return []
     except BaseException:
         if conn.in_transaction:

@@ -263,8 +263,9 @@ class SqliteDialect:
     def commit_in_doubt(self, exc: BaseException) -> bool:
         # COMMIT runs in this process, on the connection's own thread, and always answers:
         # there is no network to lose its answer on. A connection already closed ran
-        # nothing (closing a connection rolls its open transaction back).
-        return False
+        # nothing (closing a connection rolls its open transaction back). What its answer
+        # can leave in doubt is the disk: see commit_error_in_doubt.
+        return commit_error_in_doubt(getattr(exc, "orig", exc))
 
     def writable(self, conn: AsyncConnection) -> bool:
         # A DEFERRED transaction that has read but not written holds a snapshot and no
@@ -276,6 +277,27 @@ class SqliteDialect:
         sync = conn.sync_connection
         assert sync is not None
         return _holds_write_lock(sync.info, sync)
+
+
+def commit_error_in_doubt(exc: BaseException) -> bool:
+    """Whether ``exc``, raised by a write transaction's ``COMMIT`` on a WAL database, leaves
+    it unknown whether the transaction landed: an I/O error (``SQLITE_IOERR``, any of its
+    extended codes).
+
+    A WAL commit writes its pages as frames, the commit frame last, then syncs the file
+    (``synchronous=FULL``). An I/O error there (a failed ``fsync``, a short write) makes
+    SQLite roll the transaction back in memory, but frames already written stay in the file,
+    a valid commit frame among them if only the sync failed: the next connection to open
+    the database after a crash recovers it, and the transaction is there
+    (``tests/test_sqlite_commit_in_doubt.py`` shows it, with ``fsync`` made to fail). A
+    ``SQLITE_FULL`` leaves no valid commit frame (written last and checksummed, it is the
+    write refused or cut short), and every other answer comes before anything is written
+    (busy, locked, read-only, a constraint, a closed connection): surely not committed.
+    """
+    name = getattr(exc, "sqlite_errorname", None)
+    return (
+        isinstance(exc, sqlite3.Error) and isinstance(name, str) and name.startswith("SQLITE_IOERR")
+    )
 
 
 def _on_connect(dbapi_connection: Any, record: Any) -> None:
