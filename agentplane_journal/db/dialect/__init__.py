@@ -23,6 +23,7 @@ name (``tests/test_layout.py`` holds the package to that).
 
 from __future__ import annotations
 
+import itertools
 from typing import Any, Protocol
 
 from sqlalchemy import func, select
@@ -125,15 +126,31 @@ def dialect_for(
     return dialect
 
 
+#: Query parameters that say where a server is (libpq's ``?host=/run/postgresql``, a socket
+#: directory, or ``?host=a,b&port=5432,5433``): part of what names a database.
+_LOCATION = frozenset({"host", "hostaddr", "port", "service"})
+#: A number per private in-memory SQLite database, each of which is its engine's own.
+_PRIVATE = itertools.count(1)
+
+
 def database_key(engine: Engine) -> tuple[str, ...]:
     """What names the database an engine reaches, the same for every engine on it: the
-    backend, host, port and :meth:`Dialect.database` (computed once per engine)."""
+    backend, host, port, the URL's location parameters and :meth:`Dialect.database`
+    (computed once per engine). Two databases never share a key: a private in-memory SQLite
+    database (``:memory:``) is its engine's alone, so it gets a number of its own, and a
+    server named only by ``?host=`` (a socket directory) or ``?port=`` is told by them. (A
+    shared key would let one database's verified state vouch for another's rows: refused
+    as corrupt, since every row is still checked, but about an honest database.)"""
     engine = _unproxied(engine)
     key: tuple[str, ...] | None = getattr(engine, _KEY, None)
     if key is None:
         dialect = dialect_for(engine, any_driver=True)
         url = engine.url
-        key = (dialect.name, url.host or "", str(url.port or ""), dialect.database(url) or "")
+        name = dialect.database(url) or ""
+        if dialect is _SQLITE and name in ("", ":memory:"):
+            name = f":memory: #{next(_PRIVATE)}"
+        where = sorted(f"{k}={v}" for k, v in url.query.items() if k in _LOCATION)
+        key = (dialect.name, url.host or "", str(url.port or ""), name, *where)
         setattr(engine, _KEY, key)
     return key
 
