@@ -120,11 +120,13 @@ def _typed(value: Typed) -> list[str]:
     return [kind, _b64(bytes(data))]
 
 
-def _ascii(*texts: object) -> bool:
+def _ascii(*texts: str) -> bool:
     """Whether every one of ``texts`` is a ``str`` of ASCII only (the common case, checked
-    at once; else :func:`_checked_texts` looks at each and names the one refused)."""
+    at once; else :func:`_checked_texts` looks at each and names the one refused). Typed
+    ``str`` as the callers' values are; one that is not at run time is a ``TypeError``
+    here, so ``False``."""
     try:
-        return "".join(texts).isascii()  # type: ignore[arg-type]  # a TypeError: not all str
+        return "".join(texts).isascii()
     except TypeError:
         return False
 
