@@ -158,10 +158,14 @@ class ThreadWrites(SaverBase):
         async with self._lock(key):
             if callable(appends):
                 appends = appends()
-            if key not in self._leases and not isinstance(store, SealingStore):
+            held = self._leases.get(key)
+            if held is None and not isinstance(store, SealingStore):
                 records = await self._admit(store, thread_id, run, appends)
             else:
-                epoch = await self._lease(store, thread_id, run)
+                if held is not None and time.monotonic() < held[1]:
+                    epoch = held[0]  # :meth:`_lease`'s first answer, without its coroutine
+                else:
+                    epoch = await self._lease(store, thread_id, run)
                 try:
                     records = await store.append(epoch, appends)
                 except FencedError as exc:
