@@ -141,8 +141,11 @@ def refuse_own_wait(
     task = _task()
     if task is None or task not in _OPEN:
         return
+    entries = _entries(task)
+    if not entries:  # every transaction it had is over (every append asks: the key waits)
+        return
     database = database_key(engine)
-    for entry in _entries(task):
+    for entry in entries:
         connection = entry.connection()  # alive: _entries keeps only open transactions
         if connection is None or database_key(connection.engine) != database:
             continue

@@ -31,7 +31,10 @@ from agentplane_journal.langgraph.records import (
 
 __all__ = ["Recent", "SaverBase"]
 
-_Key = tuple[str, RunId]
+#: What the saver keeps per thread is keyed by ``(tenant, thread_id)``: two texts, whose
+#: hashes Python keeps (a ``RunId`` in the key was hashed anew at each of the dozen
+#: look-ups a put makes).
+_Key = tuple[str, str]
 #: Runs read per statement when ``list`` or ``delete_for_runs`` walks every thread.
 _SCAN_PAGE = 200
 #: Threads whose blob records a saver remembers to name in their next checkpoint.
@@ -50,10 +53,13 @@ class Recent(OrderedDict[_K, _V]):
         self.capacity = capacity
 
     def __setitem__(self, key: _K, value: _V) -> None:
-        super().__setitem__(key, value)
+        _set(self, key, value)
         self.move_to_end(key)
         while len(self) > self.capacity:
             self.popitem(last=False)
+
+
+_set = OrderedDict.__setitem__
 
 
 class SaverBase(BaseCheckpointSaver[int]):
@@ -100,7 +106,9 @@ class SaverBase(BaseCheckpointSaver[int]):
         if not isinstance(thread_id, str) or not thread_id:
             raise ValueError("a LangGraph config needs configurable['thread_id'] (a string)")
         ns = configurable.get("checkpoint_ns") or ""
-        return self._store(configurable.get("tenant")), str(thread_id), str(ns)
+        tenant = configurable.get("tenant")
+        store = self._stores.get(self._tenant) if tenant is None else None
+        return store or self._store(tenant), str(thread_id), str(ns)
 
     def _memo_key(self, store: SqlJournalStore, run: RunId) -> Hashable:
         """What a shared verified point is kept under: the database, the schema, the

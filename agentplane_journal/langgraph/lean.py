@@ -111,13 +111,13 @@ class Names:
     def apply(self, records: list[Record]) -> bool:
         """Go on past this writer's own ``records``; ``False`` when they do not follow what
         it knew (someone else wrote between) or hold a deletion: then it knows nothing."""
-        if not records or records[0].seq != self.upto + 1:
-            return False
+        seq = self.upto
         for record in records:
-            body = record.body
-            if record.kind in (DELETED, COPIED):
-                return False
-            if record.kind == CHECKPOINT:
+            body, kind = record.body, record.kind
+            seq += 1
+            if body["seq"] != seq or kind == DELETED or kind == COPIED:
+                return False  # not the next record, or one after which it knows nothing
+            if kind == CHECKPOINT:
                 ns, cid = body.get("ns"), body.get("id")
                 if not isinstance(ns, str) or not isinstance(cid, str):
                     return False
@@ -125,18 +125,23 @@ class Names:
                     self.newest[ns] = cid
                     if self.early:
                         self.early = frozenset(k for k in self.early if k[0] != ns or k[1] > cid)
-                for blob in body.get("blobs") or ():
-                    if isinstance(blob, list) and len(blob) == 4:
-                        channel, version = blob[0], blob[1]
-                        if isinstance(channel, str) and isinstance(version, str):
-                            self.blob_at[(ns, channel)] = (version, record.seq, record.hash.hex())
-            elif record.kind == WRITES:
+                blobs = body.get("blobs")
+                if blobs:
+                    digest = record.hash.hex()
+                    for blob in blobs:
+                        if isinstance(blob, list) and len(blob) == 4:
+                            channel, version = blob[0], blob[1]
+                            if isinstance(channel, str) and isinstance(version, str):
+                                self.blob_at[(ns, channel)] = (version, seq, digest)
+            elif kind == WRITES:
                 ns, cid = body.get("ns"), body.get("checkpoint")
                 if not isinstance(ns, str) or not isinstance(cid, str):
                     return False
                 if cid > self.newest.get(ns, ""):
-                    self.early = self.early | {(ns, cid, record.seq, record.hash.hex())}
-        self.upto = records[-1].seq
+                    self.early = self.early | {(ns, cid, seq, record.hash.hex())}
+        if seq == self.upto:
+            return False  # nothing written: nothing to go on past
+        self.upto = seq
         return True
 
 

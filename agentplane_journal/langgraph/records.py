@@ -33,8 +33,10 @@ import binascii
 import functools
 import hashlib
 import json
+from binascii import b2a_base64
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from json.encoder import encode_basestring_ascii as _json_str
 from typing import Any
 
 from ulid import ULID
@@ -97,17 +99,60 @@ def _thread_run(thread_id: str) -> RunId:
 
 
 def version_key(version: object) -> str:
-    """A channel version (int, float or str in LangGraph) as the text blobs are keyed by."""
+    """A channel version (int, float or str in LangGraph) as the text blobs are keyed by:
+    its JSON text. An ``int`` (this saver's own versions) and a ``str`` (other savers') are
+    written without building an encoder (twice a put, and once per channel a read keys)."""
+    if type(version) is int:
+        return int.__repr__(version)  # json.dumps' own text for an int
+    if type(version) is str:
+        return _json_str(version)  # what json.dumps calls for a str
     return json.dumps(version, sort_keys=True)
 
 
 def _b64(data: bytes) -> str:
-    return base64.b64encode(data).decode("ascii")
+    return b2a_base64(data, newline=False).decode("ascii")
 
 
 def _typed(value: Typed) -> list[str]:
     kind, data = value
+    if type(kind) is not str:
+        raise TypeError(f"the serializer gave a type name {kind!r}, not a str")
     return [kind, _b64(bytes(data))]
+
+
+def _ascii(*texts: str) -> bool:
+    """Whether every one of ``texts`` is a ``str`` of ASCII only (the common case, checked
+    at once; else :func:`_checked_texts` looks at each and names the one refused). Typed
+    ``str`` as the callers' values are; one that is not at run time is a ``TypeError``
+    here, so ``False``."""
+    try:
+        return "".join(texts).isascii()
+    except TypeError:
+        return False
+
+
+def _checked_texts(**texts: object) -> None:
+    """Each of the payload's text members (named) a ``str`` with canonical bytes, else the
+    error the record's canonical JSON would raise, naming the member.
+
+    The builders below make their payloads afresh from these texts, base64 text, JSON
+    version text and ``int`` indexes and seqs, in dicts and lists, and nothing else: such a
+    payload has canonical bytes (:func:`~agentplane_journal.core.canon.canonical_bytes`)
+    exactly when every text encodes as UTF-8 (no lone surrogate). So the append is built by
+    :meth:`Append.of_bare_envelope`, without writing those bytes once more to see that they
+    can be (the seal writes them; this check costs a test of each text instead). A member
+    that is not text is refused here too: a reader would refuse the record it made."""
+    for name, text in texts.items():
+        if not isinstance(text, str):
+            raise TypeError(f"payload.{name}: a LangGraph {name} must be a str, not {text!r}")
+        if not text.isascii():
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError:
+                raise ValueError(
+                    f"payload.{name}: string contains a lone surrogate, which is not valid "
+                    "Unicode and cannot be written as UTF-8"
+                ) from None
 
 
 def checkpoint_append(
@@ -132,6 +177,10 @@ def checkpoint_append(
     namespace's newest. A reader with no verified point resumes from the checkpoint and
     those records alone (``JournalSaver(lean_resume=True)``), checking each against its name.
     """
+    if not _ascii(thread_id, ns, checkpoint_id, *[t for b in blobs for t in b[:2]]):
+        _checked_texts(thread=thread_id, ns=ns, id=checkpoint_id)
+        for channel, version, _ in blobs:
+            _checked_texts(channel=channel, version=version)
     payload: dict[str, Any] = {
         "thread": thread_id,
         "ns": ns,
@@ -141,12 +190,22 @@ def checkpoint_append(
         "blobs": [[channel, version, *_typed(value)] for channel, version, value in blobs],
     }
     if parent_id is not None:
+        if not _ascii(parent_id):
+            _checked_texts(parent=parent_id)
         payload["parent"] = parent_id
     if uses is not None:
+        for channel, version, seq, digest in uses:
+            if not _ascii(channel, version, digest):
+                _checked_texts(channel=channel, version=version, hash=digest)
+            _checked_seq(seq)
         payload["uses"] = [list(use) for use in uses]
         if pending:  # its pending writes that landed before it: [seq, hash]
+            for seq, digest in pending:
+                if not _ascii(digest):
+                    _checked_texts(hash=digest)
+                _checked_seq(seq)
             payload["pending"] = [[seq, digest] for seq, digest in pending]
-    return profile.append(run, CHECKPOINT, payload)
+    return Append.of_bare_envelope(_run(run), CHECKPOINT, payload, profile.record_version)
 
 
 def writes_append(
@@ -161,18 +220,33 @@ def writes_append(
     profile: WireProfile = AGENTPLANE_0_4,
 ) -> Append:
     """One ``put_writes``: a task's pending writes against one checkpoint."""
-    return profile.append(
-        run,
-        WRITES,
-        {
-            "thread": thread_id,
-            "ns": ns,
-            "checkpoint": checkpoint_id,
-            "task": task_id,
-            "path": task_path,
-            "writes": [[idx, channel, *_typed(value)] for idx, channel, value in writes],
-        },
-    )
+    if not _ascii(thread_id, ns, checkpoint_id, task_id, task_path, *[w[1] for w in writes]):
+        _checked_texts(
+            thread=thread_id, ns=ns, checkpoint=checkpoint_id, task=task_id, path=task_path
+        )
+        for _, channel, _ in writes:
+            _checked_texts(channel=channel)
+    for idx, _, _ in writes:
+        if type(idx) is not int or not -(2**63) <= idx < 2**63:
+            raise TypeError(f"payload.writes: a write's index must be a 64-bit int, not {idx!r}")
+    payload = {
+        "thread": thread_id,
+        "ns": ns,
+        "checkpoint": checkpoint_id,
+        "task": task_id,
+        "path": task_path,
+        "writes": [[idx, channel, *_typed(value)] for idx, channel, value in writes],
+    }
+    return Append.of_bare_envelope(_run(run), WRITES, payload, profile.record_version)
+
+
+def _checked_seq(seq: object) -> None:
+    if type(seq) is not int or not 1 <= seq < 2**63:
+        raise TypeError(f"payload: a named record's seq must be a positive int, not {seq!r}")
+
+
+def _run(run: RunId | str) -> RunId:
+    return run if type(run) is RunId else RunId.parse(run)
 
 
 def deleted_append(

@@ -50,6 +50,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from agentplane_journal.core.append import Append
 from agentplane_journal.core.ids import Digest
+from agentplane_journal.core.profile import WireProfile
 from agentplane_journal.core.signing import Verifier
 from agentplane_journal.errors import (
     SchemaOutOfDateError,
@@ -245,8 +246,8 @@ class JournalSaver(ThreadEdits, SyncBridge):
     async def aclose(self) -> None:
         """Release every thread lease this saver holds, so another writer may go on at once."""
         held, self._leases = dict(self._leases), {}
-        for (tenant, run), (epoch, _) in held.items():
-            await self._stores[tenant].release_lease(run, epoch)
+        for (tenant, thread_id), (epoch, _) in held.items():
+            await self._stores[tenant].release_lease(thread_run(thread_id), epoch)
 
     # -- the async interface -----------------------------------------------------------
 
@@ -338,8 +339,9 @@ class JournalSaver(ThreadEdits, SyncBridge):
             for channel, version in new_versions.items()
         ]
         configurable = config.get("configurable") or {}
-        profile = await store.wire_profile()
-        key = (store.tenant, thread_run(thread_id))
+        profile = _profile_now(store) or await store.wire_profile()
+        key = (store.tenant, thread_id)
+        run = thread_run(thread_id)
         serialized = self.serde.dumps_typed(stripped)
         meta = self.serde.dumps_typed(get_checkpoint_metadata(config, metadata))
 
@@ -356,7 +358,7 @@ class JournalSaver(ThreadEdits, SyncBridge):
                     pending = names.pending(ns, checkpoint["id"])
             return [
                 checkpoint_append(
-                    key[1],
+                    run,
                     thread_id,
                     ns,
                     checkpoint["id"],
@@ -396,7 +398,7 @@ class JournalSaver(ThreadEdits, SyncBridge):
             for idx, (channel, value) in enumerate(writes)
         ]
         run = thread_run(thread_id)
-        profile = await store.wire_profile()
+        profile = _profile_now(store) or await store.wire_profile()
         append = writes_append(
             run, thread_id, ns, checkpoint_id, task_id, task_path, items, profile=profile
         )
@@ -410,7 +412,7 @@ class JournalSaver(ThreadEdits, SyncBridge):
         Returns the sealed head."""
         store = self._store(None)
         run = thread_run(thread_id)
-        async with self._lock((store.tenant, run)):
+        async with self._lock((store.tenant, thread_id)):
             epoch = await self._lease(store, thread_id, run)
             return await store.seal(run, epoch, outcome)
 
@@ -427,3 +429,14 @@ class JournalSaver(ThreadEdits, SyncBridge):
 
     def release(self, thread_id: str) -> None:
         self._sync(self.arelease(thread_id))
+
+
+def _profile_now(store: SqlJournalStore) -> WireProfile | None:
+    """The store's wire profile when it is known without a statement (every call after the
+    first): a put builds its record in it without awaiting ``wire_profile()`` (a coroutine
+    per put). ``None``: not read yet, so the caller awaits it. A profile the store asked
+    for but has not checked yet is returned too: the append checks it before it writes."""
+    try:
+        return store.profile
+    except RuntimeError:
+        return None

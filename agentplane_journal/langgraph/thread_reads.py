@@ -84,7 +84,7 @@ class ThreadReads(SaverBase):
         (:mod:`agentplane_journal.langgraph.lean`) instead of the thread.
         """
         run = thread_run(thread_id)
-        key = (store.tenant, run)
+        key = (store.tenant, thread_id)
         shared = self._memo_key(store, run) if self.share_verified else None
         if cold:
             cached = None
@@ -138,7 +138,7 @@ class ThreadReads(SaverBase):
         thread; ``None``: the caller reads the thread (a view kept, or the page cannot vouch).
         Leaves the saver's state as it was: a page is not a view of the thread to write on."""
         run = thread_run(thread_id)
-        key = (store.tenant, run)
+        key = (store.tenant, thread_id)
         cached = self._cache.get(key)
         if (cached is not None and cached.partial_ns is None) or (
             self.share_verified and self._memo_key(store, run) in THREADS

@@ -73,7 +73,7 @@ class ThreadWrites(SaverBase):
     async def _lease(self, store: SqlJournalStore, thread_id: str, run: RunId) -> int:
         """The epoch to write under: this saver's lease, renewed or taken, after checking
         that nobody wrote the thread since this saver last read it."""
-        key = (store.tenant, run)
+        key = (store.tenant, thread_id)
         now = time.monotonic()
         held = self._leases.get(key)
         if held is not None:
@@ -104,7 +104,7 @@ class ThreadWrites(SaverBase):
         thread since this saver read it, and the records, in one transaction (``store.admit``);
         waits as :meth:`_acquire` does. A sealing store (``keyring=``) takes the lease apart
         instead, so its erasure check runs under the scope's lock (:meth:`_lease`)."""
-        key = (store.tenant, run)
+        key = (store.tenant, thread_id)
         seen = self._seen.get(key)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.wait
@@ -154,14 +154,18 @@ class ThreadWrites(SaverBase):
         """Append ``appends`` (or what ``appends()`` builds under the thread's write lock,
         from what the saver then knows: a checkpoint's names) under the thread's lease."""
         run = thread_run(thread_id)
-        key = (store.tenant, run)
+        key = (store.tenant, thread_id)
         async with self._lock(key):
             if callable(appends):
                 appends = appends()
-            if key not in self._leases and not isinstance(store, SealingStore):
+            held = self._leases.get(key)
+            if held is None and not isinstance(store, SealingStore):
                 records = await self._admit(store, thread_id, run, appends)
             else:
-                epoch = await self._lease(store, thread_id, run)
+                if held is not None and time.monotonic() < held[1]:
+                    epoch = held[0]  # :meth:`_lease`'s first answer, without its coroutine
+                else:
+                    epoch = await self._lease(store, thread_id, run)
                 try:
                     records = await store.append(epoch, appends)
                 except FencedError as exc:
@@ -169,10 +173,11 @@ class ThreadWrites(SaverBase):
                     raise ThreadBusyError(thread_id, "another saver", exc.current, 0) from exc
             if records:
                 last = records[-1]
-                self._known[key] = (last.seq, last.hash)
-                self._seen[key] = last.seq
+                seq = last.seq
+                self._known[key] = (seq, last.hash)
+                self._seen[key] = seq
                 names = self._names.pop(key, None)
-                if names is None and records[0].seq == 1:
+                if names is None and seq == len(records):
                     names = Names(0, complete=True)  # a thread this write began
                 if names is not None and names.apply(records):
                     self._names[key] = names
@@ -180,7 +185,6 @@ class ThreadWrites(SaverBase):
     async def arelease(self, thread_id: str) -> None:
         """Give the thread's lease back now (another saver may write it at once)."""
         store = self._store(None)
-        key = (store.tenant, thread_run(thread_id))
-        held = self._leases.pop(key, None)
+        held = self._leases.pop((store.tenant, thread_id), None)
         if held is not None:
-            await store.release_lease(key[1], held[0])
+            await store.release_lease(thread_run(thread_id), held[0])
