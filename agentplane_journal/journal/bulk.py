@@ -427,8 +427,8 @@ async def _lock_runs(
     Each row has ``run_state``'s shape, for :func:`run_state_from` to judge.
     """
     tenant = store.tenant
-    ids = sorted({str(r) for r in runs})
     by_id = {str(r): r for r in runs}
+    ids = sorted(by_id)
     if not ids:
         return {}
     conn = await session.connection()
