@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select
 
-from agentplane_journal import AGENTPLANE_0_22, Append, RunId, SqlJournalStore
+from agentplane_journal import AGENTPLANE_0_22, Append, CaseId, RunId, SqlJournalStore
 from agentplane_journal.db.models import (
     Journal,
     JournalCounter,
@@ -30,6 +30,7 @@ from agentplane_journal.db.models import (
     RunOutcome,
     RunSeal,
 )
+from agentplane_journal.journal import bulk as bulk_mod
 from agentplane_journal.journal import restore as restore_mod
 from agentplane_journal.journal import restore_read
 from agentplane_journal.journal.bulk import ChainMovedError
@@ -202,3 +203,45 @@ async def test_an_honest_files_wire_bytes_are_not_parsed_a_second_time(
     restored = await restore_export(other_tenant(store), path)
     assert restored.is_faithful and restored.records > 0, restored.to_json()
     assert parsed == 0
+
+
+async def test_chunks_of_bare_rows_are_written_without_their_null_columns_and_the_same(
+    store: SqlJournalStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A chunk whose rows carry no effect key, case, key id or signature is inserted by the
+    INSERT of the other eight columns (``bulk._insert_rows``, ``bare``); a chunk with one
+    such row, by the INSERT of all of them (the rows before it given their NULLs). Either
+    way the rows are the ones ``append`` and ``seal`` wrote, column by column."""
+    for i in range(6):
+        run = RunId.generate()
+        await store.append(1, [Append(run, "Note", {"i": i}), Append(run, "Note", {"t": "x"})])
+        if i % 2:
+            head = await store.head(run)
+            concluded = {"outcome": "succeeded", "chain_head": head.hash.hex()}
+            await store.append(1, [Append(run, "RunSealed", concluded)])
+            await store.seal(run, 1, "succeeded")
+    cased = other_tenant(store)  # bare rows, then one with a case: no effect in the chunk
+    run = RunId.generate()
+    await cased.append(1, [Append(run, "Note", {"i": 0})])
+    await cased.append(1, [Append(run, "Note", {"i": 1}, case=CaseId.generate())])
+    mixed = other_tenant(store)
+    await _mixed(mixed)
+    taken: list[bool] = []
+    real = bulk_mod._insert_rows
+
+    async def insert(*args: Any) -> None:
+        taken.append(args[-1])
+        await real(*args)
+
+    monkeypatch.setattr(bulk_mod, "_insert_rows", insert)
+    for source in (store, cased, mixed):
+        path = tmp_path / f"{source.tenant}.jsonl"
+        cp, _ = await export_to(source, path)
+        target = other_tenant(store)
+        restored = await restore_export(target, path)
+        assert restored.is_faithful and restored.differing == 0, restored.to_json()
+        expected, copy = await _tables(source), await _tables(target)
+        for table, rows in expected.items():
+            assert copy[table] == rows, table
+        assert (await target.checkpoint()).root == cp.root
+    assert taken == [True, False, False]

@@ -129,8 +129,8 @@ async def test_an_honest_files_records_are_judged_without_writing_canonical_json
         calls["wire"] += 1
         return real_wire(*args)
 
-    def proven(*args: Any) -> Any:
-        found = real_proven(*args)
+    def proven(*args: Any, **kwargs: Any) -> Any:
+        found = real_proven(*args, **kwargs)
         calls["proven"] += found is not None
         return found
 

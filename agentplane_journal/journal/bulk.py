@@ -247,7 +247,8 @@ async def write_rows(store: SqlJournalStore, ops: Sequence[RowOp]) -> None:
         held: dict[RunId, RunState] = {}
         sealed: dict[RunId, str] = {}
         leaves: list[SealedLeaf] = []
-        rows: list[tuple[Any, ...]] = []
+        rows: list[tuple[Any, ...]] = []  # BARE_COLUMNS' while every row is bare, else COLUMNS'
+        bare = True
         after: list[tuple[RunId, list[Append], str | None]] = []
         for op in ops:
             run = op.run
@@ -271,22 +272,33 @@ async def write_rows(store: SqlJournalStore, ops: Sequence[RowOp]) -> None:
             conclusion = None
             for seq, _, kind, effect, case, prev, hash_, raw, key, outcome in op.records:
                 key_id, signature = attest(hash_)  # the restoring store's own signer, if any
-                rows.append(
-                    (
-                        tenant,
-                        run_id,
-                        seq,
-                        epoch,
-                        kind,
-                        effect,
-                        prev,
-                        hash_,
-                        raw,
-                        key_id,
-                        signature,
-                        case,
+                if (
+                    bare
+                    and effect is None
+                    and case is None
+                    and key_id is None
+                    and signature is None
+                ):
+                    rows.append((tenant, run_id, seq, epoch, kind, prev, hash_, raw))
+                else:
+                    if bare:
+                        rows, bare = [_with_nulls(r) for r in rows], False
+                    rows.append(
+                        (
+                            tenant,
+                            run_id,
+                            seq,
+                            epoch,
+                            kind,
+                            effect,
+                            prev,
+                            hash_,
+                            raw,
+                            key_id,
+                            signature,
+                            case,
+                        )
                     )
-                )
                 if key is not None:  # the claim alone: what after_rows reads of it
                     claims.append(Append(run, RUN_ADMITTED, {IDEMPOTENCY_KEY: key}))
                 if outcome is not None:
@@ -295,7 +307,7 @@ async def write_rows(store: SqlJournalStore, ops: Sequence[RowOp]) -> None:
             held[run] = RunState(state.sealed_outcome, state.sealed_head, last[0], Digest(last[6]))
             if claims or conclusion is not None:
                 after.append((run, claims, conclusion))
-        await _insert_rows(store, session, rows)
+        await _insert_rows(store, session, rows, bare)
         for run, claims, conclusion in after:
             await store.after_rows(session, run, claims, conclusion)
         await store.tenant_log.append(session, leaves)
@@ -304,26 +316,40 @@ async def write_rows(store: SqlJournalStore, ops: Sequence[RowOp]) -> None:
 
 
 async def _insert_rows(
-    store: SqlJournalStore, session: AsyncSession, rows: list[tuple[Any, ...]]
+    store: SqlJournalStore, session: AsyncSession, rows: list[tuple[Any, ...]], bare: bool
 ) -> None:
-    """``rows`` (in :data:`~agentplane_journal.core.batch.COLUMNS` order) by one
-    ``executemany`` of the journal's plain INSERT: no ``ON CONFLICT``, so a second start of
-    an effect or a taken position raises (mapped as ``append`` maps it) and the chunk rolls
-    back."""
+    """``rows`` (in :data:`~agentplane_journal.core.batch.COLUMNS` order, or
+    :data:`BARE_COLUMNS` order when ``bare``) by one ``executemany`` of the journal's plain
+    INSERT: no ``ON CONFLICT``, so a second start of an effect or a taken position raises
+    (mapped as ``append`` maps it) and the chunk rolls back.
+
+    ``bare``: no row has an effect key, a case, a key id or a signature, and the INSERT names
+    only the other columns (those four are NULL, as the table leaves a column it is not
+    given). Python's ``sqlite3`` binds every ``None`` (and ``bytes``) parameter through its
+    adaptation protocol, a formatted ``AttributeError`` each: four of them a row, left out."""
     if not rows:
         return
     conn = await session.connection()
-    text, names = _driver_sql(conn, "journal", _JOURNAL_INSERT)
-    if names != COLUMNS:
-        raise RuntimeError("the journal INSERT's parameters are not in COLUMNS order")
-    if await store.dialect.copy_rows(conn, _JOURNAL, COLUMNS, rows):
+    columns = BARE_COLUMNS if bare else COLUMNS
+    text, names = _driver_sql(
+        conn, "journal_bare" if bare else "journal", _JOURNAL_BARE if bare else _JOURNAL_INSERT
+    )
+    if names != columns:
+        raise RuntimeError("the journal INSERT's parameters are not in the rows' order")
+    if await store.dialect.copy_rows(conn, _JOURNAL, columns, rows):
         return  # PostgreSQL's COPY; refused, it left nothing and the INSERT below names why
     try:
         await conn.exec_driver_sql(text, rows)
     except DBAPIError as exc:
-        started = {
-            EffectKey.from_hex(r[5]) for r in rows if r[4] == EFFECT_STARTED and r[5] is not None
-        }
+        started = (
+            set()
+            if bare
+            else {
+                EffectKey.from_hex(r[5])
+                for r in rows
+                if r[4] == EFFECT_STARTED and r[5] is not None
+            }
+        )
         first = rows[0]
         raise store.insert_refused(exc, RunId.parse(first[1]), first[2], started) from exc
 
@@ -331,6 +357,18 @@ async def _insert_rows(
 _JOURNAL: Any = Journal.__table__
 _JOURNAL_INSERT = Journal.__table__.insert().values(dict.fromkeys(COLUMNS))
 """The journal's INSERT of every column, in :data:`COLUMNS` order."""
+
+_NULLABLE = ("effect_key", "key_id", "signature", "case_id")
+BARE_COLUMNS = tuple(c for c in COLUMNS if c not in _NULLABLE)
+"""The journal's columns a row always has (a bare row: its :data:`_NULLABLE` ones NULL)."""
+_JOURNAL_BARE = Journal.__table__.insert().values(dict.fromkeys(BARE_COLUMNS))
+"""The journal's INSERT of a bare row, in :data:`BARE_COLUMNS` order."""
+
+
+def _with_nulls(row: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A bare row (:data:`BARE_COLUMNS`) in :data:`COLUMNS` order, its NULLs in place."""
+    tenant, run_id, seq, epoch, kind, prev, hash_, raw = row
+    return (tenant, run_id, seq, epoch, kind, None, prev, hash_, raw, None, None, None)
 
 
 class _Rows:
@@ -427,8 +465,8 @@ async def _lock_runs(
     Each row has ``run_state``'s shape, for :func:`run_state_from` to judge.
     """
     tenant = store.tenant
-    ids = sorted({str(r) for r in runs})
     by_id = {str(r): r for r in runs}
+    ids = sorted(by_id)
     if not ids:
         return {}
     conn = await session.connection()

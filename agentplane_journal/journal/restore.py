@@ -343,7 +343,9 @@ async def _replay(spool: Spool, replay: _Replay, report: RestoreReport) -> None:
         if type(entry[0]) is str:  # a run block: (run ulid, log index or None)
             if run is not None:
                 replay.end_run(run, index, outcome, any_records=records > 0)
-            run = RunId.parse(entry[0])  # pass one's run_block parsed it
+            # The ULID text of pass one's own parsed RunId (the spool is this process's
+            # own file): taken as it is, not parsed a second time.
+            run = RunId._trusted(entry[0])
             index, outcome, records = entry[1], None, 0
             report.runs += 1
         elif run is not None:

@@ -39,7 +39,12 @@ from agentplane_journal.core.admission import RUN_ADMITTED, claimed_keys
 from agentplane_journal.core.append import EFFECT_STARTED, RUN_SEALED, Append
 from agentplane_journal.core.checks import check_label
 from agentplane_journal.core.ids import Digest, EffectKey, RunId
-from agentplane_journal.core.profile import PROFILES, WireProfile, profile_of_record
+from agentplane_journal.core.profile import (
+    AGENTPLANE_0_4,
+    PROFILES,
+    WireProfile,
+    profile_of_record,
+)
 from agentplane_journal.core.record import Record
 from agentplane_journal.errors import RecordTooLargeError, RefusedError
 from agentplane_journal.exportfmt.lines import (
@@ -55,12 +60,12 @@ from agentplane_journal.journal.export_seen import SpilledRuns
 from agentplane_journal.journal.restore_spool import Spool
 from agentplane_journal.tlog.checkpoint import Checkpoint
 
-__all__ = ["Frame", "Judge", "RestoreRefused"]
+__all__ = ["INDEXED", "Frame", "Judge", "RestoreRefused"]
 
 _SHOWN = 5
 """Findings quoted in a refusal (the rest are counted; ``verify-export`` lists them all)."""
 
-_INDEXED = frozenset({RUN_SEALED, EFFECT_STARTED, RUN_ADMITTED})
+INDEXED = frozenset({RUN_SEALED, EFFECT_STARTED, RUN_ADMITTED})
 """The kinds :meth:`Judge._indexed` has anything to check for (an outcome, a started effect,
 an admission key); every other kind claims nothing and indexes nothing."""
 _NO_KEYS: list[str] = []
@@ -204,7 +209,7 @@ class Judge:
             )
         kind = append.kind
         try:
-            keys = self._indexed(append) if kind in _INDEXED else _NO_KEYS
+            keys = self._indexed(append) if kind in INDEXED else _NO_KEYS
             if not resealed:
                 again = Record.seal(
                     append.body(seq, epoch),
@@ -223,7 +228,55 @@ class Judge:
                 f"{profile.name} writes for it, so replaying it would write another record "
                 "(another hash) than the file holds"
             )
-        # ``raw`` is what append writes for it: chained here, from the run's first record.
+        effect, case = append.effect_key, append.case
+        self._chain(
+            seq,
+            epoch,
+            kind,
+            None if effect is None else effect.hex(),
+            None if case is None else str(case),
+            raw,
+            keys[0] if keys else None,
+            append.payload.get("outcome") if kind == RUN_SEALED else None,
+            carried,
+            read,
+        )
+
+    def plain(
+        self,
+        seq: int,
+        epoch: int,
+        kind: str,
+        raw: bytes,
+        carried: object,
+        read: tuple[str, bytes, bytes, object],
+    ) -> None:
+        """:meth:`record` for a record pass one showed needs no ``Append``
+        (``restore_read._plain_envelope``): written by ``agentplane-0.4`` as exactly ``raw``
+        (``resealed``), ``seq`` an integer, a bare envelope (no effect key, no case) of a
+        kind that claims and indexes nothing (not in :data:`INDEXED`) and that ``append``
+        accepts with its fields. What :meth:`record` would judge of it holds: its profile
+        refuses only another version or a ``RunAdmitted``; it has no key, no outcome."""
+        if self._profile is not AGENTPLANE_0_4:
+            self._profiles.add(AGENTPLANE_0_4)
+            self._profile = AGENTPLANE_0_4
+        self._chain(seq, epoch, kind, None, None, raw, None, None, carried, read)
+
+    def _chain(
+        self,
+        seq: int,
+        epoch: int,
+        kind: str,
+        effect: str | None,
+        case: str | None,
+        raw: bytes,
+        key: str | None,
+        outcome: str | None,
+        carried: object,
+        read: tuple[str, bytes, bytes, object] | None,
+    ) -> None:
+        """``raw`` (what append writes for the record) chained from the run's first record,
+        and the record spooled with the columns the store writes for it."""
         if seq != self._last_seq + 1:
             self._gaps += 1
         self._last_seq = seq
@@ -238,21 +291,7 @@ class Judge:
         if carried != digest.hex():
             self._differing += 1
         if self._spool is not None:
-            effect, case = append.effect_key, append.case
-            self._spool.record(
-                (
-                    seq,
-                    epoch,
-                    kind,
-                    None if effect is None else effect.hex(),
-                    None if case is None else str(case),
-                    prev,
-                    digest,
-                    raw,
-                    keys[0] if keys else None,
-                    append.payload.get("outcome") if kind == RUN_SEALED else None,
-                )
-            )
+            self._spool.record((seq, epoch, kind, effect, case, prev, digest, raw, key, outcome))
 
     def _indexed(self, append: Append) -> list[str]:
         """What ``append`` checks (an outcome label) and its indexes refuse (a second start

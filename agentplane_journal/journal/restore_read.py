@@ -12,17 +12,18 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, overload
 
 from agentplane_journal.core import jsonload
 from agentplane_journal.core.append import RESERVED_MEMBERS, Append
 from agentplane_journal.core.canon import canonical_of_sorted
-from agentplane_journal.core.checks import MAX_I64
+from agentplane_journal.core.checks import MAX_I64, check_label
 from agentplane_journal.core.ids import RunId
+from agentplane_journal.core.kinds import field_problem
 from agentplane_journal.core.profile import AGENTPLANE_0_4, WireProfile, profile_of_record
 from agentplane_journal.core.record import MAX_RECORD_BYTES, decode_wire
 from agentplane_journal.exportfmt.read import read_line
-from agentplane_journal.journal.restore_check import Frame, Judge, RestoreRefused
+from agentplane_journal.journal.restore_check import INDEXED, Frame, Judge, RestoreRefused
 from agentplane_journal.journal.restore_spool import Spool
 
 __all__ = ["append_of", "check_frame"]
@@ -66,7 +67,7 @@ def check_frame(path: Path, spool: Spool | None = None) -> Frame:
     block, and checked against the wire profile its version names; what it established
     written to ``spool``, if given, for pass two."""
     judge = Judge(spool)
-    line, record = judge.line, judge.record  # bound once: called per line and record
+    line, record, plain = judge.line, judge.record, judge.plain  # bound once: per line
     try:
         for number, value in _lines(path):
             run = line(number, value)
@@ -80,13 +81,19 @@ def check_frame(path: Path, spool: Spool | None = None) -> Frame:
                 # The commonest record, taken here rather than through _replay_of (which
                 # would take the same branch first): the verifier wrote its body back.
                 try:
-                    proven = _proven(shown, run, read[0], read)  # read[0] is the line's raw
+                    # read[0] is the line's raw
+                    proven = _proven(shown, run, read[0], read, plain=True)
                 except (TypeError, ValueError, KeyError, RecursionError):
                     proven = None  # judged the ordinary way below, as _replay_of does
                 if proven is not None:
                     data, epoch, append = proven
                     carried = value.get("hash")
-                    record(number, data, shown, epoch, append, carried, True, AGENTPLANE_0_4, read)
+                    if append is None:  # _plain_envelope: seq and kind checked there
+                        plain(shown["seq"], epoch, shown["kind"], data, carried, read)
+                    else:
+                        record(
+                            number, data, shown, epoch, append, carried, True, AGENTPLANE_0_4, read
+                        )
                     continue
             data, body, epoch, append, profile = _replay_of(value, run, number)
             resealed = profile is not None
@@ -145,9 +152,32 @@ def _replay_of(
     return data, body, epoch, append, None
 
 
+@overload
 def _proven(
-    shown: dict[str, Any], run: RunId, raw: str, read: tuple[str, bytes, bytes, object] | None
-) -> tuple[bytes, int, Append] | None:
+    shown: dict[str, Any],
+    run: RunId,
+    raw: str,
+    read: tuple[str, bytes, bytes, object] | None,
+    *,
+    plain: Literal[False] = False,
+) -> tuple[bytes, int, Append] | None: ...
+@overload
+def _proven(
+    shown: dict[str, Any],
+    run: RunId,
+    raw: str,
+    read: tuple[str, bytes, bytes, object] | None,
+    *,
+    plain: bool,
+) -> tuple[bytes, int, Append | None] | None: ...
+def _proven(
+    shown: dict[str, Any],
+    run: RunId,
+    raw: str,
+    read: tuple[str, bytes, bytes, object] | None,
+    *,
+    plain: bool = False,
+) -> tuple[bytes, int, Append | None] | None:
     """``(bytes, epoch, append)`` when the verifier's reading shows, with no canonical
     JSON written here, that ``append``'s body is written by ``agentplane-0.4`` as exactly
     ``raw``'s bytes; ``None`` when not shown (the caller then compares the ordinary way).
@@ -159,7 +189,10 @@ def _proven(
     so it has canonical bytes too and :meth:`Append.of_canonical_payload` skips only that
     check; and ``append.body(seq, epoch)`` is ``shown`` again member for member
     (:func:`_same_json`), so its canonical bytes are those same bytes. A line whose wire
-    bytes are anything else cannot pass: every step compares with what was written."""
+    bytes are anything else cannot pass: every step compares with what was written.
+
+    ``plain``: the append is ``None`` where :func:`_plain_envelope` shows the record needs
+    none (the caller then judges it by ``Judge.plain``)."""
     if read is None or read[3] is not shown or read[0] is not raw:
         return None
     if profile_of_record(shown) is not AGENTPLANE_0_4:
@@ -167,6 +200,10 @@ def _proven(
     data = canonical_of_sorted(shown, raw)
     if data is None or len(data) > MAX_RECORD_BYTES:
         return None
+    if plain:
+        epoch = _plain_envelope(shown, run)
+        if epoch is not None:
+            return data, epoch, None
     bare = _bare(shown, run)
     if bare is not None:
         return data, bare[0], bare[1]
@@ -207,6 +244,50 @@ def _bare(shown: dict[str, Any], run: RunId) -> tuple[int, Append] | None:
     ):
         return None
     return epoch, Append.of_bare_envelope(run, kind, payload, v)
+
+
+def _plain_envelope(shown: dict[str, Any], run: RunId) -> int | None:
+    """``epoch`` for a body whose record pass one can judge without building its ``Append``
+    (``Judge.plain``); ``None`` for any other (then :func:`_bare` or the member compare).
+
+    The body is ``agentplane-0.4``'s and its canonical bytes are the line's wire bytes
+    (:func:`_proven` has shown both, so ``v`` is that profile's record version); its
+    envelope is bare (no case, step, phase or effect key; ``seq``, ``epoch``, ``run`` and
+    ``kind`` of the types and ranges :func:`_bare` checks, ``run`` the block's); and its
+    kind is not one the store indexes or claims by (``INDEXED``: a sealing outcome, a
+    started effect, an admission key). What :meth:`Append.of_bare_envelope` would check of
+    such a record is checked here by the same functions, raising as it raises: the kind a
+    label, and the kind's fields (``field_problem``, given the body: no kind's field is a
+    reserved member, so the body's fields are the payload's, tests/test_restore_plain.py).
+    ``v`` is the profile's, an unsigned 16-bit integer, and the profile refuses nothing
+    else of a kind that is not ``RunAdmitted``. Nothing else of an append is used by
+    pass one for such a record: it is spooled with no effect key, case, claim or
+    outcome, exactly as :meth:`Judge.record` spools its append."""
+    kind = shown.get("kind")
+    if (
+        type(kind) is not str
+        or kind in INDEXED
+        or "case" in shown
+        or "step" in shown
+        or "phase" in shown
+        or "effect_key" in shown
+    ):
+        return None
+    seq, epoch, named = shown.get("seq"), shown.get("epoch"), shown.get("run")
+    if (
+        type(seq) is not int
+        or type(epoch) is not int
+        or type(named) is not str
+        or not 1 <= seq <= MAX_I64
+        or not 0 <= epoch <= MAX_I64
+        or named != run.ulid
+    ):
+        return None
+    check_label(kind, "kind")
+    problem = field_problem(kind, shown)
+    if problem is not None:
+        raise ValueError(problem)
+    return epoch
 
 
 _BARE_MEMBERS = 5

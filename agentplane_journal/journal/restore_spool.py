@@ -51,7 +51,11 @@ class Spool:
         self._add((run_ulid, index))
 
     def record(self, entry: Spooled) -> None:
-        self._add(entry)
+        # _add's body, inline: called once per record of the file.
+        chunk = self._chunk
+        chunk.append(entry)
+        if len(chunk) >= CHUNK:
+            self._flush()
 
     def _add(self, entry: tuple[Any, ...]) -> None:
         chunk = self._chunk
