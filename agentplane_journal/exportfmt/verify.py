@@ -63,62 +63,14 @@ from agentplane_journal.exportfmt.settle import (
     settle_tree,
 )
 from agentplane_journal.exportfmt.typed_022 import decode_problem, dropped_members
+from agentplane_journal.exportfmt.verify_report import SOUND_LISTED, VerifyReport
 from agentplane_journal.tlog.checkpoint import Checkpoint
 
 __all__ = ["SOUND_LISTED", "ExportVerifier", "VerifyReport"]
 
-SOUND_LISTED = 1000
-"""Sound runs named in :attr:`VerifyReport.sound` by default; the rest are counted
-(:attr:`VerifyReport.runs_sound`). ``ExportVerifier(sound_listed=None)`` names every one."""
-
 _RUN_SEALED = "RunSealed"
 _NO_TIE = "run {run}: a record line carries no wire bytes or no hash — nothing ties it to the chain"
 _sha256 = hashlib.sha256
-
-
-@dataclass(slots=True)
-class VerifyReport:
-    """What a pass concluded and what it could not look at (agentplane's ``VerifyReport``).
-
-    ``sound`` names the runs that recomputed exactly, in file order, up to the verifier's
-    ``sound_listed`` (:data:`SOUND_LISTED` by default, so a report's memory does not grow
-    with the file); ``sound_unlisted`` counts the sound runs beyond it, and
-    :attr:`runs_sound` is every sound run. Findings are never capped.
-    """
-
-    checkpoint: Checkpoint | None = None
-    sound: list[RunId] = field(default_factory=list)
-    findings: list[str] = field(default_factory=list)
-    not_checked: list[str] = field(default_factory=list)
-    records: int = 0
-    cases: int = 0
-    complete: bool = False
-    sound_unlisted: int = 0
-
-    @property
-    def runs_sound(self) -> int:
-        """Every run that recomputed exactly, named in ``sound`` or not."""
-        return len(self.sound) + self.sound_unlisted
-
-    @property
-    def is_sound(self) -> bool:
-        """Every check that ran passed, and the file is whole (see ``not_checked``)."""
-        return not self.findings and self.complete
-
-    def to_json(self) -> dict[str, Any]:
-        cp = self.checkpoint
-        return {
-            "sound": self.is_sound,
-            "checkpoint": None
-            if cp is None
-            else {"origin": cp.origin, "size": cp.size, "root": cp.root.hex()},
-            "runs_sound": self.runs_sound,
-            "records": self.records,
-            "cases": self.cases,
-            "complete": self.complete,
-            "findings": list(self.findings),
-            "not_checked": list(self.not_checked),
-        }
 
 
 @dataclass(slots=True)
