@@ -230,20 +230,28 @@ def _bare(shown: dict[str, Any], run: RunId) -> tuple[int, Append] | None:
     payload = {k: x for k, x in shown.items() if k not in RESERVED_MEMBERS}
     if len(shown) - len(payload) != _BARE_MEMBERS:
         return None
-    seq, epoch, kind = shown.get("seq"), shown.get("epoch"), shown.get("kind")
-    named, v = shown.get("run"), shown.get("v")
+    kind, v = shown.get("kind"), shown.get("v")
+    epoch = _envelope_epoch(shown, run)
+    if epoch is None or type(kind) is not str or type(v) is not int:
+        return None
+    return epoch, Append.of_bare_envelope(run, kind, payload, v)
+
+
+def _envelope_epoch(shown: dict[str, Any], run: RunId) -> int | None:
+    """The body's ``epoch`` when its ``seq``, ``epoch`` and ``run`` are of the types and
+    ranges an append takes and ``run`` is the block's; ``None`` otherwise (the slower path
+    then judges the body)."""
+    seq, epoch, named = shown.get("seq"), shown.get("epoch"), shown.get("run")
     if (
         type(seq) is not int
         or type(epoch) is not int
-        or type(kind) is not str
         or type(named) is not str
-        or type(v) is not int
         or not 1 <= seq <= MAX_I64
         or not 0 <= epoch <= MAX_I64
         or named != run.ulid
     ):
         return None
-    return epoch, Append.of_bare_envelope(run, kind, payload, v)
+    return epoch
 
 
 def _plain_envelope(shown: dict[str, Any], run: RunId) -> int | None:
@@ -273,15 +281,8 @@ def _plain_envelope(shown: dict[str, Any], run: RunId) -> int | None:
         or "effect_key" in shown
     ):
         return None
-    seq, epoch, named = shown.get("seq"), shown.get("epoch"), shown.get("run")
-    if (
-        type(seq) is not int
-        or type(epoch) is not int
-        or type(named) is not str
-        or not 1 <= seq <= MAX_I64
-        or not 0 <= epoch <= MAX_I64
-        or named != run.ulid
-    ):
+    epoch = _envelope_epoch(shown, run)
+    if epoch is None:
         return None
     check_label(kind, "kind")
     problem = field_problem(kind, shown)
