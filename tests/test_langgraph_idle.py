@@ -68,19 +68,24 @@ async def test_memory_is_flat_past_the_bounds(
     monkeypatch.setattr(HeadCache.__init__, "__defaults__", (64,))
     monkeypatch.setattr(records, "_thread_run", functools.lru_cache(64)(_derive))
     monkeypatch.setattr(core_record, "_ulid_verdict", functools.lru_cache(64)(_verdict))
+    # Two windows of 300 threads each, and the smaller growth: a per-thread leak grows both,
+    # while a one-off allocation that happens to fall in a window (the pool opening another
+    # connection under load, ~30 KiB: 0.107 "MiB per 1,000" once in CI) grows only one.
     tracemalloc.start()
     try:
         saver = JournalSaver(await make_store(), cache_threads=16)
         for i in range(200):
             await _touch(saver, f"flat-{i}")
-        gc.collect()
-        before = tracemalloc.get_traced_memory()[0]
-        for i in range(200, 500):
-            await _touch(saver, f"flat-{i}")
-        gc.collect()
-        grown = tracemalloc.get_traced_memory()[0] - before
+        grown = []
+        for window in (range(200, 500), range(500, 800)):
+            gc.collect()
+            before = tracemalloc.get_traced_memory()[0]
+            for i in window:
+                await _touch(saver, f"flat-{i}")
+            gc.collect()
+            grown.append(tracemalloc.get_traced_memory()[0] - before)
     finally:
         tracemalloc.stop()
-    per_thousand = grown / 300 * 1000 / 2**20
-    assert per_thousand < 0.1, f"{per_thousand:.3f} MiB per 1,000 idle threads"
+    per_thousand = min(grown) / 300 * 1000 / 2**20
+    assert per_thousand < 0.1, f"{per_thousand:.3f} MiB per 1,000 idle threads ({grown} B)"
     assert len(saver._seen) <= 64 and len(saver._known) <= 64 and len(saver._names) <= 64
