@@ -28,15 +28,15 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.util import greenlet_spawn
 
+from agentplane_journal.backends.sqlite.transaction import commit_failed
 from agentplane_journal.core.append import Append
 from agentplane_journal.core.batch import COLUMNS, RELEASED_OWNER, chain_batch
 from agentplane_journal.core.ids import Digest, RunId
 from agentplane_journal.core.profile import WireProfile
 from agentplane_journal.core.record import Record
 from agentplane_journal.core.signing import Signer
-from agentplane_journal.db.dialect.sqlite import commit_error_in_doubt
 from agentplane_journal.db.statements import RECORD_COLUMNS, records_from_rows
-from agentplane_journal.errors import BackendError, CommitUnknownError, ConflictError
+from agentplane_journal.errors import BackendError, ConflictError
 
 __all__ = ["admitted_in_one_hop", "append_in_one_hop", "checked_out", "read_in_one_hop"]
 
@@ -226,12 +226,10 @@ def _append(
         try:
             conn.execute("COMMIT")
         except sqlite3.Error as exc:
-            if not commit_error_in_doubt(exc):
+            outcome = commit_failed(conn, exc)  # rolled back; an I/O error: in doubt
+            if outcome is exc:
                 raise
-            # Rolled back now, but its commit frame may be in the WAL (see there).
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise CommitUnknownError(f"{exc.sqlite_errorname}: {exc}") from exc
+            raise outcome from exc
     except BaseException:
         if conn.in_transaction:
             conn.execute("ROLLBACK")

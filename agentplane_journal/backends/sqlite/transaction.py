@@ -41,7 +41,7 @@ from agentplane_journal.errors import (
     RunSealedError,
 )
 
-__all__ = ["INSERT", "Request", "transaction", "translate"]
+__all__ = ["INSERT", "Request", "commit_failed", "transaction", "translate"]
 
 #: The run's activity, kept at ``max(updated_at, now)`` as the general unit of work keeps it.
 #: On SQLite the run mutex itself is the database's write lock, taken by ``BEGIN IMMEDIATE``
@@ -286,18 +286,7 @@ def _attempt(
         try:
             conn.execute("COMMIT")
         except sqlite3.Error as exc:
-            # SQLite either rolled the transaction back itself (SQLITE_FULL while writing
-            # the WAL: its commit frame is written last, and a short write leaves it
-            # invalid) or left it open, and it is rolled back here. (A failed ROLLBACK here
-            # would hide the commit's error.) Either way nothing of it is visible now, but an
-            # I/O error may have left its commit frame in the WAL, which a crash's recovery
-            # replays: its outcome is then unknown, not refused.
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            outcome: BaseException = exc
-            if commit_error_in_doubt(exc):
-                outcome = CommitUnknownError(f"{exc.sqlite_errorname}: {exc}")
-                outcome.__cause__ = exc
+            outcome = commit_failed(conn, exc)
             for i in todo:
                 if not _failed(answers[i]):
                     answers[i] = outcome
@@ -306,6 +295,32 @@ def _attempt(
         if conn.in_transaction:
             conn.execute("ROLLBACK")
         raise
+
+
+def commit_failed(conn: sqlite3.Connection, exc: sqlite3.Error) -> BaseException:
+    """What a write transaction whose ``COMMIT`` raised ``exc`` answers, once it is rolled
+    back: ``exc`` (nothing was written), or :class:`CommitUnknownError` for an I/O error.
+
+    SQLite either rolled the transaction back itself (``SQLITE_FULL`` while writing the
+    WAL: its commit frame is written last, and a short write leaves it invalid) or left it
+    open, and it is rolled back here (a ROLLBACK that fails then raises its own error, as
+    before). Either way nothing of it is visible now, but an I/O error may have left its
+    commit frame in the WAL, which a crash's recovery replays
+    (:func:`~agentplane_journal.db.dialect.sqlite.commit_error_in_doubt`): its outcome is
+    unknown, and a ROLLBACK failing after it changes nothing of that, so it is not raised.
+    """
+    in_doubt = commit_error_in_doubt(exc)
+    if conn.in_transaction:
+        try:
+            conn.execute("ROLLBACK")
+        except sqlite3.Error:
+            if not in_doubt:
+                raise
+    if not in_doubt:
+        return exc
+    unknown = CommitUnknownError(f"{exc.sqlite_errorname}: {exc}")
+    unknown.__cause__ = exc
+    return unknown
 
 
 def _failed(answer: Any) -> bool:
