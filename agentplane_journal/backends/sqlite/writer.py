@@ -180,10 +180,8 @@ class Writer(GroupWriter[Request, list[Record]]):
                         await driver._execute(transaction, driver._conn, [request]),
                         True,
                     )
-                except sqlite3.Error as exc:  # as _execute: nothing was committed
-                    answers, usable = [exc], True
                 except Exception as exc:
-                    answers, usable = [_unsent(exc)], False
+                    answers, usable = _hop_failed(exc, 1)
                 finally:
                     turn.release()
         finally:
@@ -316,10 +314,8 @@ class Writer(GroupWriter[Request, list[Record]]):
             else:
                 async with self._turn.taken():  # after the store's other write transactions
                     answers = await self._hop(driver, group, early)
-        except sqlite3.Error as exc:  # a savepoint or rollback failed: nothing was committed
-            return [exc] * len(group), True
         except Exception as exc:
-            return [_unsent(exc)] * len(group), False
+            return _hop_failed(exc, len(group))
         return answers, True
 
     async def _hop(
@@ -507,6 +503,16 @@ class Writer(GroupWriter[Request, list[Record]]):
 
 #: What ``Writer._lone`` holds while a lone caller's hop is in flight.
 _LONE = object()
+
+
+def _hop_failed(exc: Exception, n: int) -> tuple[list[list[Record] | BaseException], bool]:
+    """The answers of a hop of ``n`` appends that raised ``exc``, and whether its connection
+    is still fit: SQLite's own error (a savepoint or a rollback failed: nothing was
+    committed, :func:`transaction` answers a failed COMMIT itself) is each append's
+    answer; anything else never reached the database (:func:`_unsent`)."""
+    if isinstance(exc, sqlite3.Error):
+        return [exc] * n, True
+    return [_unsent(exc)] * n, False
 
 
 def _unsent(exc: Exception) -> BackendError:
